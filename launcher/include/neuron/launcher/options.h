@@ -1,0 +1,52 @@
+// neuronrun's command line: LaunchOptions and the parser that fills it.
+//
+// Usage:
+//   LaunchOptions opts = ParseOptions(argc, argv);   // throws InvalidUsage
+//   if (opts.help) { std::cout << HelpText(); }
+//
+// Parsing stops at the first argument that is not an option (the program);
+// everything after it goes to the program unchanged. `--` also ends options.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace neuron::launcher {
+
+struct LaunchOptions {
+  std::uint32_t nproc_per_node = 1;
+  std::uint32_t nnodes = 1;
+  std::uint32_t node_rank = 0;
+  std::string rdzv_host;                 // empty: single-node, loopback
+  std::uint16_t rdzv_port = 0;
+  std::chrono::seconds rdzv_timeout{300};
+  std::string rdzv_secret_file;          // multi-node: where the secret is
+  std::optional<std::uint16_t> master_port;  // default: a free port
+  std::uint32_t max_restarts = 0;
+  std::string log_dir;
+  bool tee = false;
+  std::string topology_file;             // empty: embedded trn2 node
+  std::string run_id;                    // empty: random
+  std::string python;                    // empty: NEURON_PYTHON or default
+  std::chrono::milliseconds grace_period{5000};
+  bool help = false;
+
+  std::string program;                   // SCRIPT.py or EXECUTABLE
+  std::vector<std::string> program_args;
+};
+
+// Parses argv (argv[0] is neuronrun itself). Throws InvalidUsage with a
+// one-line message naming the bad option or value.
+LaunchOptions ParseOptions(int argc, const char* const* argv);
+
+// Checks what parsing cannot: the program exists and can run, the rendezvous
+// options agree with --nnodes. Throws InvalidUsage.
+void ValidateOptions(const LaunchOptions& options);
+
+// The full --help text.
+std::string HelpText();
+
+}  // namespace neuron::launcher

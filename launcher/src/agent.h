@@ -1,0 +1,78 @@
+// One neuronrun agent: the process that starts and watches the ranks of one
+// node. Node 0's agent also serves the job's store (rendezvous and
+// bootstrap). Every agent runs attempts (rounds): rendezvous, start the
+// local ranks, wait for the round to end everywhere, and restart the whole
+// job after a failure while --max-restarts allows.
+//
+// Threads: the caller's thread runs the Boost.Asio event loop (child pipes,
+// SIGCHLD/SIGINT/SIGTERM, timers) and forks the ranks; one watcher thread per
+// round blocks on the store until the round ends; node 0's store server has
+// its own thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "neuron/collectives/store/tcp_store.h"
+#include "neuron/collectives/store/tcp_store_server.h"
+#include "neuron/launcher/options.h"
+#include "neuron/runtime/topology.h"
+#include "rank_group.h"
+#include "rendezvous.h"
+
+namespace neuron::launcher {
+
+// What main resolves before the agent starts (all checked, paths absolute).
+struct JobConfig {
+  LaunchOptions options;
+  runtime::Topology topology;
+  std::string run_id;
+  std::string secret;
+  std::string hostname;
+  std::string bind_address;    // node 0: where the store server listens
+  std::string program_path;    // what to execve
+  std::vector<std::string> program_argv;
+  std::string topology_file;   // absolute, or empty for the embedded default
+  std::string python_path;     // prepended to the ranks' PYTHONPATH
+};
+
+class Agent {
+ public:
+  // Starts node 0's store server and connects to the job's store. Throws
+  // IoError/TimeoutError/InvalidUsage when the job cannot start.
+  explicit Agent(JobConfig config);
+  ~Agent();
+
+  // Runs attempts until success, a final failure or an interrupt; returns
+  // neuronrun's exit status.
+  int Run();
+
+ private:
+  struct Attempt;
+  enum class Result { kSucceeded, kFailed, kInterrupted };
+
+  void AgreeOnRunId();
+  Result RunAttempt(std::uint32_t round, const World& world, Attempt& attempt);
+  std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
+  void WaitSignals(Attempt& attempt);
+  void OnSignal(Attempt& attempt, int sig);
+  void OnRankExit(Attempt& attempt, const RankExit& exit);
+  void OnRoundEnd(Attempt& attempt, const RoundEnd& end);
+  void MaybeReportSuccess(Attempt& attempt);
+
+  JobConfig config_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set signals_;
+  std::unique_ptr<collectives::TcpStoreServer> server_;
+  std::shared_ptr<collectives::TcpStore> store_;
+  std::unique_ptr<collectives::TcpStore> watch_store_;
+  std::unique_ptr<Rendezvous> rendezvous_;
+  std::string store_endpoint_;
+};
+
+}  // namespace neuron::launcher

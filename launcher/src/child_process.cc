@@ -1,0 +1,126 @@
+#include "child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <linux/close_range.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+struct Pipe {
+  int read = -1;
+  int write = -1;
+};
+
+Pipe MakePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw IoError(StrCat("pipe2 failed: ", std::strerror(errno)));
+  }
+  return {fds[0], fds[1]};
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void ExecChild(pid_t parent, const Pipe& out, const Pipe& err,
+                            const Pipe& status, const char* path, char** argv,
+                            char** envp) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // parent died before prctl
+  sigset_t all;
+  sigemptyset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP, SIGQUIT}) {
+    ::signal(sig, SIG_DFL);
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+  ::dup2(out.write, STDOUT_FILENO);
+  ::dup2(err.write, STDERR_FILENO);
+  // Sockets and pipes of neuronrun (its store server among them) stay here.
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  ::execve(path, argv, envp);
+  const int error = errno;
+  ssize_t ignored = ::write(status.write, &error, sizeof(error));
+  (void)ignored;
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::string ResolveProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path_env = std::getenv("PATH");
+  std::stringstream dirs(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+SpawnedChild Spawn(const SpawnRequest& request) {
+  Pipe out = MakePipe();
+  Pipe err = MakePipe();
+  Pipe status = MakePipe();
+  std::vector<char*> argv = CStrings(request.argv);
+  std::vector<char*> envp = CStrings(request.env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ExecChild(parent, out, err, status, request.path.c_str(), argv.data(),
+              envp.data());
+  }
+  const int fork_errno = errno;
+  for (int fd : {out.write, err.write, status.write}) ::close(fd);
+  if (pid < 0) {
+    for (int fd : {out.read, err.read, status.read}) ::close(fd);
+    throw IoError(StrCat("cannot start ", request.path, ": fork failed: ",
+                         std::strerror(fork_errno)));
+  }
+  ::setpgid(pid, pid);  // also in the child: whichever runs first wins
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(status.read, &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  ::close(status.read);
+  if (n == sizeof(exec_errno)) {
+    ::waitpid(pid, nullptr, 0);
+    ::close(out.read);
+    ::close(err.read);
+    throw IoError(StrCat("cannot execute ", request.path, ": ",
+                         std::strerror(exec_errno)));
+  }
+  for (int fd : {out.read, err.read}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return {pid, out.read, err.read};
+}
+
+}  // namespace neuron::launcher

@@ -1,0 +1,33 @@
+// Starting one rank: fork + exec with its own process group, its stdout and
+// stderr on pipes, stdin on /dev/null, and PR_SET_PDEATHSIG so it dies with
+// neuronrun even when neuronrun is SIGKILLed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace neuron::launcher {
+
+struct SpawnRequest {
+  std::string path;               // absolute or relative path to execute
+  std::vector<std::string> argv;  // argv[0] included
+  std::vector<std::string> env;   // "NAME=value" entries, the whole environment
+};
+
+struct SpawnedChild {
+  pid_t pid = -1;   // also its process group id
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+// Throws IoError naming the program when fork or exec fails. The returned
+// descriptors are non-blocking and close-on-exec; the caller owns them.
+SpawnedChild Spawn(const SpawnRequest& request);
+
+// Resolves a program name the way execvp would ("python3" -> /usr/bin/python3);
+// returns the input unchanged when it contains '/'; empty when not found.
+std::string ResolveProgram(const std::string& name);
+
+}  // namespace neuron::launcher

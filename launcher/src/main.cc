@@ -1,0 +1,123 @@
+// neuronrun: the launcher. Parses the command line, resolves everything that
+// can be checked before a rank starts (exit status 2 on any problem), then
+// hands the job to the Agent.
+#include <sys/prctl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "agent.h"
+#include "child_process.h"
+#include "neuron/collectives/store/auth.h"
+#include "neuron/launcher/options.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/error.h"
+#include "secret.h"
+
+namespace neuron::launcher {
+namespace {
+
+constexpr int kUsageError = 2;
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The address node 0's store server binds: loopback for a single node, else
+// the interface that --rdzv-endpoint's host name resolves to.
+std::string BindAddress(const LaunchOptions& o) {
+  if (o.nnodes == 1) return "127.0.0.1";
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto results = resolver.resolve(o.rdzv_host, std::to_string(o.rdzv_port), ec);
+  NEURON_CHECK(!ec && !results.empty(), "cannot resolve --rdzv-endpoint host '",
+               o.rdzv_host, "': ", ec.message());
+  return results.begin()->endpoint().address().to_string();
+}
+
+JobConfig Resolve(LaunchOptions o) {
+  ValidateOptions(o);
+  JobConfig c{o, o.topology_file.empty() ? runtime::Topology::Default()
+                                         : runtime::Topology::FromFile(o.topology_file)};
+  c.topology.CheckFits(o.nnodes, {o.nproc_per_node});
+  if (!o.topology_file.empty()) {
+    c.topology_file = std::filesystem::absolute(o.topology_file).string();
+  }
+  c.run_id = o.run_id.empty() ? collectives::auth::GenerateSecret().substr(0, 12) : o.run_id;
+  c.secret = o.nnodes == 1 ? collectives::auth::GenerateSecret()
+                           : LoadOrCreateRdzvSecret(o.rdzv_secret_file);
+  c.hostname = Hostname();
+  c.bind_address = BindAddress(o);
+  if (EndsWith(o.program, ".py")) {
+    const std::string python =
+        o.python.empty()
+            ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)
+            : o.python;
+    c.program_path = ResolveProgram(python);
+    NEURON_CHECK(!c.program_path.empty(), "python interpreter '", python,
+                 "' not found (set --python or NEURON_PYTHON)");
+    c.program_argv = {python, o.program};
+  } else {
+    c.program_path = ResolveProgram(o.program);
+    NEURON_CHECK(!c.program_path.empty(), "program '", o.program,
+                 "' not found on PATH");
+    c.program_argv = {o.program};
+  }
+  for (const auto& arg : o.program_args) c.program_argv.push_back(arg);
+  c.python_path = NEURON_PYTHON_PACKAGE_DIR;
+  return c;
+}
+
+int Main(int argc, char** argv) {
+  LaunchOptions options;
+  std::unique_ptr<Agent> agent;
+  try {
+    options = ParseOptions(argc, argv);
+    if (options.help) {
+      std::cout << HelpText();
+      return 0;
+    }
+    agent = std::make_unique<Agent>(Resolve(options));
+  } catch (const Error& e) {
+    std::cerr << "neuronrun: error: " << e.what() << std::endl;
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun: error: " << e.what() << std::endl;
+    return kUsageError;
+  }
+  try {
+    return agent->Run();
+  } catch (const InvalidUsage& e) {
+    std::cerr << "neuronrun: error: " << e.what() << std::endl;
+    return kUsageError;
+  } catch (const TimeoutError& e) {
+    std::cerr << "neuronrun: error: " << e.what() << std::endl;
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun: error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::launcher
+
+int main(int argc, char** argv) {
+  // Orphaned grandchildren of the ranks come to neuronrun, not to init, so
+  // they are reaped and accounted for; a closed console is no reason to die.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::signal(SIGPIPE, SIG_IGN);
+  return neuron::launcher::Main(argc, argv);
+}

@@ -1,0 +1,237 @@
+#include "neuron/launcher/options.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+std::uint64_t ParseUnsigned(const std::string& flag, const std::string& text,
+                            std::uint64_t min, std::uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  NEURON_CHECK(!text.empty() && text[0] != '-' && *end == '\0' && errno == 0,
+               flag, " expects a whole number, got '", text, "'");
+  NEURON_CHECK(value >= min && value <= max, flag, " must be between ", min,
+               " and ", max, ", got ", value);
+  return value;
+}
+
+double ParseSeconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  NEURON_CHECK(!text.empty() && *end == '\0' && value >= 0 && value <= 86400,
+               flag, " expects seconds between 0 and 86400, got '", text, "'");
+  return value;
+}
+
+void ParseEndpoint(const std::string& text, LaunchOptions& o) {
+  const auto colon = text.rfind(':');
+  NEURON_CHECK(colon != std::string::npos && colon > 0,
+               "--rdzv-endpoint expects HOST:PORT, got '", text, "'");
+  o.rdzv_host = text.substr(0, colon);
+  o.rdzv_port = static_cast<std::uint16_t>(
+      ParseUnsigned("--rdzv-endpoint port", text.substr(colon + 1), 1, 65535));
+}
+
+using Setter = std::function<void(const std::string& flag, const std::string& value,
+                                  LaunchOptions& o)>;
+
+// Options that take a value, by every spelling.
+const std::map<std::string, Setter>& ValueOptions() {
+  static const std::map<std::string, Setter> options = [] {
+    std::map<std::string, Setter> m;
+    Setter nproc = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+      o.nproc_per_node = static_cast<std::uint32_t>(ParseUnsigned(f, v, 1, 1024));
+    };
+    m["-n"] = nproc;
+    m["--nproc-per-node"] = nproc;
+    m["--nproc_per_node"] = nproc;
+    m["--nnodes"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+      o.nnodes = static_cast<std::uint32_t>(ParseUnsigned(f, v, 1, 4096));
+    };
+    m["--node-rank"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+      o.node_rank = static_cast<std::uint32_t>(ParseUnsigned(f, v, 0, 4095));
+    };
+    m["--rdzv-endpoint"] = [](const std::string&, const std::string& v,
+                              LaunchOptions& o) { ParseEndpoint(v, o); };
+    m["--rdzv-timeout"] = [](const std::string& f, const std::string& v,
+                             LaunchOptions& o) {
+      o.rdzv_timeout = std::chrono::seconds(
+          static_cast<long>(ParseUnsigned(f, v, 1, 86400)));
+    };
+    m["--rdzv-secret-file"] = [](const std::string&, const std::string& v,
+                                 LaunchOptions& o) { o.rdzv_secret_file = v; };
+    m["--master-port"] = [](const std::string& f, const std::string& v,
+                            LaunchOptions& o) {
+      o.master_port = static_cast<std::uint16_t>(ParseUnsigned(f, v, 1, 65535));
+    };
+    m["--max-restarts"] = [](const std::string& f, const std::string& v,
+                             LaunchOptions& o) {
+      o.max_restarts = static_cast<std::uint32_t>(ParseUnsigned(f, v, 0, 1000));
+    };
+    m["--log-dir"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
+      o.log_dir = v;
+    };
+    m["--topology"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
+      o.topology_file = v;
+    };
+    m["--run-id"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+      NEURON_CHECK(!v.empty() && v.find('/') == std::string::npos &&
+                       v.find_first_of(" \t\n") == std::string::npos,
+                   f, " must be non-empty without '/' or spaces, got '", v, "'");
+      o.run_id = v;
+    };
+    m["--python"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
+      o.python = v;
+    };
+    m["--grace-period"] = [](const std::string& f, const std::string& v,
+                             LaunchOptions& o) {
+      o.grace_period = std::chrono::milliseconds(
+          static_cast<long>(ParseSeconds(f, v) * 1000));
+    };
+    return m;
+  }();
+  return options;
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         ::access(path.c_str(), X_OK) == 0;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+LaunchOptions ParseOptions(int argc, const char* const* argv) {
+  LaunchOptions o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      return o;
+    }
+    if (arg == "--tee") {
+      o.tee = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    const auto& options = ValueOptions();
+    const auto it = options.find(arg);
+    NEURON_CHECK(it != options.end(), "unknown option '", arg, "'");
+    if (!has_value) {
+      NEURON_CHECK(i + 1 < argc, "option ", arg, " needs a value");
+      value = argv[++i];
+    }
+    it->second(arg, value, o);
+  }
+  NEURON_CHECK(i < argc, "no program given: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]");
+  o.program = argv[i++];
+  for (; i < argc; ++i) o.program_args.emplace_back(argv[i]);
+  return o;
+}
+
+void ValidateOptions(const LaunchOptions& o) {
+  NEURON_CHECK(o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
+               " must be less than --nnodes ", o.nnodes);
+  NEURON_CHECK(o.nnodes == 1 || !o.rdzv_host.empty(),
+               "--nnodes ", o.nnodes, " needs --rdzv-endpoint HOST:PORT (node 0's address)");
+  NEURON_CHECK(!o.tee || !o.log_dir.empty(), "--tee needs --log-dir");
+  if (EndsWith(o.program, ".py")) {
+    struct stat st {};
+    NEURON_CHECK(::stat(o.program.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+                 "script '", o.program, "' does not exist");
+    NEURON_CHECK(::access(o.program.c_str(), R_OK) == 0, "script '", o.program,
+                 "' is not readable");
+  } else if (o.program.find('/') != std::string::npos) {
+    NEURON_CHECK(IsExecutableFile(o.program), "program '", o.program,
+                 "' does not exist or is not executable");
+  }
+}
+
+std::string HelpText() {
+  return R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
+       neuronrun --help
+
+Starts the ranks of a distributed job on this node, gives each the
+torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+OMP_NUM_THREADS=1 unless set) plus NEURON_* placement variables, prefixes
+every output line with "[rank N]: ", and ends the whole job when one rank
+fails. A SCRIPT.py runs under the Python interpreter that has torch; any other
+program runs directly (looked up on PATH when it has no '/').
+
+Job shape:
+  -n, --nproc-per-node N   ranks on this node (default 1)
+  --nnodes N               nodes in the job (default 1); one neuronrun per node
+  --node-rank R            this node's index, 0..N-1 (default 0)
+  --rdzv-endpoint HOST:PORT
+                           node 0's rendezvous address; node 0 serves it on
+                           that interface, the others connect (needed when
+                           --nnodes > 1)
+  --rdzv-timeout SECONDS   how long to wait for every node (default 300)
+  --rdzv-secret-file FILE  secret shared by the nodes' agents (multi-node);
+                           default: $NEURON_RDZV_SECRET, else
+                           ~/.config/torchneuron/rdzv-secret (created 0600)
+  --master-port PORT       port for MASTER_PORT on node 0 (default: a free
+                           port chosen at start; never a fixed one)
+  --run-id ID              job id, TORCHELASTIC_RUN_ID (default: random)
+
+Fault handling:
+  --max-restarts K         restart the whole job up to K times after a
+                           failure (TORCHELASTIC_RESTART_COUNT counts them)
+  --grace-period SECONDS   time between SIGTERM and SIGKILL when stopping
+                           ranks (default 5)
+
+Output:
+  --log-dir DIR            write each rank's output to
+                           DIR/attempt_K/rank_N.{stdout,stderr}
+  --tee                    with --log-dir, also print to the console
+
+Simulated fabric:
+  --topology FILE          fabric topology (protobuf text, configs/topologies/);
+                           default: the embedded trn2 node (16 chips)
+  --python PATH            interpreter for .py scripts (default:
+                           $NEURON_PYTHON, else /usr/bin/python3)
+
+When a rank exits non-zero or dies by a signal, neuronrun sends SIGTERM to
+every other rank (SIGKILL after the grace period), prints a summary naming
+the rank, its exit code or signal and the last 20 lines of its stderr, and
+exits with that rank's code (128+signal for a signal). SIGINT or SIGTERM to
+neuronrun goes to every rank; a second SIGINT kills them at once. No process
+of the job outlives neuronrun.
+
+Exit status: 0 when every rank succeeded; the failing rank's status; 2 for
+bad usage or a job that cannot start (unknown option, missing program,
+unreachable rendezvous, port in use, bad topology).
+)";
+}
+
+}  // namespace neuron::launcher

@@ -1,0 +1,79 @@
+#include "rank_env.h"
+
+#include "neuron/runtime/config.h"
+
+extern char** environ;
+
+namespace neuron::launcher {
+
+using runtime::ConfigKey;
+using runtime::VariableName;
+
+Environment CurrentEnvironment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+Environment RankEnvironment(Environment env, const RankIdentity& id) {
+  auto set = [&env](const std::string& name, const std::string& value) {
+    env[name] = value;
+  };
+  auto set_default = [&env](const std::string& name, const std::string& value) {
+    auto it = env.find(name);
+    if (it == env.end() || it->second.empty()) env[name] = value;
+  };
+  // The torchrun contract.
+  set("RANK", std::to_string(id.global_rank));
+  set("LOCAL_RANK", std::to_string(id.local_rank));
+  set("WORLD_SIZE", std::to_string(id.world_size));
+  set("LOCAL_WORLD_SIZE", std::to_string(id.local_world_size));
+  set("GROUP_RANK", std::to_string(id.node_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(id.nnodes));
+  set("ROLE_NAME", "default");
+  set("ROLE_RANK", std::to_string(id.global_rank));
+  set("ROLE_WORLD_SIZE", std::to_string(id.world_size));
+  set("MASTER_ADDR", id.master_addr);
+  set("MASTER_PORT", std::to_string(id.master_port));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(id.max_restarts));
+  set("TORCHELASTIC_RUN_ID", id.run_id);
+  // torch's env:// rendezvous: rank 0 hosts the TCPStore on MASTER_PORT.
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  set_default("OMP_NUM_THREADS", "1");
+  set_default("PYTHONUNBUFFERED", "1");
+  // Placement on the simulated fabric.
+  set(VariableName(ConfigKey::kNodeIndex), std::to_string(id.placement.node));
+  set(VariableName(ConfigKey::kChipIndex), std::to_string(id.placement.chip));
+  set(VariableName(ConfigKey::kCoreIndex), std::to_string(id.placement.core));
+  set(VariableName(ConfigKey::kRanksPerChip), std::to_string(id.ranks_per_chip));
+  if (id.topology_file.empty()) {
+    env.erase(VariableName(ConfigKey::kTopologyFile));
+  } else {
+    set(VariableName(ConfigKey::kTopologyFile), id.topology_file);
+  }
+  set(VariableName(ConfigKey::kStoreEndpoint), id.store_endpoint);
+  set(VariableName(ConfigKey::kJobSecret), id.job_secret);
+  env.erase(VariableName(ConfigKey::kRdzvSecret));
+  if (!id.python_path.empty()) {
+    auto it = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = (it == env.end() || it->second.empty())
+                            ? id.python_path
+                            : id.python_path + ":" + it->second;
+  }
+  return env;
+}
+
+std::vector<std::string> ToEnvp(const Environment& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+}  // namespace neuron::launcher

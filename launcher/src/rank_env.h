@@ -1,0 +1,48 @@
+// The environment each rank starts with: neuronrun's own environment, then
+// the torchrun contract (../shared/REFERENCE.md) and the NEURON_* placement
+// variables on top. Variable names come from the runtime's config registry.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/topology.h"
+
+namespace neuron::launcher {
+
+struct RankIdentity {
+  std::uint32_t global_rank = 0;
+  std::uint32_t local_rank = 0;
+  std::uint32_t world_size = 1;
+  std::uint32_t local_world_size = 1;
+  std::uint32_t node_rank = 0;
+  std::uint32_t nnodes = 1;
+  std::uint32_t restart_count = 0;
+  std::uint32_t max_restarts = 0;
+  std::string run_id;
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  runtime::ChipPlacement placement;
+  std::uint32_t ranks_per_chip = 1;
+  std::string topology_file;   // absolute; empty = embedded default
+  std::string store_endpoint;  // HOST:PORT of the job's store server
+  std::string job_secret;
+  std::string python_path;     // prepended to PYTHONPATH when not empty
+};
+
+using Environment = std::map<std::string, std::string>;
+
+// The current process environment as a map.
+Environment CurrentEnvironment();
+
+// `base` with the rank's variables set. Torchrun's variables always take the
+// rank's values; OMP_NUM_THREADS and PYTHONUNBUFFERED only when unset; the
+// agents' rendezvous secret is removed.
+Environment RankEnvironment(Environment base, const RankIdentity& id);
+
+// "NAME=value" entries for execve.
+std::vector<std::string> ToEnvp(const Environment& env);
+
+}  // namespace neuron::launcher

@@ -1,0 +1,73 @@
+#include "neuron/runtime/config.h"
+
+#include <cstdlib>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+
+ConfigRegistry::ConfigRegistry()
+    : entries_{
+          {ConfigKey::kPython, "NEURON_PYTHON", "/usr/bin/python3",
+           "interpreter neuronrun uses for .py scripts (needs torch)", false},
+          {ConfigKey::kTopologyFile, "NEURON_TOPOLOGY_FILE", "",
+           "fabric topology (protobuf text); empty = embedded trn2 node", false},
+          {ConfigKey::kNodeIndex, "NEURON_NODE_INDEX", "0",
+           "node of the simulated fabric this rank runs on", false},
+          {ConfigKey::kChipIndex, "NEURON_CHIP_INDEX", "",
+           "global chip index of this rank; empty = rank / ranks per chip",
+           false},
+          {ConfigKey::kCoreIndex, "NEURON_CORE_INDEX", "0",
+           "logical core of this rank within its chip", false},
+          {ConfigKey::kRanksPerChip, "NEURON_RANKS_PER_CHIP", "1",
+           "ranks placed on each chip (from the topology)", false},
+          {ConfigKey::kStoreEndpoint, "NEURON_STORE_ENDPOINT", "",
+           "HOST:PORT of the job's store server (neuronrun's agent)", false},
+          {ConfigKey::kJobSecret, "NEURON_JOB_SECRET", "",
+           "secret that authenticates a job's store clients", true},
+          {ConfigKey::kRdzvSecret, "NEURON_RDZV_SECRET", "",
+           "secret shared by the agents of a multi-node job", true},
+          {ConfigKey::kLogLevel, "NEURON_LOG_LEVEL", "warning",
+           "least severe message logged: debug, info, warning, error", false},
+      } {}
+
+const ConfigRegistry& ConfigRegistry::Get() {
+  static const ConfigRegistry registry;
+  return registry;
+}
+
+const ConfigEntry& ConfigRegistry::entry(ConfigKey key) const {
+  for (const auto& e : entries_) {
+    if (e.key == key) return e;
+  }
+  NEURON_ASSERT(false, "config key ", static_cast<int>(key), " not registered");
+}
+
+std::optional<std::string> ConfigRegistry::Find(ConfigKey key) const {
+  const ConfigEntry& e = entry(key);
+  const char* value = std::getenv(e.variable);
+  if (value != nullptr && value[0] != '\0') return std::string(value);
+  if (e.default_value[0] != '\0') return std::string(e.default_value);
+  return std::nullopt;
+}
+
+std::string ConfigRegistry::GetString(ConfigKey key) const {
+  return Find(key).value_or("");
+}
+
+std::int64_t ConfigRegistry::GetInt(ConfigKey key) const {
+  const ConfigEntry& e = entry(key);
+  const std::string text = GetString(key);
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  NEURON_CHECK(!text.empty() && end != nullptr && *end == '\0',
+               "environment variable ", e.variable, "='", text,
+               "' is not an integer");
+  return value;
+}
+
+const char* VariableName(ConfigKey key) {
+  return ConfigRegistry::Get().entry(key).variable;
+}
+
+}  // namespace neuron::runtime

@@ -1,0 +1,118 @@
+#include "neuron/runtime/topology.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+
+// Defined in the generated default_topology.cc (from trn2-node.textproto).
+extern const char* const kDefaultTopologyText;
+
+namespace {
+
+// Collects the first parse error with its position (1-based, as editors show).
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!message_.empty()) return;
+    message_ = StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+void CheckLink(const proto::LinkSpec& link, const std::string& field,
+               const std::string& origin) {
+  NEURON_CHECK(link.bandwidth_gbps() > 0, "topology ", origin, ": ", field,
+               ".bandwidth_gbps must be > 0, got ", link.bandwidth_gbps());
+  NEURON_CHECK(link.latency_us() >= 0, "topology ", origin, ": ", field,
+               ".latency_us must be >= 0, got ", link.latency_us());
+}
+
+}  // namespace
+
+Topology::Topology(proto::TopologySpec spec, std::string origin)
+    : spec_(std::move(spec)), origin_(std::move(origin)) {
+  Validate();
+}
+
+Topology Topology::Default() {
+  return FromText(kDefaultTopologyText, "<embedded trn2-node>");
+}
+
+Topology Topology::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  NEURON_CHECK(in.good(), "cannot read topology file ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return FromText(text.str(), path);
+}
+
+Topology Topology::FromText(const std::string& text, const std::string& origin) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  proto::TopologySpec spec;
+  NEURON_CHECK(parser.ParseFromString(text, &spec), "topology ", origin, ": ",
+               errors.message());
+  return Topology(std::move(spec), origin);
+}
+
+Topology Topology::FromEnvironment() {
+  auto path = ConfigRegistry::Get().Find(ConfigKey::kTopologyFile);
+  return path ? FromFile(*path) : Default();
+}
+
+void Topology::Validate() const {
+  NEURON_CHECK(spec_.chips_per_node() > 0, "topology ", origin_,
+               ": chips_per_node must be > 0");
+  NEURON_CHECK(spec_.torus_dims_size() > 0, "topology ", origin_,
+               ": torus_dims is empty");
+  std::uint64_t product = 1;
+  for (auto d : spec_.torus_dims()) {
+    NEURON_CHECK(d > 0, "topology ", origin_, ": torus_dims has a 0");
+    product *= d;
+  }
+  NEURON_CHECK(product == spec_.chips_per_node(), "topology ", origin_,
+               ": torus_dims multiply to ", product, " but chips_per_node is ",
+               spec_.chips_per_node());
+  NEURON_CHECK(spec_.ranks_per_chip() >= 1 && spec_.ranks_per_chip() <= 8,
+               "topology ", origin_, ": ranks_per_chip must be 1..8, got ",
+               spec_.ranks_per_chip());
+  CheckLink(spec_.intra_node_link(), "intra_node_link", origin_);
+  CheckLink(spec_.inter_node_link(), "inter_node_link", origin_);
+}
+
+void Topology::CheckFits(std::uint32_t num_nodes,
+                         const std::vector<std::uint32_t>& ranks_per_node) const {
+  if (spec_.num_nodes() != 0) {
+    NEURON_CHECK(num_nodes <= spec_.num_nodes(), "topology ", origin_, " has ",
+                 spec_.num_nodes(), " nodes but the job has ", num_nodes);
+  }
+  const std::uint32_t slots = spec_.chips_per_node() * spec_.ranks_per_chip();
+  for (std::size_t node = 0; node < ranks_per_node.size(); ++node) {
+    NEURON_CHECK(ranks_per_node[node] <= slots, "topology ", origin_, " has ",
+                 spec_.chips_per_node(), " chips x ", spec_.ranks_per_chip(),
+                 " ranks per chip = ", slots, " slots per node, but node ",
+                 node, " has ", ranks_per_node[node], " ranks");
+  }
+}
+
+ChipPlacement Topology::Place(std::uint32_t node, std::uint32_t local_rank) const {
+  ChipPlacement p;
+  p.node = node;
+  p.chip = node * spec_.chips_per_node() + local_rank / spec_.ranks_per_chip();
+  p.core = local_rank % spec_.ranks_per_chip();
+  return p;
+}
+
+}  // namespace neuron::runtime
