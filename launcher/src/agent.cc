@@ -31,7 +31,7 @@ struct Agent::Attempt {
 };
 
 Agent::Agent(JobConfig config)
-    : config_(std::move(config)), signals_(io_, SIGCHLD, SIGINT, SIGTERM) {
+    : config_(std::move(config)) {
   const auto& o = config_.options;
   const bool multi_node = o.nnodes > 1;
   const std::string connect_host = multi_node ? o.rdzv_host : "127.0.0.1";
@@ -169,7 +169,7 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
   output.console = o.log_dir.empty() || o.tee;
   if (!o.log_dir.empty()) output.log_dir = o.log_dir + "/attempt_" + std::to_string(round);
   attempt.group = std::make_unique<RankGroup>(
-      io_, output, MakeLaunches(round, world),
+      io_, guard_, output, MakeLaunches(round, world),
       [this, &attempt](const RankExit& exit) { OnRankExit(attempt, exit); });
 
   attempt.watcher = std::thread([this, &attempt, round] {
@@ -188,6 +188,7 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
     asio::post(io_, [this, &attempt, end] { OnRoundEnd(attempt, end); });
   });
 
+  signals_ = std::make_unique<asio::signal_set>(io_, SIGCHLD, SIGINT, SIGTERM);
   WaitSignals(attempt);
   try {
     attempt.group->Start();
@@ -209,10 +210,11 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
   }
   attempt.stop_watch = true;
   attempt.watcher.join();
-  signals_.cancel();
+  signals_->cancel();
   io_.restart();
   io_.poll();  // let the cancelled signal wait and leftover timers finish
   attempt.group.reset();
+  signals_.reset();  // back to the default actions
 
   if (attempt.interrupt_signal != 0) return Result::kInterrupted;
   if (!attempt.local_failure && attempt.end && attempt.end->kind == RoundEnd::kSucceeded) {
@@ -222,7 +224,7 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
 }
 
 void Agent::WaitSignals(Attempt& attempt) {
-  signals_.async_wait([this, &attempt](const boost::system::error_code& ec, int sig) {
+  signals_->async_wait([this, &attempt](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     OnSignal(attempt, sig);
     WaitSignals(attempt);

@@ -22,6 +22,7 @@
 #include "neuron/collectives/store/tcp_store_server.h"
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/topology.h"
+#include "process_guard.h"
 #include "rank_group.h"
 #include "rendezvous.h"
 
@@ -66,8 +67,11 @@ class Agent {
   void MaybeReportSuccess(Attempt& attempt);
 
   JobConfig config_;
+  ProcessGuard guard_;  // first: forked before any thread exists
   boost::asio::io_context io_;
-  boost::asio::signal_set signals_;
+  // SIGCHLD/SIGINT/SIGTERM are caught only while ranks run; before that
+  // (rendezvous) they keep their default actions, so Ctrl-C still works.
+  std::unique_ptr<boost::asio::signal_set> signals_;
   std::unique_ptr<collectives::TcpStoreServer> server_;
   std::shared_ptr<collectives::TcpStore> store_;
   std::unique_ptr<collectives::TcpStore> watch_store_;

@@ -27,7 +27,7 @@ struct SpawnedChild {
 SpawnedChild Spawn(const SpawnRequest& request);
 
 // Resolves a program name the way execvp would ("python3" -> /usr/bin/python3);
-// returns the input unchanged when it contains '/'; empty when not found.
+// a name with '/' is used as it is. Empty when there is no such executable.
 std::string ResolveProgram(const std::string& name);
 
 }  // namespace neuron::launcher

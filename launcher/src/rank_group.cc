@@ -57,9 +57,9 @@ struct RankGroup::Rank {
   std::string prefix;
 };
 
-RankGroup::RankGroup(asio::io_context& io, OutputOptions output,
+RankGroup::RankGroup(asio::io_context& io, ProcessGuard& guard, OutputOptions output,
                      std::vector<RankLaunch> ranks, ExitCallback on_exit)
-    : io_(io), output_(std::move(output)), on_exit_(std::move(on_exit)),
+    : io_(io), guard_(guard), output_(std::move(output)), on_exit_(std::move(on_exit)),
       kill_timer_(io) {
   for (auto& launch : ranks) {
     ranks_.push_back(std::make_unique<Rank>(io_, std::move(launch)));
@@ -73,6 +73,7 @@ RankGroup::~RankGroup() {
       ::kill(-rank->pid, SIGKILL);
       ::waitpid(rank->pid, nullptr, 0);
     }
+    if (rank->pid > 0 && !rank->finished) guard_.Unregister(rank->pid);
   }
 }
 
@@ -101,6 +102,7 @@ void RankGroup::Start() {
       throw;
     }
     rank->pid = child.pid;
+    guard_.Register(child.pid);
     rank->out.assign(child.stdout_fd);
     rank->err.assign(child.stderr_fd);
     StartReading(*rank, false);
@@ -202,6 +204,7 @@ void RankGroup::MaybeFinish(Rank& rank) {
   rank.drain_timer.cancel();
   // Leftovers of the rank's process group (e.g. data loader workers) go too.
   ::kill(-rank.pid, SIGKILL);
+  guard_.Unregister(rank.pid);
   RankExit exit;
   exit.global_rank = rank.launch.global_rank;
   exit.local_rank = rank.launch.local_rank;
@@ -236,7 +239,8 @@ void RankGroup::Kill() {
 
 bool RankGroup::Finished() const {
   for (const auto& rank : ranks_) {
-    if (!rank->finished) return false;
+    const bool never_started = rank->pid < 0;  // Start() failed before it
+    if (!rank->finished && !never_started) return false;
   }
   return true;
 }

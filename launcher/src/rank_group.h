@@ -22,6 +22,7 @@
 
 #include "child_process.h"
 #include "line_splitter.h"
+#include "process_guard.h"
 
 namespace neuron::launcher {
 
@@ -50,7 +51,8 @@ class RankGroup {
  public:
   using ExitCallback = std::function<void(const RankExit&)>;
 
-  RankGroup(boost::asio::io_context& io, OutputOptions output,
+  // `guard` learns every rank's process group for as long as it exists.
+  RankGroup(boost::asio::io_context& io, ProcessGuard& guard, OutputOptions output,
             std::vector<RankLaunch> ranks, ExitCallback on_exit);
   ~RankGroup();
 
@@ -77,6 +79,7 @@ class RankGroup {
   void FlushConsole();
 
   boost::asio::io_context& io_;
+  ProcessGuard& guard_;
   OutputOptions output_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   ExitCallback on_exit_;

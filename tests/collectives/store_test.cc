@@ -1,0 +1,249 @@
+// Store semantics, the same for every implementation (parameterized), plus
+// what only the TCP store has: authentication, set-on-close, bad input.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "neuron/collectives/store/hash_store.h"
+#include "neuron/collectives/store/prefix_store.h"
+#include "neuron/collectives/store/tcp_store.h"
+#include "neuron/collectives/store/tcp_store_server.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kSecret[] = "test-secret";
+
+// A store under test plus whatever keeps it alive.
+struct StoreFixture {
+  std::unique_ptr<TcpStoreServer> server;
+  std::function<std::shared_ptr<Store>()> connect;  // a new client each call
+};
+
+StoreFixture MakeFixture(const std::string& kind) {
+  StoreFixture f;
+  if (kind == "hash") {
+    auto store = std::make_shared<HashStore>();
+    f.connect = [store] { return store; };
+  } else if (kind == "tcp") {
+    TcpStoreServerOptions o;
+    o.secret = kSecret;
+    o.log = [](const std::string&) {};
+    f.server = std::make_unique<TcpStoreServer>(o);
+    const auto port = f.server->port();
+    f.connect = [port] {
+      TcpStoreOptions c;
+      c.port = port;
+      c.secret = kSecret;
+      return std::make_shared<TcpStore>(c);
+    };
+  } else {  // prefix over hash
+    auto base = std::make_shared<HashStore>();
+    f.connect = [base] { return std::make_shared<PrefixStore>("group/1", base); };
+  }
+  return f;
+}
+
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { fixture_ = MakeFixture(GetParam()); }
+  StoreFixture fixture_;
+};
+
+TEST_P(StoreTest, SetGetDeleteCheck) {
+  auto s = fixture_.connect();
+  s->Set("a", "1");
+  s->Set("b", std::string("\0binary\xff", 8));
+  EXPECT_EQ(s->Get("a", 1s), "1");
+  EXPECT_EQ(s->Get("b", 1s), std::string("\0binary\xff", 8));
+  EXPECT_TRUE(s->Check({"a", "b"}));
+  EXPECT_FALSE(s->Check({"a", "c"}));
+  EXPECT_TRUE(s->Delete("a"));
+  EXPECT_FALSE(s->Delete("a"));
+  EXPECT_FALSE(s->Check({"a"}));
+  EXPECT_GE(s->NumKeys(), 1);
+}
+
+TEST_P(StoreTest, AddCountsAndRejectsNonIntegers) {
+  auto s = fixture_.connect();
+  EXPECT_EQ(s->Add("n", 1), 1);
+  EXPECT_EQ(s->Add("n", 5), 6);
+  EXPECT_EQ(s->Add("n", -10), -4);
+  s->Set("text", "abc");
+  EXPECT_THROW(s->Add("text", 1), InvalidUsage);
+  EXPECT_EQ(s->Get("n", 1s), "-4");  // the store survives the bad request
+}
+
+TEST_P(StoreTest, CompareSetFollowsC10d) {
+  auto s = fixture_.connect();
+  EXPECT_EQ(s->CompareSet("k", "", "first"), "first");     // absent, expected ""
+  EXPECT_EQ(s->CompareSet("k", "wrong", "x"), "first");    // mismatch
+  EXPECT_EQ(s->CompareSet("k", "first", "second"), "second");
+  EXPECT_EQ(s->CompareSet("missing", "e", "d"), "e");      // absent, expected set
+  EXPECT_FALSE(s->Check({"missing"}));
+}
+
+TEST_P(StoreTest, WaitTimesOutNamingMissingKeys) {
+  auto s = fixture_.connect();
+  s->Set("here", "1");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    s->Wait({"here", "absent"}, 200ms);
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("here,"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+  EXPECT_THROW(s->Get("absent", 50ms), TimeoutError);
+  s->Set("after", "ok");  // the connection still works after a timeout
+  EXPECT_EQ(s->Get("after", 1s), "ok");
+}
+
+TEST_P(StoreTest, WaitWakesWhenAnotherClientSets) {
+  auto waiter = fixture_.connect();
+  auto setter = fixture_.connect();
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    setter->Set("x", "1");
+    setter->Add("y", 2);
+  });
+  waiter->Wait({"x", "y"}, 10s);
+  EXPECT_EQ(waiter->Get("y", 1s), "2");
+  t.join();
+}
+
+TEST_P(StoreTest, ManyClientsCountTogether) {
+  constexpr int kClients = 8;
+  constexpr int kAdds = 50;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&] {
+      auto s = fixture_.connect();
+      for (int i = 0; i < kAdds; ++i) s->Add("count", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(fixture_.connect()->Add("count", 0), kClients * kAdds);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values("hash", "tcp", "prefix"));
+
+TEST(PrefixStore, KeysLiveUnderThePrefix) {
+  auto base = std::make_shared<HashStore>();
+  PrefixStore a("a", base), b("b", base);
+  a.Set("k", "from a");
+  b.Set("k", "from b");
+  EXPECT_EQ(base->Get("a/k", 1s), "from a");
+  EXPECT_EQ(b.Get("k", 1s), "from b");
+  EXPECT_FALSE(a.Check({"other"}));
+}
+
+TcpStoreServerOptions QuietServer(std::vector<std::string>* log = nullptr) {
+  TcpStoreServerOptions o;
+  o.secret = kSecret;
+  o.log = [log](const std::string& line) {
+    if (log) log->push_back(line);
+  };
+  return o;
+}
+
+TEST(TcpStore, WrongSecretIsRefusedAndLogged) {
+  std::vector<std::string> log;
+  TcpStoreServer server(QuietServer(&log));
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.secret = "not-the-secret";
+  try {
+    TcpStore client(c);
+    FAIL() << "a client with the wrong secret was accepted";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server.refused_count(), 1u);
+  // The log names the refusal and never the secret.
+  std::this_thread::sleep_for(50ms);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log[0].find("authentication failed"), std::string::npos) << log[0];
+  for (const auto& line : log) EXPECT_EQ(line.find(kSecret), std::string::npos);
+  // An honest client still gets in.
+  c.secret = kSecret;
+  TcpStore good(c);
+  good.Set("k", "v");
+  EXPECT_EQ(good.Get("k", 1s), "v");
+}
+
+TEST(TcpStore, ClientRejectsAServerWithoutTheSecret) {
+  TcpStoreServerOptions o = QuietServer();
+  o.secret = "server-secret";
+  TcpStoreServer server(o);
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.secret = "client-secret";
+  EXPECT_THROW(TcpStore client(c), RemoteError);
+}
+
+TEST(TcpStore, SetOnCloseFiresWhenTheClientGoes) {
+  TcpStoreServer server(QuietServer());
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.secret = kSecret;
+  TcpStore watcher(c);
+  {
+    TcpStore agent(c);
+    agent.SetOnClose("lost", "agent 1");
+  }
+  EXPECT_EQ(watcher.Get("lost", 5s), "agent 1");
+  {
+    TcpStore agent(c);
+    agent.SetOnClose("lost2", "x");
+    agent.ClearOnClose();
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(watcher.Check({"lost2"}));
+}
+
+TEST(TcpStore, PortInUseIsAClearError) {
+  TcpStoreServer first(QuietServer());
+  TcpStoreServerOptions o = QuietServer();
+  o.port = first.port();
+  try {
+    TcpStoreServer second(o);
+    FAIL() << "bound a port that is in use";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpStore, ServerThatNeverAnswersTimesOut) {
+  std::uint16_t port;
+  {
+    TcpStoreServer gone(QuietServer());
+    port = gone.port();
+  }
+  TcpStoreOptions c;
+  c.port = port;
+  c.secret = kSecret;
+  c.connect_timeout = 300ms;
+  EXPECT_THROW(TcpStore client(c), TimeoutError);
+}
+
+TEST(TcpStore, LostServerIsAnIoError) {
+  auto server = std::make_unique<TcpStoreServer>(QuietServer());
+  TcpStoreOptions c;
+  c.port = server->port();
+  c.secret = kSecret;
+  TcpStore client(c);
+  client.Set("k", "v");
+  server.reset();
+  EXPECT_THROW(client.Set("k", "again"), IoError);
+  EXPECT_THROW(client.Get("k", 1s), IoError);  // and stays failed, fast
+}
+
+}  // namespace
+}  // namespace neuron::collectives

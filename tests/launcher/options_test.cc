@@ -1,0 +1,90 @@
+#include "neuron/launcher/options.h"
+
+#include <gtest/gtest.h>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::launcher {
+namespace {
+
+LaunchOptions Parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "neuronrun");
+  return ParseOptions(static_cast<int>(args.size()), args.data());
+}
+
+std::string ErrorOf(std::vector<const char*> args) {
+  try {
+    ValidateOptions(Parse(std::move(args)));
+  } catch (const InvalidUsage& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Options, ParsesEveryOption) {
+  const auto o = Parse({"-n", "16", "--nnodes=2", "--node-rank", "1", "--rdzv-endpoint",
+                        "host:29400", "--rdzv-timeout", "30", "--master-port", "4000",
+                        "--max-restarts", "3", "--log-dir", "/tmp/x", "--tee",
+                        "--topology", "t.textproto", "--run-id", "job7", "--python",
+                        "/usr/bin/python3", "--grace-period", "0.5", "train.py",
+                        "--lr", "0.1", "-n", "3"});
+  EXPECT_EQ(o.nproc_per_node, 16u);
+  EXPECT_EQ(o.nnodes, 2u);
+  EXPECT_EQ(o.node_rank, 1u);
+  EXPECT_EQ(o.rdzv_host, "host");
+  EXPECT_EQ(o.rdzv_port, 29400);
+  EXPECT_EQ(o.rdzv_timeout.count(), 30);
+  EXPECT_EQ(*o.master_port, 4000);
+  EXPECT_EQ(o.max_restarts, 3u);
+  EXPECT_EQ(o.log_dir, "/tmp/x");
+  EXPECT_TRUE(o.tee);
+  EXPECT_EQ(o.topology_file, "t.textproto");
+  EXPECT_EQ(o.run_id, "job7");
+  EXPECT_EQ(o.grace_period.count(), 500);
+  EXPECT_EQ(o.program, "train.py");
+  // Everything after the program belongs to it, flags included.
+  EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "0.1", "-n", "3"}));
+}
+
+TEST(Options, DefaultsMatchTheHelp) {
+  const auto o = Parse({"/bin/true"});
+  EXPECT_EQ(o.nproc_per_node, 1u);
+  EXPECT_EQ(o.nnodes, 1u);
+  EXPECT_FALSE(o.master_port.has_value());  // a free port, never a fixed 29500
+  EXPECT_EQ(o.grace_period.count(), 5000);
+  EXPECT_NE(HelpText().find("--max-restarts"), std::string::npos);
+}
+
+TEST(Options, DoubleDashEndsOptions) {
+  const auto o = Parse({"-n", "2", "--", "--weird-program-name"});
+  EXPECT_EQ(o.program, "--weird-program-name");
+}
+
+TEST(Options, BadInputNamesTheProblem) {
+  EXPECT_NE(ErrorOf({"--frobnicate", "x.py"}).find("unknown option '--frobnicate'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-n", "0", "/bin/true"}).find("-n must be between 1 and 1024, got 0"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-n", "two", "/bin/true"}).find("expects a whole number"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-n"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-n", "2"}).find("no program given"), std::string::npos);
+  EXPECT_NE(ErrorOf({"missing_script.py"}).find("script 'missing_script.py' does not exist"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"/no/such/binary"}).find("does not exist or is not executable"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--nnodes", "2", "/bin/true"}).find("needs --rdzv-endpoint"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--nnodes", "2", "--node-rank", "2", "/bin/true"})
+                .find("--node-rank 2 must be less than --nnodes 2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--rdzv-endpoint", "nohostport", "/bin/true"}).find("HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--tee", "/bin/true"}).find("--tee needs --log-dir"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--master-port", "70000", "/bin/true"}).find("between 1 and 65535"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace neuron::launcher

@@ -1,0 +1,46 @@
+"""neuronrun with real Python ranks that import torch and use torch.distributed.
+
+Few and purposeful: each Python rank spends ~1.5 s of CPU importing torch.
+"""
+import os
+import re
+import subprocess
+import time
+
+NEURONRUN = os.environ["NEURONRUN"]
+SOURCE = os.environ["NEURON_SOURCE_DIR"]
+
+
+def run(args, timeout=300):
+    start = time.monotonic()
+    proc = subprocess.run([NEURONRUN] + args, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def test_torch_distributed_script_runs_unchanged():
+    proc, _ = run(["-n", "4", os.path.join(SOURCE, "examples/01_allreduce_barrier.py")])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, proc.stdout
+    seen = set()
+    for line in lines:
+        m = re.fullmatch(r"\[rank (\d)\]: rank (\d)/4 on chip (\d): all_reduce of 1024 "
+                         r"floats = 10, expected 10: ok", line)
+        assert m, line
+        assert m.group(1) == m.group(2) == m.group(3)
+        seen.add(int(m.group(1)))
+    assert seen == {0, 1, 2, 3}
+
+
+def test_python_exception_is_summarised_and_the_job_fails_fast():
+    script = os.path.join(SOURCE, "tests/python/scripts/raise_on_rank.py")
+    proc, elapsed = run(["-n", "3", "--grace-period", "3", script, "1"])
+    assert proc.returncode == 1, proc.stderr
+    assert "neuronrun: job failed: rank 1 (node 0" in proc.stderr
+    assert "exited with code 1" in proc.stderr
+    assert "neuronrun:   ValueError: boom on rank 1" in proc.stderr
+    assert "neuronrun:   Traceback (most recent call last):" in proc.stderr
+    # The other ranks were blocked in all_reduce with a 300 s timeout; the job
+    # still ends within the grace period of the failure.
+    assert elapsed < 60, elapsed
