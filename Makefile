@@ -28,7 +28,7 @@ demo: build
 	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/01_allreduce_barrier.py
 
 bench: build
-	./benchmarks/launcher_bench.sh $(BUILD_DIR)
+	$(PYTHON) benchmarks/launcher_bench.py --neuronrun $(BUILD_DIR)/launcher/neuronrun
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "neuron/collectives/store/hash_store.h"
@@ -144,18 +145,30 @@ TEST(PrefixStore, KeysLiveUnderThePrefix) {
   EXPECT_FALSE(a.Check({"other"}));
 }
 
-TcpStoreServerOptions QuietServer(std::vector<std::string>* log = nullptr) {
+// Lines the server logged; written on the server's thread.
+struct ServerLog {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::vector<std::string> Snapshot() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return lines;
+  }
+};
+
+TcpStoreServerOptions QuietServer(ServerLog* log = nullptr) {
   TcpStoreServerOptions o;
   o.secret = kSecret;
   o.log = [log](const std::string& line) {
-    if (log) log->push_back(line);
+    if (!log) return;
+    std::lock_guard<std::mutex> lock(log->mutex);
+    log->lines.push_back(line);
   };
   return o;
 }
 
 TEST(TcpStore, WrongSecretIsRefusedAndLogged) {
-  std::vector<std::string> log;
-  TcpStoreServer server(QuietServer(&log));
+  ServerLog server_log;
+  TcpStoreServer server(QuietServer(&server_log));
   TcpStoreOptions c;
   c.port = server.port();
   c.secret = "not-the-secret";
@@ -167,7 +180,7 @@ TEST(TcpStore, WrongSecretIsRefusedAndLogged) {
   }
   EXPECT_EQ(server.refused_count(), 1u);
   // The log names the refusal and never the secret.
-  std::this_thread::sleep_for(50ms);
+  const auto log = server_log.Snapshot();
   ASSERT_FALSE(log.empty());
   EXPECT_NE(log[0].find("authentication failed"), std::string::npos) << log[0];
   for (const auto& line : log) EXPECT_EQ(line.find(kSecret), std::string::npos);

@@ -44,3 +44,10 @@ def test_python_exception_is_summarised_and_the_job_fails_fast():
     # The other ranks were blocked in all_reduce with a 300 s timeout; the job
     # still ends within the grace period of the failure.
     assert elapsed < 60, elapsed
+
+
+def test_ranks_import_torchneuron_without_installing():
+    proc, _ = run(["-n", "2", "/usr/bin/python3", "-c",
+                   "import torchneuron; print(torchneuron.__version__)"])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["[rank 0]: 0.1.0", "[rank 1]: 0.1.0"]

@@ -147,12 +147,14 @@ void TcpStoreServer::Impl::Session::OnAuth(const std::string& body) {
                   response.client_nonce());
   if (response.client_nonce().size() != auth::kNonceBytes ||
       !auth::ConstantTimeEqual(expected, response.client_proof())) {
+    // Count and log before answering, so a client that sees the refusal
+    // also sees it counted.
+    ++server_.refused_;
+    server_.Log("store: refused client " + peer_ + ": authentication failed");
     proto::AuthResult result;
     result.set_accepted(false);
     result.set_message("authentication failed: wrong job secret");
     Write(framing::Encode(result), false, /*then_close=*/true);
-    ++server_.refused_;
-    server_.Log("store: refused client " + peer_ + ": authentication failed");
     return;
   }
   timer_.cancel();
