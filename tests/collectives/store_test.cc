@@ -1,12 +1,15 @@
 // Store semantics, the same for every implementation (parameterized), plus
 // what only the TCP store has: authentication, set-on-close, bad input.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "neuron/collectives/store/file_store.h"
 #include "neuron/collectives/store/hash_store.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/store/tcp_store.h"
@@ -24,6 +27,7 @@ constexpr char kSecret[] = "test-secret";
 struct StoreFixture {
   std::unique_ptr<TcpStoreServer> server;
   std::function<std::shared_ptr<Store>()> connect;  // a new client each call
+  std::string cleanup;                               // a directory to remove
 };
 
 StoreFixture MakeFixture(const std::string& kind) {
@@ -43,6 +47,12 @@ StoreFixture MakeFixture(const std::string& kind) {
       c.secret = kSecret;
       return std::make_shared<TcpStore>(c);
     };
+  } else if (kind == "file") {
+    char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+    const std::string dir = ::mkdtemp(tmpl);
+    f.cleanup = dir;
+    // Each client opens the file on its own, like separate processes do.
+    f.connect = [dir] { return std::make_shared<FileStore>(dir + "/store"); };
   } else {  // prefix over hash
     auto base = std::make_shared<HashStore>();
     f.connect = [base] { return std::make_shared<PrefixStore>("group/1", base); };
@@ -53,6 +63,9 @@ StoreFixture MakeFixture(const std::string& kind) {
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { fixture_ = MakeFixture(GetParam()); }
+  void TearDown() override {
+    if (!fixture_.cleanup.empty()) std::system(("rm -rf " + fixture_.cleanup).c_str());
+  }
   StoreFixture fixture_;
 };
 
@@ -133,7 +146,50 @@ TEST_P(StoreTest, ManyClientsCountTogether) {
   EXPECT_EQ(fixture_.connect()->Add("count", 0), kClients * kAdds);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values("hash", "tcp", "prefix"));
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest,
+                         ::testing::Values("hash", "tcp", "file", "prefix"));
+
+TEST(FileStore, SeparateProcessesShareTheFile) {
+  char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    FileStore store(path);
+    store.Wait({"parent"}, 10s);
+    store.Set("child", "saw " + store.Get("parent", 1s));
+    ::_exit(0);
+  }
+  FileStore store(path);
+  std::this_thread::sleep_for(50ms);
+  store.Set("parent", "hello");
+  EXPECT_EQ(store.Get("child", 10s), "saw hello");
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(status, 0);
+  // A new opener replays the whole log.
+  FileStore late(path);
+  EXPECT_EQ(late.Get("child", 1s), "saw hello");
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST(FileStore, CorruptFileIsReportedNotTrusted) {
+  char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  {
+    FileStore store(path);
+    store.Set("k", "value");
+  }
+  ::truncate(path.c_str(), 9);  // cut the record in the middle
+  FileStore store(path);
+  try {
+    store.Check({"k"});
+    FAIL() << "a truncated store file was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated or corrupt"), std::string::npos)
+        << e.what();
+  }
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
 
 TEST(PrefixStore, KeysLiveUnderThePrefix) {
   auto base = std::make_shared<HashStore>();
