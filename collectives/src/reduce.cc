@@ -1,0 +1,205 @@
+#include "neuron/collectives/reduce.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "neuron/collectives/half.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives {
+
+namespace {
+
+// How one storage type is loaded into and stored from its accumulator type.
+template <typename T>
+struct Plain {
+  using Storage = T;
+  using Acc = T;
+  static Acc Load(Storage v) { return v; }
+  static Storage Store(Acc v) { return v; }
+};
+struct Half {
+  using Storage = std::uint16_t;
+  using Acc = float;
+  static Acc Load(Storage v) { return HalfToFloat(v); }
+  static Storage Store(Acc v) { return FloatToHalf(v); }
+};
+struct BFloat16 {
+  using Storage = std::uint16_t;
+  using Acc = float;
+  static Acc Load(Storage v) { return BFloat16ToFloat(v); }
+  static Storage Store(Acc v) { return FloatToBFloat16(v); }
+};
+
+template <typename A>
+A Combine(ReduceOp op, A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) {
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        return a + b;
+      case ReduceOp::kProduct:
+        return a * b;
+      case ReduceOp::kMin:
+        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<A>::quiet_NaN()
+                                                : (b < a ? b : a);
+      case ReduceOp::kMax:
+        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<A>::quiet_NaN()
+                                                : (b > a ? b : a);
+      default:
+        break;
+    }
+  } else {
+    // Integer arithmetic wraps: compute in the unsigned type of the same width.
+    using U = std::make_unsigned_t<A>;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      case ReduceOp::kProduct:
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      case ReduceOp::kMin:
+        return b < a ? b : a;
+      case ReduceOp::kMax:
+        return b > a ? b : a;
+      case ReduceOp::kBand:
+        return static_cast<A>(a & b);
+      case ReduceOp::kBor:
+        return static_cast<A>(a | b);
+      case ReduceOp::kBxor:
+        return static_cast<A>(a ^ b);
+    }
+  }
+  NEURON_ASSERT(false, "unchecked reduce op ", Name(op));
+}
+
+// bool as one byte 0/1, with c10d's mapping of the arithmetic ops.
+std::uint8_t CombineBool(ReduceOp op, std::uint8_t a, std::uint8_t b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:
+      return (a | b) ? 1 : 0;
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:
+      return (a & b) ? 1 : 0;
+    case ReduceOp::kBxor:
+      return (a ^ b) ? 1 : 0;
+    default:
+      break;
+  }
+  NEURON_ASSERT(false, "unchecked bool reduce op ", Name(op));
+}
+
+template <typename Traits>
+void ReduceInputsAs(ReduceOp op, const void* const* inputs, std::size_t n, void* out,
+                    std::size_t count, std::size_t divisor) {
+  using S = typename Traits::Storage;
+  using A = typename Traits::Acc;
+  auto* o = static_cast<S*>(out);
+  const bool average = op == ReduceOp::kAvg && divisor > 0;
+  // Row by row keeps the combine order fixed; inputs may alias `out`, so
+  // each element is read from every input before it is written.
+  for (std::size_t i = 0; i < count; ++i) {
+    A acc = Traits::Load(static_cast<const S*>(inputs[0])[i]);
+    for (std::size_t k = 1; k < n; ++k) {
+      acc = Combine<A>(op, acc, Traits::Load(static_cast<const S*>(inputs[k])[i]));
+    }
+    if (average) acc = static_cast<A>(acc / static_cast<A>(divisor));
+    o[i] = Traits::Store(acc);
+  }
+}
+
+template <typename Traits>
+void AccumulateAs(ReduceOp op, void* inout, const void* in, std::size_t count) {
+  using S = typename Traits::Storage;
+  using A = typename Traits::Acc;
+  auto* a = static_cast<S*>(inout);
+  const auto* b = static_cast<const S*>(in);
+  for (std::size_t i = 0; i < count; ++i) {
+    a[i] = Traits::Store(Combine<A>(op, Traits::Load(a[i]), Traits::Load(b[i])));
+  }
+}
+
+template <typename Traits>
+void DivideAs(void* buffer, std::size_t count, std::size_t divisor) {
+  using S = typename Traits::Storage;
+  using A = typename Traits::Acc;
+  auto* b = static_cast<S*>(buffer);
+  for (std::size_t i = 0; i < count; ++i) {
+    b[i] = Traits::Store(static_cast<A>(Traits::Load(b[i]) / static_cast<A>(divisor)));
+  }
+}
+
+// Calls f.template operator()<Traits>() for the traits of `type`.
+template <typename F>
+void Dispatch(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kFloat32: return f(Plain<float>{});
+    case DataType::kFloat64: return f(Plain<double>{});
+    case DataType::kFloat16: return f(Half{});
+    case DataType::kBFloat16: return f(BFloat16{});
+    case DataType::kInt8: return f(Plain<std::int8_t>{});
+    case DataType::kUInt8: return f(Plain<std::uint8_t>{});
+    case DataType::kInt32: return f(Plain<std::int32_t>{});
+    case DataType::kInt64: return f(Plain<std::int64_t>{});
+    case DataType::kBool: break;
+  }
+  NEURON_ASSERT(false, "Dispatch of ", Name(type));
+}
+
+}  // namespace
+
+void CheckReducible(DataType type, ReduceOp op, const char* op_name) {
+  const bool bitwise =
+      op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+  NEURON_CHECK(!(bitwise && IsFloatingPoint(type)), op_name, ": reduce op ", Name(op),
+               " is not defined for ", Name(type), " (only integers and bool)");
+  NEURON_CHECK(!(op == ReduceOp::kAvg && type == DataType::kBool), op_name,
+               ": reduce op avg is not defined for bool");
+}
+
+void ReduceInputs(DataType type, ReduceOp op, const void* const* inputs,
+                  std::size_t num_inputs, void* out, std::size_t count,
+                  std::size_t avg_divisor) {
+  CheckReducible(type, op, "reduce");
+  NEURON_ASSERT(num_inputs > 0, "ReduceInputs without inputs");
+  if (type == DataType::kBool) {
+    auto* o = static_cast<std::uint8_t*>(out);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint8_t acc = static_cast<const std::uint8_t*>(inputs[0])[i] ? 1 : 0;
+      for (std::size_t k = 1; k < num_inputs; ++k) {
+        acc = CombineBool(op, acc, static_cast<const std::uint8_t*>(inputs[k])[i] ? 1 : 0);
+      }
+      o[i] = acc;
+    }
+    return;
+  }
+  Dispatch(type, [&](auto traits) {
+    ReduceInputsAs<decltype(traits)>(op, inputs, num_inputs, out, count, avg_divisor);
+  });
+}
+
+void Accumulate(DataType type, ReduceOp op, void* inout, const void* in,
+                std::size_t count) {
+  CheckReducible(type, op, "reduce");
+  if (type == DataType::kBool) {
+    auto* a = static_cast<std::uint8_t*>(inout);
+    const auto* b = static_cast<const std::uint8_t*>(in);
+    for (std::size_t i = 0; i < count; ++i) a[i] = CombineBool(op, a[i] ? 1 : 0, b[i] ? 1 : 0);
+    return;
+  }
+  Dispatch(type, [&](auto traits) { AccumulateAs<decltype(traits)>(op, inout, in, count); });
+}
+
+void FinishAverage(DataType type, void* buffer, std::size_t count, std::size_t divisor) {
+  NEURON_CHECK(type != DataType::kBool, "avg is not defined for bool");
+  NEURON_ASSERT(divisor > 0, "average over zero contributions");
+  Dispatch(type, [&](auto traits) { DivideAs<decltype(traits)>(buffer, count, divisor); });
+}
+
+}  // namespace neuron::collectives
