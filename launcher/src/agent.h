@@ -30,6 +30,9 @@ namespace neuron::launcher {
 
 // What main resolves before the agent starts (all checked, paths absolute).
 struct JobConfig {
+  JobConfig(LaunchOptions o, runtime::Topology t)
+      : options(std::move(o)), topology(std::move(t)) {}
+
   LaunchOptions options;
   runtime::Topology topology;
   std::string run_id;

@@ -49,8 +49,8 @@ std::string BindAddress(const LaunchOptions& o) {
 
 JobConfig Resolve(LaunchOptions o) {
   ValidateOptions(o);
-  JobConfig c{o, o.topology_file.empty() ? runtime::Topology::Default()
-                                         : runtime::Topology::FromFile(o.topology_file)};
+  JobConfig c(o, o.topology_file.empty() ? runtime::Topology::Default()
+                                         : runtime::Topology::FromFile(o.topology_file));
   c.topology.CheckFits(o.nnodes, {o.nproc_per_node});
   if (!o.topology_file.empty()) {
     c.topology_file = std::filesystem::absolute(o.topology_file).string();

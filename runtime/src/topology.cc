@@ -1,5 +1,6 @@
 #include "neuron/runtime/topology.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -90,6 +91,23 @@ void Topology::Validate() const {
                spec_.ranks_per_chip());
   CheckLink(spec_.intra_node_link(), "intra_node_link", origin_);
   CheckLink(spec_.inter_node_link(), "inter_node_link", origin_);
+  if (spec_.ranks_per_chip() > 1 || spec_.has_on_chip_link()) {
+    CheckLink(spec_.on_chip_link(), "on_chip_link", origin_);
+  }
+  const int chips = static_cast<int>(spec_.chips_per_node()) *
+                    static_cast<int>(std::max<std::uint32_t>(spec_.num_nodes(), 1));
+  for (const auto& f : spec_.faults()) {
+    const bool nic = f.to_chip() == -1 && spec_.inter_node() == proto::TopologySpec::EFA;
+    NEURON_CHECK(f.from_chip() >= 0 && (nic || f.to_chip() >= 0), "topology ", origin_,
+                 ": fault on link ", f.from_chip(), "->", f.to_chip(),
+                 " names a negative chip");
+    NEURON_CHECK(spec_.num_nodes() == 0 || (f.from_chip() < chips && f.to_chip() < chips),
+                 "topology ", origin_, ": fault on link ", f.from_chip(), "->",
+                 f.to_chip(), " names a chip beyond the ", chips, " chips");
+    NEURON_CHECK(f.down() || f.slowdown() >= 1.0, "topology ", origin_, ": fault on link ",
+                 f.from_chip(), "->", f.to_chip(), " needs down: true or slowdown >= 1, got ",
+                 f.slowdown());
+  }
 }
 
 void Topology::CheckFits(std::uint32_t num_nodes,

@@ -1,0 +1,69 @@
+// The transfer schedules of Neuron's collective algorithms, for the fabric
+// model: what the hardware would do, independent of how the host moved the
+// real bytes. Sizes follow nccl-tests: `bytes` is the per-rank buffer for
+// allreduce, broadcast and reduce, the total (gathered) size for allgather
+// and reduce-scatter, and the per-rank send total for all-to-all.
+//
+// Algorithms (../shared/REFERENCE.md, "collectives on Neuron"):
+//   ring          reduce-scatter + allgather around a ring (Patarasuk & Yuan 2009)
+//   mesh          every rank sends its share to every other in one step
+//   rdh           recursive halving reduce-scatter + doubling allgather over
+//                 the torus treated as a hypercube (Rabenseifner 2004)
+//   recursive_doubling  log2(n) full-size exchanges (Thakur et al. 2005)
+//   hierarchical  intra-node stage, inter-node stage across same-index
+//                 ranks, intra-node stage; allgather runs inter-node first,
+//                 reduce-scatter intra-node first
+//   tree          binomial tree (broadcast, reduce)
+//
+// Usage:
+//   CollectiveShape shape{CollectiveKind::kAllReduce, 64 << 20, AllRanks(16)};
+//   Schedule s = BuildSchedule(model, shape, ChooseAlgorithm(model, shape));
+#pragma once
+
+#include <vector>
+
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/fabric/schedule.h"
+
+namespace neuron::runtime {
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
+
+enum class FabricAlgorithm { kAuto, kRing, kMesh, kRdh, kRecursiveDoubling, kHierarchical, kTree };
+
+struct CollectiveShape {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  double bytes = 0;
+  std::vector<int> ranks;  // global ranks taking part, in communicator order
+  int root = 0;            // index into `ranks` (broadcast, reduce)
+};
+
+const char* Name(CollectiveKind kind);
+const char* Name(FabricAlgorithm algorithm);
+// Parses "ring", "mesh", "rdh", "recursive_doubling", "hierarchical", "tree",
+// "auto"; throws InvalidUsage listing the names.
+FabricAlgorithm ParseFabricAlgorithm(const std::string& name);
+
+// {0, 1, ..., n-1}.
+std::vector<int> AllRanks(int n);
+
+// What Neuron would pick: hierarchical across nodes; inside a node mesh
+// below 1 MiB, rdh up to 56 MB on a power-of-two group, ring above; tree
+// for broadcast and reduce; mesh for all-to-all.
+FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape);
+
+// Throws InvalidUsage when the algorithm cannot run this shape (e.g. rdh on
+// 6 ranks, hierarchical with unequal ranks per node).
+Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
+                       FabricAlgorithm algorithm);
+
+// The participants in ring order: by node, then by the chip's position on a
+// snake through the node's torus (so consecutive chips are neighbours and
+// the ring closes over a wrap-around link), then by core.
+std::vector<int> RingOrder(const FabricModel& model, const std::vector<int>& ranks);
+
+// nccl-tests bus bandwidth factor: allreduce 2(n-1)/n; allgather,
+// reduce-scatter, all-to-all (n-1)/n; broadcast, reduce 1.
+double BusBandwidthFactor(CollectiveKind kind, int n);
+
+}  // namespace neuron::runtime

@@ -1,0 +1,64 @@
+// The fabric as a directed graph of links between chips, built from a
+// Topology: torus links inside each node (NeuronLink), and between nodes
+// either EFA (each chip's NIC into a non-blocking switch) or the
+// UltraServer's NeuronLink ring joining same-coordinate chips. Faults from
+// the topology slow links down or take them out.
+//
+// Usage:
+//   FabricGraph graph(Topology::Default(), /*num_nodes=*/2);
+//   for (int link : graph.Route(0, 17)) std::cout << graph.link(link).name;
+//
+// Routes are least-latency paths (ties: fewer hops, then lower link ids),
+// computed once at construction, so Route() is cheap and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/sim_time.h"
+#include "neuron/runtime/topology.h"
+
+namespace neuron::runtime {
+
+struct Link {
+  int from = 0;               // vertex: a chip, or the EFA switch
+  int to = 0;
+  double bytes_per_second = 0;  // after any slowdown fault
+  SimDuration latency{0};
+  std::string name;           // "chip 3 -> chip 7", "chip 3 NIC out", ...
+  bool down = false;
+};
+
+class FabricGraph {
+ public:
+  // `job_nodes` is used when the topology leaves num_nodes at 0.
+  FabricGraph(const Topology& topology, std::uint32_t job_nodes);
+
+  int num_chips() const { return num_chips_; }
+  int chips_per_node() const { return chips_per_node_; }
+  const Link& link(int id) const { return links_[id]; }
+  const std::vector<Link>& links() const { return links_; }
+
+  // Link ids from chip `from` to chip `to` (empty when equal). Throws
+  // InvalidUsage naming the down links when faults leave no route.
+  const std::vector<int>& Route(int from, int to) const;
+
+ private:
+  int AddLink(int from, int to, const proto::LinkSpec& spec, std::string name);
+  void AddTorusLinks(const proto::TopologySpec& spec, int node);
+  void AddInterNodeLinks(const proto::TopologySpec& spec, int nodes);
+  void ApplyFaults(const proto::TopologySpec& spec);
+  void ComputeRoutes();
+
+  int num_chips_ = 0;
+  int chips_per_node_ = 0;
+  int num_vertices_ = 0;
+  std::vector<Link> links_;
+  std::vector<std::vector<int>> out_links_;       // per vertex
+  std::vector<std::vector<std::vector<int>>> routes_;  // [from][to] -> links
+  std::vector<std::vector<bool>> reachable_;
+  std::string down_links_;                          // for error messages
+};
+
+}  // namespace neuron::runtime

@@ -1,0 +1,182 @@
+#include "neuron/runtime/fabric/fabric_graph.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <tuple>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+
+namespace {
+
+std::string ChipName(int chip) { return "chip " + std::to_string(chip); }
+
+// Coordinates of local chip `c` in a torus of `dims` (first dim slowest).
+std::vector<int> Coordinates(int c, const std::vector<int>& dims) {
+  std::vector<int> coords(dims.size());
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    coords[d] = c % dims[d];
+    c /= dims[d];
+  }
+  return coords;
+}
+
+int Index(const std::vector<int>& coords, const std::vector<int>& dims) {
+  int index = 0;
+  for (std::size_t d = 0; d < dims.size(); ++d) index = index * dims[d] + coords[d];
+  return index;
+}
+
+}  // namespace
+
+FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes) {
+  const auto& spec = topology.spec();
+  const int nodes = static_cast<int>(spec.num_nodes() != 0 ? spec.num_nodes()
+                                                           : std::max<std::uint32_t>(job_nodes, 1));
+  chips_per_node_ = static_cast<int>(spec.chips_per_node());
+  num_chips_ = nodes * chips_per_node_;
+  const bool efa_switch = nodes > 1 && spec.inter_node() == proto::TopologySpec::EFA;
+  num_vertices_ = num_chips_ + (efa_switch ? 1 : 0);
+  out_links_.resize(num_vertices_);
+  for (int node = 0; node < nodes; ++node) AddTorusLinks(spec, node);
+  if (nodes > 1) AddInterNodeLinks(spec, nodes);
+  ApplyFaults(spec);
+  ComputeRoutes();
+}
+
+int FabricGraph::AddLink(int from, int to, const proto::LinkSpec& spec, std::string name) {
+  Link link;
+  link.from = from;
+  link.to = to;
+  link.bytes_per_second = spec.bandwidth_gbps() * 1e9;
+  link.latency = SimDuration(spec.latency_us());
+  link.name = std::move(name);
+  links_.push_back(link);
+  out_links_[from].push_back(static_cast<int>(links_.size()) - 1);
+  return static_cast<int>(links_.size()) - 1;
+}
+
+void FabricGraph::AddTorusLinks(const proto::TopologySpec& spec, int node) {
+  const std::vector<int> dims(spec.torus_dims().begin(), spec.torus_dims().end());
+  const int base = node * chips_per_node_;
+  for (int c = 0; c < chips_per_node_; ++c) {
+    const auto coords = Coordinates(c, dims);
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] == 1) continue;
+      // +1 and -1 neighbours; in a dimension of 2 they are the same chip.
+      for (int step : {+1, -1}) {
+        if (dims[d] == 2 && step == -1) continue;
+        auto n = coords;
+        n[d] = (n[d] + step + dims[d]) % dims[d];
+        const int neighbour = base + Index(n, dims);
+        AddLink(base + c, neighbour, spec.intra_node_link(),
+                ChipName(base + c) + " -> " + ChipName(neighbour));
+      }
+    }
+  }
+}
+
+void FabricGraph::AddInterNodeLinks(const proto::TopologySpec& spec, int nodes) {
+  if (spec.inter_node() == proto::TopologySpec::EFA) {
+    // Each chip's NIC: egress carries the hop latency, the switch does not
+    // block, ingress only limits bandwidth.
+    const int sw = num_chips_;
+    proto::LinkSpec ingress = spec.inter_node_link();
+    ingress.set_latency_us(0);
+    for (int chip = 0; chip < num_chips_; ++chip) {
+      AddLink(chip, sw, spec.inter_node_link(), ChipName(chip) + " NIC out");
+      AddLink(sw, chip, ingress, ChipName(chip) + " NIC in");
+    }
+    return;
+  }
+  // UltraServer: same-coordinate chips of consecutive nodes form a ring.
+  for (int node = 0; node < nodes; ++node) {
+    for (int step : {+1, -1}) {
+      if (nodes == 2 && step == -1) continue;
+      const int other = (node + step + nodes) % nodes;
+      for (int c = 0; c < chips_per_node_; ++c) {
+        const int a = node * chips_per_node_ + c, b = other * chips_per_node_ + c;
+        AddLink(a, b, spec.inter_node_link(), ChipName(a) + " -> " + ChipName(b));
+      }
+    }
+  }
+}
+
+void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
+  for (const auto& fault : spec.faults()) {
+    const int a = fault.from_chip();
+    const int b = fault.to_chip();
+    bool found = false;
+    for (auto& link : links_) {
+      const bool nic = b == -1 && link.to == num_chips_ && link.from == a;
+      const bool nic_in = b == -1 && link.from == num_chips_ && link.to == a;
+      const bool pair = b >= 0 && ((link.from == a && link.to == b) ||
+                                   (link.from == b && link.to == a));
+      if (!nic && !nic_in && !pair) continue;
+      found = true;
+      if (fault.down()) {
+        link.down = true;
+        if (!down_links_.empty()) down_links_ += ", ";
+        down_links_ += link.name;
+      } else {
+        link.bytes_per_second /= fault.slowdown();
+      }
+    }
+    NEURON_CHECK(found, "fault names a link that does not exist: chip ", a, " -> ",
+                 b == -1 ? std::string("NIC") : "chip " + std::to_string(b));
+  }
+}
+
+void FabricGraph::ComputeRoutes() {
+  // Dijkstra from every chip: cost = (latency, hops, link id) compared in order.
+  using Cost = std::tuple<double, int>;
+  routes_.assign(num_chips_, std::vector<std::vector<int>>(num_chips_));
+  reachable_.assign(num_chips_, std::vector<bool>(num_chips_, false));
+  for (int src = 0; src < num_chips_; ++src) {
+    std::vector<Cost> best(num_vertices_, {std::numeric_limits<double>::infinity(), 0});
+    std::vector<int> via(num_vertices_, -1);
+    std::priority_queue<std::pair<Cost, int>, std::vector<std::pair<Cost, int>>,
+                        std::greater<>> queue;
+    best[src] = {0.0, 0};
+    queue.push({best[src], src});
+    while (!queue.empty()) {
+      const auto [cost, v] = queue.top();
+      queue.pop();
+      if (cost > best[v]) continue;
+      for (int id : out_links_[v]) {
+        const Link& link = links_[id];
+        if (link.down) continue;
+        const Cost next{std::get<0>(cost) + link.latency.count(), std::get<1>(cost) + 1};
+        if (next < best[link.to]) {
+          best[link.to] = next;
+          via[link.to] = id;
+          queue.push({next, link.to});
+        }
+      }
+    }
+    for (int dst = 0; dst < num_chips_; ++dst) {
+      if (dst == src) {
+        reachable_[src][dst] = true;
+        continue;
+      }
+      if (via[dst] < 0) continue;
+      reachable_[src][dst] = true;
+      auto& route = routes_[src][dst];
+      for (int v = dst; v != src; v = links_[via[v]].from) route.push_back(via[v]);
+      std::reverse(route.begin(), route.end());
+    }
+  }
+}
+
+const std::vector<int>& FabricGraph::Route(int from, int to) const {
+  NEURON_CHECK(from >= 0 && from < num_chips_ && to >= 0 && to < num_chips_,
+               "route between chips ", from, " and ", to, " outside the fabric's ",
+               num_chips_, " chips");
+  NEURON_CHECK(reachable_[from][to], "no route from chip ", from, " to chip ", to,
+               " on the fabric: links down: ", down_links_);
+  return routes_[from][to];
+}
+
+}  // namespace neuron::runtime

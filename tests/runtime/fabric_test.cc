@@ -1,0 +1,226 @@
+// The fabric model against the closed-form alpha-beta costs
+// (../shared/REFERENCE.md) on uncontended topologies, plus contention,
+// faults and Neuron's algorithm choice.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+
+namespace neuron::runtime {
+namespace {
+
+constexpr double kLinkGBps = 100;    // B, GB/s
+constexpr double kLatencyUs = 2;     // a, per hop
+constexpr double kB = kLinkGBps * 1e9;
+constexpr double kA = kLatencyUs * 1e-6;
+
+// One node whose chips form a 1-D torus (a ring) of n chips.
+Topology RingTopology(int n, const std::string& faults = "") {
+  return Topology::FromText(
+      "chips_per_node: " + std::to_string(n) + " torus_dims: [" + std::to_string(n) +
+          "] ranks_per_chip: 1 intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+          "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } " + faults,
+      "ring-test");
+}
+
+// n nodes of one chip each, joined by EFA NICs: every pair one hop apart.
+Topology SwitchTopology(const std::string& faults = "") {
+  return Topology::FromText(
+      "chips_per_node: 1 torus_dims: [1] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } " + faults,
+      "switch-test");
+}
+
+double Seconds(const FabricModel& model, CollectiveKind kind, double bytes,
+               FabricAlgorithm algorithm) {
+  const CollectiveShape shape{kind, bytes, AllRanks(model.world_size()), 0};
+  return ToSeconds(model.Simulate(BuildSchedule(model, shape, algorithm)).total);
+}
+
+void ExpectWithinOnePercent(double modelled, double closed_form, const std::string& what) {
+  EXPECT_NEAR(modelled, closed_form, 0.01 * closed_form) << what;
+}
+
+const double kSizes[] = {1024, 1 << 20, 64 << 20, 256.0 * (1 << 20)};
+
+TEST(FabricModel, RingAllReduceMatchesClosedForm) {
+  for (int n : {4, 8, 16}) {
+    const Topology topo = RingTopology(n);
+    const FabricModel model(topo, PlaceRanks(topo, {static_cast<std::uint32_t>(n)}));
+    for (double s : kSizes) {
+      const double expected = 2 * (n - 1) * kA + 2.0 * (n - 1) / n * s / kB;
+      ExpectWithinOnePercent(Seconds(model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kRing),
+                             expected, "ring allreduce n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(FabricModel, RingAllGatherMatchesClosedForm) {
+  for (int n : {4, 8, 16}) {
+    const Topology topo = RingTopology(n);
+    const FabricModel model(topo, PlaceRanks(topo, {static_cast<std::uint32_t>(n)}));
+    for (double s : kSizes) {
+      const double expected = (n - 1) * kA + (n - 1.0) / n * s / kB;
+      ExpectWithinOnePercent(Seconds(model, CollectiveKind::kAllGather, s, FabricAlgorithm::kRing),
+                             expected, "ring allgather n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(FabricModel, RecursiveDoublingAndRabenseifnerMatchClosedForm) {
+  const Topology topo = SwitchTopology();
+  for (std::uint32_t n : {2u, 4u, 8u, 16u}) {
+    const FabricModel model(topo, PlaceRanks(topo, std::vector<std::uint32_t>(n, 1)));
+    const double logn = std::log2(n);
+    for (double s : kSizes) {
+      ExpectWithinOnePercent(
+          Seconds(model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kRecursiveDoubling),
+          logn * (kA + s / kB), "recursive doubling n=" + std::to_string(n));
+      ExpectWithinOnePercent(Seconds(model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kRdh),
+                             2 * logn * kA + 2.0 * (n - 1) / n * s / kB,
+                             "rabenseifner n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(FabricModel, SnakeRingOnTheTrn2TorusUsesOnlyDirectLinks) {
+  const Topology topo = Topology::Default();
+  const FabricModel model(topo, PlaceRanks(topo, {16}));
+  const auto ring = RingOrder(model, AllRanks(16));
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(model.graph().Route(ring[i], ring[(i + 1) % 16]).size(), 1u)
+        << "ring edge " << ring[i] << " -> " << ring[(i + 1) % 16];
+  }
+  const auto& link = topo.spec().intra_node_link();
+  const double s = 64 << 20, b = link.bandwidth_gbps() * 1e9, a = link.latency_us() * 1e-6;
+  ExpectWithinOnePercent(Seconds(model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kRing),
+                         2 * 15 * a + 2.0 * 15 / 16 * s / b, "trn2 ring allreduce");
+}
+
+TEST(FabricModel, TransfersSharingALinkShareItsBandwidth) {
+  const Topology topo = RingTopology(4);
+  const FabricModel model(topo, PlaceRanks(topo, {4}));
+  const double s = 1e9;
+  // 0->2 goes 0->1->2 and shares link 1->2 with 1->2.
+  const Schedule shared{"test", {Step{{{0, 2, s}, {1, 2, s}}}}};
+  EXPECT_NEAR(ToSeconds(model.Simulate(shared).total), 2 * kA + s / (kB / 2), 1e-9);
+  const Schedule alone{"test", {Step{{{1, 2, s}}}}};
+  EXPECT_NEAR(ToSeconds(model.Simulate(alone).total), kA + s / kB, 1e-9);
+}
+
+TEST(FabricModel, SlowLinkSlowsEveryRingStep) {
+  const Topology topo = RingTopology(8, "faults { from_chip: 2 to_chip: 3 slowdown: 4 }");
+  const FabricModel model(topo, PlaceRanks(topo, {8}));
+  const double s = 64 << 20;
+  ExpectWithinOnePercent(Seconds(model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kRing),
+                         2 * 7 * (kA + s / 8 / (kB / 4)), "ring allreduce, one link 4x slower");
+}
+
+TEST(FabricModel, DownLinkIsRoutedAroundOrNamed) {
+  const Topology ring = RingTopology(4, "faults { from_chip: 0 to_chip: 1 down: true }");
+  const FabricModel model(ring, PlaceRanks(ring, {4}));
+  EXPECT_EQ(model.graph().Route(0, 1).size(), 3u);  // 0 -> 3 -> 2 -> 1
+  // Two chips with their only link down: no route, and the error names it.
+  const Topology pair = RingTopology(2, "faults { from_chip: 0 to_chip: 1 down: true }");
+  const FabricModel cut(pair, PlaceRanks(pair, {2}));
+  try {
+    cut.graph().Route(0, 1);
+    FAIL() << "routed over a down link";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("links down: chip 0 -> chip 1"), std::string::npos)
+        << e.what();
+  }
+  // A NIC down on EFA: traffic leaves through a neighbour's NIC.
+  const Topology efa = Topology::FromText(
+      "chips_per_node: 2 torus_dims: [2] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 25 latency_us: 15 } "
+      "faults { from_chip: 0 to_chip: -1 down: true }",
+      "efa-test");
+  const FabricModel two_nodes(efa, PlaceRanks(efa, {2, 2}));
+  const auto& route = two_nodes.graph().Route(0, 2);
+  ASSERT_EQ(route.size(), 3u);
+  EXPECT_EQ(two_nodes.graph().link(route[1]).name, "chip 1 NIC out");
+}
+
+TEST(FabricModel, FaultOnAMissingLinkIsRejected) {
+  const Topology topo = RingTopology(8, "faults { from_chip: 0 to_chip: 4 slowdown: 2 }");
+  EXPECT_THROW(FabricModel(topo, PlaceRanks(topo, {8})), InvalidUsage);
+}
+
+TEST(FabricModel, RanksOnOneChipUseTheOnChipLink) {
+  const Topology topo = Topology::FromText(
+      "chips_per_node: 2 torus_dims: [2] ranks_per_chip: 2 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "on_chip_link { bandwidth_gbps: 1000 latency_us: 1 }",
+      "lnc-test");
+  const FabricModel model(topo, PlaceRanks(topo, {4}));
+  const Schedule s{"test", {Step{{{0, 1, 1e9}}}}};
+  EXPECT_NEAR(ToSeconds(model.Simulate(s).total), 1e-6 + 1e9 / 1e12, 1e-12);
+}
+
+TEST(FabricModel, ChoosesNeuronsAlgorithms) {
+  const Topology topo = Topology::Default();
+  const FabricModel node(topo, PlaceRanks(topo, {16}));
+  auto choose = [](const FabricModel& m, CollectiveKind k, double bytes) {
+    return Name(ChooseAlgorithm(m, {k, bytes, AllRanks(m.world_size()), 0}));
+  };
+  EXPECT_STREQ(choose(node, CollectiveKind::kAllReduce, 512 << 10), "mesh");
+  EXPECT_STREQ(choose(node, CollectiveKind::kAllReduce, 8 << 20), "rdh");
+  EXPECT_STREQ(choose(node, CollectiveKind::kAllReduce, 128 << 20), "ring");
+  EXPECT_STREQ(choose(node, CollectiveKind::kBroadcast, 8 << 20), "tree");
+  const FabricModel two(topo, PlaceRanks(topo, {16, 16}));
+  EXPECT_STREQ(choose(two, CollectiveKind::kAllReduce, 128 << 20), "hierarchical");
+  // Every algorithm runs every shape it claims, with a positive time.
+  for (auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                    CollectiveKind::kReduceScatter}) {
+    const CollectiveShape shape{kind, 64 << 20, AllRanks(32), 0};
+    const auto s = BuildSchedule(two, shape, FabricAlgorithm::kHierarchical);
+    EXPECT_GT(two.Simulate(s).total.count(), 0) << Name(kind);
+  }
+  EXPECT_THROW(BuildSchedule(node, {CollectiveKind::kAllReduce, 1, AllRanks(6), 0},
+                             FabricAlgorithm::kRdh),
+               InvalidUsage);
+}
+
+TEST(FabricModel, HierarchicalAllReduceMovesTheRightVolume) {
+  // Per rank, hierarchical allreduce moves 2(l-1)/l S inside the node and
+  // 2(N-1)/(N l) S across nodes: check the schedule's byte count.
+  const Topology topo = Topology::Default();
+  const FabricModel model(topo, PlaceRanks(topo, {4, 4}));
+  const double s = 1 << 20;
+  const auto sched = BuildSchedule(model, {CollectiveKind::kAllReduce, s, AllRanks(8), 0},
+                                   FabricAlgorithm::kHierarchical);
+  double per_rank = 0;
+  for (const auto& step : sched.steps) {
+    for (const auto& t : step.transfers) per_rank += t.src == 0 ? t.bytes : 0;
+  }
+  EXPECT_NEAR(per_rank, 2.0 * 3 / 4 * s + 2.0 * 1 / 8 * s, 1e-6);
+  EXPECT_EQ(sched.steps.size(), 3u + 2u + 3u);
+}
+
+TEST(FabricModel, BusBandwidthFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveKind::kAllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveKind::kAllGather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor(CollectiveKind::kBroadcast, 8), 1.0);
+}
+
+TEST(FabricModel, TreeBroadcastTakesLogSteps) {
+  const Topology topo = SwitchTopology();
+  const FabricModel model(topo, PlaceRanks(topo, std::vector<std::uint32_t>(8, 1)));
+  const double s = 1 << 20;
+  const CollectiveShape shape{CollectiveKind::kBroadcast, s, AllRanks(8), 3};
+  const auto sched = BuildSchedule(model, shape, FabricAlgorithm::kTree);
+  EXPECT_EQ(sched.steps.size(), 3u);
+  EXPECT_EQ(sched.steps[0].transfers[0].src, 3);  // the root sends first
+  ExpectWithinOnePercent(ToSeconds(model.Simulate(sched).total), 3 * (kA + s / kB),
+                         "binomial broadcast");
+}
+
+}  // namespace
+}  // namespace neuron::runtime
