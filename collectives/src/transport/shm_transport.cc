@@ -1,0 +1,323 @@
+#include "neuron/collectives/transport/shm_transport.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "futex.h"
+#include "neuron/collectives/store/auth.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives::transport {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kReasonBytes = 512;
+// How often a sleeping rank wakes to check deadlines and its peers' pids.
+constexpr std::chrono::milliseconds kCheckInterval(100);
+
+std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+struct alignas(64) RingHeader {
+  std::atomic<std::uint64_t> head;  // bytes ever written (by the producer)
+  char pad[64 - sizeof(std::atomic<std::uint64_t>)];
+  std::atomic<std::uint64_t> tail;  // bytes ever read (by the consumer)
+  char pad2[64 - sizeof(std::atomic<std::uint64_t>)];
+};
+
+// False once `pid` has exited, zombies included (a dead rank stays a zombie
+// until its parent reaps it).
+bool ProcessAlive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the state follows ") "
+  if (paren == nullptr || paren + 2 >= buf + n) return true;
+  return paren[2] != 'Z' && paren[2] != 'X';
+}
+
+std::string SegmentName(const std::string& uid, int rank) {
+  return "/neuron-" + uid + "-" + std::to_string(rank);
+}
+
+}  // namespace
+
+// The start of every rank's segment; rings follow at RingsOffset().
+struct ShmTransport::Segment {
+  std::atomic<std::uint32_t> doorbell;  // bumped by anyone who may unblock us
+  std::atomic<std::uint32_t> sleepers;  // > 0 while the owner sleeps on it
+  std::atomic<std::uint32_t> aborted;   // 0 no, 1 being written, 2 yes
+  std::int32_t owner_pid;
+  char reason[kReasonBytes];
+
+  static std::size_t RingsOffset() { return RoundUp(sizeof(Segment), kPage); }
+  RingHeader* ring(int peer) {
+    return reinterpret_cast<RingHeader*>(reinterpret_cast<char*>(this) + RingsOffset()) + peer;
+  }
+  char* data(int peer, int size, std::size_t ring_bytes) {
+    const std::size_t start = RoundUp(RingsOffset() + size * sizeof(RingHeader), kPage);
+    return reinterpret_cast<char*>(this) + start + peer * ring_bytes;
+  }
+  static std::size_t Bytes(int size, std::size_t ring_bytes) {
+    return RoundUp(RingsOffset() + size * sizeof(RingHeader), kPage) + size * ring_bytes;
+  }
+};
+
+ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
+    : rank_(rank), size_(size), options_(options), segments_(size, nullptr),
+      send_queue_(size), recv_queue_(size) {
+  NEURON_CHECK(rank >= 0 && rank < size, "shm transport: rank ", rank, " outside 0..",
+               size - 1);
+  NEURON_CHECK(options_.ring_bytes >= kPage &&
+                   (options_.ring_bytes & (options_.ring_bytes - 1)) == 0,
+               "shm ring size must be a power of two >= 4096, got ", options_.ring_bytes);
+  segment_bytes_ = Segment::Bytes(size, options_.ring_bytes);
+  if (rank == 0) store.Set("shm/uid", auth::GenerateSecret().substr(0, 16));
+  const std::string uid = store.Get("shm/uid", options_.setup_timeout);
+  const std::string own_name = SegmentName(uid, rank);
+
+  const int fd = ::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError(StrCat("shm_open ", own_name, ": ", std::strerror(errno)));
+  if (::ftruncate(fd, static_cast<off_t>(segment_bytes_)) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::shm_unlink(own_name.c_str());
+    throw IoError(StrCat("cannot size shared memory ", own_name, " to ", segment_bytes_,
+                         " bytes: ", std::strerror(e)));
+  }
+  void* own = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (own == MAP_FAILED) {
+    ::shm_unlink(own_name.c_str());
+    throw IoError(StrCat("cannot map shared memory ", own_name, ": ", std::strerror(errno)));
+  }
+  auto* seg = new (own) Segment();
+  seg->owner_pid = static_cast<std::int32_t>(::getpid());
+  for (int p = 0; p < size; ++p) new (seg->ring(p)) RingHeader();
+  segments_[rank] = seg;
+  store.Set("shm/ready/" + std::to_string(rank), "");
+
+  try {
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      store.Wait({"shm/ready/" + std::to_string(p)}, options_.setup_timeout);
+      const std::string name = SegmentName(uid, p);
+      const int pfd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+      if (pfd < 0) throw IoError(StrCat("shm_open of rank ", p, "'s ", name, ": ", std::strerror(errno)));
+      void* m = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+      ::close(pfd);
+      if (m == MAP_FAILED) throw IoError(StrCat("cannot map rank ", p, "'s ", name));
+      segments_[p] = static_cast<Segment*>(m);
+    }
+    store.Set("shm/mapped/" + std::to_string(rank), "");
+    for (int p = 0; p < size; ++p) {
+      store.Wait({"shm/mapped/" + std::to_string(p)}, options_.setup_timeout);
+    }
+  } catch (...) {
+    ::shm_unlink(own_name.c_str());
+    for (auto* s : segments_) if (s) ::munmap(s, segment_bytes_);
+    throw;
+  }
+  // Everyone has it mapped: the name can go, the memory stays until unmapped.
+  ::shm_unlink(own_name.c_str());
+}
+
+ShmTransport::~ShmTransport() {
+  for (auto* s : segments_) {
+    if (s != nullptr) ::munmap(s, segment_bytes_);
+  }
+}
+
+RequestId ShmTransport::Isend(int peer, const void* data, std::size_t bytes) {
+  NEURON_CHECK(peer >= 0 && peer < size_, "send to rank ", peer, " outside 0..", size_ - 1);
+  const RequestId id = first_id_ + requests_.size();
+  requests_.push_back({peer, true, const_cast<char*>(static_cast<const char*>(data)), bytes, 0});
+  send_queue_[peer].push_back(id);
+  return id;
+}
+
+RequestId ShmTransport::Irecv(int peer, void* data, std::size_t bytes) {
+  NEURON_CHECK(peer >= 0 && peer < size_, "receive from rank ", peer, " outside 0..",
+               size_ - 1);
+  const RequestId id = first_id_ + requests_.size();
+  requests_.push_back({peer, false, static_cast<char*>(data), bytes, 0});
+  recv_queue_[peer].push_back(id);
+  return id;
+}
+
+bool ShmTransport::Complete(RequestId id) const {
+  const Request& r = requests_[id - first_id_];
+  return r.done == r.bytes;
+}
+
+void ShmTransport::RingDoorbell(int peer) {
+  Segment* s = segments_[peer];
+  s->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (s->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&s->doorbell);
+}
+
+bool ShmTransport::ProgressSend(int peer) {
+  auto& queue = send_queue_[peer];
+  bool moved = false;
+  while (!queue.empty()) {
+    Request& r = requests_[queue.front() - first_id_];
+    // My stream to `peer` is the ring for me in the peer's segment.
+    Segment* dst = segments_[peer];
+    RingHeader* ring = dst->ring(rank_);
+    char* data = dst->data(rank_, size_, options_.ring_bytes);
+    const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+    const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
+    std::size_t n = std::min<std::size_t>(options_.ring_bytes - (head - tail), r.bytes - r.done);
+    if (n == 0 && r.bytes != r.done) break;
+    const std::size_t at = head & (options_.ring_bytes - 1);
+    const std::size_t first = std::min(n, options_.ring_bytes - at);
+    std::memcpy(data + at, r.data + r.done, first);
+    std::memcpy(data, r.data + r.done + first, n - first);
+    ring->head.store(head + n, std::memory_order_release);
+    r.done += n;
+    moved = moved || n > 0;
+    if (r.done != r.bytes) break;
+    queue.pop_front();
+  }
+  if (moved) RingDoorbell(peer);
+  return moved;
+}
+
+bool ShmTransport::ProgressRecv(int peer) {
+  auto& queue = recv_queue_[peer];
+  bool moved = false;
+  Segment* own = segments_[rank_];
+  RingHeader* ring = own->ring(peer);
+  const char* data = own->data(peer, size_, options_.ring_bytes);
+  while (!queue.empty()) {
+    Request& r = requests_[queue.front() - first_id_];
+    const std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+    const std::uint64_t head = ring->head.load(std::memory_order_acquire);
+    const std::size_t n = std::min<std::size_t>(head - tail, r.bytes - r.done);
+    if (n == 0 && r.bytes != r.done) break;
+    const std::size_t at = tail & (options_.ring_bytes - 1);
+    const std::size_t first = std::min(n, options_.ring_bytes - at);
+    std::memcpy(r.data + r.done, data + at, first);
+    std::memcpy(r.data + r.done + first, data, n - first);
+    ring->tail.store(tail + n, std::memory_order_release);
+    r.done += n;
+    moved = moved || n > 0;
+    if (r.done != r.bytes) break;
+    queue.pop_front();
+  }
+  if (moved) RingDoorbell(peer);  // the sender may be waiting for space
+  return moved;
+}
+
+bool ShmTransport::Progress() {
+  bool moved = false;
+  for (int p = 0; p < size_; ++p) {
+    if (!send_queue_[p].empty()) moved |= ProgressSend(p);
+    if (!recv_queue_[p].empty()) moved |= ProgressRecv(p);
+  }
+  return moved;
+}
+
+std::string ShmTransport::Pending(const std::vector<RequestId>& ids) const {
+  std::string out;
+  for (RequestId id : ids) {
+    const Request& r = requests_[id - first_id_];
+    if (r.done == r.bytes) continue;
+    if (!out.empty()) out += ", ";
+    out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
+                  " of ", r.bytes, " bytes)");
+  }
+  return out;
+}
+
+void ShmTransport::CheckPeers(const std::string& what, const std::vector<RequestId>& ids) {
+  for (RequestId id : ids) {
+    const Request& r = requests_[id - first_id_];
+    if (r.done == r.bytes) continue;
+    const pid_t pid = segments_[r.peer]->owner_pid;
+    if (!ProcessAlive(pid)) {
+      throw IoError(StrCat(what, ": rank ", r.peer, " (pid ", pid, ") died; rank ", rank_,
+                           " was waiting on ", Pending(ids)));
+    }
+  }
+}
+
+void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
+                        const std::string& what) {
+  Segment* own = segments_[rank_];
+  auto all_done = [&] {
+    for (RequestId id : ids) if (!Complete(id)) return false;
+    return true;
+  };
+  int idle = 0;
+  auto next_check = Clock::now() + kCheckInterval;
+  while (!all_done()) {
+    if (own->aborted.load(std::memory_order_acquire) == 2) {
+      throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", own->reason));
+    }
+    const std::uint32_t bell = own->doorbell.load(std::memory_order_seq_cst);
+    if (Progress()) {
+      idle = 0;
+      continue;
+    }
+    if (all_done()) break;
+    if (++idle < options_.spin_iterations) {
+      if (idle % 8 == 0) ::sched_yield();  // let the peer we wait for run
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline.at) {
+      throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
+                                Pending(ids)));
+    }
+    if (now >= next_check) {
+      CheckPeers(what, ids);
+      next_check = now + kCheckInterval;
+    }
+    own->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (own->doorbell.load(std::memory_order_seq_cst) == bell) {
+      const auto sleep = std::min<Clock::duration>(deadline.at - now, kCheckInterval);
+      FutexWait(&own->doorbell, bell, std::chrono::duration_cast<std::chrono::nanoseconds>(sleep));
+    }
+    own->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    idle = 0;
+  }
+  // Forget finished requests once nothing is queued, so ids stay cheap.
+  bool idle_queues = true;
+  for (int p = 0; p < size_; ++p) {
+    idle_queues = idle_queues && send_queue_[p].empty() && recv_queue_[p].empty();
+  }
+  if (idle_queues) {
+    first_id_ += requests_.size();
+    requests_.clear();
+  }
+}
+
+void ShmTransport::Abort(const std::string& reason) {
+  for (int p = 0; p < size_; ++p) {
+    Segment* s = segments_[p];
+    std::uint32_t expected = 0;
+    if (s->aborted.compare_exchange_strong(expected, 1)) {
+      std::strncpy(s->reason, reason.c_str(), kReasonBytes - 1);
+      s->reason[kReasonBytes - 1] = '\0';
+      s->aborted.store(2, std::memory_order_release);
+    }
+    RingDoorbell(p);
+  }
+}
+
+}  // namespace neuron::collectives::transport

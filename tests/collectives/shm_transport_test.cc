@@ -1,0 +1,159 @@
+#include "neuron/collectives/transport/shm_transport.h"
+
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "neuron/collectives/store/file_store.h"
+#include "neuron/runtime/error.h"
+#include "rank_threads.h"
+
+namespace neuron::collectives::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunRanks;
+
+std::vector<unsigned char> Pattern(int from, int to, std::size_t bytes) {
+  std::vector<unsigned char> v(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(from * 31 + to * 7 + i);
+  return v;
+}
+
+int ShmSegments() {
+  int n = 0;
+  DIR* d = ::opendir("/dev/shm");
+  while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind("neuron-", 0) == 0;
+  ::closedir(d);
+  return n;
+}
+
+// Every rank sends to every rank (itself included) messages of several sizes,
+// bigger than the ring, so flow control and wrap-around are exercised.
+TEST(ShmTransport, AllPairsStreamsArriveIntact) {
+  for (int size : {1, 2, 3, 5}) {
+    RunRanks(size, [size](int rank, Store& store) {
+      ShmTransport t(store, rank, size, {.ring_bytes = 4096});
+      for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
+                                std::size_t{100003}}) {
+        std::vector<std::vector<unsigned char>> out(size), in(size);
+        std::vector<RequestId> ids;
+        for (int p = 0; p < size; ++p) {
+          out[p] = Pattern(rank, p, bytes);
+          in[p].resize(bytes);
+          ids.push_back(t.Isend(p, out[p].data(), bytes));
+          ids.push_back(t.Irecv(p, in[p].data(), bytes));
+        }
+        t.Wait(ids, Deadline::After(30s), "all-pairs test");
+        for (int p = 0; p < size; ++p) {
+          ASSERT_EQ(in[p], Pattern(p, rank, bytes)) << "from " << p << " to " << rank;
+        }
+      }
+    });
+  }
+  EXPECT_EQ(ShmSegments(), 0) << "segments left in /dev/shm";
+}
+
+TEST(ShmTransport, MessagesToOnePeerKeepTheirOrder) {
+  RunRanks(2, [](int rank, Store& store) {
+    ShmTransport t(store, rank, 2, {.ring_bytes = 4096});
+    constexpr int kMessages = 50;
+    std::vector<std::vector<int>> buffers(kMessages, std::vector<int>(333));
+    std::vector<RequestId> ids;
+    for (int m = 0; m < kMessages; ++m) {
+      if (rank == 0) {
+        std::iota(buffers[m].begin(), buffers[m].end(), m * 1000);
+        ids.push_back(t.Isend(1, buffers[m].data(), buffers[m].size() * sizeof(int)));
+      } else {
+        ids.push_back(t.Irecv(0, buffers[m].data(), buffers[m].size() * sizeof(int)));
+      }
+    }
+    t.Wait(ids, Deadline::After(30s), "order test");
+    if (rank == 1) {
+      for (int m = 0; m < kMessages; ++m) ASSERT_EQ(buffers[m][5], m * 1000 + 5);
+    }
+  });
+}
+
+TEST(ShmTransport, TimeoutNamesThePendingPeer) {
+  try {
+    RunRanks(2, [](int rank, Store& store) {
+      ShmTransport t(store, rank, 2);
+      if (rank == 0) {
+        char byte;
+        t.Wait({t.Irecv(1, &byte, 1)}, Deadline::After(200ms), "allreduce #7");
+      }
+    });
+    FAIL() << "expected a timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce #7 on rank 0 timed out; still pending: "
+                                         "receive from rank 1 (0 of 1 bytes)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShmTransport, AbortReachesAWaitingPeer) {
+  try {
+    RunRanks(3, [](int rank, Store& store) {
+      ShmTransport t(store, rank, 3);
+      store.Set("ready/" + std::to_string(rank), "");
+      store.Wait({"ready/0", "ready/1", "ready/2"});
+      if (rank == 2) {
+        t.Abort("rank 2 found a size mismatch");
+        return;
+      }
+      char byte;
+      t.Wait({t.Irecv(2, &byte, 1)}, Deadline::After(30s), "broadcast #1");
+    });
+    FAIL() << "expected RemoteError";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted: rank 2 found a size mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShmTransport, DeadPeerIsNamedWithinTheCheckInterval) {
+  char tmpl[] = "/tmp/neuron_shm_test_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    FileStore store(path);
+    ShmTransport t(store, 1, 2);
+    ::_exit(0);  // dies without ever sending
+  }
+  FileStore store(path);
+  ShmTransport t(store, 0, 2);
+  const auto start = std::chrono::steady_clock::now();
+  char byte;
+  try {
+    t.Wait({t.Irecv(1, &byte, 1)}, Deadline::After(30s), "barrier #2");
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("barrier #2: rank 1 (pid " + std::to_string(child) +
+                                         ") died"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  ::waitpid(child, nullptr, 0);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+  EXPECT_EQ(ShmSegments(), 0);
+}
+
+TEST(ShmTransport, BadArgumentsAreRejected) {
+  HashStore store;
+  EXPECT_THROW(ShmTransport(store, 2, 2), InvalidUsage);
+  EXPECT_THROW(ShmTransport(store, 0, 1, {.ring_bytes = 1000}), InvalidUsage);
+  ShmTransport t(store, 0, 1);
+  char b;
+  EXPECT_THROW(t.Isend(1, &b, 1), InvalidUsage);
+}
+
+}  // namespace
+}  // namespace neuron::collectives::transport
