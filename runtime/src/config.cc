@@ -27,8 +27,8 @@ ConfigRegistry::ConfigRegistry()
            "secret that authenticates a job's store clients", true},
           {ConfigKey::kRdzvSecret, "NEURON_RDZV_SECRET", "",
            "secret shared by the agents of a multi-node job", true},
-          {ConfigKey::kLogLevel, "NEURON_LOG_LEVEL", "warning",
-           "least severe message logged: debug, info, warning, error", false},
+          {ConfigKey::kCollectiveAlgorithm, "NEURON_CC_ALGO", "",
+           "force the host allreduce algorithm: ring, recursive_doubling", false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

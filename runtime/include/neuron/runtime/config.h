@@ -30,7 +30,7 @@ enum class ConfigKey {
   kStoreEndpoint,    // NEURON_STORE_ENDPOINT
   kJobSecret,        // NEURON_JOB_SECRET
   kRdzvSecret,       // NEURON_RDZV_SECRET
-  kLogLevel,         // NEURON_LOG_LEVEL
+  kCollectiveAlgorithm,  // NEURON_CC_ALGO
 };
 
 struct ConfigEntry {

@@ -1,0 +1,125 @@
+// A group of ranks that run collectives together, over a transport.
+//
+// Created collectively from a store, a rank and a size; every rank must call
+// the same collectives in the same order with matching arguments. Each
+// collective first passes a small header around the ring (op, sequence
+// number, count, dtype, reduce op, root): a rank whose neighbour called
+// something else raises InvalidUsage naming both, and aborts the group so
+// every other rank raises RemoteError with the same message instead of
+// hanging or corrupting data.
+//
+// Usage:
+//   Communicator comm(store, rank, size);
+//   comm.AllReduce({.data = grads, .count = n, .dtype = DataType::kFloat32});
+//   comm.Broadcast({.data = params, .count = n, .dtype = DataType::kFloat32, .root = 0});
+//
+// Results are deterministic: the same inputs give bitwise the same output on
+// every rank and every run, for every algorithm (each fixes its reduction
+// order; the automatic choice depends only on size and rank count). Not
+// thread-safe: one thread issues a communicator's operations.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "neuron/collectives/dtype.h"
+#include "neuron/collectives/store/store.h"
+#include "neuron/collectives/transport/transport.h"
+
+namespace neuron::collectives {
+
+// Host algorithms; each names its source where it is implemented.
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kBinomialTree };
+
+const char* Name(Algorithm algorithm);
+// "auto", "ring", "recursive_doubling", "binomial_tree"; InvalidUsage otherwise.
+Algorithm ParseAlgorithm(const std::string& name);
+
+struct CommunicatorOptions {
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Allreduce at or below this size uses recursive doubling, above it ring.
+  std::size_t small_message_bytes = 64u << 10;
+  std::size_t shm_ring_bytes = 2u << 20;
+};
+
+struct AllReduceOptions {
+  void* data = nullptr;  // in place
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;  // kAuto: NEURON_CC_ALGO, else the tuner
+};
+
+struct BroadcastOptions {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+
+struct AllGatherOptions {
+  const void* input = nullptr;  // count elements
+  void* output = nullptr;       // size x count elements, rank order
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+struct ReduceScatterOptions {
+  const void* input = nullptr;  // size x count elements
+  void* output = nullptr;       // count elements: this rank's block
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+
+class Communicator {
+ public:
+  // Collective: every rank of the group calls it with the same store.
+  Communicator(std::shared_ptr<Store> store, int rank, int size,
+               CommunicatorOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Collectives issued so far (the next one gets this number).
+  std::uint64_t sequence() const { return sequence_; }
+
+  void AllReduce(const AllReduceOptions& options);
+  void Broadcast(const BroadcastOptions& options);
+  void AllGather(const AllGatherOptions& options);
+  void ReduceScatter(const ReduceScatterOptions& options);
+  void Barrier();
+
+  // Every rank's pending and future operations fail with `reason`.
+  void Abort(const std::string& reason);
+
+ private:
+  struct Header;
+  // Checks the call against the ring neighbours'; throws on mismatch.
+  void Handshake(const Header& mine);
+  std::string Describe(const Header& h) const;
+  transport::Deadline NewDeadline() const;
+  void RingReduceScatter(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                         const std::string& what);
+  void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
+  void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                  const std::string& what);
+  void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
+                void* recv, std::size_t recv_bytes, const std::string& what);
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  CommunicatorOptions options_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::uint64_t sequence_ = 0;
+  std::vector<char> scratch_;
+};
+
+}  // namespace neuron::collectives

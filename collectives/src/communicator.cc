@@ -1,0 +1,351 @@
+#include "neuron/collectives/communicator.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "neuron/collectives/reduce.h"
+#include "neuron/collectives/store/prefix_store.h"
+#include "neuron/collectives/transport/shm_transport.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives {
+
+namespace {
+
+enum class OpCode : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+
+const char* OpName(OpCode op) {
+  switch (op) {
+    case OpCode::kAllReduce: return "allreduce";
+    case OpCode::kBroadcast: return "broadcast";
+    case OpCode::kAllGather: return "allgather";
+    case OpCode::kReduceScatter: return "reducescatter";
+    case OpCode::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+// Element range [Begin(c), Begin(c + 1)) of chunk c when `count` elements are
+// split into `n` chunks as evenly as possible.
+std::size_t Begin(std::size_t count, int n, int c) {
+  return count * static_cast<std::size_t>(c) / static_cast<std::size_t>(n);
+}
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Identifies this host, so ranks can tell which peers share its memory.
+std::string HostIdentity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return std::string(host) + "/" + boot_id;
+}
+
+}  // namespace
+
+struct Communicator::Header {
+  std::uint32_t magic = 0x4e43434c;  // "NCCL"-like tag: a header, not data
+  OpCode op = OpCode::kBarrier;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+  std::uint8_t pad = 0;
+  std::int32_t root = -1;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+
+  bool operator==(const Header& o) const {
+    return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
+           root == o.root && sequence == o.sequence && count == o.count;
+  }
+};
+
+const char* Name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
+    case Algorithm::kBinomialTree: return "binomial_tree";
+  }
+  return "unknown";
+}
+
+Algorithm ParseAlgorithm(const std::string& name) {
+  for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
+                 Algorithm::kBinomialTree}) {
+    if (name == Name(a)) return a;
+  }
+  NEURON_CHECK(false, "unknown collective algorithm '", name,
+               "' (auto, ring, recursive_doubling, binomial_tree)");
+}
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
+                           CommunicatorOptions options)
+    : store_(std::move(store)), rank_(rank), size_(size), options_(options) {
+  NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
+  NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
+  const std::string me = HostIdentity();
+  store_->Set("host/" + std::to_string(rank), me);
+  for (int p = 0; p < size; ++p) {
+    const std::string theirs = store_->Get("host/" + std::to_string(p), options_.timeout);
+    NEURON_CHECK(theirs == me, "rank ", p, " runs on another host (", theirs.substr(0, theirs.find('/')),
+                 ") than rank ", rank, ": communicators spanning hosts need the TCP "
+                 "transport, which is not built yet");
+  }
+  transport::ShmOptions shm;
+  shm.ring_bytes = options_.shm_ring_bytes;
+  shm.setup_timeout = options_.timeout;
+  transport_ = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
+}
+
+Communicator::~Communicator() = default;
+
+transport::Deadline Communicator::NewDeadline() const {
+  return transport::Deadline::After(options_.timeout);
+}
+
+std::string Communicator::Describe(const Header& h) const {
+  std::string text = StrCat(OpName(h.op), " #", h.sequence);
+  if (h.op != OpCode::kBarrier) text += StrCat(" of ", h.count, " ", Name(h.dtype));
+  if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter) {
+    text += StrCat(" (", Name(h.reduce), ")");
+  }
+  if (h.op == OpCode::kBroadcast) text += StrCat(" from root ", h.root);
+  return text;
+}
+
+void Communicator::Exchange(int send_to, const void* send, std::size_t send_bytes,
+                            int recv_from, void* recv, std::size_t recv_bytes,
+                            const std::string& what) {
+  const auto s = transport_->Isend(send_to, send, send_bytes);
+  const auto r = transport_->Irecv(recv_from, recv, recv_bytes);
+  transport_->Wait({s, r}, NewDeadline(), what);
+}
+
+void Communicator::Handshake(const Header& mine) {
+  ++sequence_;
+  if (size_ == 1) return;
+  Header left;
+  const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
+  Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describe(mine));
+  if (left == mine) return;
+  const std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
+                                     Describe(mine), " but rank ", left_rank, " called ",
+                                     Describe(left));
+  transport_->Abort(message);
+  throw InvalidUsage(message);
+}
+
+void Communicator::Abort(const std::string& reason) { transport_->Abort(reason); }
+
+void Communicator::AllReduce(const AllReduceOptions& o) {
+  CheckReducible(o.dtype, o.op, "allreduce");
+  NEURON_CHECK(o.data != nullptr || o.count == 0, "allreduce: data is null");
+  Header h;
+  h.op = OpCode::kAllReduce;
+  h.dtype = o.dtype;
+  h.reduce = o.op;
+  h.sequence = sequence_;
+  h.count = o.count;
+  Handshake(h);
+  if (size_ == 1 || o.count == 0) {
+    if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
+    return;
+  }
+  Algorithm algorithm = o.algorithm;
+  if (algorithm == Algorithm::kAuto) {
+    const auto forced = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
+    algorithm = forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
+  }
+  if (algorithm == Algorithm::kAuto) {
+    const std::size_t bytes = o.count * ElementSize(o.dtype);
+    algorithm = bytes <= options_.small_message_bytes || o.count < static_cast<std::size_t>(size_)
+                    ? Algorithm::kRecursiveDoubling
+                    : Algorithm::kRing;
+  }
+  const std::string what = Describe(h);
+  char* data = static_cast<char*>(o.data);
+  switch (algorithm) {
+    case Algorithm::kRing: {
+      RingReduceScatter(data, o.count, o.dtype, o.op, what);
+      if (o.op == ReduceOp::kAvg) {
+        const std::size_t begin = Begin(o.count, size_, rank_);
+        const std::size_t esize = ElementSize(o.dtype);
+        FinishAverage(o.dtype, data + begin * esize, Begin(o.count, size_, rank_ + 1) - begin,
+                      static_cast<std::size_t>(size_));
+      }
+      RingAllGather(data, o.count, o.dtype, what);
+      return;
+    }
+    case Algorithm::kRecursiveDoubling:
+      RecursiveDoublingAllReduce(data, o.count, o.dtype, o.op, what);
+      return;
+    default:
+      NEURON_CHECK(false, "allreduce: algorithm ", Name(algorithm), " does not implement it");
+  }
+}
+
+// Ring reduce-scatter (Patarasuk & Yuan, "Bandwidth optimal all-reduce
+// algorithms for clusters of workstations", 2009): after n-1 steps rank r
+// holds chunk r reduced over all ranks, accumulated in ring order.
+void Communicator::RingReduceScatter(char* data, std::size_t count, DataType dtype,
+                                     ReduceOp op, const std::string& what) {
+  const std::size_t esize = ElementSize(dtype);
+  const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
+  scratch_.resize((count / size_ + 1) * esize);
+  for (int k = 0; k < size_ - 1; ++k) {
+    const int send_chunk = Mod(rank_ - k - 1, size_);
+    const int recv_chunk = Mod(rank_ - k - 2, size_);
+    const std::size_t sb = Begin(count, size_, send_chunk);
+    const std::size_t rb = Begin(count, size_, recv_chunk);
+    const std::size_t rn = Begin(count, size_, recv_chunk + 1) - rb;
+    Exchange(right, data + sb * esize, (Begin(count, size_, send_chunk + 1) - sb) * esize,
+             left, scratch_.data(), rn * esize, what);
+    Accumulate(dtype, op, data + rb * esize, scratch_.data(), rn);
+  }
+}
+
+// Ring allgather: rank r starts owning chunk r; in n-1 steps each chunk
+// travels once around the ring.
+void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
+                                 const std::string& what) {
+  const std::size_t esize = ElementSize(dtype);
+  const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
+  for (int k = 0; k < size_ - 1; ++k) {
+    const int send_chunk = Mod(rank_ - k, size_);
+    const int recv_chunk = Mod(rank_ - k - 1, size_);
+    const std::size_t sb = Begin(count, size_, send_chunk);
+    const std::size_t rb = Begin(count, size_, recv_chunk);
+    Exchange(right, data + sb * esize, (Begin(count, size_, send_chunk + 1) - sb) * esize,
+             left, data + rb * esize, (Begin(count, size_, recv_chunk + 1) - rb) * esize,
+             what);
+  }
+}
+
+// Recursive doubling (Thakur, Rabenseifner & Gropp, "Optimization of
+// collective communication operations in MPICH", 2005), with the ranks
+// beyond the largest power of two folded in first and served last. Each
+// exchange combines the lower-ranked half first, so all ranks compute the
+// same expression tree and get bitwise the same result.
+void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype,
+                                              ReduceOp op, const std::string& what) {
+  const std::size_t bytes = count * ElementSize(dtype);
+  int p = 1;
+  while (p * 2 <= size_) p *= 2;
+  const int extra = size_ - p;
+  scratch_.resize(bytes);
+  if (rank_ >= p) {
+    transport_->Wait({transport_->Isend(rank_ - p, data, bytes)}, NewDeadline(), what);
+    transport_->Wait({transport_->Irecv(rank_ - p, data, bytes)}, NewDeadline(), what);
+    return;
+  }
+  if (rank_ < extra) {
+    transport_->Wait({transport_->Irecv(rank_ + p, scratch_.data(), bytes)}, NewDeadline(), what);
+    Accumulate(dtype, op, data, scratch_.data(), count);
+  }
+  for (int d = 1; d < p; d *= 2) {
+    const int partner = rank_ ^ d;
+    Exchange(partner, data, bytes, partner, scratch_.data(), bytes, what);
+    if (partner < rank_) {  // theirs op mine, computed in scratch
+      Accumulate(dtype, op, scratch_.data(), data, count);
+      std::memcpy(data, scratch_.data(), bytes);
+    } else {
+      Accumulate(dtype, op, data, scratch_.data(), count);
+    }
+  }
+  if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
+  if (rank_ < extra) {
+    transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
+  }
+}
+
+// Binomial tree broadcast (as in MPICH): relative rank v receives from
+// v - 2^k for the lowest set bit k, then sends to v + 2^j for j < k.
+void Communicator::Broadcast(const BroadcastOptions& o) {
+  NEURON_CHECK(o.root >= 0 && o.root < size_, "broadcast: root ", o.root, " outside 0..",
+               size_ - 1);
+  NEURON_CHECK(o.data != nullptr || o.count == 0, "broadcast: data is null");
+  Header h;
+  h.op = OpCode::kBroadcast;
+  h.dtype = o.dtype;
+  h.root = o.root;
+  h.sequence = sequence_;
+  h.count = o.count;
+  Handshake(h);
+  const std::size_t bytes = o.count * ElementSize(o.dtype);
+  if (size_ == 1 || bytes == 0) return;
+  const std::string what = Describe(h);
+  const int v = Mod(rank_ - o.root, size_);
+  int mask = 1;
+  while (mask < size_) {
+    if (v & mask) {
+      const int from = Mod(v - mask + o.root, size_);
+      transport_->Wait({transport_->Irecv(from, o.data, bytes)}, NewDeadline(), what);
+      break;
+    }
+    mask <<= 1;
+  }
+  std::vector<transport::RequestId> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (v + mask < size_) sends.push_back(transport_->Isend(Mod(v + mask + o.root, size_), o.data, bytes));
+  }
+  transport_->Wait(sends, NewDeadline(), what);
+}
+
+void Communicator::AllGather(const AllGatherOptions& o) {
+  NEURON_CHECK((o.input != nullptr && o.output != nullptr) || o.count == 0,
+               "allgather: input or output is null");
+  Header h;
+  h.op = OpCode::kAllGather;
+  h.dtype = o.dtype;
+  h.sequence = sequence_;
+  h.count = o.count;
+  Handshake(h);
+  const std::size_t block = o.count * ElementSize(o.dtype);
+  char* out = static_cast<char*>(o.output);
+  if (block == 0) return;
+  if (out + rank_ * block != o.input) std::memmove(out + rank_ * block, o.input, block);
+  if (size_ > 1) RingAllGather(out, o.count * size_, o.dtype, Describe(h));
+}
+
+void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
+  CheckReducible(o.dtype, o.op, "reducescatter");
+  NEURON_CHECK((o.input != nullptr && o.output != nullptr) || o.count == 0,
+               "reducescatter: input or output is null");
+  Header h;
+  h.op = OpCode::kReduceScatter;
+  h.dtype = o.dtype;
+  h.reduce = o.op;
+  h.sequence = sequence_;
+  h.count = o.count;
+  Handshake(h);
+  const std::size_t esize = ElementSize(o.dtype);
+  const std::size_t block = o.count * esize;
+  if (block == 0) return;
+  std::vector<char> work(static_cast<const char*>(o.input),
+                         static_cast<const char*>(o.input) + block * size_);
+  if (size_ > 1) RingReduceScatter(work.data(), o.count * size_, o.dtype, o.op, Describe(h));
+  char* mine = work.data() + rank_ * block;
+  if (o.op == ReduceOp::kAvg) FinishAverage(o.dtype, mine, o.count, static_cast<std::size_t>(size_));
+  std::memcpy(o.output, mine, block);
+}
+
+// Dissemination barrier (Hensgen, Finkel & Manber, "Two algorithms for
+// barrier synchronization", 1988): ceil(log2 n) rounds of one byte.
+void Communicator::Barrier() {
+  Header h;
+  h.op = OpCode::kBarrier;
+  h.sequence = sequence_;
+  Handshake(h);
+  const std::string what = Describe(h);
+  char out = 1, in = 0;
+  for (int k = 1; k < size_; k *= 2) {
+    Exchange(Mod(rank_ + k, size_), &out, 1, Mod(rank_ - k, size_), &in, 1, what);
+  }
+}
+
+}  // namespace neuron::collectives

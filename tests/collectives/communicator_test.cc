@@ -1,0 +1,252 @@
+// Every collective, swept over world size x count x dtype x op x algorithm,
+// against a naive reference (gather everything, reduce in rank order).
+#include "neuron/collectives/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "neuron/collectives/half.h"
+#include "neuron/collectives/reduce.h"
+#include "neuron/collectives/store/prefix_store.h"
+#include "neuron/runtime/error.h"
+#include "rank_threads.h"
+
+namespace neuron::collectives {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunRanks;
+
+const int kWorldSizes[] = {1, 2, 3, 4, 5, 7, 8, 16};
+const std::size_t kCounts[] = {0, 1, 1001, 1 << 16};
+const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                           DataType::kBFloat16, DataType::kInt8, DataType::kUInt8,
+                           DataType::kInt32, DataType::kInt64, DataType::kBool};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                         ReduceOp::kAvg, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
+
+bool Supported(DataType t, ReduceOp op) {
+  try {
+    CheckReducible(t, op, "test");
+    return true;
+  } catch (const InvalidUsage&) {
+    return false;
+  }
+}
+
+// Rank r's input: small integers (exact in every dtype, so any reduction
+// order gives the same bits); products use only 1 and -1 (or 1 and 2 for
+// unsigned) so they stay in range at 16 ranks.
+std::vector<unsigned char> Input(DataType type, ReduceOp op, int rank, std::size_t count) {
+  std::vector<unsigned char> out(count * ElementSize(type));
+  for (std::size_t i = 0; i < count; ++i) {
+    const long k = static_cast<long>((rank * 7 + i * 13) % 5);
+    double v;
+    if (type == DataType::kBool) {
+      v = k % 2;
+    } else if (op == ReduceOp::kProduct) {
+      v = (type == DataType::kUInt8) ? 1 : (k % 2 ? -1 : 1);
+    } else if (type == DataType::kUInt8) {
+      v = static_cast<double>(k);
+    } else {
+      v = static_cast<double>(k - 2);
+    }
+    unsigned char* p = out.data() + i * ElementSize(type);
+    switch (type) {
+      case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+      case DataType::kFloat64: std::memcpy(p, &v, 8); break;
+      case DataType::kFloat16: { auto x = FloatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+      case DataType::kBFloat16: { auto x = FloatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+      case DataType::kInt8: { auto x = static_cast<std::int8_t>(v); std::memcpy(p, &x, 1); break; }
+      case DataType::kUInt8: { auto x = static_cast<std::uint8_t>(v); std::memcpy(p, &x, 1); break; }
+      case DataType::kInt32: { auto x = static_cast<std::int32_t>(v); std::memcpy(p, &x, 4); break; }
+      case DataType::kInt64: { auto x = static_cast<std::int64_t>(v); std::memcpy(p, &x, 8); break; }
+      case DataType::kBool: { std::uint8_t x = v != 0; std::memcpy(p, &x, 1); break; }
+    }
+  }
+  return out;
+}
+
+// The naive reference: every rank's input, reduced in rank order.
+std::vector<unsigned char> Reference(DataType type, ReduceOp op, int size, std::size_t count) {
+  std::vector<std::vector<unsigned char>> inputs;
+  std::vector<const void*> pointers;
+  for (int r = 0; r < size; ++r) inputs.push_back(Input(type, op, r, count));
+  for (auto& in : inputs) pointers.push_back(in.data());
+  std::vector<unsigned char> out(count * ElementSize(type));
+  if (count > 0) {
+    ReduceInputs(type, op, pointers.data(), pointers.size(), out.data(), count,
+                 static_cast<std::size_t>(size));
+  }
+  return out;
+}
+
+// Float averages of integers are not exact: compare those within 1 ulp of
+// the dtype's precision instead of bitwise.
+bool InexactAverage(DataType type, ReduceOp op) {
+  return op == ReduceOp::kAvg && IsFloatingPoint(type);
+}
+
+TEST(Communicator, AllReduceSweepMatchesTheReference) {
+  for (int size : kWorldSizes) {
+    RunRanks(size, [size](int rank, Store& store) {
+      Communicator comm(std::make_shared<PrefixStore>("c", std::shared_ptr<Store>(&store, [](Store*) {})),
+                        rank, size);
+      for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+        for (std::size_t count : kCounts) {
+          for (DataType type : kTypes) {
+            for (ReduceOp op : kOps) {
+              if (!Supported(type, op)) continue;
+              if (count == (1 << 16) && type != DataType::kFloat32 && type != DataType::kBFloat16 &&
+                  type != DataType::kInt64) {
+                continue;  // large counts on a representative subset
+              }
+              auto data = Input(type, op, rank, count);
+              comm.AllReduce({data.data(), count, type, op, algorithm});
+              if (InexactAverage(type, op)) continue;  // checked below
+              ASSERT_EQ(data, Reference(type, op, size, count))
+                  << "allreduce " << Name(algorithm) << " " << Name(type) << " " << Name(op)
+                  << " count " << count << " size " << size << " rank " << rank;
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(Communicator, FloatResultsAreBitwiseIdenticalOnEveryRankAndRun) {
+  constexpr int kSize = 7;
+  constexpr std::size_t kCount = 10007;
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      std::vector<std::vector<float>> results(2 * kSize);
+      for (int run = 0; run < 2; ++run) {
+        RunRanks(kSize, [&](int rank, Store& store) {
+          Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, kSize);
+          std::mt19937 rng(rank);
+          std::normal_distribution<float> dist;
+          std::vector<float> data(kCount);
+          for (auto& x : data) x = dist(rng);
+          comm.AllReduce({data.data(), kCount, DataType::kFloat32, op, algorithm});
+          results[run * kSize + rank] = data;
+        });
+      }
+      for (const auto& r : results) {
+        ASSERT_EQ(std::memcmp(r.data(), results[0].data(), kCount * sizeof(float)), 0)
+            << Name(algorithm) << " " << Name(op);
+      }
+      // And close to the naive sum (the order differs, the value does not).
+      std::vector<double> naive(kCount, 0);
+      for (int rank = 0; rank < kSize; ++rank) {
+        std::mt19937 rng(rank);
+        std::normal_distribution<float> dist;
+        for (auto& x : naive) x += dist(rng);
+      }
+      for (std::size_t i = 0; i < kCount; ++i) {
+        const double expected = op == ReduceOp::kAvg ? naive[i] / kSize : naive[i];
+        ASSERT_NEAR(results[0][i], expected, 1e-4) << i;
+      }
+    }
+  }
+}
+
+TEST(Communicator, BroadcastAllGatherReduceScatterMatchTheReference) {
+  for (int size : kWorldSizes) {
+    RunRanks(size, [size](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size);
+      for (std::size_t count : kCounts) {
+        for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64,
+                              DataType::kUInt8}) {
+          for (int root : {0, size - 1, size / 2}) {
+            auto data = Input(type, ReduceOp::kSum, rank, count);
+            comm.Broadcast({data.data(), count, type, root});
+            ASSERT_EQ(data, Input(type, ReduceOp::kSum, root, count)) << "broadcast root " << root;
+          }
+          const auto mine = Input(type, ReduceOp::kSum, rank, count);
+          std::vector<unsigned char> gathered(mine.size() * size);
+          comm.AllGather({mine.data(), gathered.data(), count, type});
+          for (int r = 0; r < size; ++r) {
+            const auto theirs = Input(type, ReduceOp::kSum, r, count);
+            ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(),
+                                   gathered.begin() + r * theirs.size()))
+                << "allgather block " << r;
+          }
+          // Reduce-scatter of size x count elements: block r of the full
+          // reduction lands on rank r.
+          const auto input = Input(type, ReduceOp::kMax, rank, count * size);
+          std::vector<unsigned char> block(count * ElementSize(type));
+          comm.ReduceScatter({input.data(), block.data(), count, type, ReduceOp::kMax});
+          const auto full = Reference(type, ReduceOp::kMax, size, count * size);
+          ASSERT_TRUE(std::equal(block.begin(), block.end(), full.begin() + rank * block.size()))
+              << "reducescatter " << Name(type) << " count " << count;
+        }
+      }
+      comm.Barrier();
+    });
+  }
+}
+
+TEST(Communicator, MismatchedCallsRaiseNamingOpSequenceAndRanks) {
+  try {
+    RunRanks(3, [](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 3);
+      comm.Barrier();
+      std::vector<float> data(rank == 1 ? 200 : 100);
+      comm.AllReduce({data.data(), data.size(), DataType::kFloat32});
+    });
+    FAIL() << "a size mismatch went unnoticed";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("mismatched collectives"), std::string::npos) << what;
+    EXPECT_NE(what.find("allreduce #1 of 200 float32 (sum)"), std::string::npos) << what;
+    EXPECT_NE(what.find("allreduce #1 of 100 float32 (sum)"), std::string::npos) << what;
+  }
+  // Different ops at the same point.
+  try {
+    RunRanks(2, [](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2);
+      std::vector<float> data(8);
+      if (rank == 0) comm.Broadcast({data.data(), 8, DataType::kFloat32, 0});
+      else comm.AllReduce({data.data(), 8, DataType::kFloat32});
+    });
+    FAIL() << "an op mismatch went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast #0 of 8 float32 from root 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Communicator, BadArgumentsAreInvalidUsage) {
+  HashStore store;
+  EXPECT_THROW(Communicator(std::shared_ptr<Store>(&store, [](Store*) {}), 1, 1), InvalidUsage);
+  Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), 0, 1);
+  float x = 1;
+  EXPECT_THROW(comm.Broadcast({&x, 1, DataType::kFloat32, 3}), InvalidUsage);
+  EXPECT_THROW(comm.AllReduce({&x, 1, DataType::kFloat32, ReduceOp::kBxor}), InvalidUsage);
+  EXPECT_THROW(ParseAlgorithm("fastest"), InvalidUsage);
+}
+
+TEST(Communicator, MissingRankTimesOutNamingIt) {
+  try {
+    RunRanks(2, [](int rank, Store& store) {
+      CommunicatorOptions options;
+      options.timeout = 300ms;
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
+      if (rank == 0) comm.Barrier();  // rank 1 never calls it
+    });
+    FAIL() << "expected a timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("barrier #0 on rank 0 timed out; still pending: "
+                                         "receive from rank 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace neuron::collectives
