@@ -70,17 +70,18 @@ const char* Name(Algorithm algorithm) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kRecursiveDoubling: return "recursive_doubling";
     case Algorithm::kBinomialTree: return "binomial_tree";
+    case Algorithm::kDirect: return "direct";
   }
   return "unknown";
 }
 
 Algorithm ParseAlgorithm(const std::string& name) {
   for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
-                 Algorithm::kBinomialTree}) {
+                 Algorithm::kBinomialTree, Algorithm::kDirect}) {
     if (name == Name(a)) return a;
   }
   NEURON_CHECK(false, "unknown collective algorithm '", name,
-               "' (auto, ring, recursive_doubling, binomial_tree)");
+               "' (auto, ring, recursive_doubling, binomial_tree, direct)");
 }
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
@@ -98,8 +99,11 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   }
   transport::ShmOptions shm;
   shm.ring_bytes = options_.shm_ring_bytes;
+  shm.window_bytes = options_.shm_window_bytes;
   shm.setup_timeout = options_.timeout;
-  transport_ = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
+  auto transport = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
+  shm_ = transport.get();
+  transport_ = std::move(transport);
 }
 
 Communicator::~Communicator() = default;
@@ -163,9 +167,13 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
   if (algorithm == Algorithm::kAuto) {
     const std::size_t bytes = o.count * ElementSize(o.dtype);
-    algorithm = bytes <= options_.small_message_bytes || o.count < static_cast<std::size_t>(size_)
-                    ? Algorithm::kRecursiveDoubling
-                    : Algorithm::kRing;
+    if (shm_ != nullptr) {
+      algorithm = Algorithm::kDirect;
+    } else {
+      algorithm = bytes <= options_.small_message_bytes || o.count < static_cast<std::size_t>(size_)
+                      ? Algorithm::kRecursiveDoubling
+                      : Algorithm::kRing;
+    }
   }
   const std::string what = Describe(h);
   char* data = static_cast<char*>(o.data);
@@ -183,6 +191,10 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     }
     case Algorithm::kRecursiveDoubling:
       RecursiveDoublingAllReduce(data, o.count, o.dtype, o.op, what);
+      return;
+    case Algorithm::kDirect:
+      NEURON_CHECK(shm_ != nullptr, "allreduce: the direct algorithm needs every rank on one host");
+      DirectAllReduce(data, o.count, o.dtype, o.op, what);
       return;
     default:
       NEURON_CHECK(false, "allreduce: algorithm ", Name(algorithm), " does not implement it");
@@ -223,6 +235,45 @@ void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
     Exchange(right, data + sb * esize, (Begin(count, size_, send_chunk + 1) - sb) * esize,
              left, data + rb * esize, (Begin(count, size_, recv_chunk + 1) - rb) * esize,
              what);
+  }
+}
+
+// Direct shared-memory reduction (the scheme of shared-memory allreduce in
+// CPU collective libraries such as oneCCL and DeepSpeed's shm backend): per
+// window-sized chunk, every rank stages its input in its shared window, then
+// reduces its 1/n slice straight from every rank's window, in rank order,
+// into its own window, then copies every rank's reduced slice out. Three
+// phase flags order it; each element is reduced exactly once, over all ranks
+// in rank order, so the result is the naive reference's, bitwise.
+void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                   const std::string& what) {
+  constexpr int kStaged = 0, kReduced = 1, kCollected = 2;
+  const std::size_t esize = ElementSize(dtype);
+  const std::size_t chunk = shm_->window_bytes() / esize;
+  std::vector<const void*> inputs(size_);
+  for (std::size_t start = 0; start < count; start += chunk) {
+    const std::size_t n = std::min(chunk, count - start);
+    const std::uint64_t seq = ++direct_sequence_;
+    char* mine = data + start * esize;
+    // Windows are free once every rank has collected the previous results.
+    shm_->WaitPhase(kCollected, seq - 1, NewDeadline(), what);
+    std::memcpy(shm_->Window(rank_), mine, n * esize);
+    shm_->PublishPhase(kStaged, seq);
+    shm_->WaitPhase(kStaged, seq, NewDeadline(), what);
+    const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
+    for (int r = 0; r < size_; ++r) inputs[r] = shm_->Window(r) + b * esize;
+    if (e > b) {
+      // Only this rank reads or writes slice `rank_` of its own window now.
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(), shm_->Window(rank_) + b * esize,
+                   e - b, static_cast<std::size_t>(size_));
+    }
+    shm_->PublishPhase(kReduced, seq);
+    shm_->WaitPhase(kReduced, seq, NewDeadline(), what);
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t rb = Begin(n, size_, r), re = Begin(n, size_, r + 1);
+      std::memcpy(mine + rb * esize, shm_->Window(r) + rb * esize, (re - rb) * esize);
+    }
+    shm_->PublishPhase(kCollected, seq);
   }
 }
 

@@ -34,43 +34,69 @@ struct BFloat16 {
   static Storage Store(Acc v) { return FloatToBFloat16(v); }
 };
 
+// The reduce ops as function objects, so each kernel loop is specialised
+// for one op and the compiler can vectorise it. Integer arithmetic wraps:
+// it is done in the unsigned type of the same width.
 template <typename A>
-A Combine(ReduceOp op, A a, A b) {
-  if constexpr (std::is_floating_point_v<A>) {
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        return a + b;
-      case ReduceOp::kProduct:
-        return a * b;
-      case ReduceOp::kMin:
-        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<A>::quiet_NaN()
-                                                : (b < a ? b : a);
-      case ReduceOp::kMax:
-        return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<A>::quiet_NaN()
-                                                : (b > a ? b : a);
-      default:
-        break;
+A WrapAdd(A a, A b) {
+  using U = std::make_unsigned_t<A>;
+  return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <typename A>
+A WrapMul(A a, A b) {
+  using U = std::make_unsigned_t<A>;
+  return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
+
+struct SumOp {
+  template <typename A> A operator()(A a, A b) const {
+    if constexpr (std::is_floating_point_v<A>) return a + b; else return WrapAdd(a, b);
+  }
+};
+struct ProductOp {
+  template <typename A> A operator()(A a, A b) const {
+    if constexpr (std::is_floating_point_v<A>) return a * b; else return WrapMul(a, b);
+  }
+};
+struct MinOp {  // NaN-propagating, like torch.minimum
+  template <typename A> A operator()(A a, A b) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return (a != a || b != b) ? std::numeric_limits<A>::quiet_NaN() : (b < a ? b : a);
+    } else {
+      return b < a ? b : a;
     }
-  } else {
-    // Integer arithmetic wraps: compute in the unsigned type of the same width.
-    using U = std::make_unsigned_t<A>;
+  }
+};
+struct MaxOp {
+  template <typename A> A operator()(A a, A b) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return (a != a || b != b) ? std::numeric_limits<A>::quiet_NaN() : (b > a ? b : a);
+    } else {
+      return b > a ? b : a;
+    }
+  }
+};
+struct BandOp { template <typename A> A operator()(A a, A b) const { return static_cast<A>(a & b); } };
+struct BorOp { template <typename A> A operator()(A a, A b) const { return static_cast<A>(a | b); } };
+struct BxorOp { template <typename A> A operator()(A a, A b) const { return static_cast<A>(a ^ b); } };
+
+// Calls f(op functor) for `op`; bitwise ops only for integer accumulators.
+template <typename A, typename F>
+void WithOp(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return f(SumOp{});
+    case ReduceOp::kProduct: return f(ProductOp{});
+    case ReduceOp::kMin: return f(MinOp{});
+    case ReduceOp::kMax: return f(MaxOp{});
+    default: break;
+  }
+  if constexpr (std::is_integral_v<A>) {
     switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-      case ReduceOp::kProduct:
-        return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-      case ReduceOp::kMin:
-        return b < a ? b : a;
-      case ReduceOp::kMax:
-        return b > a ? b : a;
-      case ReduceOp::kBand:
-        return static_cast<A>(a & b);
-      case ReduceOp::kBor:
-        return static_cast<A>(a | b);
-      case ReduceOp::kBxor:
-        return static_cast<A>(a ^ b);
+      case ReduceOp::kBand: return f(BandOp{});
+      case ReduceOp::kBor: return f(BorOp{});
+      case ReduceOp::kBxor: return f(BxorOp{});
+      default: break;
     }
   }
   NEURON_ASSERT(false, "unchecked reduce op ", Name(op));
@@ -95,33 +121,42 @@ std::uint8_t CombineBool(ReduceOp op, std::uint8_t a, std::uint8_t b) {
   NEURON_ASSERT(false, "unchecked bool reduce op ", Name(op));
 }
 
-template <typename Traits>
-void ReduceInputsAs(ReduceOp op, const void* const* inputs, std::size_t n, void* out,
-                    std::size_t count, std::size_t divisor) {
+// Elements per block: the accumulator of a block stays in L1.
+constexpr std::size_t kBlock = 1024;
+
+template <typename Traits, typename Op>
+void ReduceInputsAs(Op op, const void* const* inputs, std::size_t n, void* out,
+                    std::size_t count, std::size_t divisor, bool average) {
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
   auto* o = static_cast<S*>(out);
-  const bool average = op == ReduceOp::kAvg && divisor > 0;
-  // Row by row keeps the combine order fixed; inputs may alias `out`, so
-  // each element is read from every input before it is written.
-  for (std::size_t i = 0; i < count; ++i) {
-    A acc = Traits::Load(static_cast<const S*>(inputs[0])[i]);
+  A acc[kBlock];
+  // Block by block: every input of a block is read before the block of `out`
+  // is written, so `out` may alias one of the inputs. Within a block the
+  // inputs are combined strictly left to right.
+  for (std::size_t start = 0; start < count; start += kBlock) {
+    const std::size_t len = std::min(kBlock, count - start);
+    const S* first = static_cast<const S*>(inputs[0]) + start;
+    for (std::size_t i = 0; i < len; ++i) acc[i] = Traits::Load(first[i]);
     for (std::size_t k = 1; k < n; ++k) {
-      acc = Combine<A>(op, acc, Traits::Load(static_cast<const S*>(inputs[k])[i]));
+      const S* in = static_cast<const S*>(inputs[k]) + start;
+      for (std::size_t i = 0; i < len; ++i) acc[i] = op(acc[i], Traits::Load(in[i]));
     }
-    if (average) acc = static_cast<A>(acc / static_cast<A>(divisor));
-    o[i] = Traits::Store(acc);
+    if (average) {
+      const A d = static_cast<A>(divisor);
+      for (std::size_t i = 0; i < len; ++i) acc[i] = static_cast<A>(acc[i] / d);
+    }
+    for (std::size_t i = 0; i < len; ++i) o[start + i] = Traits::Store(acc[i]);
   }
 }
 
-template <typename Traits>
-void AccumulateAs(ReduceOp op, void* inout, const void* in, std::size_t count) {
+template <typename Traits, typename Op>
+void AccumulateAs(Op op, void* inout, const void* in, std::size_t count) {
   using S = typename Traits::Storage;
-  using A = typename Traits::Acc;
   auto* a = static_cast<S*>(inout);
   const auto* b = static_cast<const S*>(in);
   for (std::size_t i = 0; i < count; ++i) {
-    a[i] = Traits::Store(Combine<A>(op, Traits::Load(a[i]), Traits::Load(b[i])));
+    a[i] = Traits::Store(op(Traits::Load(a[i]), Traits::Load(b[i])));
   }
 }
 
@@ -130,8 +165,9 @@ void DivideAs(void* buffer, std::size_t count, std::size_t divisor) {
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
   auto* b = static_cast<S*>(buffer);
+  const A d = static_cast<A>(divisor);
   for (std::size_t i = 0; i < count; ++i) {
-    b[i] = Traits::Store(static_cast<A>(Traits::Load(b[i]) / static_cast<A>(divisor)));
+    b[i] = Traits::Store(static_cast<A>(Traits::Load(b[i]) / d));
   }
 }
 
@@ -179,8 +215,12 @@ void ReduceInputs(DataType type, ReduceOp op, const void* const* inputs,
     }
     return;
   }
+  const bool average = op == ReduceOp::kAvg && avg_divisor > 0;
   Dispatch(type, [&](auto traits) {
-    ReduceInputsAs<decltype(traits)>(op, inputs, num_inputs, out, count, avg_divisor);
+    using T = decltype(traits);
+    WithOp<typename T::Acc>(op, [&](auto f) {
+      ReduceInputsAs<T>(f, inputs, num_inputs, out, count, avg_divisor, average);
+    });
   });
 }
 
@@ -193,7 +233,10 @@ void Accumulate(DataType type, ReduceOp op, void* inout, const void* in,
     for (std::size_t i = 0; i < count; ++i) a[i] = CombineBool(op, a[i] ? 1 : 0, b[i] ? 1 : 0);
     return;
   }
-  Dispatch(type, [&](auto traits) { AccumulateAs<decltype(traits)>(op, inout, in, count); });
+  Dispatch(type, [&](auto traits) {
+    using T = decltype(traits);
+    WithOp<typename T::Acc>(op, [&](auto f) { AccumulateAs<T>(f, inout, in, count); });
+  });
 }
 
 void FinishAverage(DataType type, void* buffer, std::size_t count, std::size_t divisor) {

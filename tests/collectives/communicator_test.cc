@@ -95,7 +95,8 @@ TEST(Communicator, AllReduceSweepMatchesTheReference) {
     RunRanks(size, [size](int rank, Store& store) {
       Communicator comm(std::make_shared<PrefixStore>("c", std::shared_ptr<Store>(&store, [](Store*) {})),
                         rank, size);
-      for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+      for (Algorithm algorithm :
+           {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
         for (std::size_t count : kCounts) {
           for (DataType type : kTypes) {
             for (ReduceOp op : kOps) {
@@ -121,7 +122,8 @@ TEST(Communicator, AllReduceSweepMatchesTheReference) {
 TEST(Communicator, FloatResultsAreBitwiseIdenticalOnEveryRankAndRun) {
   constexpr int kSize = 7;
   constexpr std::size_t kCount = 10007;
-  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+  for (Algorithm algorithm :
+       {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       std::vector<std::vector<float>> results(2 * kSize);
       for (int run = 0; run < 2; ++run) {
@@ -150,6 +152,45 @@ TEST(Communicator, FloatResultsAreBitwiseIdenticalOnEveryRankAndRun) {
         const double expected = op == ReduceOp::kAvg ? naive[i] / kSize : naive[i];
         ASSERT_NEAR(results[0][i], expected, 1e-4) << i;
       }
+    }
+  }
+}
+
+TEST(Communicator, DirectAllReduceEqualsTheNaiveReferenceOnRandomFloats) {
+  // The direct algorithm reduces each element over ranks in rank order with
+  // float32 accumulation for half types: the naive reference, bitwise, even
+  // for inexact values and across several window-sized chunks.
+  constexpr int kSize = 5;
+  constexpr std::size_t kCount = 50021;
+  for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct}) {
+      std::vector<std::vector<unsigned char>> inputs(kSize);
+      std::vector<const void*> pointers;
+      for (int r = 0; r < kSize; ++r) {
+        std::mt19937 rng(r + 100);
+        std::normal_distribution<float> dist(1.0f, 0.5f);
+        std::vector<double> values(kCount);
+        for (auto& v : values) v = dist(rng);
+        inputs[r].resize(kCount * ElementSize(type));
+        for (std::size_t i = 0; i < kCount; ++i) {
+          unsigned char* p = inputs[r].data() + i * ElementSize(type);
+          const float f = static_cast<float>(values[i]);
+          if (type == DataType::kFloat32) std::memcpy(p, &f, 4);
+          else if (type == DataType::kBFloat16) { auto h = FloatToBFloat16(f); std::memcpy(p, &h, 2); }
+          else { auto h = FloatToHalf(f); std::memcpy(p, &h, 2); }
+        }
+        pointers.push_back(inputs[r].data());
+      }
+      std::vector<unsigned char> expected(kCount * ElementSize(type));
+      ReduceInputs(type, op, pointers.data(), kSize, expected.data(), kCount, kSize);
+      RunRanks(kSize, [&](int rank, Store& store) {
+        CommunicatorOptions options;
+        options.shm_window_bytes = 64 << 10;  // several chunks
+        Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, kSize, options);
+        auto data = inputs[rank];
+        comm.AllReduce({data.data(), kCount, type, op, Algorithm::kDirect});
+        ASSERT_EQ(data, expected) << Name(type) << " " << Name(op) << " rank " << rank;
+      });
     }
   }
 }

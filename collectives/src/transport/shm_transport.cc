@@ -63,6 +63,7 @@ struct ShmTransport::Segment {
   std::atomic<std::uint32_t> aborted;   // 0 no, 1 being written, 2 yes
   std::int32_t owner_pid;
   char reason[kReasonBytes];
+  std::atomic<std::uint64_t> phase[4];  // PublishPhase / WaitPhase counters
 
   static std::size_t RingsOffset() { return RoundUp(sizeof(Segment), kPage); }
   RingHeader* ring(int peer) {
@@ -72,8 +73,14 @@ struct ShmTransport::Segment {
     const std::size_t start = RoundUp(RingsOffset() + size * sizeof(RingHeader), kPage);
     return reinterpret_cast<char*>(this) + start + peer * ring_bytes;
   }
-  static std::size_t Bytes(int size, std::size_t ring_bytes) {
+  static std::size_t RingsBytes(int size, std::size_t ring_bytes) {
     return RoundUp(RingsOffset() + size * sizeof(RingHeader), kPage) + size * ring_bytes;
+  }
+  char* window(int size, std::size_t ring_bytes) {
+    return reinterpret_cast<char*>(this) + RingsBytes(size, ring_bytes);
+  }
+  static std::size_t Bytes(int size, std::size_t ring_bytes, std::size_t window_bytes) {
+    return RingsBytes(size, ring_bytes) + RoundUp(window_bytes, kPage);
   }
 };
 
@@ -85,7 +92,7 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
   NEURON_CHECK(options_.ring_bytes >= kPage &&
                    (options_.ring_bytes & (options_.ring_bytes - 1)) == 0,
                "shm ring size must be a power of two >= 4096, got ", options_.ring_bytes);
-  segment_bytes_ = Segment::Bytes(size, options_.ring_bytes);
+  segment_bytes_ = Segment::Bytes(size, options_.ring_bytes, options_.window_bytes);
   if (rank == 0) store.Set("shm/uid", auth::GenerateSecret().substr(0, 16));
   const std::string uid = store.Get("shm/uid", options_.setup_timeout);
   const std::string own_name = SegmentName(uid, rank);
@@ -244,37 +251,31 @@ std::string ShmTransport::Pending(const std::vector<RequestId>& ids) const {
   return out;
 }
 
-void ShmTransport::CheckPeers(const std::string& what, const std::vector<RequestId>& ids) {
-  for (RequestId id : ids) {
-    const Request& r = requests_[id - first_id_];
-    if (r.done == r.bytes) continue;
-    const pid_t pid = segments_[r.peer]->owner_pid;
-    if (!ProcessAlive(pid)) {
-      throw IoError(StrCat(what, ": rank ", r.peer, " (pid ", pid, ") died; rank ", rank_,
-                           " was waiting on ", Pending(ids)));
-    }
+void ShmTransport::CheckAlive(int peer, const std::string& what, const std::string& pending) {
+  const pid_t pid = segments_[peer]->owner_pid;
+  if (!ProcessAlive(pid)) {
+    throw IoError(StrCat(what, ": rank ", peer, " (pid ", pid, ") died; rank ", rank_,
+                         " was waiting on ", pending));
   }
 }
 
-void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
-                        const std::string& what) {
+template <typename Ready, typename PendingText, typename Peers>
+void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline deadline,
+                         const std::string& what) {
   Segment* own = segments_[rank_];
-  auto all_done = [&] {
-    for (RequestId id : ids) if (!Complete(id)) return false;
-    return true;
-  };
   int idle = 0;
   auto next_check = Clock::now() + kCheckInterval;
-  while (!all_done()) {
+  while (true) {
     if (own->aborted.load(std::memory_order_acquire) == 2) {
       throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", own->reason));
     }
     const std::uint32_t bell = own->doorbell.load(std::memory_order_seq_cst);
-    if (Progress()) {
+    bool moved = false;
+    if (ready(&moved)) return;
+    if (moved) {
       idle = 0;
       continue;
     }
-    if (all_done()) break;
     if (++idle < options_.spin_iterations) {
       if (idle % 8 == 0) ::sched_yield();  // let the peer we wait for run
       continue;
@@ -282,10 +283,10 @@ void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
     const auto now = Clock::now();
     if (now >= deadline.at) {
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
-                                Pending(ids)));
+                                pending()));
     }
     if (now >= next_check) {
-      CheckPeers(what, ids);
+      for (int peer : peers()) CheckAlive(peer, what, pending());
       next_check = now + kCheckInterval;
     }
     own->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -296,6 +297,27 @@ void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
     own->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     idle = 0;
   }
+}
+
+void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
+                        const std::string& what) {
+  auto all_done = [&] {
+    for (RequestId id : ids) if (!Complete(id)) return false;
+    return true;
+  };
+  Block(
+      [&](bool* moved) {
+        if (all_done()) return true;
+        *moved = Progress();
+        return all_done();
+      },
+      [&] { return Pending(ids); },
+      [&] {
+        std::vector<int> peers;
+        for (RequestId id : ids) if (!Complete(id)) peers.push_back(requests_[id - first_id_].peer);
+        return peers;
+      },
+      deadline, what);
   // Forget finished requests once nothing is queued, so ids stay cheap.
   bool idle_queues = true;
   for (int p = 0; p < size_; ++p) {
@@ -305,6 +327,35 @@ void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
     first_id_ += requests_.size();
     requests_.clear();
   }
+}
+
+char* ShmTransport::Window(int rank) const {
+  return segments_[rank]->window(size_, options_.ring_bytes);
+}
+
+void ShmTransport::PublishPhase(int index, std::uint64_t value) {
+  segments_[rank_]->phase[index].store(value, std::memory_order_release);
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) RingDoorbell(p);
+  }
+}
+
+void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
+                             const std::string& what) {
+  auto behind = [&] {
+    std::vector<int> late;
+    for (int p = 0; p < size_; ++p) {
+      if (segments_[p]->phase[index].load(std::memory_order_acquire) < value) late.push_back(p);
+    }
+    return late;
+  };
+  Block([&](bool*) { return behind().empty(); },
+        [&] {
+          std::string text = "ranks that have not arrived:";
+          for (int p : behind()) text += " " + std::to_string(p);
+          return text;
+        },
+        behind, deadline, what);
 }
 
 void ShmTransport::Abort(const std::string& reason) {

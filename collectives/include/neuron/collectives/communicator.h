@@ -15,8 +15,12 @@
 //
 // Results are deterministic: the same inputs give bitwise the same output on
 // every rank and every run, for every algorithm (each fixes its reduction
-// order; the automatic choice depends only on size and rank count). Not
-// thread-safe: one thread issues a communicator's operations.
+// order; the automatic choice depends only on size and rank count). The
+// direct algorithm (the default on shared memory) reduces every element over
+// the ranks in rank order, accumulating float16/bfloat16 in float32, so its
+// result is also independent of the rank count's chunking and equals the
+// naive reference bitwise; ring and recursive doubling fix other orders.
+// Not thread-safe: one thread issues a communicator's operations.
 #pragma once
 
 #include <chrono>
@@ -32,11 +36,16 @@
 
 namespace neuron::collectives {
 
+namespace transport {
+class ShmTransport;
+}
+
 // Host algorithms; each names its source where it is implemented.
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kBinomialTree };
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect };
 
 const char* Name(Algorithm algorithm);
-// "auto", "ring", "recursive_doubling", "binomial_tree"; InvalidUsage otherwise.
+// "auto", "ring", "recursive_doubling", "binomial_tree", "direct";
+// InvalidUsage otherwise.
 Algorithm ParseAlgorithm(const std::string& name);
 
 struct CommunicatorOptions {
@@ -44,6 +53,7 @@ struct CommunicatorOptions {
   // Allreduce at or below this size uses recursive doubling, above it ring.
   std::size_t small_message_bytes = 64u << 10;
   std::size_t shm_ring_bytes = 2u << 20;
+  std::size_t shm_window_bytes = 1u << 20;
 };
 
 struct AllReduceOptions {
@@ -108,6 +118,8 @@ class Communicator {
   void RingReduceScatter(char* data, std::size_t count, DataType dtype, ReduceOp op,
                          const std::string& what);
   void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
+  void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                       const std::string& what);
   void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                                   const std::string& what);
   void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
@@ -118,6 +130,8 @@ class Communicator {
   int size_;
   CommunicatorOptions options_;
   std::unique_ptr<transport::Transport> transport_;
+  transport::ShmTransport* shm_ = nullptr;  // when every rank shares memory
+  std::uint64_t direct_sequence_ = 0;       // chunks reduced through the windows
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
 };

@@ -27,6 +27,7 @@ namespace neuron::collectives::transport {
 
 struct ShmOptions {
   std::size_t ring_bytes = 4u << 20;  // per directed pair; a power of two
+  std::size_t window_bytes = 16u << 20;  // each rank's shared staging window
   std::chrono::milliseconds setup_timeout = std::chrono::minutes(5);
   int spin_iterations = 200;          // progress attempts before sleeping
 };
@@ -49,6 +50,16 @@ class ShmTransport : public Transport {
             const std::string& what) override;
   void Abort(const std::string& reason) override;
 
+  // Shared staging: every rank's window is readable and writable by every
+  // rank of the group (the direct algorithms reduce straight from it).
+  char* Window(int rank) const;
+  std::size_t window_bytes() const { return options_.window_bytes; }
+  // Phase counters order the use of the windows: Publish sets this rank's
+  // counter `index` (0..3) and wakes every peer; WaitPhase blocks until
+  // every rank's counter `index` is at least `value`.
+  void PublishPhase(int index, std::uint64_t value);
+  void WaitPhase(int index, std::uint64_t value, Deadline deadline, const std::string& what);
+
  private:
   struct Segment;
   struct Request {
@@ -59,6 +70,12 @@ class ShmTransport : public Transport {
     std::size_t done = 0;
   };
 
+  // Blocks until `ready()` (which may make progress); spins briefly, then
+  // sleeps on this rank's doorbell. `pending()` describes what is missing
+  // and `peers()` who we wait for, for timeouts and dead-peer checks.
+  template <typename Ready, typename Pending, typename Peers>
+  void Block(Ready ready, Pending pending, Peers peers, Deadline deadline,
+             const std::string& what);
   // Moves as many bytes as possible for the head request of every queue;
   // returns true when anything moved.
   bool Progress();
@@ -66,7 +83,7 @@ class ShmTransport : public Transport {
   bool ProgressRecv(int peer);
   bool Complete(RequestId id) const;
   void RingDoorbell(int peer);
-  void CheckPeers(const std::string& what, const std::vector<RequestId>& ids);
+  void CheckAlive(int peer, const std::string& what, const std::string& pending);
   std::string Pending(const std::vector<RequestId>& ids) const;
 
   int rank_;

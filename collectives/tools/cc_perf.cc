@@ -1,0 +1,276 @@
+// neuron-cc-perf: collective bandwidth over a size sweep, in the spirit of
+// nccl-tests' all_reduce_perf. Run its ranks through neuronrun:
+//
+//   neuronrun -n 8 build/collectives/neuron-cc-perf --op allreduce -b 1K -e 64M -f 4
+//
+// Rank 0 prints, per size: count, wall time per operation (the slowest
+// rank's average), algbw and busbw (nccl-tests definitions), the modelled
+// time and busbw on the simulated Trainium2 fabric, and how many elements
+// were wrong when --check verified the result against the closed form.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neuron/collectives/communicator.h"
+#include "neuron/collectives/half.h"
+#include "neuron/collectives/store/prefix_store.h"
+#include "neuron/collectives/store/tcp_store.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+
+namespace neuron::collectives {
+namespace {
+
+using runtime::CollectiveKind;
+
+struct PerfOptions {
+  CollectiveKind op = CollectiveKind::kAllReduce;
+  std::size_t min_bytes = 8, max_bytes = 64u << 20;
+  std::size_t factor = 2;
+  int iterations = 20, warmup = 5;
+  bool check = false;
+  DataType dtype = DataType::kFloat32;
+  Algorithm algorithm = Algorithm::kAuto;
+};
+
+std::size_t ParseSize(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024 : unit == "M" ? 1 << 20
+                      : unit == "G" ? 1 << 30 : -1;
+  NEURON_CHECK(value >= 0 && scale > 0, "size '", text, "' is not a number with K, M or G");
+  return static_cast<std::size_t>(value * scale);
+}
+
+DataType ParseDtype(const std::string& name) {
+  for (auto t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                 DataType::kBFloat16, DataType::kInt32, DataType::kInt64}) {
+    if (name == Name(t)) return t;
+  }
+  NEURON_CHECK(false, "--dtype must be float32, float64, float16, bfloat16, int32 or int64, got '",
+               name, "'");
+}
+
+CollectiveKind ParseOp(const std::string& name) {
+  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast}) {
+    if (name == runtime::Name(k)) return k;
+  }
+  NEURON_CHECK(false, "--op must be allreduce, allgather, reducescatter or broadcast, got '",
+               name, "'");
+}
+
+PerfOptions Parse(int argc, char** argv) {
+  PerfOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      NEURON_CHECK(i + 1 < argc, "option ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--op") o.op = ParseOp(value());
+    else if (a == "-b" || a == "--minbytes") o.min_bytes = ParseSize(value());
+    else if (a == "-e" || a == "--maxbytes") o.max_bytes = ParseSize(value());
+    else if (a == "-f" || a == "--stepfactor") o.factor = std::stoul(value());
+    else if (a == "-n" || a == "--iters") o.iterations = std::stoi(value());
+    else if (a == "-w" || a == "--warmup_iters") o.warmup = std::stoi(value());
+    else if (a == "--check") o.check = true;
+    else if (a == "--dtype") o.dtype = ParseDtype(value());
+    else if (a == "--algo") o.algorithm = ParseAlgorithm(value());
+    else if (a == "-h" || a == "--help") {
+      std::cout << "usage: neuronrun -n N neuron-cc-perf [--op allreduce|allgather|"
+                   "reducescatter|broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
+                   "       [-w WARMUP] [--check] [--dtype float32|float64|float16|bfloat16|"
+                   "int32|int64] [--algo auto|ring|recursive_doubling]\n";
+      std::exit(0);
+    } else NEURON_CHECK(false, "unknown option '", a, "'");
+  }
+  NEURON_CHECK(o.factor >= 2 && o.min_bytes <= o.max_bytes && o.iterations > 0,
+               "need -f >= 2, -b <= -e and -n > 0");
+  return o;
+}
+
+int EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  NEURON_CHECK(v != nullptr, "$", name, " is not set: run neuron-cc-perf under neuronrun");
+  return std::atoi(v);
+}
+
+std::shared_ptr<Store> ConnectToJobStore() {
+  const auto& reg = runtime::ConfigRegistry::Get();
+  const auto endpoint = reg.Find(runtime::ConfigKey::kStoreEndpoint);
+  const auto secret = reg.Find(runtime::ConfigKey::kJobSecret);
+  NEURON_CHECK(endpoint && secret, "no job store ($NEURON_STORE_ENDPOINT): run neuron-cc-perf "
+               "under neuronrun");
+  const auto colon = endpoint->rfind(':');
+  TcpStoreOptions o;
+  o.host = endpoint->substr(0, colon);
+  o.port = static_cast<std::uint16_t>(std::stoi(endpoint->substr(colon + 1)));
+  o.secret = *secret;
+  return std::make_shared<TcpStore>(o);
+}
+
+void Fill(DataType type, void* data, std::size_t count, double value) {
+  for (std::size_t i = 0; i < count; ++i) {
+    switch (type) {
+      case DataType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(value); break;
+      case DataType::kFloat64: static_cast<double*>(data)[i] = value; break;
+      case DataType::kFloat16: static_cast<std::uint16_t*>(data)[i] = FloatToHalf(static_cast<float>(value)); break;
+      case DataType::kBFloat16: static_cast<std::uint16_t*>(data)[i] = FloatToBFloat16(static_cast<float>(value)); break;
+      case DataType::kInt32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(value); break;
+      case DataType::kInt64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(value); break;
+      default: NEURON_ASSERT(false, "unsupported dtype");
+    }
+  }
+}
+
+double Get(DataType type, const void* data, std::size_t i) {
+  switch (type) {
+    case DataType::kFloat32: return static_cast<const float*>(data)[i];
+    case DataType::kFloat64: return static_cast<const double*>(data)[i];
+    case DataType::kFloat16: return HalfToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case DataType::kBFloat16: return BFloat16ToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case DataType::kInt32: return static_cast<const std::int32_t*>(data)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
+    default: return 0;
+  }
+}
+
+// Runs one operation of the benchmark; `count` is per-rank elements as
+// nccl-tests counts them (allgather: the gathered total).
+class Runner {
+ public:
+  Runner(Communicator& comm, const PerfOptions& o, std::size_t count)
+      : comm_(comm), o_(o), count_(count), esize_(ElementSize(o.dtype)) {
+    const int n = comm.size();
+    in_.resize(count * esize_);
+    out_.resize(count * esize_);
+    block_ = o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter
+                 ? count / n : count;
+    (void)n;
+  }
+  void Prepare() { Fill(o_.dtype, in_.data(), count_, comm_.rank() + 1); }
+  void Run() {
+    switch (o_.op) {
+      case CollectiveKind::kAllReduce:
+        comm_.AllReduce({in_.data(), count_, o_.dtype, ReduceOp::kSum, o_.algorithm});
+        break;
+      case CollectiveKind::kAllGather:
+        comm_.AllGather({in_.data() + comm_.rank() * block_ * esize_, out_.data(), block_, o_.dtype});
+        break;
+      case CollectiveKind::kReduceScatter:
+        comm_.ReduceScatter({in_.data(), out_.data(), block_, o_.dtype, ReduceOp::kSum});
+        break;
+      case CollectiveKind::kBroadcast:
+        comm_.Broadcast({in_.data(), count_, o_.dtype, 0});
+        break;
+      default:
+        break;
+    }
+  }
+  // Elements that differ from the closed form after one Prepare + Run.
+  std::size_t Wrong() const {
+    const double n = comm_.size();
+    std::size_t wrong = 0;
+    auto expect = [&](const void* data, std::size_t elements, double value) {
+      for (std::size_t i = 0; i < elements; ++i) wrong += Get(o_.dtype, data, i) != value;
+    };
+    switch (o_.op) {
+      case CollectiveKind::kAllReduce: expect(in_.data(), count_, n * (n + 1) / 2); break;
+      case CollectiveKind::kReduceScatter: expect(out_.data(), block_, n * (n + 1) / 2); break;
+      case CollectiveKind::kBroadcast: expect(in_.data(), count_, 1); break;
+      case CollectiveKind::kAllGather:
+        for (int r = 0; r < comm_.size(); ++r) {
+          const std::size_t start = r * block_;
+          for (std::size_t i = 0; i < block_; ++i) wrong += Get(o_.dtype, out_.data(), start + i) != r + 1;
+        }
+        break;
+      default: break;
+    }
+    return wrong;
+  }
+
+ private:
+  Communicator& comm_;
+  const PerfOptions& o_;
+  std::size_t count_, esize_, block_ = 0;
+  std::vector<char> in_, out_;
+};
+
+int Main(int argc, char** argv) {
+  const PerfOptions o = Parse(argc, argv);
+  const int rank = EnvInt("RANK"), size = EnvInt("WORLD_SIZE");
+  const int local = EnvInt("LOCAL_WORLD_SIZE");
+  auto comm = std::make_unique<Communicator>(
+      std::make_shared<PrefixStore>("cc-perf", ConnectToJobStore()), rank, size);
+  const runtime::Topology topology = runtime::Topology::FromEnvironment();
+  const runtime::FabricModel model(
+      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)));
+  const double factor = runtime::BusBandwidthFactor(o.op, size);
+  if (rank == 0) {
+    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %d iterations after %d warm-up\n",
+                runtime::Name(o.op), size, Name(o.dtype), o.iterations, o.warmup);
+    std::printf("# topology %s; modelled with Neuron's algorithm choice\n",
+                topology.spec().name().c_str());
+    std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
+  }
+  const std::size_t esize = ElementSize(o.dtype);
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+    std::size_t count = std::max<std::size_t>(bytes / esize, 1);
+    if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {
+      count = std::max<std::size_t>(count / size, 1) * size;
+    }
+    Runner runner(*comm, o, count);
+    runner.Prepare();
+    for (int i = 0; i < o.warmup; ++i) runner.Run();
+    comm->Barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iterations; ++i) runner.Run();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count() / o.iterations;
+    comm->AllReduce({&us, 1, DataType::kFloat64, ReduceOp::kMax});
+    double wrong = 0;
+    if (o.check) {
+      runner.Prepare();
+      runner.Run();
+      wrong = static_cast<double>(runner.Wrong());
+      comm->AllReduce({&wrong, 1, DataType::kFloat64, ReduceOp::kSum});
+    }
+    const double s = static_cast<double>(count * esize);
+    const runtime::CollectiveShape shape{o.op, s, runtime::AllRanks(size), 0};
+    const auto algorithm = runtime::ChooseAlgorithm(model, shape);
+    const double model_us = model.Simulate(runtime::BuildSchedule(model, shape, algorithm)).total.count();
+    if (rank == 0) {
+      const double algbw = s / us / 1e3;
+      const double model_busbw = model_us > 0 ? s / model_us / 1e3 * factor : 0;
+      std::printf("%12zu %12zu %10.1f %11.3f %11.3f %11.2f %11s %11.1f %7s\n",
+                  static_cast<std::size_t>(s), count, us, algbw, algbw * factor, model_us,
+                  runtime::Name(algorithm), model_busbw,
+                  o.check ? std::to_string(static_cast<long>(wrong)).c_str() : "-");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace neuron::collectives
+
+int main(int argc, char** argv) {
+  try {
+    return neuron::collectives::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "neuron-cc-perf: error: %s\n", e.what());
+    return 1;
+  }
+}
