@@ -48,6 +48,16 @@ std::string HostIdentity() {
 
 }  // namespace
 
+// Phase counters of the shm transport (see ShmTransport::PublishPhase).
+constexpr int kHandshakePhase = 0;  // headers (and small data) are in the windows
+constexpr int kReducedPhase = 1;    // each rank's slice is reduced
+constexpr int kCollectedPhase = 2;  // the window data areas may be reused
+constexpr int kStagedPhase = 3;     // inputs are staged (large direct allreduce)
+// Each window starts with two header slots (by sequence parity: a rank can
+// be at most one collective ahead of any other), then the data area.
+constexpr std::size_t kHeaderSlot = 64;
+constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
+
 struct Communicator::Header {
   std::uint32_t magic = 0x4e43434c;  // "NCCL"-like tag: a header, not data
   OpCode op = OpCode::kBarrier;
@@ -99,7 +109,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   }
   transport::ShmOptions shm;
   shm.ring_bytes = options_.shm_ring_bytes;
-  shm.window_bytes = options_.shm_window_bytes;
+  shm.window_bytes = options_.shm_window_bytes + kWindowDataOffset;
   shm.setup_timeout = options_.timeout;
   auto transport = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
   shm_ = transport.get();
@@ -130,18 +140,52 @@ void Communicator::Exchange(int send_to, const void* send, std::size_t send_byte
   transport_->Wait({s, r}, NewDeadline(), what);
 }
 
-void Communicator::Handshake(const Header& mine) {
+char* Communicator::WindowData(int rank) const { return shm_->Window(rank) + kWindowDataOffset; }
+
+std::size_t Communicator::WindowDataBytes() const {
+  return shm_->window_bytes() - kWindowDataOffset;
+}
+
+void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs) {
+  for (int r = 0; r < size_; ++r) {
+    if (*theirs[r] == mine) continue;
+    const std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
+                                       Describe(mine), " but rank ", r, " called ",
+                                       Describe(*theirs[r]));
+    transport_->Abort(message);
+    throw InvalidUsage(message);
+  }
+}
+
+void Communicator::Handshake(const Header& mine, const void* staged, std::size_t staged_bytes) {
   ++sequence_;
   if (size_ == 1) return;
+  if (shm_ != nullptr) {
+    const std::string what = Describe(mine);
+    if (staged_bytes > 0) {
+      // The data area is free once every rank collected its last use.
+      shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+      std::memcpy(WindowData(rank_), staged, staged_bytes);
+    }
+    const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
+    static_assert(sizeof(Header) <= kHeaderSlot, "header slot too small");
+    std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));
+    shm_->PublishPhase(kHandshakePhase, sequence_);
+    shm_->WaitPhase(kHandshakePhase, sequence_, NewDeadline(), what);
+    std::vector<const Header*> theirs(size_);
+    for (int r = 0; r < size_; ++r) {
+      theirs[r] = reinterpret_cast<const Header*>(shm_->Window(r) + slot);
+    }
+    CheckHeaders(mine, theirs.data());
+    return;
+  }
   Header left;
   const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
   Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describe(mine));
   if (left == mine) return;
-  const std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
-                                     Describe(mine), " but rank ", left_rank, " called ",
-                                     Describe(left));
-  transport_->Abort(message);
-  throw InvalidUsage(message);
+  std::vector<const Header*> theirs(size_, &mine);
+  theirs[left_rank] = &left;
+  CheckHeaders(mine, theirs.data());
 }
 
 void Communicator::Abort(const std::string& reason) { transport_->Abort(reason); }
@@ -155,18 +199,13 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   h.reduce = o.op;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
-  if (size_ == 1 || o.count == 0) {
-    if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
-    return;
-  }
+  const std::size_t bytes = o.count * ElementSize(o.dtype);
   Algorithm algorithm = o.algorithm;
   if (algorithm == Algorithm::kAuto) {
     const auto forced = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
     algorithm = forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
   }
   if (algorithm == Algorithm::kAuto) {
-    const std::size_t bytes = o.count * ElementSize(o.dtype);
     if (shm_ != nullptr) {
       algorithm = Algorithm::kDirect;
     } else {
@@ -175,8 +214,19 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
                       : Algorithm::kRing;
     }
   }
-  const std::string what = Describe(h);
+  NEURON_CHECK(algorithm != Algorithm::kDirect || shm_ != nullptr,
+               "allreduce: the direct algorithm needs every rank on one host");
+  NEURON_CHECK(algorithm != Algorithm::kBinomialTree, "allreduce: algorithm ", Name(algorithm),
+               " does not implement it");
   char* data = static_cast<char*>(o.data);
+  const std::string what = Describe(h);
+  const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&
+                     bytes <= std::min(options_.small_message_bytes, WindowDataBytes());
+  Handshake(h, small ? data : nullptr, small ? bytes : 0);
+  if (size_ == 1 || o.count == 0) {
+    if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
+    return;
+  }
   switch (algorithm) {
     case Algorithm::kRing: {
       RingReduceScatter(data, o.count, o.dtype, o.op, what);
@@ -192,12 +242,13 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     case Algorithm::kRecursiveDoubling:
       RecursiveDoublingAllReduce(data, o.count, o.dtype, o.op, what);
       return;
-    case Algorithm::kDirect:
-      NEURON_CHECK(shm_ != nullptr, "allreduce: the direct algorithm needs every rank on one host");
-      DirectAllReduce(data, o.count, o.dtype, o.op, what);
-      return;
     default:
-      NEURON_CHECK(false, "allreduce: algorithm ", Name(algorithm), " does not implement it");
+      if (small) {
+        SmallDirectAllReduce(data, o.count, o.dtype, o.op, what);
+      } else {
+        DirectAllReduce(data, o.count, o.dtype, o.op, what);
+      }
+      return;
   }
 }
 
@@ -247,34 +298,46 @@ void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
 // in rank order, so the result is the naive reference's, bitwise.
 void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                                    const std::string& what) {
-  constexpr int kStaged = 0, kReduced = 1, kCollected = 2;
   const std::size_t esize = ElementSize(dtype);
-  const std::size_t chunk = shm_->window_bytes() / esize;
+  const std::size_t chunk = WindowDataBytes() / esize;
   std::vector<const void*> inputs(size_);
   for (std::size_t start = 0; start < count; start += chunk) {
     const std::size_t n = std::min(chunk, count - start);
-    const std::uint64_t seq = ++direct_sequence_;
     char* mine = data + start * esize;
-    // Windows are free once every rank has collected the previous results.
-    shm_->WaitPhase(kCollected, seq - 1, NewDeadline(), what);
-    std::memcpy(shm_->Window(rank_), mine, n * esize);
-    shm_->PublishPhase(kStaged, seq);
-    shm_->WaitPhase(kStaged, seq, NewDeadline(), what);
+    // The data areas are free once every rank collected their last use.
+    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+    const std::uint64_t seq = ++window_sequence_;
+    std::memcpy(WindowData(rank_), mine, n * esize);
+    shm_->PublishPhase(kStagedPhase, seq);
+    shm_->WaitPhase(kStagedPhase, seq, NewDeadline(), what);
     const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
-    for (int r = 0; r < size_; ++r) inputs[r] = shm_->Window(r) + b * esize;
+    for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + b * esize;
     if (e > b) {
       // Only this rank reads or writes slice `rank_` of its own window now.
-      ReduceInputs(dtype, op, inputs.data(), inputs.size(), shm_->Window(rank_) + b * esize,
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(), WindowData(rank_) + b * esize,
                    e - b, static_cast<std::size_t>(size_));
     }
-    shm_->PublishPhase(kReduced, seq);
-    shm_->WaitPhase(kReduced, seq, NewDeadline(), what);
+    shm_->PublishPhase(kReducedPhase, seq);
+    shm_->WaitPhase(kReducedPhase, seq, NewDeadline(), what);
     for (int r = 0; r < size_; ++r) {
       const std::size_t rb = Begin(n, size_, r), re = Begin(n, size_, r + 1);
-      std::memcpy(mine + rb * esize, shm_->Window(r) + rb * esize, (re - rb) * esize);
+      std::memcpy(mine + rb * esize, WindowData(r) + rb * esize, (re - rb) * esize);
     }
-    shm_->PublishPhase(kCollected, seq);
+    shm_->PublishPhase(kCollectedPhase, seq);
   }
+}
+
+// The small-message form of the direct reduction: the handshake already
+// staged every rank's data, so each rank reduces the whole buffer from all
+// windows (in rank order, like the naive reference) and is done.
+void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
+                                        ReduceOp op, const std::string& what) {
+  std::vector<const void*> inputs(size_);
+  for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r);
+  ReduceInputs(dtype, op, inputs.data(), inputs.size(), data, count,
+               static_cast<std::size_t>(size_));
+  shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  (void)what;
 }
 
 // Recursive doubling (Thakur, Rabenseifner & Gropp, "Optimization of

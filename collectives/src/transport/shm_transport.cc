@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "futex.h"
 #include "neuron/collectives/store/auth.h"
@@ -24,6 +25,8 @@ constexpr std::size_t kPage = 4096;
 constexpr std::size_t kReasonBytes = 512;
 // How often a sleeping rank wakes to check deadlines and its peers' pids.
 constexpr std::chrono::milliseconds kCheckInterval(100);
+// Polling without yielding first, for a peer that runs on another core.
+constexpr std::chrono::microseconds kPurePoll(5);
 
 std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -63,7 +66,7 @@ struct ShmTransport::Segment {
   std::atomic<std::uint32_t> aborted;   // 0 no, 1 being written, 2 yes
   std::int32_t owner_pid;
   char reason[kReasonBytes];
-  std::atomic<std::uint64_t> phase[4];  // PublishPhase / WaitPhase counters
+  std::atomic<std::uint64_t> phase[kPhases];  // PublishPhase / WaitPhase counters
 
   static std::size_t RingsOffset() { return RoundUp(sizeof(Segment), kPage); }
   RingHeader* ring(int peer) {
@@ -85,10 +88,14 @@ struct ShmTransport::Segment {
 };
 
 ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
-    : rank_(rank), size_(size), options_(options), segments_(size, nullptr),
+    : rank_(rank), size_(size), options_(options),
+      oversubscribed_(static_cast<unsigned>(size) > std::max(1u, std::thread::hardware_concurrency())),
+      segments_(size, nullptr),
       send_queue_(size), recv_queue_(size) {
   NEURON_CHECK(rank >= 0 && rank < size, "shm transport: rank ", rank, " outside 0..",
                size - 1);
+  NEURON_CHECK(options_.window_bytes >= kPage, "shm window must be >= 4096 bytes, got ",
+               options_.window_bytes);
   NEURON_CHECK(options_.ring_bytes >= kPage &&
                    (options_.ring_bytes & (options_.ring_bytes - 1)) == 0,
                "shm ring size must be a power of two >= 4096, got ", options_.ring_bytes);
@@ -263,8 +270,9 @@ template <typename Ready, typename PendingText, typename Peers>
 void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline deadline,
                          const std::string& what) {
   Segment* own = segments_[rank_];
-  int idle = 0;
-  auto next_check = Clock::now() + kCheckInterval;
+  auto spin_start = Clock::now();
+  auto spin_until = spin_start + options_.spin_time;
+  auto next_check = spin_start + kCheckInterval;
   while (true) {
     if (own->aborted.load(std::memory_order_acquire) == 2) {
       throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", own->reason));
@@ -272,15 +280,23 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
     const std::uint32_t bell = own->doorbell.load(std::memory_order_seq_cst);
     bool moved = false;
     if (ready(&moved)) return;
+    auto now = Clock::now();
     if (moved) {
-      idle = 0;
+      spin_start = now;
+      spin_until = now + options_.spin_time;
       continue;
     }
-    if (++idle < options_.spin_iterations) {
-      if (idle % 8 == 0) ::sched_yield();  // let the peer we wait for run
+    if (now < spin_until) {
+      // The peer we wait for may share this core (always so when ranks
+      // outnumber cores; sometimes otherwise, as the scheduler pleases):
+      // after a moment of pure polling, yield on every poll.
+      if (oversubscribed_ || now - spin_start > kPurePoll) {
+        ::sched_yield();
+      } else {
+        __builtin_ia32_pause();
+      }
       continue;
     }
-    const auto now = Clock::now();
     if (now >= deadline.at) {
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
                                 pending()));
@@ -295,7 +311,8 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
       FutexWait(&own->doorbell, bell, std::chrono::duration_cast<std::chrono::nanoseconds>(sleep));
     }
     own->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    idle = 0;
+    spin_start = Clock::now();
+    spin_until = spin_start + options_.spin_time;
   }
 }
 

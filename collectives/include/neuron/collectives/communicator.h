@@ -2,11 +2,10 @@
 //
 // Created collectively from a store, a rank and a size; every rank must call
 // the same collectives in the same order with matching arguments. Each
-// collective first passes a small header around the ring (op, sequence
-// number, count, dtype, reduce op, root): a rank whose neighbour called
-// something else raises InvalidUsage naming both, and aborts the group so
-// every other rank raises RemoteError with the same message instead of
-// hanging or corrupting data.
+// collective first shows every rank a small header (op, sequence number,
+// count, dtype, reduce op, root) through the shared windows: a rank that
+// sees another rank's call differ raises InvalidUsage naming both calls,
+// and aborts the group, so no rank hangs or reads mismatched data.
 //
 // Usage:
 //   Communicator comm(store, rank, size);
@@ -50,8 +49,9 @@ Algorithm ParseAlgorithm(const std::string& name);
 
 struct CommunicatorOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  // Allreduce at or below this size uses recursive doubling, above it ring.
-  std::size_t small_message_bytes = 64u << 10;
+  // Allreduce at or below this size reduces the whole buffer on every rank
+  // in one phase (direct); above it, each rank reduces a slice.
+  std::size_t small_message_bytes = 16u << 10;
   std::size_t shm_ring_bytes = 2u << 20;
   std::size_t shm_window_bytes = 1u << 20;
 };
@@ -111,8 +111,13 @@ class Communicator {
 
  private:
   struct Header;
-  // Checks the call against the ring neighbours'; throws on mismatch.
-  void Handshake(const Header& mine);
+  // Shows every rank this call and checks theirs; throws on mismatch.
+  // `staged` (at most the window's data size) is copied into this rank's
+  // window first, so a small direct allreduce needs no phase of its own.
+  void Handshake(const Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  void CheckHeaders(const Header& mine, const Header* const* theirs);
+  char* WindowData(int rank) const;
+  std::size_t WindowDataBytes() const;
   std::string Describe(const Header& h) const;
   transport::Deadline NewDeadline() const;
   void RingReduceScatter(char* data, std::size_t count, DataType dtype, ReduceOp op,
@@ -120,6 +125,8 @@ class Communicator {
   void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                        const std::string& what);
+  void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                            const std::string& what);
   void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                                   const std::string& what);
   void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
@@ -131,7 +138,7 @@ class Communicator {
   CommunicatorOptions options_;
   std::unique_ptr<transport::Transport> transport_;
   transport::ShmTransport* shm_ = nullptr;  // when every rank shares memory
-  std::uint64_t direct_sequence_ = 0;       // chunks reduced through the windows
+  std::uint64_t window_sequence_ = 0;       // uses of the windows' data areas
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
 };

@@ -29,11 +29,16 @@ struct ShmOptions {
   std::size_t ring_bytes = 4u << 20;  // per directed pair; a power of two
   std::size_t window_bytes = 16u << 20;  // each rank's shared staging window
   std::chrono::milliseconds setup_timeout = std::chrono::minutes(5);
-  int spin_iterations = 200;          // progress attempts before sleeping
+  // How long a waiting rank polls before it sleeps on its doorbell: long
+  // enough to catch a peer running on another core, short when ranks
+  // outnumber cores (then every poll also yields the core).
+  std::chrono::microseconds spin_time{50};
 };
 
 class ShmTransport : public Transport {
  public:
+  static constexpr int kPhases = 4;
+
   // Collective over the ranks: creates this rank's segment, publishes its
   // name in `store`, maps every peer's, then unlinks its own once all have
   // mapped. Throws IoError naming the segment on failure.
@@ -55,7 +60,7 @@ class ShmTransport : public Transport {
   char* Window(int rank) const;
   std::size_t window_bytes() const { return options_.window_bytes; }
   // Phase counters order the use of the windows: Publish sets this rank's
-  // counter `index` (0..3) and wakes every peer; WaitPhase blocks until
+  // counter `index` (0..kPhases-1) and wakes every peer; WaitPhase blocks until
   // every rank's counter `index` is at least `value`.
   void PublishPhase(int index, std::uint64_t value);
   void WaitPhase(int index, std::uint64_t value, Deadline deadline, const std::string& what);
@@ -89,6 +94,7 @@ class ShmTransport : public Transport {
   int rank_;
   int size_;
   ShmOptions options_;
+  bool oversubscribed_;  // more ranks than cores: yield while polling
   std::vector<Segment*> segments_;  // mapped segment of every rank (own included)
   std::size_t segment_bytes_ = 0;
   std::vector<Request> requests_;   // by id - first_id_

@@ -1,0 +1,105 @@
+"""Allreduce benchmark: the project against torch's Gloo backend, Open MPI's
+MPI_Allreduce (vader shared memory) and a single-thread memcpy, side by side
+in one run, with ratios and the issue's targets checked.
+
+    /usr/bin/python3 benchmarks/allreduce_bench.py --build build [--ranks 2 4 8 16]
+
+Every figure is float32 sum, the slowest rank's average over 5 timed
+iterations after 2 warm-up ones; busbw follows nccl-tests (2(n-1)/n x algbw).
+Targets (issue #3): for 1-64 MiB at 2, 4, 8 and 16 ranks busbw >= 2x Gloo and
+>= 1.5x Open MPI; 8-byte latency at 2 ranks <= Open MPI's; 64 MiB at 2 ranks
+>= 40% of memcpy bandwidth.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+SIZES = [8, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, env=None):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def parse(prefix, text):
+    """{bytes: (us, busbw)} from lines '<prefix> bytes us busbw'."""
+    out = {}
+    for line in text.splitlines():
+        m = re.search(rf"{prefix} (\d+) ([\d.]+) ([\d.]+)", line)
+        if m:
+            out[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    return out
+
+
+def ours(build, n):
+    out = {}
+    for size in SIZES:
+        text = run([f"{build}/launcher/neuronrun", "-n", str(n),
+                    f"{build}/collectives/neuron-cc-perf", "-b", str(size), "-e", str(size),
+                    "-n", "5", "-w", "2"])
+        for line in text.splitlines():
+            cols = line.split()
+            if len(cols) >= 7 and cols[2].isdigit():
+                out[int(cols[2])] = (float(cols[4]), float(cols[6]))
+    return out
+
+
+def gloo(build, n, python):
+    script = os.path.join(HERE, "scripts", "gloo_allreduce.py")
+    text = run([f"{build}/launcher/neuronrun", "-n", str(n), "--python", python, script] +
+               [str(s) for s in SIZES])
+    return parse("gloo", text)
+
+
+def mpi(build, n):
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--allow-run-as-root",
+           "--mca", "btl", "self,vader", f"{build}/benchmarks/mpi_allreduce"]
+    return parse("mpi", run(cmd + [str(s) for s in SIZES]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", default="build")
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8, 16])
+    p.add_argument("--python", default="/usr/bin/python3")
+    args = p.parse_args()
+
+    memcpy = float(run([f"{args.build}/benchmarks/memcpy_bandwidth", str(64 << 20)]).split()[2])
+    print(f"single-thread memcpy, 64 MiB: {memcpy:.2f} GB/s\n")
+    print(f"{'ranks':>5} {'size':>9} | {'neuron us':>10} {'busbw':>7} | {'gloo us':>9} "
+          f"{'busbw':>7} | {'mpi us':>9} {'busbw':>7} | {'x gloo':>6} {'x mpi':>6}")
+    misses = []
+    for n in args.ranks:
+        a, g, m = ours(args.build, n), gloo(args.build, n, args.python), mpi(args.build, n)
+        for size in SIZES:
+            (au, ab), (gu, gb), (mu, mb) = a[size], g[size], m[size]
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+            if size >= 1 << 20:
+                rg, rm = ab / gb, ab / mb
+                if rg < 2 or rm < 1.5:
+                    misses.append(f"{n} ranks {label}: {rg:.2f}x gloo, {rm:.2f}x mpi")
+            else:  # latency: ratio of times, peer / ours (> 1: we are faster)
+                rg, rm = gu / au, mu / au
+                if n == 2 and au > mu:
+                    misses.append(f"8 B latency at 2 ranks: {au:.1f} us vs mpi {mu:.1f} us")
+            print(f"{n:>5} {label:>9} | {au:>10.1f} {ab:>7.3f} | {gu:>9.1f} {gb:>7.3f} | "
+                  f"{mu:>9.1f} {mb:>7.3f} | {rg:>6.2f} {rm:>6.2f}")
+        if n == 2:
+            frac = a[64 << 20][1] / memcpy
+            print(f"{'':>5} 64 MiB at 2 ranks: busbw = {frac:.0%} of memcpy")
+            if frac < 0.4:
+                misses.append(f"64 MiB at 2 ranks: {frac:.0%} of memcpy (target 40%)")
+    print("\nratios: busbw ours/peer for MiB sizes; time peer/ours for 8 B (> 1 is better)")
+    print("targets missed:" if misses else "all targets met")
+    for miss in misses:
+        print("  " + miss)
+
+
+if __name__ == "__main__":
+    main()

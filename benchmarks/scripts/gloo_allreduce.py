@@ -1,0 +1,26 @@
+"""torch.distributed Gloo allreduce timing (the Gloo peer), run under neuronrun:
+prints "gloo <bytes> <microseconds per op> <busbw GB/s>" per size given,
+the slowest rank's average, float32 sum, 5 iterations after 2 warm-up."""
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=600))
+n = dist.get_world_size()
+for bytes_ in map(int, sys.argv[1:]):
+    t = torch.ones(max(bytes_ // 4, 1))
+    for _ in range(2):
+        dist.all_reduce(t)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(5):
+        dist.all_reduce(t)
+    us = torch.tensor([(time.perf_counter() - start) / 5 * 1e6], dtype=torch.float64)
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        b = t.numel() * 4
+        print(f"gloo {b} {us.item():.1f} {b / us.item() / 1e3 * 2 * (n - 1) / n:.3f}", flush=True)
+dist.destroy_process_group()
