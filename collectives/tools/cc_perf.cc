@@ -6,7 +6,8 @@
 // Rank 0 prints, per size: count, wall time per operation (the slowest
 // rank's average), algbw and busbw (nccl-tests definitions), the modelled
 // time and busbw on the simulated Trainium2 fabric, and how many elements
-// were wrong when --check verified the result against the closed form.
+// were wrong when --check verified the result against the closed form
+// (with --check, any wrong element makes the exit status 1).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -225,6 +226,7 @@ int Main(int argc, char** argv) {
                 "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
   }
   const std::size_t esize = ElementSize(o.dtype);
+  double total_wrong = 0;
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
     if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {
@@ -245,6 +247,7 @@ int Main(int argc, char** argv) {
       runner.Run();
       wrong = static_cast<double>(runner.Wrong());
       comm->AllReduce({&wrong, 1, DataType::kFloat64, ReduceOp::kSum});
+      total_wrong += wrong;
     }
     const double s = static_cast<double>(count * esize);
     const runtime::CollectiveShape shape{o.op, s, runtime::AllRanks(size), 0};
@@ -259,6 +262,10 @@ int Main(int argc, char** argv) {
                   o.check ? std::to_string(static_cast<long>(wrong)).c_str() : "-");
       std::fflush(stdout);
     }
+  }
+  if (total_wrong > 0) {
+    std::fprintf(stderr, "neuron-cc-perf: %.0f wrong elements\n", total_wrong);
+    return 1;
   }
   return 0;
 }
