@@ -8,6 +8,7 @@
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shm_transport.h"
+#include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 
@@ -101,11 +102,19 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
   const std::string me = HostIdentity();
   store_->Set("host/" + std::to_string(rank), me);
+  bool one_host = true;
   for (int p = 0; p < size; ++p) {
-    const std::string theirs = store_->Get("host/" + std::to_string(p), options_.timeout);
-    NEURON_CHECK(theirs == me, "rank ", p, " runs on another host (", theirs.substr(0, theirs.find('/')),
-                 ") than rank ", rank, ": communicators spanning hosts need the TCP "
-                 "transport, which is not built yet");
+    one_host = one_host && store_->Get("host/" + std::to_string(p), options_.timeout) == me;
+  }
+  NEURON_CHECK(one_host || options_.transport != TransportKind::kShm,
+               "communicator: shared memory was asked for, but the ranks span hosts");
+  if (options_.transport == TransportKind::kTcp || !one_host) {
+    transport::TcpOptions tcp;
+    tcp.address = options_.tcp_address;
+    tcp.loopback = one_host;
+    tcp.setup_timeout = options_.timeout;
+    transport_ = std::make_unique<transport::TcpTransport>(*store_, rank, size, tcp);
+    return;
   }
   transport::ShmOptions shm;
   shm.ring_bytes = options_.shm_ring_bytes;

@@ -40,6 +40,7 @@ struct PerfOptions {
   bool check = false;
   DataType dtype = DataType::kFloat32;
   Algorithm algorithm = Algorithm::kAuto;
+  TransportKind transport = TransportKind::kAuto;
 };
 
 std::size_t ParseSize(const std::string& text) {
@@ -87,11 +88,19 @@ PerfOptions Parse(int argc, char** argv) {
     else if (a == "--check") o.check = true;
     else if (a == "--dtype") o.dtype = ParseDtype(value());
     else if (a == "--algo") o.algorithm = ParseAlgorithm(value());
+    else if (a == "--transport") {
+      const std::string t = value();
+      NEURON_CHECK(t == "auto" || t == "shm" || t == "tcp",
+                   "--transport must be auto, shm or tcp, got '", t, "'");
+      o.transport = t == "shm" ? TransportKind::kShm
+                  : t == "tcp" ? TransportKind::kTcp : TransportKind::kAuto;
+    }
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: neuronrun -n N neuron-cc-perf [--op allreduce|allgather|"
                    "reducescatter|broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
                    "       [-w WARMUP] [--check] [--dtype float32|float64|float16|bfloat16|"
-                   "int32|int64] [--algo auto|ring|recursive_doubling]\n";
+                   "int32|int64] [--algo auto|ring|recursive_doubling|direct]\n"
+                   "       [--transport auto|shm|tcp]\n";
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
   }
@@ -211,15 +220,18 @@ int Main(int argc, char** argv) {
   const PerfOptions o = Parse(argc, argv);
   const int rank = EnvInt("RANK"), size = EnvInt("WORLD_SIZE");
   const int local = EnvInt("LOCAL_WORLD_SIZE");
+  CommunicatorOptions comm_options;
+  comm_options.transport = o.transport;
   auto comm = std::make_unique<Communicator>(
-      std::make_shared<PrefixStore>("cc-perf", ConnectToJobStore()), rank, size);
+      std::make_shared<PrefixStore>("cc-perf", ConnectToJobStore()), rank, size, comm_options);
   const runtime::Topology topology = runtime::Topology::FromEnvironment();
   const runtime::FabricModel model(
       topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)));
   const double factor = runtime::BusBandwidthFactor(o.op, size);
   if (rank == 0) {
-    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %d iterations after %d warm-up\n",
-                runtime::Name(o.op), size, Name(o.dtype), o.iterations, o.warmup);
+    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport, %d iterations after %d "
+                "warm-up\n", runtime::Name(o.op), size, Name(o.dtype), comm->transport_name(),
+                o.iterations, o.warmup);
     std::printf("# topology %s; modelled with Neuron's algorithm choice\n",
                 topology.spec().name().c_str());
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",

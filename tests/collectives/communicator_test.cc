@@ -90,13 +90,34 @@ bool InexactAverage(DataType type, ReduceOp op) {
   return op == ReduceOp::kAvg && IsFloatingPoint(type);
 }
 
-TEST(Communicator, AllReduceSweepMatchesTheReference) {
+// Each sweep runs over both transports.
+class CommunicatorSweep : public ::testing::TestWithParam<TransportKind> {
+ protected:
+  CommunicatorOptions Options() const {
+    CommunicatorOptions o;
+    o.transport = GetParam();
+    return o;
+  }
+  std::vector<Algorithm> AllReduceAlgorithms() const {
+    if (GetParam() == TransportKind::kTcp) return {Algorithm::kRing, Algorithm::kRecursiveDoubling};
+    return {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling};
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, CommunicatorSweep,
+                         ::testing::Values(TransportKind::kShm, TransportKind::kTcp),
+                         [](const auto& info) {
+                           return info.param == TransportKind::kShm ? "shm" : "tcp";
+                         });
+
+TEST_P(CommunicatorSweep, AllReduceMatchesTheReference) {
+  const auto options = Options();
+  const auto algorithms = AllReduceAlgorithms();
   for (int size : kWorldSizes) {
-    RunRanks(size, [size](int rank, Store& store) {
+    RunRanks(size, [&](int rank, Store& store) {
       Communicator comm(std::make_shared<PrefixStore>("c", std::shared_ptr<Store>(&store, [](Store*) {})),
-                        rank, size);
-      for (Algorithm algorithm :
-           {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+                        rank, size, options);
+      for (Algorithm algorithm : algorithms) {
         for (std::size_t count : kCounts) {
           for (DataType type : kTypes) {
             for (ReduceOp op : kOps) {
@@ -119,16 +140,16 @@ TEST(Communicator, AllReduceSweepMatchesTheReference) {
   }
 }
 
-TEST(Communicator, FloatResultsAreBitwiseIdenticalOnEveryRankAndRun) {
+TEST_P(CommunicatorSweep, FloatResultsAreBitwiseIdenticalOnEveryRankAndRun) {
   constexpr int kSize = 7;
   constexpr std::size_t kCount = 10007;
-  for (Algorithm algorithm :
-       {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+  const auto options = Options();
+  for (Algorithm algorithm : AllReduceAlgorithms()) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       std::vector<std::vector<float>> results(2 * kSize);
       for (int run = 0; run < 2; ++run) {
         RunRanks(kSize, [&](int rank, Store& store) {
-          Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, kSize);
+          Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, kSize, options);
           std::mt19937 rng(rank);
           std::normal_distribution<float> dist;
           std::vector<float> data(kCount);
@@ -195,10 +216,11 @@ TEST(Communicator, DirectAllReduceEqualsTheNaiveReferenceOnRandomFloats) {
   }
 }
 
-TEST(Communicator, BroadcastAllGatherReduceScatterMatchTheReference) {
+TEST_P(CommunicatorSweep, BroadcastAllGatherReduceScatterMatchTheReference) {
+  const auto options = Options();
   for (int size : kWorldSizes) {
-    RunRanks(size, [size](int rank, Store& store) {
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size);
+    RunRanks(size, [&](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
       for (std::size_t count : kCounts) {
         for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64,
                               DataType::kUInt8}) {
@@ -231,10 +253,11 @@ TEST(Communicator, BroadcastAllGatherReduceScatterMatchTheReference) {
   }
 }
 
-TEST(Communicator, MismatchedCallsRaiseNamingOpSequenceAndRanks) {
+TEST_P(CommunicatorSweep, MismatchedCallsRaiseNamingOpSequenceAndRanks) {
+  const auto options = Options();
   try {
-    RunRanks(3, [](int rank, Store& store) {
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 3);
+    RunRanks(3, [&](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 3, options);
       comm.Barrier();
       std::vector<float> data(rank == 1 ? 200 : 100);
       comm.AllReduce({data.data(), data.size(), DataType::kFloat32});
@@ -248,8 +271,8 @@ TEST(Communicator, MismatchedCallsRaiseNamingOpSequenceAndRanks) {
   }
   // Different ops at the same point.
   try {
-    RunRanks(2, [](int rank, Store& store) {
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2);
+    RunRanks(2, [&](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
       std::vector<float> data(8);
       if (rank == 0) comm.Broadcast({data.data(), 8, DataType::kFloat32, 0});
       else comm.AllReduce({data.data(), 8, DataType::kFloat32});

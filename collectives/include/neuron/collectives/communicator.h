@@ -47,13 +47,23 @@ const char* Name(Algorithm algorithm);
 // InvalidUsage otherwise.
 Algorithm ParseAlgorithm(const std::string& name);
 
+enum class TransportKind {
+  kAuto,  // shared memory when every rank is on this host, else TCP
+  kShm,
+  kTcp,   // also on one host: tests, simulated nodes
+};
+
 struct CommunicatorOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  TransportKind transport = TransportKind::kAuto;
   // Allreduce at or below this size reduces the whole buffer on every rank
   // in one phase (direct); above it, each rank reduces a slice.
   std::size_t small_message_bytes = 16u << 10;
   std::size_t shm_ring_bytes = 2u << 20;
   std::size_t shm_window_bytes = 1u << 20;
+  // TCP: the address this rank listens on; empty: its host name's address
+  // (127.0.0.1 when every rank is on this host).
+  std::string tcp_address;
 };
 
 struct AllReduceOptions {
@@ -97,6 +107,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // "shm" or "tcp".
+  const char* transport_name() const { return transport_->name(); }
   // Collectives issued so far (the next one gets this number).
   std::uint64_t sequence() const { return sequence_; }
 

@@ -1,0 +1,77 @@
+// TCP transport: one connection per pair of ranks, for ranks on different
+// hosts (and, for tests and simulated nodes, on one host).
+//
+// Setup is collective through the store: every rank listens on an ephemeral
+// port of its address and publishes it; the higher rank of each pair
+// connects to the lower one and presents the group's random token (drawn by
+// rank 0 and shared through the authenticated store), so a stranger cannot
+// join a stream. Sockets are non-blocking; Wait() makes progress and blocks
+// in poll() when nothing can move. A peer that closes its connection is an
+// IoError naming it, or a RemoteError with the reason when it aborted.
+//
+// Usage:
+//   TcpTransport t(store, rank, size, {.address = "10.0.0.5"});
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "neuron/collectives/store/store.h"
+#include "neuron/collectives/transport/transport.h"
+
+namespace neuron::collectives::transport {
+
+struct TcpOptions {
+  // The address to listen on and publish; empty: 127.0.0.1 when
+  // `loopback`, else the first address this host's name resolves to.
+  std::string address;
+  bool loopback = true;
+  std::chrono::milliseconds setup_timeout = std::chrono::minutes(5);
+};
+
+class TcpTransport : public Transport {
+ public:
+  TcpTransport(Store& store, int rank, int size, TcpOptions options = {});
+  ~TcpTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "tcp"; }
+
+  RequestId Isend(int peer, const void* data, std::size_t bytes) override;
+  RequestId Irecv(int peer, void* data, std::size_t bytes) override;
+  void Wait(const std::vector<RequestId>& ids, Deadline deadline,
+            const std::string& what) override;
+  void Abort(const std::string& reason) override;
+
+ private:
+  struct Request {
+    int peer = 0;
+    bool is_send = false;
+    char* data = nullptr;
+    std::size_t bytes = 0;
+    std::size_t done = 0;
+  };
+  void Connect(const std::string& token);
+  bool Progress(const std::string& what);
+  bool ProgressSend(int peer, const std::string& what);
+  bool ProgressRecv(int peer, const std::string& what);
+  [[noreturn]] void PeerLost(int peer, const std::string& what, const std::string& how);
+  std::string Pending(const std::vector<RequestId>& ids) const;
+
+  Store& store_;
+  int rank_;
+  int size_;
+  TcpOptions options_;
+  int listener_ = -1;
+  std::vector<int> sockets_;  // by peer; -1 for self
+  std::vector<Request> requests_;
+  RequestId first_id_ = 0;
+  std::vector<std::deque<RequestId>> send_queue_;
+  std::vector<std::deque<RequestId>> recv_queue_;
+  // Bytes sent to / received from self (rank == peer) go through here.
+  std::deque<char> loopback_;
+};
+
+}  // namespace neuron::collectives::transport

@@ -1,0 +1,317 @@
+#include "neuron/collectives/transport/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "neuron/collectives/store/auth.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives::transport {
+
+namespace {
+
+constexpr std::chrono::milliseconds kPollSlice(100);
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void Tune(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int buffer = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
+}
+
+// Blocking exact read/write for the setup handshake (before non-blocking).
+bool ReadExact(int fd, void* data, std::size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool WriteExact(int fd, const void* data, std::size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+std::string HostAddress(const TcpOptions& o) {
+  if (!o.address.empty()) return o.address;
+  if (o.loopback) return "127.0.0.1";
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* result = nullptr;
+  if (::getaddrinfo(host, nullptr, &hints, &result) != 0 || result == nullptr) return "127.0.0.1";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr, text,
+              sizeof(text));
+  ::freeaddrinfo(result);
+  return text;
+}
+
+struct Hello {
+  std::int32_t rank;
+  char token[32];
+};
+
+}  // namespace
+
+TcpTransport::TcpTransport(Store& store, int rank, int size, TcpOptions options)
+    : store_(store), rank_(rank), size_(size), options_(std::move(options)),
+      sockets_(size, -1), send_queue_(size), recv_queue_(size) {
+  NEURON_CHECK(rank >= 0 && rank < size, "tcp transport: rank ", rank, " outside 0..", size - 1);
+  const std::string address = HostAddress(options_);
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  NEURON_CHECK(::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) == 1,
+               "tcp transport: '", address, "' is not an IPv4 address");
+  if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener_, size) != 0) {
+    const int e = errno;
+    ::close(listener_);
+    throw IoError(StrCat("tcp transport: cannot listen on ", address, ": ", std::strerror(e)));
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (rank == 0) store_.Set("tcp/token", auth::GenerateSecret().substr(0, 32));
+  const std::string token = store_.Get("tcp/token", options_.setup_timeout);
+  store_.Set("tcp/addr/" + std::to_string(rank), address + ":" + std::to_string(ntohs(addr.sin_port)));
+  try {
+    Connect(token);
+  } catch (...) {
+    for (int fd : sockets_) if (fd >= 0) ::close(fd);
+    ::close(listener_);
+    throw;
+  }
+  for (int fd : sockets_) {
+    if (fd >= 0) SetNonBlocking(fd);
+  }
+}
+
+void TcpTransport::Connect(const std::string& token) {
+  // Higher ranks connect to lower ones; each accepted connection says who it is.
+  for (int peer = 0; peer < rank_; ++peer) {
+    const std::string endpoint = store_.Get("tcp/addr/" + std::to_string(peer), options_.setup_timeout);
+    const auto colon = endpoint.rfind(':');
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+    ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &addr.sin_addr);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      throw IoError(StrCat("tcp transport: rank ", rank_, " cannot connect to rank ", peer,
+                           " at ", endpoint, ": ", std::strerror(e)));
+    }
+    Tune(fd);
+    Hello hello{rank_, {}};
+    std::memcpy(hello.token, token.data(), std::min(token.size(), sizeof(hello.token)));
+    if (!WriteExact(fd, &hello, sizeof(hello))) {
+      ::close(fd);
+      throw IoError(StrCat("tcp transport: rank ", peer, " hung up during setup"));
+    }
+    sockets_[peer] = fd;
+  }
+  int expected = size_ - 1 - rank_;
+  while (expected > 0) {
+    pollfd pfd{listener_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(options_.setup_timeout.count())) <= 0) {
+      throw TimeoutError(StrCat("tcp transport: rank ", rank_, " still waits for ", expected,
+                                " higher ranks to connect"));
+    }
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Hello hello{};
+    const bool ok = ReadExact(fd, &hello, sizeof(hello)) &&
+                    auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)),
+                                            token + std::string(sizeof(hello.token) - token.size(), '\0')) &&
+                    hello.rank > rank_ && hello.rank < size_ && sockets_[hello.rank] < 0;
+    if (!ok) {  // a stranger, or garbage: not one of ours
+      ::close(fd);
+      continue;
+    }
+    Tune(fd);
+    sockets_[hello.rank] = fd;
+    --expected;
+  }
+  ::close(listener_);
+  listener_ = -1;
+}
+
+TcpTransport::~TcpTransport() {
+  for (int fd : sockets_) if (fd >= 0) ::close(fd);
+  if (listener_ >= 0) ::close(listener_);
+}
+
+RequestId TcpTransport::Isend(int peer, const void* data, std::size_t bytes) {
+  NEURON_CHECK(peer >= 0 && peer < size_, "send to rank ", peer, " outside 0..", size_ - 1);
+  const RequestId id = first_id_ + requests_.size();
+  requests_.push_back({peer, true, const_cast<char*>(static_cast<const char*>(data)), bytes, 0});
+  send_queue_[peer].push_back(id);
+  return id;
+}
+
+RequestId TcpTransport::Irecv(int peer, void* data, std::size_t bytes) {
+  NEURON_CHECK(peer >= 0 && peer < size_, "receive from rank ", peer, " outside 0..", size_ - 1);
+  const RequestId id = first_id_ + requests_.size();
+  requests_.push_back({peer, false, static_cast<char*>(data), bytes, 0});
+  recv_queue_[peer].push_back(id);
+  return id;
+}
+
+void TcpTransport::PeerLost(int peer, const std::string& what, const std::string& how) {
+  // An aborting rank leaves its reason in the store before it hangs up.
+  if (store_.Check({"tcp/abort"})) {
+    throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ",
+                             store_.Get("tcp/abort", std::chrono::seconds(1))));
+  }
+  throw IoError(StrCat(what, ": rank ", peer, " ", how, "; rank ", rank_, " lost its stream"));
+}
+
+bool TcpTransport::ProgressSend(int peer, const std::string& what) {
+  bool moved = false;
+  auto& queue = send_queue_[peer];
+  while (!queue.empty()) {
+    Request& r = requests_[queue.front() - first_id_];
+    if (peer == rank_) {
+      loopback_.insert(loopback_.end(), r.data + r.done, r.data + r.bytes);
+      r.done = r.bytes;
+    }
+    while (r.done < r.bytes) {
+      const ssize_t n = ::send(sockets_[peer], r.data + r.done, r.bytes - r.done, MSG_NOSIGNAL);
+      if (n > 0) {
+        r.done += static_cast<std::size_t>(n);
+        moved = true;
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
+      if (n < 0 && errno == EINTR) continue;
+      PeerLost(peer, what, StrCat("closed its connection (", std::strerror(errno), ")"));
+    }
+    queue.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+bool TcpTransport::ProgressRecv(int peer, const std::string& what) {
+  bool moved = false;
+  auto& queue = recv_queue_[peer];
+  while (!queue.empty()) {
+    Request& r = requests_[queue.front() - first_id_];
+    if (peer == rank_) {
+      const std::size_t n = std::min(loopback_.size(), r.bytes - r.done);
+      std::copy(loopback_.begin(), loopback_.begin() + static_cast<long>(n), r.data + r.done);
+      loopback_.erase(loopback_.begin(), loopback_.begin() + static_cast<long>(n));
+      r.done += n;
+      moved = moved || n > 0;
+      if (r.done < r.bytes) return moved;
+    }
+    while (r.done < r.bytes) {
+      const ssize_t n = ::recv(sockets_[peer], r.data + r.done, r.bytes - r.done, 0);
+      if (n > 0) {
+        r.done += static_cast<std::size_t>(n);
+        moved = true;
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
+      if (n < 0 && errno == EINTR) continue;
+      PeerLost(peer, what, n == 0 ? "closed its connection" : std::strerror(errno));
+    }
+    queue.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+bool TcpTransport::Progress(const std::string& what) {
+  bool moved = false;
+  for (int p = 0; p < size_; ++p) {
+    if (!send_queue_[p].empty()) moved |= ProgressSend(p, what);
+    if (!recv_queue_[p].empty()) moved |= ProgressRecv(p, what);
+  }
+  return moved;
+}
+
+std::string TcpTransport::Pending(const std::vector<RequestId>& ids) const {
+  std::string out;
+  for (RequestId id : ids) {
+    const Request& r = requests_[id - first_id_];
+    if (r.done == r.bytes) continue;
+    if (!out.empty()) out += ", ";
+    out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
+                  " of ", r.bytes, " bytes)");
+  }
+  return out;
+}
+
+void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
+                        const std::string& what) {
+  auto all_done = [&] {
+    for (RequestId id : ids) {
+      const Request& r = requests_[id - first_id_];
+      if (r.done != r.bytes) return false;
+    }
+    return true;
+  };
+  while (true) {
+    Progress(what);
+    if (all_done()) break;
+    std::vector<pollfd> fds;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      short events = 0;
+      if (!send_queue_[p].empty()) events |= POLLOUT;
+      if (!recv_queue_[p].empty()) events |= POLLIN;
+      if (events) fds.push_back({sockets_[p], events, 0});
+    }
+    const auto now = Clock::now();
+    if (now >= deadline.at) {
+      throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
+                                Pending(ids)));
+    }
+    const auto slice = std::min<Clock::duration>(deadline.at - now, kPollSlice);
+    ::poll(fds.data(), fds.size(),
+           static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
+  }
+  bool idle = true;
+  for (int p = 0; p < size_; ++p) idle = idle && send_queue_[p].empty() && recv_queue_[p].empty();
+  if (idle) {
+    first_id_ += requests_.size();
+    requests_.clear();
+  }
+}
+
+void TcpTransport::Abort(const std::string& reason) {
+  store_.CompareSet("tcp/abort", "", reason);
+  for (int& fd : sockets_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
+}  // namespace neuron::collectives::transport

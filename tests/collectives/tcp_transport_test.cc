@@ -1,0 +1,140 @@
+#include "neuron/collectives/transport/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "neuron/collectives/store/file_store.h"
+#include "neuron/runtime/error.h"
+#include "rank_threads.h"
+
+namespace neuron::collectives::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunRanks;
+
+std::vector<unsigned char> Pattern(int from, int to, std::size_t bytes) {
+  std::vector<unsigned char> v(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(from * 31 + to * 7 + i);
+  return v;
+}
+
+TEST(TcpTransport, AllPairsStreamsArriveIntact) {
+  for (int size : {1, 2, 3, 5}) {
+    RunRanks(size, [size](int rank, Store& store) {
+      TcpTransport t(store, rank, size);
+      // 8 MiB outruns the socket buffers, so sends really wait for receives.
+      for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{100003},
+                                std::size_t{8} << 20}) {
+        std::vector<std::vector<unsigned char>> out(size), in(size);
+        std::vector<RequestId> ids;
+        for (int p = 0; p < size; ++p) {
+          out[p] = Pattern(rank, p, bytes);
+          in[p].resize(bytes);
+          ids.push_back(t.Isend(p, out[p].data(), bytes));
+          ids.push_back(t.Irecv(p, in[p].data(), bytes));
+        }
+        t.Wait(ids, Deadline::After(60s), "all-pairs test");
+        for (int p = 0; p < size; ++p) ASSERT_EQ(in[p], Pattern(p, rank, bytes)) << p << "->" << rank;
+      }
+    });
+  }
+}
+
+TEST(TcpTransport, StrangersCannotJoinAStream) {
+  RunRanks(2, [](int rank, Store& store) {
+    if (rank == 1) {
+      // Before connecting as rank 1, an intruder knocks with a wrong token.
+      const std::string endpoint = store.Get("tcp/addr/0", 10s);
+      const auto colon = endpoint.rfind(':');
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+      ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &addr.sin_addr);
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+      const char garbage[36] = {1, 0, 0, 0, 'n', 'o', 't', 'o', 'k'};
+      ASSERT_EQ(::send(fd, garbage, sizeof(garbage), 0), static_cast<ssize_t>(sizeof(garbage)));
+      std::this_thread::sleep_for(50ms);
+      ::close(fd);
+    }
+    TcpTransport t(store, rank, 2);
+    int value = rank == 0 ? 42 : 0;
+    const auto id = rank == 0 ? t.Isend(1, &value, sizeof(value)) : t.Irecv(0, &value, sizeof(value));
+    t.Wait({id}, Deadline::After(10s), "intruder test");
+    EXPECT_EQ(value, 42);
+  });
+}
+
+TEST(TcpTransport, DeadPeerIsNamed) {
+  char tmpl[] = "/tmp/neuron_tcp_test_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    FileStore store(path);
+    TcpTransport t(store, 1, 2);
+    ::_exit(0);  // dies without sending
+  }
+  FileStore store(path);
+  TcpTransport t(store, 0, 2);
+  char byte;
+  try {
+    t.Wait({t.Irecv(1, &byte, 1)}, Deadline::After(30s), "allgather #4");
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("allgather #4: rank 1 closed its connection"),
+              std::string::npos)
+        << e.what();
+  }
+  ::waitpid(child, nullptr, 0);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST(TcpTransport, AbortCarriesItsReason) {
+  try {
+    RunRanks(3, [](int rank, Store& store) {
+      TcpTransport t(store, rank, 3);
+      if (rank == 2) {
+        t.Abort("rank 2 saw a dtype mismatch");
+        return;
+      }
+      char byte;
+      t.Wait({t.Irecv(2, &byte, 1)}, Deadline::After(30s), "broadcast #9");
+    });
+    FAIL() << "expected RemoteError";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted: rank 2 saw a dtype mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TcpTransport, TimeoutNamesThePendingPeer) {
+  try {
+    RunRanks(2, [](int rank, Store& store) {
+      TcpTransport t(store, rank, 2);
+      if (rank == 0) {
+        char byte;
+        t.Wait({t.Irecv(1, &byte, 1)}, Deadline::After(200ms), "reduce #2");
+      } else {
+        std::this_thread::sleep_for(400ms);  // keep the connection open
+      }
+    });
+    FAIL() << "expected a timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce #2 on rank 0 timed out; still pending: "
+                                         "receive from rank 1 (0 of 1 bytes)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace neuron::collectives::transport
