@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "communicator_internal.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shm_transport.h"
@@ -14,28 +15,18 @@
 
 namespace neuron::collectives {
 
+using detail::Begin;
+using detail::Mod;
+using detail::OpCode;
+using detail::OpName;
+using detail::kCollectedPhase;
+using detail::kHandshakePhase;
+using detail::kHeaderSlot;
+using detail::kReducedPhase;
+using detail::kStagedPhase;
+using detail::kWindowDataOffset;
+
 namespace {
-
-enum class OpCode : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-
-const char* OpName(OpCode op) {
-  switch (op) {
-    case OpCode::kAllReduce: return "allreduce";
-    case OpCode::kBroadcast: return "broadcast";
-    case OpCode::kAllGather: return "allgather";
-    case OpCode::kReduceScatter: return "reducescatter";
-    case OpCode::kBarrier: return "barrier";
-  }
-  return "unknown";
-}
-
-// Element range [Begin(c), Begin(c + 1)) of chunk c when `count` elements are
-// split into `n` chunks as evenly as possible.
-std::size_t Begin(std::size_t count, int n, int c) {
-  return count * static_cast<std::size_t>(c) / static_cast<std::size_t>(n);
-}
-
-int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Identifies this host, so ranks can tell which peers share its memory.
 std::string HostIdentity() {
@@ -48,32 +39,6 @@ std::string HostIdentity() {
 }
 
 }  // namespace
-
-// Phase counters of the shm transport (see ShmTransport::PublishPhase).
-constexpr int kHandshakePhase = 0;  // headers (and small data) are in the windows
-constexpr int kReducedPhase = 1;    // each rank's slice is reduced
-constexpr int kCollectedPhase = 2;  // the window data areas may be reused
-constexpr int kStagedPhase = 3;     // inputs are staged (large direct allreduce)
-// Each window starts with two header slots (by sequence parity: a rank can
-// be at most one collective ahead of any other), then the data area.
-constexpr std::size_t kHeaderSlot = 64;
-constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
-
-struct Communicator::Header {
-  std::uint32_t magic = 0x4e43434c;  // "NCCL"-like tag: a header, not data
-  OpCode op = OpCode::kBarrier;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp reduce = ReduceOp::kSum;
-  std::uint8_t pad = 0;
-  std::int32_t root = -1;
-  std::uint64_t sequence = 0;
-  std::uint64_t count = 0;
-
-  bool operator==(const Header& o) const {
-    return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
-           root == o.root && sequence == o.sequence && count == o.count;
-  }
-};
 
 const char* Name(Algorithm algorithm) {
   switch (algorithm) {
@@ -134,10 +99,10 @@ transport::Deadline Communicator::NewDeadline() const {
 std::string Communicator::Describe(const Header& h) const {
   std::string text = StrCat(OpName(h.op), " #", h.sequence);
   if (h.op != OpCode::kBarrier) text += StrCat(" of ", h.count, " ", Name(h.dtype));
-  if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter) {
+  if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter || h.op == OpCode::kReduce) {
     text += StrCat(" (", Name(h.reduce), ")");
   }
-  if (h.op == OpCode::kBroadcast) text += StrCat(" from root ", h.root);
+  if (h.root >= 0) text += StrCat(" with root ", h.root);
   return text;
 }
 

@@ -96,6 +96,53 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
 };
 
+struct ReduceOptions {
+  void* data = nullptr;  // every rank's input; the result replaces it on root
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+struct GatherOptions {
+  const void* input = nullptr;  // count elements
+  void* output = nullptr;       // root: size x count elements, rank order
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+
+struct ScatterOptions {
+  const void* input = nullptr;  // root: size x count elements, rank order
+  void* output = nullptr;       // count elements
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+
+// All-to-all: block p of the input goes to rank p; block p of the output
+// comes from rank p. Equal blocks of `count` elements when the count vectors
+// are empty; otherwise send_counts[p] / recv_counts[p] elements (blocks
+// packed in rank order), and what rank a sends to b must equal what b
+// expects from a (checked on the wire).
+struct AllToAllOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::size_t count = 0;
+  std::vector<std::size_t> send_counts;
+  std::vector<std::size_t> recv_counts;
+  DataType dtype = DataType::kFloat32;
+};
+
+// Allgather with a block of counts[r] elements from rank r (every rank
+// passes the same counts); output is the blocks packed in rank order.
+struct AllGatherVOptions {
+  const void* input = nullptr;  // counts[rank] elements
+  void* output = nullptr;       // sum(counts) elements
+  std::vector<std::size_t> counts;
+  DataType dtype = DataType::kFloat32;
+};
+
 class Communicator {
  public:
   // Collective: every rank of the group calls it with the same store.
@@ -117,6 +164,11 @@ class Communicator {
   void AllGather(const AllGatherOptions& options);
   void ReduceScatter(const ReduceScatterOptions& options);
   void Barrier();
+  void Reduce(const ReduceOptions& options);
+  void Gather(const GatherOptions& options);
+  void Scatter(const ScatterOptions& options);
+  void AllToAll(const AllToAllOptions& options);
+  void AllGatherV(const AllGatherVOptions& options);
 
   // Every rank's pending and future operations fail with `reason`.
   void Abort(const std::string& reason);
@@ -131,6 +183,7 @@ class Communicator {
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
   std::string Describe(const Header& h) const;
+  void CheckRoot(int root, const char* op) const;
   transport::Deadline NewDeadline() const;
   void RingReduceScatter(char* data, std::size_t count, DataType dtype, ReduceOp op,
                          const std::string& what);

@@ -1,0 +1,71 @@
+// Private to the communicator's implementation files: the call header every
+// collective shows the other ranks, the op codes, and chunking helpers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "neuron/collectives/communicator.h"
+
+namespace neuron::collectives {
+namespace detail {
+
+enum class OpCode : std::uint8_t {
+  kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier,
+  kReduce, kGather, kScatter, kAllToAll, kAllGatherV,
+};
+
+inline const char* OpName(OpCode op) {
+  switch (op) {
+    case OpCode::kAllReduce: return "allreduce";
+    case OpCode::kBroadcast: return "broadcast";
+    case OpCode::kAllGather: return "allgather";
+    case OpCode::kReduceScatter: return "reducescatter";
+    case OpCode::kBarrier: return "barrier";
+    case OpCode::kReduce: return "reduce";
+    case OpCode::kGather: return "gather";
+    case OpCode::kScatter: return "scatter";
+    case OpCode::kAllToAll: return "alltoall";
+    case OpCode::kAllGatherV: return "allgatherv";
+  }
+  return "unknown";
+}
+
+// Element range [Begin(c), Begin(c + 1)) of chunk c when `count` elements are
+// split into `n` chunks as evenly as possible.
+inline std::size_t Begin(std::size_t count, int n, int c) {
+  return count * static_cast<std::size_t>(c) / static_cast<std::size_t>(n);
+}
+
+inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Phase counters of the shm transport (see ShmTransport::PublishPhase).
+inline constexpr int kHandshakePhase = 0;  // headers (and small data) are in the windows
+inline constexpr int kReducedPhase = 1;    // each rank's slice is reduced
+inline constexpr int kCollectedPhase = 2;  // the window data areas may be reused
+inline constexpr int kStagedPhase = 3;     // inputs are staged (large direct allreduce)
+// Each window starts with two header slots (by sequence parity: a rank can
+// be at most one collective ahead of any other), then the data area.
+inline constexpr std::size_t kHeaderSlot = 64;
+inline constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
+
+}  // namespace detail
+
+struct Communicator::Header {
+  using OpCode = detail::OpCode;
+  std::uint32_t magic = 0x4e43434c;  // "NCCL"-like tag: a header, not data
+  OpCode op = OpCode::kBarrier;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+  std::uint8_t pad = 0;
+  std::int32_t root = -1;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+
+  bool operator==(const Header& o) const {
+    return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
+           root == o.root && sequence == o.sequence && count == o.count;
+  }
+};
+
+}  // namespace neuron::collectives
