@@ -1,0 +1,91 @@
+// Asynchronous collectives: a Communicator driven by its own progress thread.
+//
+// Operations are queued and run one after another in the order they were
+// enqueued (every rank must enqueue the same sequence); each returns a Work
+// handle. Buffers must stay valid until the work completes.
+//
+// Usage:
+//   AsyncCommunicator async(std::make_unique<Communicator>(store, rank, size));
+//   auto work = async.Enqueue([&](Communicator& c) {
+//     c.AllReduce({grads, n, DataType::kFloat32});
+//   });
+//   ... compute while the allreduce runs ...
+//   work->Wait();  // rethrows the operation's error, if any
+//
+// Abort() (from any thread) makes the running operation fail on every rank
+// and every queued one fail without running.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "neuron/collectives/communicator.h"
+
+namespace neuron::collectives {
+
+// The handle of one asynchronous operation. Thread-safe.
+class Work {
+ public:
+  using Duration = std::chrono::milliseconds;
+  static constexpr Duration kForever = Duration::max();
+
+  // Blocks until the operation ends, then rethrows its error if it failed.
+  // Throws TimeoutError when `timeout` passes first (the operation goes on).
+  void Wait(Duration timeout = kForever);
+  // True once the operation ended, successfully or not; never blocks.
+  bool Test() const;
+  // The operation's error once it failed, else null.
+  std::exception_ptr exception() const;
+  // What the work does ("allreduce", ...), for messages.
+  const std::string& description() const { return description_; }
+
+  explicit Work(std::string description) : description_(std::move(description)) {}
+  void Finish(std::exception_ptr error);
+
+ private:
+  std::string description_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class AsyncCommunicator {
+ public:
+  using Operation = std::function<void(Communicator&)>;
+
+  explicit AsyncCommunicator(std::unique_ptr<Communicator> communicator);
+  // Runs what is still queued, then stops the progress thread.
+  ~AsyncCommunicator();
+  AsyncCommunicator(const AsyncCommunicator&) = delete;
+  AsyncCommunicator& operator=(const AsyncCommunicator&) = delete;
+
+  // Queues `op` behind everything enqueued before it.
+  std::shared_ptr<Work> Enqueue(Operation op, std::string description = "collective");
+  void Abort(const std::string& reason);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  void Run();
+
+  std::unique_ptr<Communicator> communicator_;
+  const int rank_;
+  const int size_;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<std::pair<Operation, std::shared_ptr<Work>>> queue_;
+  bool stopping_ = false;
+  std::string abort_reason_;  // set once aborted
+  std::thread thread_;        // last: starts after everything above exists
+};
+
+}  // namespace neuron::collectives

@@ -1,0 +1,105 @@
+#include "neuron/collectives/async_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include "neuron/runtime/error.h"
+#include "rank_threads.h"
+
+namespace neuron::collectives {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunRanks;
+
+std::shared_ptr<Store> Borrow(Store& store) {
+  return std::shared_ptr<Store>(&store, [](Store*) {});
+}
+
+TEST(AsyncCommunicator, QueuedOperationsRunInIssueOrder) {
+  RunRanks(4, [](int rank, Store& store) {
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, 4));
+    constexpr int kOps = 20;
+    std::vector<std::vector<float>> buffers(kOps, std::vector<float>(1000));
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < kOps; ++i) {
+      std::fill(buffers[i].begin(), buffers[i].end(), static_cast<float>(rank + i));
+      float* data = buffers[i].data();
+      works.push_back(async.Enqueue(
+          [data](Communicator& c) { c.AllReduce({data, 1000, DataType::kFloat32}); },
+          "allreduce"));
+    }
+    for (int i = 0; i < kOps; ++i) {
+      works[i]->Wait();
+      EXPECT_TRUE(works[i]->Test());
+      EXPECT_EQ(works[i]->exception(), nullptr);
+      EXPECT_EQ(buffers[i][999], 0 + 1 + 2 + 3 + 4.0f * i) << i;
+    }
+  });
+}
+
+TEST(AsyncCommunicator, ErrorsReachTheWorkHandle) {
+  std::vector<std::exception_ptr> errors(2);
+  RunRanks(2, [&](int rank, Store& store) {
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, 2));
+    std::vector<float> data(rank == 0 ? 10 : 20);
+    auto work = async.Enqueue([&](Communicator& c) {
+      c.AllReduce({data.data(), data.size(), DataType::kFloat32});
+    });
+    try {
+      work->Wait();
+    } catch (...) {
+    }
+    EXPECT_TRUE(work->Test());
+    errors[rank] = work->exception();
+    // The communicator was aborted: later work fails without running.
+    auto later = async.Enqueue([](Communicator& c) { c.Barrier(); }, "barrier");
+    EXPECT_THROW(later->Wait(), Error);
+  });
+  for (const auto& e : errors) {
+    ASSERT_NE(e, nullptr);
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("mismatched collectives"), std::string::npos)
+          << err.what();
+    }
+  }
+}
+
+TEST(AsyncCommunicator, WaitWithTimeoutLeavesTheWorkRunning) {
+  RunRanks(2, [](int rank, Store& store) {
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, 2));
+    if (rank == 1) std::this_thread::sleep_for(300ms);  // arrive late
+    auto work = async.Enqueue([](Communicator& c) { c.Barrier(); }, "barrier");
+    if (rank == 0) {
+      EXPECT_THROW(work->Wait(50ms), TimeoutError);
+      EXPECT_FALSE(work->Test());
+    }
+    work->Wait();  // completes once rank 1 arrives
+  });
+}
+
+TEST(AsyncCommunicator, AbortFailsTheRunningOperationOnEveryRank) {
+  RunRanks(3, [](int rank, Store& store) {
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, 3));
+    async.Enqueue([](Communicator& c) { c.Barrier(); })->Wait();
+    // Everyone is past the first barrier before rank 2 aborts.
+    store.Set("past/" + std::to_string(rank), "");
+    store.Wait({"past/0", "past/1", "past/2"});
+    if (rank == 2) {
+      async.Abort("rank 2 is shutting down");
+      return;
+    }
+    auto work = async.Enqueue([](Communicator& c) { c.Barrier(); }, "barrier");
+    try {
+      work->Wait(30s);
+      FAIL() << "a barrier completed without rank 2";
+    } catch (const RemoteError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 2 is shutting down"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace neuron::collectives
