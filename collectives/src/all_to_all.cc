@@ -51,7 +51,9 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
   h.dtype = o.dtype;
   h.sequence = sequence_;
   h.count = per_peer ? kPerPeerSizes : o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(send_at.back());
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::string what = Describe(h);
   const char* in = static_cast<const char*>(o.input);
   char* out = static_cast<char*>(o.output);
@@ -94,7 +96,9 @@ void Communicator::AllGatherV(const AllGatherVOptions& o) {
   h.dtype = o.dtype;
   h.sequence = sequence_;
   h.count = std::accumulate(o.counts.begin(), o.counts.end(), std::size_t{0});
-  Handshake(h);
+  h.model_bytes = static_cast<double>(at.back());
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   char* out = static_cast<char*>(o.output);
   if (o.counts[rank_] > 0) std::memmove(out + at[rank_], o.input, o.counts[rank_] * esize);
   const std::string what = Describe(h);

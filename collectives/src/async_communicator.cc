@@ -1,14 +1,16 @@
 #include "neuron/collectives/async_communicator.h"
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
 
-void Work::Finish(std::exception_ptr error) {
+void Work::Finish(std::exception_ptr error, std::function<void()> on_wait) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
     error_ = std::move(error);
+    on_wait_ = std::move(on_wait);
   }
   done_cv_.notify_all();
 }
@@ -22,6 +24,7 @@ void Work::Wait(Duration timeout) {
                               " ms"));
   }
   if (error_) std::rethrow_exception(error_);
+  if (on_wait_) on_wait_();
 }
 
 bool Work::Test() const {
@@ -38,7 +41,9 @@ AsyncCommunicator::AsyncCommunicator(std::unique_ptr<Communicator> communicator)
     : communicator_(std::move(communicator)),
       rank_(communicator_->rank()),
       size_(communicator_->size()),
-      thread_([this] { Run(); }) {}
+      thread_([this] { Run(); }) {
+  communicator_->set_join_compute(false);  // Work::Wait joins instead
+}
 
 AsyncCommunicator::~AsyncCommunicator() {
   {
@@ -88,8 +93,15 @@ void AsyncCommunicator::Run() {
       continue;
     }
     try {
+      const std::size_t before = communicator_->totals().operations;
       next.first(*communicator_);
-      next.second->Finish(nullptr);
+      std::function<void()> join;
+      if (communicator_->totals().operations > before) {
+        const double end = communicator_->records().back().end_us;
+        runtime::SimClock* clock = &communicator_->clock();
+        join = [clock, end] { clock->JoinCompute(runtime::SimDuration(end)); };
+      }
+      next.second->Finish(nullptr, std::move(join));
     } catch (...) {
       next.second->Finish(std::current_exception());
     }

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <numeric>
 
 #include "communicator_internal.h"
 #include "neuron/collectives/reduce.h"
@@ -12,6 +15,9 @@
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
 
@@ -27,6 +33,26 @@ using detail::kStagedPhase;
 using detail::kWindowDataOffset;
 
 namespace {
+
+// The job's fabric with `world` ranks placed as neuronrun places them:
+// LOCAL_WORLD_SIZE per node (all on one node when unset), filling nodes of
+// the topology in NEURON_TOPOLOGY_FILE (or the embedded trn2 node).
+std::shared_ptr<const runtime::FabricModel> DefaultFabric(int world) {
+  const runtime::Topology topology = runtime::Topology::FromEnvironment();
+  const auto& reg = runtime::ConfigRegistry::Get();
+  const int slots = static_cast<int>(topology.spec().chips_per_node() *
+                                     topology.spec().ranks_per_chip());
+  int per_node = reg.Find(runtime::ConfigKey::kLocalWorldSize)
+                     ? static_cast<int>(reg.GetInt(runtime::ConfigKey::kLocalWorldSize))
+                     : world;
+  per_node = std::max(1, std::min(per_node, slots));
+  std::vector<std::uint32_t> ranks_per_node;
+  for (int left = world; left > 0; left -= per_node) {
+    ranks_per_node.push_back(static_cast<std::uint32_t>(std::min(left, per_node)));
+  }
+  return std::make_shared<runtime::FabricModel>(topology,
+                                                runtime::PlaceRanks(topology, ranks_per_node));
+}
 
 // Identifies this host, so ranks can tell which peers share its memory.
 std::string HostIdentity() {
@@ -65,6 +91,22 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     : store_(std::move(store)), rank_(rank), size_(size), options_(options) {
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
+  clock_ = options_.clock ? options_.clock : std::make_shared<runtime::SimClock>();
+  global_ranks_ = options_.global_ranks;
+  if (global_ranks_.empty()) {
+    global_ranks_.resize(size);
+    std::iota(global_ranks_.begin(), global_ranks_.end(), 0);
+  }
+  NEURON_CHECK(global_ranks_.size() == static_cast<std::size_t>(size),
+               "communicator: global_ranks has ", global_ranks_.size(), " entries for ", size,
+               " ranks");
+  fabric_ = options_.fabric ? options_.fabric
+                            : DefaultFabric(*std::max_element(global_ranks_.begin(),
+                                                              global_ranks_.end()) + 1);
+  for (int g : global_ranks_) {
+    NEURON_CHECK(g >= 0 && g < fabric_->world_size(), "communicator: global rank ", g,
+                 " is not on the fabric model's ", fabric_->world_size(), " ranks");
+  }
   const std::string me = HostIdentity();
   store_->Set("host/" + std::to_string(rank), me);
   bool one_host = true;
@@ -131,9 +173,12 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
   }
 }
 
-void Communicator::Handshake(const Header& mine, const void* staged, std::size_t staged_bytes) {
+Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
+                                             std::size_t staged_bytes) {
   ++sequence_;
-  if (size_ == 1) return;
+  mine.arrival_us = clock_->CollectiveArrival().count();
+  Agreed agreed{mine.arrival_us, mine.model_bytes};
+  if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
     const std::string what = Describe(mine);
     if (staged_bytes > 0) {
@@ -149,17 +194,141 @@ void Communicator::Handshake(const Header& mine, const void* staged, std::size_t
     std::vector<const Header*> theirs(size_);
     for (int r = 0; r < size_; ++r) {
       theirs[r] = reinterpret_cast<const Header*>(shm_->Window(r) + slot);
+      agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
+      agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
     }
     CheckHeaders(mine, theirs.data());
-    return;
+    return agreed;
   }
   Header left;
   const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
   Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describe(mine));
-  if (left == mine) return;
-  std::vector<const Header*> theirs(size_, &mine);
-  theirs[left_rank] = &left;
-  CheckHeaders(mine, theirs.data());
+  if (!(left == mine)) {
+    std::vector<const Header*> theirs(size_, &mine);
+    theirs[left_rank] = &left;
+    CheckHeaders(mine, theirs.data());
+  }
+  return RingMax(agreed, Describe(mine));
+}
+
+Communicator::Agreed Communicator::RingMax(Agreed mine, const std::string& what) {
+  // n-1 steps: after step k each rank holds the maximum over k+2 ranks.
+  const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
+  Agreed current = mine;
+  for (int k = 0; k < size_ - 1; ++k) {
+    Agreed in;
+    Exchange(right, &current, sizeof(current), left, &in, sizeof(in), what);
+    current.start_us = std::max(current.start_us, in.start_us);
+    current.model_bytes = std::max(current.model_bytes, in.model_bytes);
+  }
+  return current;
+}
+
+double Communicator::ModelledMicros(const Header& h, double bytes, std::string* algorithm) {
+  const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
+  auto cached = model_cache_.find(key);
+  if (cached != model_cache_.end()) {
+    *algorithm = cached->second.second;
+    return cached->second.first;
+  }
+  using runtime::CollectiveKind;
+  runtime::CollectiveShape shape{CollectiveKind::kAllReduce, bytes, global_ranks_,
+                                 std::max(h.root, 0)};
+  runtime::Schedule schedule;
+  switch (h.op) {
+    case OpCode::kGather:
+    case OpCode::kScatter: {  // linear: the root and every other rank, at once
+      runtime::Step step;
+      const int root = global_ranks_[h.root];
+      for (int g : global_ranks_) {
+        if (g == root) continue;
+        step.transfers.push_back(h.op == OpCode::kGather ? runtime::Transfer{g, root, bytes}
+                                                         : runtime::Transfer{root, g, bytes});
+      }
+      schedule = {"linear", {step}};
+      break;
+    }
+    default: {
+      switch (h.op) {
+        case OpCode::kBroadcast: shape.kind = CollectiveKind::kBroadcast; break;
+        case OpCode::kReduce: shape.kind = CollectiveKind::kReduce; break;
+        case OpCode::kAllGather:
+        case OpCode::kAllGatherV: shape.kind = CollectiveKind::kAllGather; break;
+        case OpCode::kReduceScatter: shape.kind = CollectiveKind::kReduceScatter; break;
+        case OpCode::kAllToAll: shape.kind = CollectiveKind::kAllToAll; break;
+        default: break;  // allreduce; barrier as a zero-byte allreduce
+      }
+      schedule = runtime::BuildSchedule(*fabric_, shape,
+                                        runtime::ChooseAlgorithm(*fabric_, shape));
+    }
+  }
+  const double micros = fabric_->Simulate(schedule).total.count();
+  model_cache_[key] = {micros, schedule.algorithm};
+  *algorithm = schedule.algorithm;
+  return micros;
+}
+
+void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
+                          double wall_us) {
+  OpRecord r;
+  r.op = OpName(h.op);
+  r.sequence = h.sequence;
+  r.bytes = agreed.model_bytes;
+  r.wall_us = wall_us;
+  r.modelled_us = ModelledMicros(h, agreed.model_bytes, &r.fabric_algorithm);
+  r.arrival_us = arrival_us;
+  r.start_us = agreed.start_us;
+  r.end_us = agreed.start_us + r.modelled_us;
+  if (r.modelled_us > 0) {
+    r.algbw_gbps = r.bytes / r.modelled_us / 1e3;
+    runtime::CollectiveKind kind = runtime::CollectiveKind::kAllReduce;
+    if (h.op == OpCode::kAllGather || h.op == OpCode::kAllGatherV) kind = runtime::CollectiveKind::kAllGather;
+    if (h.op == OpCode::kReduceScatter) kind = runtime::CollectiveKind::kReduceScatter;
+    if (h.op == OpCode::kAllToAll) kind = runtime::CollectiveKind::kAllToAll;
+    if (h.op == OpCode::kBroadcast || h.op == OpCode::kReduce || h.op == OpCode::kGather ||
+        h.op == OpCode::kScatter) {
+      kind = runtime::CollectiveKind::kBroadcast;
+    }
+    r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(kind, size_);
+  }
+  clock_->FinishCollective(runtime::SimDuration(r.end_us));
+  if (join_compute_) clock_->JoinCompute(runtime::SimDuration(r.end_us));
+  totals_.operations += 1;
+  totals_.bytes += r.bytes;
+  totals_.wall_us += r.wall_us;
+  totals_.modelled_us += r.modelled_us;
+  totals_.waited_us += r.start_us - r.arrival_us;
+  if (records_.size() >= options_.max_records && !records_.empty()) {
+    records_.erase(records_.begin(), records_.begin() + records_.size() / 2);
+  }
+  records_.push_back(std::move(r));
+}
+
+void Communicator::ResetStats() {
+  records_.clear();
+  totals_ = {};
+}
+
+void Communicator::WriteChromeTrace(const std::string& path) const {
+  std::ofstream out(path);
+  NEURON_CHECK(out.good(), "cannot write Chrome trace ", path);
+  out << "{\"traceEvents\": [\n";
+  bool first = true;
+  double wall_cursor = 0;  // wall events are laid end to end per rank
+  for (const auto& r : records_) {
+    for (int clock = 0; clock < 2; ++clock) {
+      const bool sim = clock == 1;
+      out << (first ? "" : ",\n") << "{\"name\": \"" << r.op << " #" << r.sequence
+          << "\", \"ph\": \"X\", \"pid\": \"" << (sim ? "simulated" : "wall")
+          << "\", \"tid\": " << rank_ << ", \"ts\": " << (sim ? r.start_us : wall_cursor)
+          << ", \"dur\": " << (sim ? r.modelled_us : r.wall_us) << ", \"args\": {\"bytes\": "
+          << r.bytes << ", \"algorithm\": \"" << r.fabric_algorithm
+          << "\", \"busbw_gbps\": " << r.busbw_gbps << "}}";
+      first = false;
+    }
+    wall_cursor += r.wall_us;
+  }
+  out << "\n]}\n";
 }
 
 void Communicator::Abort(const std::string& reason) { transport_->Abort(reason); }
@@ -196,7 +365,9 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   const std::string what = Describe(h);
   const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&
                      bytes <= std::min(options_.small_message_bytes, WindowDataBytes());
-  Handshake(h, small ? data : nullptr, small ? bytes : 0);
+  h.model_bytes = static_cast<double>(bytes);
+  const Agreed agreed = Handshake(h, small ? data : nullptr, small ? bytes : 0);
+  const OpScope scope(*this, h, agreed);
   if (size_ == 1 || o.count == 0) {
     if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
     return;
@@ -363,7 +534,9 @@ void Communicator::Broadcast(const BroadcastOptions& o) {
   h.root = o.root;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   if (size_ == 1 || bytes == 0) return;
   const std::string what = Describe(h);
@@ -392,7 +565,9 @@ void Communicator::AllGather(const AllGatherOptions& o) {
   h.dtype = o.dtype;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype) * size_);
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t block = o.count * ElementSize(o.dtype);
   char* out = static_cast<char*>(o.output);
   if (block == 0) return;
@@ -410,7 +585,9 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
   h.reduce = o.op;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype) * size_);
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t esize = ElementSize(o.dtype);
   const std::size_t block = o.count * esize;
   if (block == 0) return;
@@ -428,7 +605,9 @@ void Communicator::Barrier() {
   Header h;
   h.op = OpCode::kBarrier;
   h.sequence = sequence_;
-  Handshake(h);
+  h.model_bytes = 0;
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::string what = Describe(h);
   char out = 1, in = 0;
   for (int k = 1; k < size_; k *= 2) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
+#include <exception>
 
 #include "neuron/collectives/communicator.h"
 
@@ -61,11 +63,36 @@ struct Communicator::Header {
   std::int32_t root = -1;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
+  // Not compared: they differ between ranks.
+  double arrival_us = 0;   // this rank's simulated arrival
+  double model_bytes = 0;  // this rank's size for the fabric model
 
+  // Equal calls (the per-rank stamps aside).
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
            root == o.root && sequence == o.sequence && count == o.count;
   }
+};
+
+// Accounts one operation on both clocks once it completed on this rank.
+class Communicator::OpScope {
+ public:
+  OpScope(Communicator& comm, const Header& header, const Agreed& agreed)
+      : comm_(comm), header_(header), agreed_(agreed),
+        exceptions_(std::uncaught_exceptions()), wall_start_(std::chrono::steady_clock::now()) {}
+  ~OpScope() {
+    if (std::uncaught_exceptions() != exceptions_) return;  // failed: nothing to account
+    const double wall = std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - wall_start_).count();
+    comm_.Record(header_, agreed_, header_.arrival_us, wall);
+  }
+
+ private:
+  Communicator& comm_;
+  Header header_;
+  Agreed agreed_;
+  int exceptions_;
+  std::chrono::steady_clock::time_point wall_start_;
 };
 
 }  // namespace neuron::collectives

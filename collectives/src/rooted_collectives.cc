@@ -29,7 +29,9 @@ void Communicator::Reduce(const ReduceOptions& o) {
   h.root = o.root;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   if (bytes == 0) return;
   const std::string what = Describe(h);
@@ -64,7 +66,9 @@ void Communicator::Gather(const GatherOptions& o) {
   h.root = o.root;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t block = o.count * ElementSize(o.dtype);
   if (block == 0) return;
   const std::string what = Describe(h);
@@ -91,7 +95,9 @@ void Communicator::Scatter(const ScatterOptions& o) {
   h.root = o.root;
   h.sequence = sequence_;
   h.count = o.count;
-  Handshake(h);
+  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
+  const Agreed agreed = Handshake(h);
+  const OpScope scope(*this, h, agreed);
   const std::size_t block = o.count * ElementSize(o.dtype);
   if (block == 0) return;
   const std::string what = Describe(h);

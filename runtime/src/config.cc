@@ -29,6 +29,8 @@ ConfigRegistry::ConfigRegistry()
            "secret shared by the agents of a multi-node job", true},
           {ConfigKey::kCollectiveAlgorithm, "NEURON_CC_ALGO", "",
            "force the host allreduce algorithm: ring, recursive_doubling", false},
+          {ConfigKey::kLocalWorldSize, "LOCAL_WORLD_SIZE", "",
+           "ranks per node (set by neuronrun); places ranks on the fabric model", false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

@@ -38,6 +38,8 @@ class Work {
 
   // Blocks until the operation ends, then rethrows its error if it failed.
   // Throws TimeoutError when `timeout` passes first (the operation goes on).
+  // A successful wait joins the rank's simulated clocks: its compute stream
+  // continues at the end of the operation on the collective stream.
   void Wait(Duration timeout = kForever);
   // True once the operation ended, successfully or not; never blocks.
   bool Test() const;
@@ -47,7 +49,8 @@ class Work {
   const std::string& description() const { return description_; }
 
   explicit Work(std::string description) : description_(std::move(description)) {}
-  void Finish(std::exception_ptr error);
+  // `on_wait` runs at every successful Wait (joining the clocks).
+  void Finish(std::exception_ptr error, std::function<void()> on_wait = nullptr);
 
  private:
   std::string description_;
@@ -55,6 +58,7 @@ class Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::function<void()> on_wait_;
 };
 
 class AsyncCommunicator {

@@ -23,6 +23,8 @@
 #pragma once
 
 #include <chrono>
+#include <map>
+#include <tuple>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,8 +32,14 @@
 #include <vector>
 
 #include "neuron/collectives/dtype.h"
+#include "neuron/collectives/op_stats.h"
 #include "neuron/collectives/store/store.h"
 #include "neuron/collectives/transport/transport.h"
+
+namespace neuron::runtime {
+class FabricModel;
+class SimClock;
+}  // namespace neuron::runtime
 
 namespace neuron::collectives {
 
@@ -64,6 +72,17 @@ struct CommunicatorOptions {
   // TCP: the address this rank listens on; empty: its host name's address
   // (127.0.0.1 when every rank is on this host).
   std::string tcp_address;
+
+  // Simulated time. `clock` is this rank's (shared by all its communicators;
+  // default: one of its own). `fabric` models the job's fabric (default: the
+  // topology of NEURON_TOPOLOGY_FILE or the embedded trn2 node, with the
+  // ranks placed as neuronrun places them). `global_ranks[i]` is the job rank
+  // of member i (default: i), which says where it sits on the fabric.
+  std::shared_ptr<runtime::SimClock> clock;
+  std::shared_ptr<const runtime::FabricModel> fabric;
+  std::vector<int> global_ranks;
+  // Per-operation records kept (the oldest are dropped beyond this).
+  std::size_t max_records = 100000;
 };
 
 struct AllReduceOptions {
@@ -173,12 +192,38 @@ class Communicator {
   // Every rank's pending and future operations fail with `reason`.
   void Abort(const std::string& reason);
 
+  // Two-clock accounting of every completed operation.
+  const std::vector<OpRecord>& records() const { return records_; }
+  CommunicatorTotals totals() const { return totals_; }
+  void ResetStats();
+  // Writes the records as a Chrome trace (chrome://tracing, Perfetto): one
+  // track on the wall clock, one on the simulated clock.
+  void WriteChromeTrace(const std::string& path) const;
+  runtime::SimClock& clock() { return *clock_; }
+  // Whether a completed operation also advances this rank's compute clock
+  // to its end (true: the caller waited for it, as a synchronous call does).
+  // AsyncCommunicator turns it off and joins when the work is waited on.
+  void set_join_compute(bool join) { join_compute_ = join; }
+  const runtime::FabricModel& fabric() const { return *fabric_; }
+
  private:
   struct Header;
+  class OpScope;
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own.
-  void Handshake(const Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  // Stamps the header with this rank's arrival time and returns the
+  // latest arrival and largest model size over all ranks.
+  struct Agreed {
+    double start_us = 0;
+    double model_bytes = 0;
+  };
+  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
+  Agreed RingMax(Agreed mine, const std::string& what);
+  // The fabric model's duration of the operation `h` with `model_bytes`.
+  double ModelledMicros(const Header& h, double model_bytes, std::string* algorithm);
+  void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
   void CheckHeaders(const Header& mine, const Header* const* theirs);
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
@@ -206,6 +251,14 @@ class Communicator {
   std::uint64_t window_sequence_ = 0;       // uses of the windows' data areas
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
+  std::shared_ptr<runtime::SimClock> clock_;
+  std::shared_ptr<const runtime::FabricModel> fabric_;
+  std::vector<int> global_ranks_;
+  // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
+  std::map<std::tuple<int, double, int>, std::pair<double, std::string>> model_cache_;
+  std::vector<OpRecord> records_;
+  CommunicatorTotals totals_;
+  bool join_compute_ = true;
 };
 
 }  // namespace neuron::collectives

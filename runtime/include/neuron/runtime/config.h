@@ -31,6 +31,7 @@ enum class ConfigKey {
   kJobSecret,        // NEURON_JOB_SECRET
   kRdzvSecret,       // NEURON_RDZV_SECRET
   kCollectiveAlgorithm,  // NEURON_CC_ALGO
+  kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
 };
 
 struct ConfigEntry {

@@ -1,0 +1,44 @@
+// A rank's simulated clocks (docs/architecture.md, "Two clocks"): one per
+// stream. The compute stream advances by the modelled duration of the work
+// the rank runs; the collective stream by the fabric model. A collective
+// starts at the latest arrival over its participants and ends after its
+// modelled duration; waiting on it from the compute stream joins the clocks.
+//
+// Usage:
+//   SimClock clock;
+//   clock.AdvanceCompute(SimDuration(120));           // a graph ran
+//   SimDuration arrival = clock.CollectiveArrival();  // put in the header
+//   clock.FinishCollective(end);                      // after the collective
+//   clock.JoinCompute(end);                           // work.wait()
+//
+// Thread-safe: a rank's compute thread and its progress thread share it.
+#pragma once
+
+#include <mutex>
+
+#include "neuron/runtime/sim_time.h"
+
+namespace neuron::runtime {
+
+class SimClock {
+ public:
+  SimDuration compute() const;
+  SimDuration collective() const;
+
+  void AdvanceCompute(SimDuration d);
+  // When a collective issued now can start on this rank: the compute stream
+  // issued it, and the collective stream must be free.
+  SimDuration CollectiveArrival() const;
+  // The collective stream is busy until `end`.
+  void FinishCollective(SimDuration end);
+  // The compute stream waits for an event at `t`: compute = max(compute, t).
+  void JoinCompute(SimDuration t);
+  void Reset();
+
+ private:
+  mutable std::mutex mutex_;
+  SimDuration compute_{0};
+  SimDuration collective_{0};
+};
+
+}  // namespace neuron::runtime

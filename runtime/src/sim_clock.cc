@@ -1,0 +1,42 @@
+#include "neuron/runtime/sim_clock.h"
+
+#include <algorithm>
+
+namespace neuron::runtime {
+
+SimDuration SimClock::compute() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return compute_;
+}
+
+SimDuration SimClock::collective() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return collective_;
+}
+
+void SimClock::AdvanceCompute(SimDuration d) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  compute_ += d;
+}
+
+SimDuration SimClock::CollectiveArrival() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::max(compute_, collective_);
+}
+
+void SimClock::FinishCollective(SimDuration end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  collective_ = std::max(collective_, end);
+}
+
+void SimClock::JoinCompute(SimDuration t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  compute_ = std::max(compute_, t);
+}
+
+void SimClock::Reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  compute_ = collective_ = SimDuration(0);
+}
+
+}  // namespace neuron::runtime

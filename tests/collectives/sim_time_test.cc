@@ -1,0 +1,112 @@
+// The two clocks through the communicator (docs/architecture.md): arrival
+// times travel in the headers, a collective starts at the latest arrival and
+// lasts what the fabric model says, and waiting joins the compute stream.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "neuron/collectives/async_communicator.h"
+#include "neuron/collectives/communicator.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/sim_clock.h"
+#include "rank_threads.h"
+
+namespace neuron::collectives {
+namespace {
+
+using runtime::SimDuration;
+using testing::RunRanks;
+
+std::shared_ptr<Store> Borrow(Store& store) { return {&store, [](Store*) {}}; }
+
+double ModelledAllReduce(int size, double bytes) {
+  const auto topology = runtime::Topology::Default();
+  const runtime::FabricModel model(topology,
+                                   runtime::PlaceRanks(topology, {static_cast<std::uint32_t>(size)}));
+  const runtime::CollectiveShape shape{runtime::CollectiveKind::kAllReduce, bytes,
+                                       runtime::AllRanks(size), 0};
+  return model.Simulate(runtime::BuildSchedule(model, shape, runtime::ChooseAlgorithm(model, shape)))
+      .total.count();
+}
+
+class SimTime : public ::testing::TestWithParam<TransportKind> {};
+
+INSTANTIATE_TEST_SUITE_P(Transports, SimTime,
+                         ::testing::Values(TransportKind::kShm, TransportKind::kTcp),
+                         [](const auto& info) {
+                           return info.param == TransportKind::kShm ? "shm" : "tcp";
+                         });
+
+TEST_P(SimTime, CollectiveStartsAtTheLatestArrivalAndLastsTheModel) {
+  constexpr int kSize = 4;
+  constexpr std::size_t kCount = 1 << 18;  // 1 MiB of float32
+  const double modelled = ModelledAllReduce(kSize, kCount * 4.0);
+  std::vector<double> ends(kSize);
+  RunRanks(kSize, [&](int rank, Store& store) {
+    CommunicatorOptions options;
+    options.transport = GetParam();
+    Communicator comm(Borrow(store), rank, kSize, options);
+    comm.clock().AdvanceCompute(SimDuration(100.0 * rank));  // rank 3 is 300 us late
+    std::vector<float> data(kCount, 1.0f);
+    comm.AllReduce({data.data(), kCount, DataType::kFloat32});
+    ASSERT_EQ(comm.records().size(), 1u);
+    const OpRecord& r = comm.records()[0];
+    EXPECT_DOUBLE_EQ(r.arrival_us, 100.0 * rank);
+    EXPECT_DOUBLE_EQ(r.start_us, 300.0);
+    EXPECT_NEAR(r.modelled_us, modelled, 1e-9);
+    EXPECT_DOUBLE_EQ(r.end_us, 300.0 + modelled);
+    EXPECT_EQ(r.fabric_algorithm, "rdh");  // 1 MiB inside a node
+    EXPECT_DOUBLE_EQ(comm.totals().waited_us, 300.0 - 100.0 * rank);
+    // A synchronous call: the compute stream waited for it.
+    EXPECT_DOUBLE_EQ(comm.clock().compute().count(), 300.0 + modelled);
+    EXPECT_DOUBLE_EQ(comm.clock().collective().count(), 300.0 + modelled);
+    ends[rank] = r.end_us;
+  });
+  for (double end : ends) EXPECT_DOUBLE_EQ(end, ends[0]);
+}
+
+TEST(SimTimeAsync, OverlapShowsUntilTheWorkIsWaitedOn) {
+  constexpr int kSize = 2;
+  RunRanks(kSize, [&](int rank, Store& store) {
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, kSize));
+    std::vector<float> data(1 << 20, 1.0f);
+    runtime::SimClock* clock = nullptr;
+    auto work = async.Enqueue([&](Communicator& c) {
+      clock = &c.clock();
+      c.AllReduce({data.data(), data.size(), DataType::kFloat32});
+    });
+    while (!work->Test()) std::this_thread::yield();
+    // Compute has not moved yet: the allreduce overlaps whatever runs next.
+    EXPECT_DOUBLE_EQ(clock->compute().count(), 0.0);
+    clock->AdvanceCompute(SimDuration(1.0));  // less than the allreduce takes
+    work->Wait();
+    EXPECT_DOUBLE_EQ(clock->compute().count(), clock->collective().count());
+    EXPECT_GT(clock->compute().count(), 1.0);
+  });
+}
+
+TEST(SimTimeTrace, ChromeTraceHasBothClocks) {
+  char tmpl[] = "/tmp/neuron_trace_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  RunRanks(2, [&](int rank, Store& store) {
+    Communicator comm(Borrow(store), rank, 2);
+    std::vector<float> data(1000, 1.0f);
+    comm.AllReduce({data.data(), data.size(), DataType::kFloat32});
+    comm.Barrier();
+    EXPECT_EQ(comm.totals().operations, 2u);
+    if (rank == 0) comm.WriteChromeTrace(dir + "/trace.json");
+  });
+  std::ifstream in(dir + "/trace.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(text.str().find("\"name\": \"allreduce #0\""), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\"pid\": \"simulated\""), std::string::npos);
+  EXPECT_NE(text.str().find("\"name\": \"barrier #1\""), std::string::npos);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace neuron::collectives
