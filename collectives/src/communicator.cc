@@ -73,17 +73,20 @@ const char* Name(Algorithm algorithm) {
     case Algorithm::kRecursiveDoubling: return "recursive_doubling";
     case Algorithm::kBinomialTree: return "binomial_tree";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kRabenseifner: return "rabenseifner";
+    case Algorithm::kBruck: return "bruck";
   }
   return "unknown";
 }
 
 Algorithm ParseAlgorithm(const std::string& name) {
   for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
-                 Algorithm::kBinomialTree, Algorithm::kDirect}) {
+                 Algorithm::kBinomialTree, Algorithm::kDirect, Algorithm::kRabenseifner,
+                 Algorithm::kBruck}) {
     if (name == Name(a)) return a;
   }
   NEURON_CHECK(false, "unknown collective algorithm '", name,
-               "' (auto, ring, recursive_doubling, binomial_tree, direct)");
+               "' (auto, ring, recursive_doubling, binomial_tree, direct, rabenseifner, bruck)");
 }
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
@@ -359,8 +362,8 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
   NEURON_CHECK(algorithm != Algorithm::kDirect || shm_ != nullptr,
                "allreduce: the direct algorithm needs every rank on one host");
-  NEURON_CHECK(algorithm != Algorithm::kBinomialTree, "allreduce: algorithm ", Name(algorithm),
-               " does not implement it");
+  NEURON_CHECK(algorithm != Algorithm::kBinomialTree && algorithm != Algorithm::kBruck,
+               "allreduce: algorithm ", Name(algorithm), " does not implement it");
   char* data = static_cast<char*>(o.data);
   const std::string what = Describe(h);
   const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&
@@ -386,6 +389,9 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     }
     case Algorithm::kRecursiveDoubling:
       RecursiveDoublingAllReduce(data, o.count, o.dtype, o.op, what);
+      return;
+    case Algorithm::kRabenseifner:
+      RabenseifnerAllReduce(data, o.count, o.dtype, o.op, what);
       return;
     default:
       if (small) {
@@ -522,6 +528,88 @@ void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, Dat
   }
 }
 
+// Rabenseifner's allreduce (Rabenseifner, "Optimization of collective
+// reduction operations", 2004; as in Thakur, Rabenseifner & Gropp 2005):
+// recursive halving reduce-scatter, then recursive doubling allgather, over
+// the largest power of two of ranks (the others folded in first and served
+// last). Each exchange combines the lower-ranked side first.
+void Communicator::RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype,
+                                         ReduceOp op, const std::string& what) {
+  const std::size_t esize = ElementSize(dtype), bytes = count * esize;
+  int p = 1;
+  while (p * 2 <= size_) p *= 2;
+  const int extra = size_ - p;
+  scratch_.resize(bytes);
+  if (rank_ >= p) {
+    transport_->Wait({transport_->Isend(rank_ - p, data, bytes)}, NewDeadline(), what);
+    transport_->Wait({transport_->Irecv(rank_ - p, data, bytes)}, NewDeadline(), what);
+    return;
+  }
+  if (rank_ < extra) {
+    transport_->Wait({transport_->Irecv(rank_ + p, scratch_.data(), bytes)}, NewDeadline(), what);
+    Accumulate(dtype, op, data, scratch_.data(), count);
+  }
+  // Halving: keep the half on my side of the partner, reduce it, pass on the other.
+  std::size_t lo = 0, hi = count;
+  std::vector<std::pair<std::size_t, std::size_t>> kept;  // segment before each step
+  for (int d = p / 2; d >= 1; d /= 2) {
+    const int partner = rank_ ^ d;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const bool lower = (rank_ & d) == 0;
+    const std::size_t keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
+    const std::size_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
+    kept.emplace_back(lo, hi);
+    Exchange(partner, data + give_lo * esize, (give_hi - give_lo) * esize, partner,
+             scratch_.data(), (keep_hi - keep_lo) * esize, what);
+    char* mine = data + keep_lo * esize;
+    if (partner < rank_) {  // theirs op mine
+      Accumulate(dtype, op, scratch_.data(), mine, keep_hi - keep_lo);
+      std::memcpy(mine, scratch_.data(), (keep_hi - keep_lo) * esize);
+    } else {
+      Accumulate(dtype, op, mine, scratch_.data(), keep_hi - keep_lo);
+    }
+    lo = keep_lo;
+    hi = keep_hi;
+  }
+  if (op == ReduceOp::kAvg && hi > lo) {
+    FinishAverage(dtype, data + lo * esize, hi - lo, static_cast<std::size_t>(size_));
+  }
+  // Doubling: give my segment, take the partner's, in the reverse order.
+  for (int d = 1; d < p; d *= 2) {
+    const int partner = rank_ ^ d;
+    const auto [seg_lo, seg_hi] = kept.back();
+    kept.pop_back();
+    const std::size_t mid = seg_lo + (seg_hi - seg_lo) / 2;
+    const bool lower = (rank_ & d) == 0;
+    const std::size_t their_lo = lower ? mid : seg_lo, their_hi = lower ? seg_hi : mid;
+    Exchange(partner, data + lo * esize, (hi - lo) * esize, partner, data + their_lo * esize,
+             (their_hi - their_lo) * esize, what);
+    lo = seg_lo;
+    hi = seg_hi;
+  }
+  if (rank_ < extra) {
+    transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
+  }
+}
+
+// Bruck's allgather (Bruck et al., "Efficient algorithms for all-to-all
+// communications in multiport message-passing systems", 1997): ceil(log2 n)
+// steps; in step k rank r sends what it holds to r - 2^k and appends what
+// r + 2^k holds; a final rotation puts the blocks in rank order.
+void Communicator::BruckAllGather(char* out, const void* in, std::size_t block,
+                                  const std::string& what) {
+  std::vector<char> held(block * size_);
+  std::memcpy(held.data(), in, block);
+  for (int k = 1; k < size_; k *= 2) {
+    const int blocks = std::min(k, size_ - k);
+    Exchange(Mod(rank_ - k, size_), held.data(), blocks * block, Mod(rank_ + k, size_),
+             held.data() + k * block, blocks * block, what);
+  }
+  for (int i = 0; i < size_; ++i) {  // held[i] is rank r + i's block
+    std::memcpy(out + Mod(rank_ + i, size_) * block, held.data() + i * block, block);
+  }
+}
+
 // Binomial tree broadcast (as in MPICH): relative rank v receives from
 // v - 2^k for the lowest set bit k, then sends to v + 2^j for j < k.
 void Communicator::Broadcast(const BroadcastOptions& o) {
@@ -571,6 +659,15 @@ void Communicator::AllGather(const AllGatherOptions& o) {
   const std::size_t block = o.count * ElementSize(o.dtype);
   char* out = static_cast<char*>(o.output);
   if (block == 0) return;
+  const Algorithm algorithm = o.algorithm == Algorithm::kAuto
+                                  ? (block <= 4096 ? Algorithm::kBruck : Algorithm::kRing)
+                                  : o.algorithm;
+  NEURON_CHECK(algorithm == Algorithm::kRing || algorithm == Algorithm::kBruck,
+               "allgather: algorithm ", Name(algorithm), " does not implement it");
+  if (algorithm == Algorithm::kBruck && size_ > 1) {
+    BruckAllGather(out, o.input, block, Describe(h));
+    return;
+  }
   if (out + rank_ * block != o.input) std::memmove(out + rank_ * block, o.input, block);
   if (size_ > 1) RingAllGather(out, o.count * size_, o.dtype, Describe(h));
 }

@@ -99,8 +99,11 @@ class CommunicatorSweep : public ::testing::TestWithParam<TransportKind> {
     return o;
   }
   std::vector<Algorithm> AllReduceAlgorithms() const {
-    if (GetParam() == TransportKind::kTcp) return {Algorithm::kRing, Algorithm::kRecursiveDoubling};
-    return {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling};
+    if (GetParam() == TransportKind::kTcp) {
+      return {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner};
+    }
+    return {Algorithm::kDirect, Algorithm::kRing, Algorithm::kRecursiveDoubling,
+            Algorithm::kRabenseifner};
   }
 };
 
@@ -230,13 +233,15 @@ TEST_P(CommunicatorSweep, BroadcastAllGatherReduceScatterMatchTheReference) {
             ASSERT_EQ(data, Input(type, ReduceOp::kSum, root, count)) << "broadcast root " << root;
           }
           const auto mine = Input(type, ReduceOp::kSum, rank, count);
-          std::vector<unsigned char> gathered(mine.size() * size);
-          comm.AllGather({mine.data(), gathered.data(), count, type});
-          for (int r = 0; r < size; ++r) {
-            const auto theirs = Input(type, ReduceOp::kSum, r, count);
-            ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(),
-                                   gathered.begin() + r * theirs.size()))
-                << "allgather block " << r;
+          for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kBruck}) {
+            std::vector<unsigned char> gathered(mine.size() * size);
+            comm.AllGather({mine.data(), gathered.data(), count, type, algorithm});
+            for (int r = 0; r < size; ++r) {
+              const auto theirs = Input(type, ReduceOp::kSum, r, count);
+              ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(),
+                                     gathered.begin() + r * theirs.size()))
+                  << "allgather " << Name(algorithm) << " block " << r;
+            }
           }
           // Reduce-scatter of size x count elements: block r of the full
           // reduction lands on rank r.
@@ -388,6 +393,33 @@ TEST_P(CommunicatorSweep, AllToAllSizeDisagreementIsNamed) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_P(CommunicatorSweep, SplitFormsIndependentGroups) {
+  const auto options = Options();
+  RunRanks(6, [&](int rank, Store& store) {
+    Communicator world(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 6, options);
+    // Even and odd ranks, ordered by descending key; rank 5 stays out.
+    const int color = rank == 5 ? Communicator::kNoColor : rank % 2;
+    auto group = world.Split(color, -rank, options);
+    if (rank == 5) {
+      EXPECT_EQ(group, nullptr);
+      world.Barrier();
+      return;
+    }
+    ASSERT_NE(group, nullptr);
+    const std::vector<int> evens = {4, 2, 0}, odds = {3, 1};
+    const auto& members = rank % 2 == 0 ? evens : odds;
+    EXPECT_EQ(group->size(), static_cast<int>(members.size()));
+    EXPECT_EQ(members[group->rank()], rank);
+    std::vector<std::int64_t> value = {rank};
+    group->AllReduce({value.data(), 1, DataType::kInt64});
+    EXPECT_EQ(value[0], rank % 2 == 0 ? 6 : 4);
+    // The world communicator still works alongside its groups.
+    world.Barrier();
+    // Members keep their place on the fabric: same simulated clock.
+    EXPECT_EQ(&group->clock(), &world.clock());
+  });
 }
 
 TEST(Communicator, BadArgumentsAreInvalidUsage) {

@@ -48,11 +48,13 @@ class ShmTransport;
 }
 
 // Host algorithms; each names its source where it is implemented.
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect };
+enum class Algorithm {
+  kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect, kRabenseifner, kBruck,
+};
 
 const char* Name(Algorithm algorithm);
-// "auto", "ring", "recursive_doubling", "binomial_tree", "direct";
-// InvalidUsage otherwise.
+// "auto", "ring", "recursive_doubling", "binomial_tree", "direct",
+// "rabenseifner", "bruck"; InvalidUsage otherwise.
 Algorithm ParseAlgorithm(const std::string& name);
 
 enum class TransportKind {
@@ -105,6 +107,7 @@ struct AllGatherOptions {
   void* output = nullptr;       // size x count elements, rank order
   std::size_t count = 0;
   DataType dtype = DataType::kFloat32;
+  Algorithm algorithm = Algorithm::kAuto;  // kAuto: Bruck up to 4 KiB a block, ring above
 };
 
 struct ReduceScatterOptions {
@@ -192,6 +195,14 @@ class Communicator {
   // Every rank's pending and future operations fail with `reason`.
   void Abort(const std::string& reason);
 
+  // Collective over this communicator (as MPI_Comm_split): ranks passing the
+  // same `color` form a new communicator, ordered by (key, rank); a rank
+  // passing kNoColor joins none and gets null. The new communicator shares
+  // this one's clock and fabric model, and its members keep their places on
+  // the fabric. `options` apply to the new one (clock and fabric ignored).
+  static constexpr int kNoColor = -1;
+  std::unique_ptr<Communicator> Split(int color, int key, CommunicatorOptions options = {});
+
   // Two-clock accounting of every completed operation.
   const std::vector<OpRecord>& records() const { return records_; }
   CommunicatorTotals totals() const { return totals_; }
@@ -237,6 +248,9 @@ class Communicator {
                        const std::string& what);
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                             const std::string& what);
+  void RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                             const std::string& what);
+  void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const std::string& what);
   void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                                   const std::string& what);
   void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
