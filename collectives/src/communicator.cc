@@ -179,7 +179,9 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
                                              std::size_t staged_bytes) {
   ++sequence_;
-  mine.arrival_us = clock_->CollectiveArrival().count();
+  // A straggler (rank_delays fault) reaches every collective that much later.
+  mine.arrival_us = (clock_->CollectiveArrival() +
+                     fabric_->topology().RankDelay(global_ranks_[rank_])).count();
   Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {

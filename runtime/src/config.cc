@@ -31,6 +31,9 @@ ConfigRegistry::ConfigRegistry()
            "force the host allreduce algorithm: ring, recursive_doubling", false},
           {ConfigKey::kLocalWorldSize, "LOCAL_WORLD_SIZE", "",
            "ranks per node (set by neuronrun); places ranks on the fabric model", false},
+          {ConfigKey::kFaults, "NEURON_FAULTS", "",
+           "faults added to the topology: faults {...} and rank_delays {...}, text format",
+           false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

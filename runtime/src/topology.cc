@@ -70,7 +70,24 @@ Topology Topology::FromText(const std::string& text, const std::string& origin) 
 
 Topology Topology::FromEnvironment() {
   auto path = ConfigRegistry::Get().Find(ConfigKey::kTopologyFile);
-  return path ? FromFile(*path) : Default();
+  Topology topology = path ? FromFile(*path) : Default();
+  const auto faults = ConfigRegistry::Get().Find(ConfigKey::kFaults);
+  if (!faults) return topology;
+  const std::string origin = "$NEURON_FAULTS";
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  proto::TopologySpec extra;
+  NEURON_CHECK(parser.ParseFromString(*faults, &extra), "topology ", origin, ": ",
+               errors.message());
+  proto::TopologySpec only_faults;
+  *only_faults.mutable_faults() = extra.faults();
+  *only_faults.mutable_rank_delays() = extra.rank_delays();
+  NEURON_CHECK(only_faults.SerializeAsString() == extra.SerializeAsString(), "topology ",
+               origin, ": only faults {...} and rank_delays {...} may be given");
+  proto::TopologySpec merged = topology.spec();
+  merged.MergeFrom(only_faults);
+  return Topology(std::move(merged), topology.origin() + " + " + origin);
 }
 
 void Topology::Validate() const {
@@ -108,6 +125,11 @@ void Topology::Validate() const {
                  f.from_chip(), "->", f.to_chip(), " needs down: true or slowdown >= 1, got ",
                  f.slowdown());
   }
+  for (const auto& d : spec_.rank_delays()) {
+    NEURON_CHECK(d.rank() >= 0 && d.delay_us() >= 0, "topology ", origin_,
+                 ": rank_delays needs rank >= 0 and delay_us >= 0, got rank ", d.rank(),
+                 " delay ", d.delay_us());
+  }
 }
 
 void Topology::CheckFits(std::uint32_t num_nodes,
@@ -123,6 +145,14 @@ void Topology::CheckFits(std::uint32_t num_nodes,
                  " ranks per chip = ", slots, " slots per node, but node ",
                  node, " has ", ranks_per_node[node], " ranks");
   }
+}
+
+SimDuration Topology::RankDelay(int rank) const {
+  SimDuration delay{0};
+  for (const auto& d : spec_.rank_delays()) {
+    if (d.rank() == rank) delay += SimDuration(d.delay_us());
+  }
+  return delay;
 }
 
 ChipPlacement Topology::Place(std::uint32_t node, std::uint32_t local_rank) const {

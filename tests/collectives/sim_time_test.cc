@@ -9,6 +9,7 @@
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/fabric_model.h"
 #include "neuron/runtime/sim_clock.h"
 #include "rank_threads.h"
@@ -106,6 +107,39 @@ TEST(SimTimeTrace, ChromeTraceHasBothClocks) {
   EXPECT_NE(text.str().find("\"pid\": \"simulated\""), std::string::npos);
   EXPECT_NE(text.str().find("\"name\": \"barrier #1\""), std::string::npos);
   std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace neuron::collectives
+
+namespace neuron::collectives {
+namespace {
+
+TEST(SimTimeFaults, ADelayedRankHoldsEveryoneUp) {
+  ::setenv("NEURON_FAULTS", "rank_delays { rank: 2 delay_us: 500 }", 1);
+  const auto topology = runtime::Topology::FromEnvironment();
+  ::unsetenv("NEURON_FAULTS");
+  EXPECT_DOUBLE_EQ(topology.RankDelay(2).count(), 500);
+  auto fabric = std::make_shared<runtime::FabricModel>(topology, runtime::PlaceRanks(topology, {4}));
+  RunRanks(4, [&](int rank, Store& store) {
+    CommunicatorOptions options;
+    options.fabric = fabric;
+    Communicator comm(Borrow(store), rank, 4, options);
+    comm.Barrier();
+    const OpRecord& r = comm.records().back();
+    EXPECT_DOUBLE_EQ(r.start_us, 500.0);
+    EXPECT_DOUBLE_EQ(comm.totals().waited_us, rank == 2 ? 0.0 : 500.0);
+  });
+}
+
+TEST(SimTimeFaults, EnvironmentFaultsAreCheckedLikeTheFile) {
+  ::setenv("NEURON_FAULTS", "chips_per_node: 3", 1);
+  EXPECT_THROW(runtime::Topology::FromEnvironment(), InvalidUsage);
+  ::setenv("NEURON_FAULTS", "faults { from_chip: 0 to_chip: 1 slowdown: 0.5 }", 1);
+  EXPECT_THROW(runtime::Topology::FromEnvironment(), InvalidUsage);
+  ::setenv("NEURON_FAULTS", "faults { from_chip: 0 to_chip: 1 slowdown: 4 }", 1);
+  EXPECT_EQ(runtime::Topology::FromEnvironment().spec().faults_size(), 1);
+  ::unsetenv("NEURON_FAULTS");
 }
 
 }  // namespace

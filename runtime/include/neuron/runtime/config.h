@@ -32,6 +32,7 @@ enum class ConfigKey {
   kRdzvSecret,       // NEURON_RDZV_SECRET
   kCollectiveAlgorithm,  // NEURON_CC_ALGO
   kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
+  kFaults,               // NEURON_FAULTS
 };
 
 struct ConfigEntry {

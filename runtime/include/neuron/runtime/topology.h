@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "neuron/runtime/sim_time.h"
 #include "neuron/runtime/topology.pb.h"
 
 namespace neuron::runtime {
@@ -34,8 +35,11 @@ class Topology {
   static Topology FromFile(const std::string& path);
   // Parses text; `origin` names where it came from in error messages.
   static Topology FromText(const std::string& text, const std::string& origin);
-  // The file named by NEURON_TOPOLOGY_FILE, or Default() when unset.
+  // The file named by NEURON_TOPOLOGY_FILE, or Default() when unset, with
+  // the faults and rank delays of NEURON_FAULTS added.
   static Topology FromEnvironment();
+  // How much later `rank` reaches every collective (rank_delays).
+  SimDuration RankDelay(int rank) const;
 
   const proto::TopologySpec& spec() const { return spec_; }
   const std::string& origin() const { return origin_; }
