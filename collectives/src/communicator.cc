@@ -379,7 +379,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
   switch (algorithm) {
     case Algorithm::kRing: {
-      RingReduceScatter(data, o.count, o.dtype, o.op, what);
+      RingReduceScatter(data, EvenChunks(o.count), o.dtype, o.op, what);
       if (o.op == ReduceOp::kAvg) {
         const std::size_t begin = Begin(o.count, size_, rank_);
         const std::size_t esize = ElementSize(o.dtype);
@@ -405,22 +405,30 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
 }
 
+std::vector<std::size_t> Communicator::EvenChunks(std::size_t count) const {
+  std::vector<std::size_t> chunks(size_ + 1);
+  for (int c = 0; c <= size_; ++c) chunks[c] = Begin(count, size_, c);
+  return chunks;
+}
+
 // Ring reduce-scatter (Patarasuk & Yuan, "Bandwidth optimal all-reduce
 // algorithms for clusters of workstations", 2009): after n-1 steps rank r
-// holds chunk r reduced over all ranks, accumulated in ring order.
-void Communicator::RingReduceScatter(char* data, std::size_t count, DataType dtype,
-                                     ReduceOp op, const std::string& what) {
+// holds chunk r (elements [chunks[r], chunks[r+1])) reduced over all ranks,
+// accumulated in ring order.
+void Communicator::RingReduceScatter(char* data, const std::vector<std::size_t>& chunks,
+                                     DataType dtype, ReduceOp op, const std::string& what) {
   const std::size_t esize = ElementSize(dtype);
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
-  scratch_.resize((count / size_ + 1) * esize);
+  std::size_t largest = 0;
+  for (int c = 0; c < size_; ++c) largest = std::max(largest, chunks[c + 1] - chunks[c]);
+  scratch_.resize(largest * esize);
   for (int k = 0; k < size_ - 1; ++k) {
     const int send_chunk = Mod(rank_ - k - 1, size_);
     const int recv_chunk = Mod(rank_ - k - 2, size_);
-    const std::size_t sb = Begin(count, size_, send_chunk);
-    const std::size_t rb = Begin(count, size_, recv_chunk);
-    const std::size_t rn = Begin(count, size_, recv_chunk + 1) - rb;
-    Exchange(right, data + sb * esize, (Begin(count, size_, send_chunk + 1) - sb) * esize,
-             left, scratch_.data(), rn * esize, what);
+    const std::size_t sb = chunks[send_chunk], rb = chunks[recv_chunk];
+    const std::size_t rn = chunks[recv_chunk + 1] - rb;
+    Exchange(right, data + sb * esize, (chunks[send_chunk + 1] - sb) * esize, left,
+             scratch_.data(), rn * esize, what);
     Accumulate(dtype, op, data + rb * esize, scratch_.data(), rn);
   }
 }
@@ -676,26 +684,34 @@ void Communicator::AllGather(const AllGatherOptions& o) {
 
 void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
   CheckReducible(o.dtype, o.op, "reducescatter");
-  NEURON_CHECK((o.input != nullptr && o.output != nullptr) || o.count == 0,
+  const bool uneven = !o.counts.empty();
+  NEURON_CHECK(!uneven || o.counts.size() == static_cast<std::size_t>(size_),
+               "reducescatter: counts needs one entry per rank (", size_, "), got ",
+               o.counts.size());
+  std::vector<std::size_t> chunks(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) chunks[r + 1] = chunks[r] + (uneven ? o.counts[r] : o.count);
+  const std::size_t esize = ElementSize(o.dtype);
+  const std::size_t mine = chunks[rank_ + 1] - chunks[rank_];
+  NEURON_CHECK((o.input != nullptr || chunks.back() == 0) && (o.output != nullptr || mine == 0),
                "reducescatter: input or output is null");
   Header h;
   h.op = OpCode::kReduceScatter;
   h.dtype = o.dtype;
   h.reduce = o.op;
   h.sequence = sequence_;
-  h.count = o.count;
-  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype) * size_);
+  h.count = chunks.back();  // the whole input; equal calls have equal totals
+  h.model_bytes = static_cast<double>(chunks.back() * esize);
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
-  const std::size_t esize = ElementSize(o.dtype);
-  const std::size_t block = o.count * esize;
-  if (block == 0) return;
+  if (chunks.back() == 0) return;
   std::vector<char> work(static_cast<const char*>(o.input),
-                         static_cast<const char*>(o.input) + block * size_);
-  if (size_ > 1) RingReduceScatter(work.data(), o.count * size_, o.dtype, o.op, Describe(h));
-  char* mine = work.data() + rank_ * block;
-  if (o.op == ReduceOp::kAvg) FinishAverage(o.dtype, mine, o.count, static_cast<std::size_t>(size_));
-  std::memcpy(o.output, mine, block);
+                         static_cast<const char*>(o.input) + chunks.back() * esize);
+  if (size_ > 1) RingReduceScatter(work.data(), chunks, o.dtype, o.op, Describe(h));
+  char* block = work.data() + chunks[rank_] * esize;
+  if (o.op == ReduceOp::kAvg && mine > 0) {
+    FinishAverage(o.dtype, block, mine, static_cast<std::size_t>(size_));
+  }
+  if (mine > 0) std::memcpy(o.output, block, mine * esize);
 }
 
 // Dissemination barrier (Hensgen, Finkel & Manber, "Two algorithms for

@@ -355,6 +355,18 @@ TEST_P(CommunicatorSweep, RootedAllToAllAndUnevenOpsMatchTheReference) {
                 << "alltoallv block from " << p;
             at += recvs[p] * esize;
           }
+          // reduce-scatter with uneven blocks: rank r gets (r + count) % 3 elements.
+          std::vector<std::size_t> rs_counts(size);
+          std::size_t rs_total = 0;
+          for (int r = 0; r < size; ++r) rs_total += rs_counts[r] = (r + count) % 3;
+          const auto rs_input = Input(type, ReduceOp::kMax, rank, rs_total);
+          std::vector<unsigned char> rs_out(rs_counts[rank] * esize);
+          comm.ReduceScatter({rs_input.data(), rs_out.data(), 0, type, ReduceOp::kMax, rs_counts});
+          const auto rs_full = Reference(type, ReduceOp::kMax, size, rs_total);
+          std::size_t rs_at = 0;
+          for (int r = 0; r < rank; ++r) rs_at += rs_counts[r];
+          ASSERT_TRUE(std::equal(rs_out.begin(), rs_out.end(), rs_full.begin() + rs_at * esize))
+              << "uneven reducescatter";
           // allgatherv: rank r contributes (r + count) % 3 elements.
           std::vector<std::size_t> counts(size);
           std::size_t total = 0;

@@ -111,11 +111,14 @@ struct AllGatherOptions {
 };
 
 struct ReduceScatterOptions {
-  const void* input = nullptr;  // size x count elements
-  void* output = nullptr;       // count elements: this rank's block
+  const void* input = nullptr;  // size x count elements (or sum(counts))
+  void* output = nullptr;       // count (or counts[rank]) elements: this rank's block
   std::size_t count = 0;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  // Uneven blocks: counts[r] elements for rank r, packed in rank order (every
+  // rank passes the same counts). Empty: equal blocks of `count`.
+  std::vector<std::size_t> counts{};
 };
 
 struct ReduceOptions {
@@ -151,8 +154,8 @@ struct AllToAllOptions {
   const void* input = nullptr;
   void* output = nullptr;
   std::size_t count = 0;
-  std::vector<std::size_t> send_counts;
-  std::vector<std::size_t> recv_counts;
+  std::vector<std::size_t> send_counts{};
+  std::vector<std::size_t> recv_counts{};
   DataType dtype = DataType::kFloat32;
 };
 
@@ -161,7 +164,7 @@ struct AllToAllOptions {
 struct AllGatherVOptions {
   const void* input = nullptr;  // counts[rank] elements
   void* output = nullptr;       // sum(counts) elements
-  std::vector<std::size_t> counts;
+  std::vector<std::size_t> counts{};
   DataType dtype = DataType::kFloat32;
 };
 
@@ -241,8 +244,10 @@ class Communicator {
   std::string Describe(const Header& h) const;
   void CheckRoot(int root, const char* op) const;
   transport::Deadline NewDeadline() const;
-  void RingReduceScatter(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                         const std::string& what);
+  // Element offsets of chunk c at [c], c = 0..size (equal chunks of count).
+  std::vector<std::size_t> EvenChunks(std::size_t count) const;
+  void RingReduceScatter(char* data, const std::vector<std::size_t>& chunks, DataType dtype,
+                         ReduceOp op, const std::string& what);
   void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                        const std::string& what);
