@@ -15,9 +15,11 @@ using detail::OpCode;
 
 namespace {
 
-std::vector<std::size_t> Offsets(const std::vector<std::size_t>& counts, std::size_t esize) {
+std::vector<std::size_t> Offsets(const std::vector<std::size_t>& counts,
+                                 std::size_t esize) {
   std::vector<std::size_t> offsets(counts.size() + 1, 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i] * esize;
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    offsets[i + 1] = offsets[i] + counts[i] * esize;
   return offsets;
 }
 
@@ -36,7 +38,8 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
   const bool per_peer = !o.send_counts.empty() || !o.recv_counts.empty();
   NEURON_CHECK(!per_peer || (o.send_counts.size() == static_cast<std::size_t>(size_) &&
                              o.recv_counts.size() == static_cast<std::size_t>(size_)),
-               "alltoall: send_counts and recv_counts need one entry per rank (", size_, ")");
+               "alltoall: send_counts and recv_counts need one entry per rank (", size_,
+               ")");
   const std::size_t esize = ElementSize(o.dtype);
   const std::vector<std::size_t> send_counts =
       per_peer ? o.send_counts : std::vector<std::size_t>(size_, o.count);
@@ -46,19 +49,16 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
   NEURON_CHECK((o.input != nullptr || send_at.back() == 0) &&
                    (o.output != nullptr || recv_at.back() == 0),
                "alltoall: input or output is null");
-  Header h;
-  h.op = OpCode::kAllToAll;
-  h.dtype = o.dtype;
-  h.sequence = sequence_;
-  h.count = per_peer ? kPerPeerSizes : o.count;
+  Header h = NewHeader(OpCode::kAllToAll, o.dtype, per_peer ? kPerPeerSizes : o.count);
   h.model_bytes = static_cast<double>(send_at.back());
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
   const std::string what = Describe(h);
   const char* in = static_cast<const char*>(o.input);
   char* out = static_cast<char*>(o.output);
-  NEURON_CHECK(send_counts[rank_] == recv_counts[rank_], what, ": rank ", rank_, " sends ",
-               send_counts[rank_], " elements to itself but expects ", recv_counts[rank_]);
+  NEURON_CHECK(send_counts[rank_] == recv_counts[rank_], what, ": rank ", rank_,
+               " sends ", send_counts[rank_], " elements to itself but expects ",
+               recv_counts[rank_]);
   if (send_counts[rank_] > 0) {
     std::memmove(out + recv_at[rank_], in + send_at[rank_], send_counts[rank_] * esize);
   }
@@ -68,9 +68,9 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
       std::uint64_t sending = send_counts[to], coming = 0;
       Exchange(to, &sending, sizeof(sending), from, &coming, sizeof(coming), what);
       if (coming != recv_counts[from]) {
-        const std::string message = StrCat(what, ": rank ", from, " sends ", coming,
-                                           " elements to rank ", rank_, ", which expects ",
-                                           recv_counts[from]);
+        const std::string message =
+            StrCat(what, ": rank ", from, " sends ", coming, " elements to rank ", rank_,
+                   ", which expects ", recv_counts[from]);
         transport_->Abort(message);
         throw InvalidUsage(message);
       }
@@ -91,16 +91,14 @@ void Communicator::AllGatherV(const AllGatherVOptions& o) {
   NEURON_CHECK((o.input != nullptr || o.counts[rank_] == 0) &&
                    (o.output != nullptr || at.back() == 0),
                "allgatherv: input or output is null");
-  Header h;
-  h.op = OpCode::kAllGatherV;
-  h.dtype = o.dtype;
-  h.sequence = sequence_;
-  h.count = std::accumulate(o.counts.begin(), o.counts.end(), std::size_t{0});
+  Header h = NewHeader(OpCode::kAllGatherV, o.dtype,
+                       std::accumulate(o.counts.begin(), o.counts.end(), std::size_t{0}));
   h.model_bytes = static_cast<double>(at.back());
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
   char* out = static_cast<char*>(o.output);
-  if (o.counts[rank_] > 0) std::memmove(out + at[rank_], o.input, o.counts[rank_] * esize);
+  if (o.counts[rank_] > 0)
+    std::memmove(out + at[rank_], o.input, o.counts[rank_] * esize);
   const std::string what = Describe(h);
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
   for (int k = 0; k < size_ - 1; ++k) {

@@ -137,6 +137,18 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
 
 Communicator::~Communicator() = default;
 
+Communicator::Header Communicator::NewHeader(OpCode op, DataType dtype, std::uint64_t count,
+                                             ReduceOp reduce, int root) const {
+  Header h;
+  h.op = op;
+  h.dtype = dtype;
+  h.count = count;
+  h.reduce = reduce;
+  h.root = root;
+  h.sequence = sequence_;
+  return h;
+}
+
 transport::Deadline Communicator::NewDeadline() const {
   return transport::Deadline::After(options_.timeout);
 }
@@ -341,12 +353,7 @@ void Communicator::Abort(const std::string& reason) { transport_->Abort(reason);
 void Communicator::AllReduce(const AllReduceOptions& o) {
   CheckReducible(o.dtype, o.op, "allreduce");
   NEURON_CHECK(o.data != nullptr || o.count == 0, "allreduce: data is null");
-  Header h;
-  h.op = OpCode::kAllReduce;
-  h.dtype = o.dtype;
-  h.reduce = o.op;
-  h.sequence = sequence_;
-  h.count = o.count;
+  Header h = NewHeader(OpCode::kAllReduce, o.dtype, o.count, o.op);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   Algorithm algorithm = o.algorithm;
   if (algorithm == Algorithm::kAuto) {
@@ -626,12 +633,7 @@ void Communicator::Broadcast(const BroadcastOptions& o) {
   NEURON_CHECK(o.root >= 0 && o.root < size_, "broadcast: root ", o.root, " outside 0..",
                size_ - 1);
   NEURON_CHECK(o.data != nullptr || o.count == 0, "broadcast: data is null");
-  Header h;
-  h.op = OpCode::kBroadcast;
-  h.dtype = o.dtype;
-  h.root = o.root;
-  h.sequence = sequence_;
-  h.count = o.count;
+  Header h = NewHeader(OpCode::kBroadcast, o.dtype, o.count, ReduceOp::kSum, o.root);
   h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
@@ -658,11 +660,7 @@ void Communicator::Broadcast(const BroadcastOptions& o) {
 void Communicator::AllGather(const AllGatherOptions& o) {
   NEURON_CHECK((o.input != nullptr && o.output != nullptr) || o.count == 0,
                "allgather: input or output is null");
-  Header h;
-  h.op = OpCode::kAllGather;
-  h.dtype = o.dtype;
-  h.sequence = sequence_;
-  h.count = o.count;
+  Header h = NewHeader(OpCode::kAllGather, o.dtype, o.count);
   h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype) * size_);
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
@@ -694,12 +692,8 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
   const std::size_t mine = chunks[rank_ + 1] - chunks[rank_];
   NEURON_CHECK((o.input != nullptr || chunks.back() == 0) && (o.output != nullptr || mine == 0),
                "reducescatter: input or output is null");
-  Header h;
-  h.op = OpCode::kReduceScatter;
-  h.dtype = o.dtype;
-  h.reduce = o.op;
-  h.sequence = sequence_;
-  h.count = chunks.back();  // the whole input; equal calls have equal totals
+  // The whole input's size: equal calls have equal totals.
+  Header h = NewHeader(OpCode::kReduceScatter, o.dtype, chunks.back(), o.op);
   h.model_bytes = static_cast<double>(chunks.back() * esize);
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
@@ -717,9 +711,7 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
 // Dissemination barrier (Hensgen, Finkel & Manber, "Two algorithms for
 // barrier synchronization", 1988): ceil(log2 n) rounds of one byte.
 void Communicator::Barrier() {
-  Header h;
-  h.op = OpCode::kBarrier;
-  h.sequence = sequence_;
+  Header h = NewHeader(OpCode::kBarrier, DataType::kFloat32, 0);
   h.model_bytes = 0;
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);

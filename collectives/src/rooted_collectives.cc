@@ -22,13 +22,7 @@ void Communicator::Reduce(const ReduceOptions& o) {
   CheckReducible(o.dtype, o.op, "reduce");
   CheckRoot(o.root, "reduce");
   NEURON_CHECK(o.data != nullptr || o.count == 0, "reduce: data is null");
-  Header h;
-  h.op = OpCode::kReduce;
-  h.dtype = o.dtype;
-  h.reduce = o.op;
-  h.root = o.root;
-  h.sequence = sequence_;
-  h.count = o.count;
+  Header h = NewHeader(OpCode::kReduce, o.dtype, o.count, o.op, o.root);
   h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
@@ -58,14 +52,10 @@ void Communicator::Reduce(const ReduceOptions& o) {
 
 void Communicator::Gather(const GatherOptions& o) {
   CheckRoot(o.root, "gather");
-  NEURON_CHECK(o.count == 0 || (o.input != nullptr && (rank_ != o.root || o.output != nullptr)),
-               "gather: input or output is null");
-  Header h;
-  h.op = OpCode::kGather;
-  h.dtype = o.dtype;
-  h.root = o.root;
-  h.sequence = sequence_;
-  h.count = o.count;
+  NEURON_CHECK(
+      o.count == 0 || (o.input != nullptr && (rank_ != o.root || o.output != nullptr)),
+      "gather: input or output is null");
+  Header h = NewHeader(OpCode::kGather, o.dtype, o.count, ReduceOp::kSum, o.root);
   h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
@@ -87,14 +77,10 @@ void Communicator::Gather(const GatherOptions& o) {
 
 void Communicator::Scatter(const ScatterOptions& o) {
   CheckRoot(o.root, "scatter");
-  NEURON_CHECK(o.count == 0 || (o.output != nullptr && (rank_ != o.root || o.input != nullptr)),
-               "scatter: input or output is null");
-  Header h;
-  h.op = OpCode::kScatter;
-  h.dtype = o.dtype;
-  h.root = o.root;
-  h.sequence = sequence_;
-  h.count = o.count;
+  NEURON_CHECK(
+      o.count == 0 || (o.output != nullptr && (rank_ != o.root || o.input != nullptr)),
+      "scatter: input or output is null");
+  Header h = NewHeader(OpCode::kScatter, o.dtype, o.count, ReduceOp::kSum, o.root);
   h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);

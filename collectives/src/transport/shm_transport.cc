@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "futex.h"
+#include "request_table.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/error.h"
 
@@ -90,8 +91,7 @@ struct ShmTransport::Segment {
 ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
     : rank_(rank), size_(size), options_(options),
       oversubscribed_(static_cast<unsigned>(size) > std::max(1u, std::thread::hardware_concurrency())),
-      segments_(size, nullptr),
-      send_queue_(size), recv_queue_(size) {
+      segments_(size, nullptr), requests_(std::make_unique<RequestTable>(size)) {
   NEURON_CHECK(rank >= 0 && rank < size, "shm transport: rank ", rank, " outside 0..",
                size - 1);
   NEURON_CHECK(options_.window_bytes >= kPage, "shm window must be >= 4096 bytes, got ",
@@ -157,25 +157,11 @@ ShmTransport::~ShmTransport() {
 }
 
 RequestId ShmTransport::Isend(int peer, const void* data, std::size_t bytes) {
-  NEURON_CHECK(peer >= 0 && peer < size_, "send to rank ", peer, " outside 0..", size_ - 1);
-  const RequestId id = first_id_ + requests_.size();
-  requests_.push_back({peer, true, const_cast<char*>(static_cast<const char*>(data)), bytes, 0});
-  send_queue_[peer].push_back(id);
-  return id;
+  return requests_->Post(peer, true, data, bytes);
 }
 
 RequestId ShmTransport::Irecv(int peer, void* data, std::size_t bytes) {
-  NEURON_CHECK(peer >= 0 && peer < size_, "receive from rank ", peer, " outside 0..",
-               size_ - 1);
-  const RequestId id = first_id_ + requests_.size();
-  requests_.push_back({peer, false, static_cast<char*>(data), bytes, 0});
-  recv_queue_[peer].push_back(id);
-  return id;
-}
-
-bool ShmTransport::Complete(RequestId id) const {
-  const Request& r = requests_[id - first_id_];
-  return r.done == r.bytes;
+  return requests_->Post(peer, false, data, bytes);
 }
 
 void ShmTransport::RingDoorbell(int peer) {
@@ -185,10 +171,10 @@ void ShmTransport::RingDoorbell(int peer) {
 }
 
 bool ShmTransport::ProgressSend(int peer) {
-  auto& queue = send_queue_[peer];
+  auto& queue = requests_->sends(peer);
   bool moved = false;
   while (!queue.empty()) {
-    Request& r = requests_[queue.front() - first_id_];
+    RequestTable::Request& r = requests_->at(queue.front());
     // My stream to `peer` is the ring for me in the peer's segment.
     Segment* dst = segments_[peer];
     RingHeader* ring = dst->ring(rank_);
@@ -212,13 +198,13 @@ bool ShmTransport::ProgressSend(int peer) {
 }
 
 bool ShmTransport::ProgressRecv(int peer) {
-  auto& queue = recv_queue_[peer];
+  auto& queue = requests_->recvs(peer);
   bool moved = false;
   Segment* own = segments_[rank_];
   RingHeader* ring = own->ring(peer);
   const char* data = own->data(peer, size_, options_.ring_bytes);
   while (!queue.empty()) {
-    Request& r = requests_[queue.front() - first_id_];
+    RequestTable::Request& r = requests_->at(queue.front());
     const std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     const std::uint64_t head = ring->head.load(std::memory_order_acquire);
     const std::size_t n = std::min<std::size_t>(head - tail, r.bytes - r.done);
@@ -240,22 +226,10 @@ bool ShmTransport::ProgressRecv(int peer) {
 bool ShmTransport::Progress() {
   bool moved = false;
   for (int p = 0; p < size_; ++p) {
-    if (!send_queue_[p].empty()) moved |= ProgressSend(p);
-    if (!recv_queue_[p].empty()) moved |= ProgressRecv(p);
+    if (!requests_->sends(p).empty()) moved |= ProgressSend(p);
+    if (!requests_->recvs(p).empty()) moved |= ProgressRecv(p);
   }
   return moved;
-}
-
-std::string ShmTransport::Pending(const std::vector<RequestId>& ids) const {
-  std::string out;
-  for (RequestId id : ids) {
-    const Request& r = requests_[id - first_id_];
-    if (r.done == r.bytes) continue;
-    if (!out.empty()) out += ", ";
-    out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
-                  " of ", r.bytes, " bytes)");
-  }
-  return out;
 }
 
 void ShmTransport::CheckAlive(int peer, const std::string& what, const std::string& pending) {
@@ -318,32 +292,15 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
 
 void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
-  auto all_done = [&] {
-    for (RequestId id : ids) if (!Complete(id)) return false;
-    return true;
-  };
   Block(
       [&](bool* moved) {
-        if (all_done()) return true;
+        if (requests_->AllComplete(ids)) return true;
         *moved = Progress();
-        return all_done();
+        return requests_->AllComplete(ids);
       },
-      [&] { return Pending(ids); },
-      [&] {
-        std::vector<int> peers;
-        for (RequestId id : ids) if (!Complete(id)) peers.push_back(requests_[id - first_id_].peer);
-        return peers;
-      },
+      [&] { return requests_->Pending(ids); }, [&] { return requests_->PendingPeers(ids); },
       deadline, what);
-  // Forget finished requests once nothing is queued, so ids stay cheap.
-  bool idle_queues = true;
-  for (int p = 0; p < size_; ++p) {
-    idle_queues = idle_queues && send_queue_[p].empty() && recv_queue_[p].empty();
-  }
-  if (idle_queues) {
-    first_id_ += requests_.size();
-    requests_.clear();
-  }
+  requests_->CompactIfIdle();
 }
 
 char* ShmTransport::Window(int rank) const {

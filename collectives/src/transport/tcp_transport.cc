@@ -14,6 +14,7 @@
 
 #include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/error.h"
+#include "request_table.h"
 
 namespace neuron::collectives::transport {
 
@@ -81,7 +82,7 @@ struct Hello {
 
 TcpTransport::TcpTransport(Store& store, int rank, int size, TcpOptions options)
     : store_(store), rank_(rank), size_(size), options_(std::move(options)),
-      sockets_(size, -1), send_queue_(size), recv_queue_(size) {
+      sockets_(size, -1), requests_(std::make_unique<RequestTable>(size)) {
   NEURON_CHECK(rank >= 0 && rank < size, "tcp transport: rank ", rank, " outside 0..", size - 1);
   const std::string address = HostAddress(options_);
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -169,19 +170,11 @@ TcpTransport::~TcpTransport() {
 }
 
 RequestId TcpTransport::Isend(int peer, const void* data, std::size_t bytes) {
-  NEURON_CHECK(peer >= 0 && peer < size_, "send to rank ", peer, " outside 0..", size_ - 1);
-  const RequestId id = first_id_ + requests_.size();
-  requests_.push_back({peer, true, const_cast<char*>(static_cast<const char*>(data)), bytes, 0});
-  send_queue_[peer].push_back(id);
-  return id;
+  return requests_->Post(peer, true, data, bytes);
 }
 
 RequestId TcpTransport::Irecv(int peer, void* data, std::size_t bytes) {
-  NEURON_CHECK(peer >= 0 && peer < size_, "receive from rank ", peer, " outside 0..", size_ - 1);
-  const RequestId id = first_id_ + requests_.size();
-  requests_.push_back({peer, false, static_cast<char*>(data), bytes, 0});
-  recv_queue_[peer].push_back(id);
-  return id;
+  return requests_->Post(peer, false, data, bytes);
 }
 
 void TcpTransport::PeerLost(int peer, const std::string& what, const std::string& how) {
@@ -195,9 +188,9 @@ void TcpTransport::PeerLost(int peer, const std::string& what, const std::string
 
 bool TcpTransport::ProgressSend(int peer, const std::string& what) {
   bool moved = false;
-  auto& queue = send_queue_[peer];
+  auto& queue = requests_->sends(peer);
   while (!queue.empty()) {
-    Request& r = requests_[queue.front() - first_id_];
+    RequestTable::Request& r = requests_->at(queue.front());
     if (peer == rank_) {
       loopback_.insert(loopback_.end(), r.data + r.done, r.data + r.bytes);
       r.done = r.bytes;
@@ -221,9 +214,9 @@ bool TcpTransport::ProgressSend(int peer, const std::string& what) {
 
 bool TcpTransport::ProgressRecv(int peer, const std::string& what) {
   bool moved = false;
-  auto& queue = recv_queue_[peer];
+  auto& queue = requests_->recvs(peer);
   while (!queue.empty()) {
-    Request& r = requests_[queue.front() - first_id_];
+    RequestTable::Request& r = requests_->at(queue.front());
     if (peer == rank_) {
       const std::size_t n = std::min(loopback_.size(), r.bytes - r.done);
       std::copy(loopback_.begin(), loopback_.begin() + static_cast<long>(n), r.data + r.done);
@@ -252,59 +245,35 @@ bool TcpTransport::ProgressRecv(int peer, const std::string& what) {
 bool TcpTransport::Progress(const std::string& what) {
   bool moved = false;
   for (int p = 0; p < size_; ++p) {
-    if (!send_queue_[p].empty()) moved |= ProgressSend(p, what);
-    if (!recv_queue_[p].empty()) moved |= ProgressRecv(p, what);
+    if (!requests_->sends(p).empty()) moved |= ProgressSend(p, what);
+    if (!requests_->recvs(p).empty()) moved |= ProgressRecv(p, what);
   }
   return moved;
 }
 
-std::string TcpTransport::Pending(const std::vector<RequestId>& ids) const {
-  std::string out;
-  for (RequestId id : ids) {
-    const Request& r = requests_[id - first_id_];
-    if (r.done == r.bytes) continue;
-    if (!out.empty()) out += ", ";
-    out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
-                  " of ", r.bytes, " bytes)");
-  }
-  return out;
-}
-
 void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
-  auto all_done = [&] {
-    for (RequestId id : ids) {
-      const Request& r = requests_[id - first_id_];
-      if (r.done != r.bytes) return false;
-    }
-    return true;
-  };
   while (true) {
     Progress(what);
-    if (all_done()) break;
+    if (requests_->AllComplete(ids)) break;
     std::vector<pollfd> fds;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       short events = 0;
-      if (!send_queue_[p].empty()) events |= POLLOUT;
-      if (!recv_queue_[p].empty()) events |= POLLIN;
+      if (!requests_->sends(p).empty()) events |= POLLOUT;
+      if (!requests_->recvs(p).empty()) events |= POLLIN;
       if (events) fds.push_back({sockets_[p], events, 0});
     }
     const auto now = Clock::now();
     if (now >= deadline.at) {
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
-                                Pending(ids)));
+                                requests_->Pending(ids)));
     }
     const auto slice = std::min<Clock::duration>(deadline.at - now, kPollSlice);
     ::poll(fds.data(), fds.size(),
            static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
   }
-  bool idle = true;
-  for (int p = 0; p < size_; ++p) idle = idle && send_queue_[p].empty() && recv_queue_[p].empty();
-  if (idle) {
-    first_id_ += requests_.size();
-    requests_.clear();
-  }
+  requests_->CompactIfIdle();
 }
 
 void TcpTransport::Abort(const std::string& reason) {

@@ -46,6 +46,9 @@ namespace neuron::collectives {
 namespace transport {
 class ShmTransport;
 }
+namespace detail {
+enum class OpCode : std::uint8_t;  // defined in communicator_internal.h
+}
 
 // Host algorithms; each names its source where it is implemented.
 enum class Algorithm {
@@ -242,6 +245,9 @@ class Communicator {
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
   std::string Describe(const Header& h) const;
+  // The header of the next collective (this rank's sequence number).
+  Header NewHeader(detail::OpCode op, DataType dtype, std::uint64_t count, ReduceOp reduce = ReduceOp::kSum,
+                   int root = -1) const;
   void CheckRoot(int root, const char* op) const;
   transport::Deadline NewDeadline() const;
   // Element offsets of chunk c at [c], c = 0..size (equal chunks of count).

@@ -25,6 +25,8 @@
 
 namespace neuron::collectives::transport {
 
+class RequestTable;
+
 struct ShmOptions {
   std::size_t ring_bytes = 4u << 20;  // per directed pair; a power of two
   std::size_t window_bytes = 16u << 20;  // each rank's shared staging window
@@ -67,13 +69,6 @@ class ShmTransport : public Transport {
 
  private:
   struct Segment;
-  struct Request {
-    int peer = 0;
-    bool is_send = false;
-    char* data = nullptr;
-    std::size_t bytes = 0;
-    std::size_t done = 0;
-  };
 
   // Blocks until `ready()` (which may make progress); spins briefly, then
   // sleeps on this rank's doorbell. `pending()` describes what is missing
@@ -86,10 +81,8 @@ class ShmTransport : public Transport {
   bool Progress();
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);
-  bool Complete(RequestId id) const;
   void RingDoorbell(int peer);
   void CheckAlive(int peer, const std::string& what, const std::string& pending);
-  std::string Pending(const std::vector<RequestId>& ids) const;
 
   int rank_;
   int size_;
@@ -97,10 +90,7 @@ class ShmTransport : public Transport {
   bool oversubscribed_;  // more ranks than cores: yield while polling
   std::vector<Segment*> segments_;  // mapped segment of every rank (own included)
   std::size_t segment_bytes_ = 0;
-  std::vector<Request> requests_;   // by id - first_id_
-  RequestId first_id_ = 0;
-  std::vector<std::deque<RequestId>> send_queue_;
-  std::vector<std::deque<RequestId>> recv_queue_;
+  std::unique_ptr<RequestTable> requests_;
 };
 
 }  // namespace neuron::collectives::transport

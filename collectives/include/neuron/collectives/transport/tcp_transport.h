@@ -14,6 +14,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "neuron/collectives/transport/transport.h"
 
 namespace neuron::collectives::transport {
+
+class RequestTable;
 
 struct TcpOptions {
   // The address to listen on and publish; empty: 127.0.0.1 when
@@ -46,19 +49,11 @@ class TcpTransport : public Transport {
   void Abort(const std::string& reason) override;
 
  private:
-  struct Request {
-    int peer = 0;
-    bool is_send = false;
-    char* data = nullptr;
-    std::size_t bytes = 0;
-    std::size_t done = 0;
-  };
   void Connect(const std::string& token);
   bool Progress(const std::string& what);
   bool ProgressSend(int peer, const std::string& what);
   bool ProgressRecv(int peer, const std::string& what);
   [[noreturn]] void PeerLost(int peer, const std::string& what, const std::string& how);
-  std::string Pending(const std::vector<RequestId>& ids) const;
 
   Store& store_;
   int rank_;
@@ -66,10 +61,7 @@ class TcpTransport : public Transport {
   TcpOptions options_;
   int listener_ = -1;
   std::vector<int> sockets_;  // by peer; -1 for self
-  std::vector<Request> requests_;
-  RequestId first_id_ = 0;
-  std::vector<std::deque<RequestId>> send_queue_;
-  std::vector<std::deque<RequestId>> recv_queue_;
+  std::unique_ptr<RequestTable> requests_;
   // Bytes sent to / received from self (rank == peer) go through here.
   std::deque<char> loopback_;
 };

@@ -1,0 +1,90 @@
+// The posted sends and receives of a transport: ids, per-peer FIFO queues
+// (streams are ordered per pair), progress counters, and the descriptions
+// errors need. Shared by every transport; not thread-safe (one thread
+// drives a transport).
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "neuron/collectives/transport/transport.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives::transport {
+
+class RequestTable {
+ public:
+  struct Request {
+    int peer = 0;
+    bool is_send = false;
+    char* data = nullptr;
+    std::size_t bytes = 0;
+    std::size_t done = 0;
+    bool complete() const { return done == bytes; }
+  };
+
+  explicit RequestTable(int size) : size_(size), sends_(size), recvs_(size) {}
+
+  RequestId Post(int peer, bool is_send, const void* data, std::size_t bytes) {
+    NEURON_CHECK(peer >= 0 && peer < size_, is_send ? "send to" : "receive from", " rank ",
+                 peer, " outside 0..", size_ - 1);
+    const RequestId id = first_id_ + requests_.size();
+    requests_.push_back({peer, is_send, const_cast<char*>(static_cast<const char*>(data)),
+                         bytes, 0});
+    (is_send ? sends_ : recvs_)[peer].push_back(id);
+    return id;
+  }
+
+  Request& at(RequestId id) { return requests_[id - first_id_]; }
+  const Request& at(RequestId id) const { return requests_[id - first_id_]; }
+  // The queue of sends to (receives from) `peer`, oldest first.
+  std::deque<RequestId>& sends(int peer) { return sends_[peer]; }
+  std::deque<RequestId>& recvs(int peer) { return recvs_[peer]; }
+
+  bool AllComplete(const std::vector<RequestId>& ids) const {
+    for (RequestId id : ids) {
+      if (!at(id).complete()) return false;
+    }
+    return true;
+  }
+
+  // "receive from rank 3 (0 of 8 bytes), ..." for the unfinished ones.
+  std::string Pending(const std::vector<RequestId>& ids) const {
+    std::string out;
+    for (RequestId id : ids) {
+      const Request& r = at(id);
+      if (r.complete()) continue;
+      if (!out.empty()) out += ", ";
+      out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
+                    " of ", r.bytes, " bytes)");
+    }
+    return out;
+  }
+
+  std::vector<int> PendingPeers(const std::vector<RequestId>& ids) const {
+    std::vector<int> peers;
+    for (RequestId id : ids) {
+      if (!at(id).complete()) peers.push_back(at(id).peer);
+    }
+    return peers;
+  }
+
+  // Forgets finished requests once no queue holds any, so ids stay cheap.
+  void CompactIfIdle() {
+    for (int p = 0; p < size_; ++p) {
+      if (!sends_[p].empty() || !recvs_[p].empty()) return;
+    }
+    first_id_ += requests_.size();
+    requests_.clear();
+  }
+
+ private:
+  int size_;
+  std::vector<Request> requests_;  // by id - first_id_
+  RequestId first_id_ = 0;
+  std::vector<std::deque<RequestId>> sends_;
+  std::vector<std::deque<RequestId>> recvs_;
+};
+
+}  // namespace neuron::collectives::transport
