@@ -12,6 +12,7 @@
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/runtime/error.h"
+#include "dtype_values.h"
 #include "rank_threads.h"
 
 namespace neuron::collectives {
@@ -41,33 +42,20 @@ bool Supported(DataType t, ReduceOp op) {
 // order gives the same bits); products use only 1 and -1 (or 1 and 2 for
 // unsigned) so they stay in range at 16 ranks.
 std::vector<unsigned char> Input(DataType type, ReduceOp op, int rank, std::size_t count) {
-  std::vector<unsigned char> out(count * ElementSize(type));
+  std::vector<double> values(count);
   for (std::size_t i = 0; i < count; ++i) {
     const long k = static_cast<long>((rank * 7 + i * 13) % 5);
-    double v;
     if (type == DataType::kBool) {
-      v = k % 2;
+      values[i] = k % 2;
     } else if (op == ReduceOp::kProduct) {
-      v = (type == DataType::kUInt8) ? 1 : (k % 2 ? -1 : 1);
+      values[i] = (type == DataType::kUInt8) ? 1 : (k % 2 ? -1 : 1);
     } else if (type == DataType::kUInt8) {
-      v = static_cast<double>(k);
+      values[i] = static_cast<double>(k);
     } else {
-      v = static_cast<double>(k - 2);
-    }
-    unsigned char* p = out.data() + i * ElementSize(type);
-    switch (type) {
-      case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DataType::kFloat16: { auto x = FloatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DataType::kBFloat16: { auto x = FloatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DataType::kInt8: { auto x = static_cast<std::int8_t>(v); std::memcpy(p, &x, 1); break; }
-      case DataType::kUInt8: { auto x = static_cast<std::uint8_t>(v); std::memcpy(p, &x, 1); break; }
-      case DataType::kInt32: { auto x = static_cast<std::int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kInt64: { auto x = static_cast<std::int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DataType::kBool: { std::uint8_t x = v != 0; std::memcpy(p, &x, 1); break; }
+      values[i] = static_cast<double>(k - 2);
     }
   }
-  return out;
+  return testing::Encode(type, values);
 }
 
 // The naive reference: every rank's input, reduced in rank order.

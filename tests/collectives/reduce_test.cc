@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "neuron/collectives/half.h"
+#include "dtype_values.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::collectives {
@@ -50,26 +51,7 @@ TEST(Half, RoundsToNearestEven) {
   EXPECT_EQ(FloatToBFloat16(INFINITY), 0x7f80);
 }
 
-// Values as doubles, stored in any dtype.
-std::vector<unsigned char> Encode(DataType type, const std::vector<double>& values) {
-  std::vector<unsigned char> out(values.size() * ElementSize(type));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    void* p = out.data() + i * ElementSize(type);
-    const double v = values[i];
-    switch (type) {
-      case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DataType::kFloat16: { auto x = FloatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DataType::kBFloat16: { auto x = FloatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DataType::kInt8: { auto x = static_cast<std::int8_t>(v); std::memcpy(p, &x, 1); break; }
-      case DataType::kUInt8: { auto x = static_cast<std::uint8_t>(v); std::memcpy(p, &x, 1); break; }
-      case DataType::kInt32: { auto x = static_cast<std::int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kInt64: { auto x = static_cast<std::int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DataType::kBool: { std::uint8_t x = v != 0; std::memcpy(p, &x, 1); break; }
-    }
-  }
-  return out;
-}
+using testing::Encode;
 
 // The naive reference: exact arithmetic on small integers, in double.
 double Reference(ReduceOp op, const std::vector<double>& column, bool is_bool) {
