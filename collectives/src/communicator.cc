@@ -160,6 +160,9 @@ std::string Communicator::Describe(const Header& h) const {
     text += StrCat(" (", Name(h.reduce), ")");
   }
   if (h.root >= 0) text += StrCat(" with root ", h.root);
+  if (h.op == OpCode::kAllReduce) {
+    text += StrCat(" by ", Name(static_cast<Algorithm>(h.algorithm)));
+  }
   return text;
 }
 
@@ -373,6 +376,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
                "allreduce: the direct algorithm needs every rank on one host");
   NEURON_CHECK(algorithm != Algorithm::kBinomialTree && algorithm != Algorithm::kBruck,
                "allreduce: algorithm ", Name(algorithm), " does not implement it");
+  h.algorithm = static_cast<std::uint8_t>(algorithm);  // all ranks must agree
   char* data = static_cast<char*>(o.data);
   const std::string what = Describe(h);
   const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&

@@ -59,7 +59,7 @@ struct Communicator::Header {
   OpCode op = OpCode::kBarrier;
   DataType dtype = DataType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
-  std::uint8_t pad = 0;
+  std::uint8_t algorithm = 0;  // Algorithm, where the call names or picks one
   std::int32_t root = -1;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
@@ -70,7 +70,8 @@ struct Communicator::Header {
   // Equal calls (the per-rank stamps aside).
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
-           root == o.root && sequence == o.sequence && count == o.count;
+           algorithm == o.algorithm && root == o.root && sequence == o.sequence &&
+           count == o.count;
   }
 };
 

@@ -28,6 +28,12 @@ struct Agent::Attempt {
   bool done = false;
   std::atomic<bool> stop_watch{false};
   std::thread watcher;
+
+  // Whatever ends the attempt, even an exception, the watcher goes too.
+  ~Attempt() {
+    stop_watch = true;
+    if (watcher.joinable()) watcher.join();
+  }
 };
 
 Agent::Agent(JobConfig config)
@@ -192,7 +198,8 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
   WaitSignals(attempt);
   try {
     attempt.group->Start();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
+    attempt.group->Kill();  // the ranks started before the failure
     std::cerr << "neuronrun: " << e.what() << std::endl;
     proto::JobFailure failure;
     failure.set_node_rank(o.node_rank);
@@ -202,7 +209,7 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
     failure.set_description(e.what());
     attempt.local_failure = failure;
     attempt.stopping = true;
-    rendezvous_->ReportFailure(round, failure);
+    ReportFailure(round, failure);
   }
   io_.restart();
   while (!attempt.done) {
@@ -252,7 +259,7 @@ void Agent::OnSignal(Attempt& attempt, int sig) {
   failure.set_description(StrCat("neuronrun on node ", config_.options.node_rank, " (",
                                  config_.hostname, ") was stopped by ",
                                  SignalName(sig)));
-  rendezvous_->ReportFailure(attempt.round, failure);
+  ReportFailure(attempt.round, failure);
 }
 
 void Agent::OnRankExit(Attempt& attempt, const RankExit& exit) {
@@ -261,7 +268,7 @@ void Agent::OnRankExit(Attempt& attempt, const RankExit& exit) {
         FailureOfRank(exit, config_.options.node_rank, config_.hostname);
     attempt.stopping = true;
     attempt.group->Stop(config_.options.grace_period, SIGTERM);
-    rendezvous_->ReportFailure(attempt.round, *attempt.local_failure);
+    ReportFailure(attempt.round, *attempt.local_failure);
   }
   MaybeReportSuccess(attempt);
 }
@@ -279,9 +286,26 @@ void Agent::MaybeReportSuccess(Attempt& attempt) {
   if (!attempt.group->Finished()) return;
   if (!attempt.stopping && !attempt.success_reported) {
     attempt.success_reported = true;
-    rendezvous_->ReportSuccess(attempt.round);
+    try {
+      rendezvous_->ReportSuccess(attempt.round);
+    } catch (const std::exception& e) {
+      // The store is gone (node 0 lost): the watcher reports that as the end.
+      std::cerr << "neuronrun: cannot report success to the job's store: " << e.what()
+                << std::endl;
+    }
   }
   if (attempt.end) attempt.done = true;
+}
+
+void Agent::ReportFailure(std::uint32_t round, const proto::JobFailure& failure) {
+  try {
+    rendezvous_->ReportFailure(round, failure);
+  } catch (const std::exception& e) {
+    // The store is gone (node 0 lost): this node still ends its own ranks,
+    // and the watcher turns the lost store into the round's end.
+    std::cerr << "neuronrun: cannot report the failure to the job's store: " << e.what()
+              << std::endl;
+  }
 }
 
 }  // namespace neuron::launcher

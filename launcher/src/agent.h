@@ -68,6 +68,8 @@ class Agent {
   void OnRankExit(Attempt& attempt, const RankExit& exit);
   void OnRoundEnd(Attempt& attempt, const RoundEnd& end);
   void MaybeReportSuccess(Attempt& attempt);
+  // Tells the other nodes; a lost store is reported, not thrown.
+  void ReportFailure(std::uint32_t round, const proto::JobFailure& failure);
 
   JobConfig config_;
   ProcessGuard guard_;  // first: forked before any thread exists

@@ -47,12 +47,14 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // parent died before prctl
-  sigset_t all;
-  sigemptyset(&all);
-  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Signals are blocked since before fork: reset the parent's handlers
+  // (they would write into neuronrun's signal pipe), then unblock.
   for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP, SIGQUIT}) {
     ::signal(sig, SIG_DFL);
   }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   const int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
   ::dup2(out.write, STDOUT_FILENO);
@@ -89,18 +91,32 @@ std::string ResolveProgram(const std::string& name) {
 }
 
 SpawnedChild Spawn(const SpawnRequest& request) {
-  Pipe out = MakePipe();
-  Pipe err = MakePipe();
-  Pipe status = MakePipe();
+  // Made in order; if one fails, the ones before it are closed.
+  std::vector<Pipe> pipes;
+  try {
+    for (int i = 0; i < 3; ++i) pipes.push_back(MakePipe());
+  } catch (...) {
+    for (const Pipe& p : pipes) {
+      ::close(p.read);
+      ::close(p.write);
+    }
+    throw;
+  }
+  const Pipe out = pipes[0], err = pipes[1], status = pipes[2];
   std::vector<char*> argv = CStrings(request.argv);
   std::vector<char*> envp = CStrings(request.env);
   const pid_t parent = ::getpid();
+  // No signal may reach the child before it dropped neuronrun's handlers.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ExecChild(parent, out, err, status, request.path.c_str(), argv.data(),
               envp.data());
   }
   const int fork_errno = errno;
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   for (int fd : {out.write, err.write, status.write}) ::close(fd);
   if (pid < 0) {
     for (int fd : {out.read, err.read, status.read}) ::close(fd);

@@ -422,6 +422,22 @@ TEST_P(CommunicatorSweep, SplitFormsIndependentGroups) {
   });
 }
 
+TEST_P(CommunicatorSweep, DifferentAlgorithmsAreAMismatch) {
+  const auto options = Options();
+  try {
+    RunRanks(2, [&](int rank, Store& store) {
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
+      std::vector<float> data(64);
+      comm.AllReduce({data.data(), 64, DataType::kFloat32, ReduceOp::kSum,
+                      rank == 0 ? Algorithm::kRing : Algorithm::kRecursiveDoubling});
+    });
+    FAIL() << "ranks ran different algorithms unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("by ring"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("by recursive_doubling"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Communicator, BadArgumentsAreInvalidUsage) {
   HashStore store;
   EXPECT_THROW(Communicator(std::shared_ptr<Store>(&store, [](Store*) {}), 1, 1), InvalidUsage);

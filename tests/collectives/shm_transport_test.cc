@@ -97,6 +97,48 @@ TEST(ShmTransport, TimeoutNamesThePendingPeer) {
   }
 }
 
+TEST(ShmTransport, AFailedWaitLeavesTheTransportUnusable) {
+  // The timed-out receive pointed at a buffer that is gone; nothing may
+  // write into it later, and the stream is out of step for good.
+  RunRanks(2, [](int rank, Store& store) {
+    ShmTransport t(store, rank, 2);
+    if (rank == 0) {
+      {
+        char gone;
+        EXPECT_THROW(t.Wait({t.Irecv(1, &gone, 1)}, Deadline::After(100ms), "op"), TimeoutError);
+      }
+      char byte;
+      try {
+        t.Irecv(1, &byte, 1);
+        FAIL() << "a broken transport accepted a request";
+      } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("unusable after an earlier failure"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
+TEST(ShmTransport, RanksWithDifferentSizesAreRefused) {
+  // The rank that maps a peer of another size names the problem; the other
+  // may only see the segment vanish.
+  std::vector<std::string> errors(2);
+  RunRanks(2, [&](int rank, Store& store) {
+    ShmOptions o;
+    o.ring_bytes = rank == 0 ? 4096 : 8192;
+    o.setup_timeout = 5s;
+    try {
+      ShmTransport t(store, rank, 2, o);
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  EXPECT_TRUE(errors[0].find("different ring or window sizes") != std::string::npos ||
+              errors[1].find("different ring or window sizes") != std::string::npos)
+      << errors[0] << " | " << errors[1];
+}
+
 TEST(ShmTransport, AbortReachesAWaitingPeer) {
   try {
     RunRanks(3, [](int rank, Store& store) {

@@ -371,6 +371,17 @@ TEST(NeuronrunBadInput, ProgramThatCannotExecuteFailsTheJob) {
   ::unlink(tmpl);
 }
 
+TEST(NeuronrunBadInput, LogDirThatCannotBeCreatedStopsEveryRank) {
+  const std::string id = UniqueRunId("nolog");
+  LauncherProcess job({"-n", "3", "--log-dir", "/proc/neuronrun-cannot-be-here", "--run-id", id,
+                       kHelper, "sleep", "60"});
+  EXPECT_EQ(job.Wait(30s), 1);
+  EXPECT_NE(job.Stderr().find("/proc/neuronrun-cannot-be-here"), std::string::npos)
+      << job.Stderr();
+  EXPECT_LT(job.ElapsedSeconds(), 10.0);
+  EXPECT_TRUE(WaitNoProcessesOfJob(id, 2s).empty());
+}
+
 TEST(NeuronrunBadInput, PortsAlreadyInUse) {
   // Hold a port, then ask neuronrun for it as MASTER_PORT and as the
   // rendezvous port.

@@ -27,6 +27,7 @@ class RequestTable {
   explicit RequestTable(int size) : size_(size), sends_(size), recvs_(size) {}
 
   RequestId Post(int peer, bool is_send, const void* data, std::size_t bytes) {
+    CheckUsable();
     NEURON_CHECK(peer >= 0 && peer < size_, is_send ? "send to" : "receive from", " rank ",
                  peer, " outside 0..", size_ - 1);
     const RequestId id = first_id_ + requests_.size();
@@ -70,6 +71,21 @@ class RequestTable {
     return peers;
   }
 
+  // After a failed Wait: the posted buffers may be gone and the streams are
+  // out of step, so every request is dropped and the table refuses more.
+  void Break(const std::string& reason) {
+    broken_ = reason.empty() ? "an earlier operation failed" : reason;
+    for (auto& q : sends_) q.clear();
+    for (auto& q : recvs_) q.clear();
+    first_id_ += requests_.size();
+    requests_.clear();
+  }
+  void CheckUsable() const {
+    if (!broken_.empty()) {
+      throw IoError("transport unusable after an earlier failure: " + broken_);
+    }
+  }
+
   // Forgets finished requests once no queue holds any, so ids stay cheap.
   void CompactIfIdle() {
     for (int p = 0; p < size_; ++p) {
@@ -81,6 +97,7 @@ class RequestTable {
 
  private:
   int size_;
+  std::string broken_;             // why the table refuses requests
   std::vector<Request> requests_;  // by id - first_id_
   RequestId first_id_ = 0;
   std::vector<std::deque<RequestId>> sends_;

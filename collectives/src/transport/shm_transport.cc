@@ -106,12 +106,15 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
 
   const int fd = ::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError(StrCat("shm_open ", own_name, ": ", std::strerror(errno)));
-  if (::ftruncate(fd, static_cast<off_t>(segment_bytes_)) != 0) {
-    const int e = errno;
+  // Allocate now: a full /dev/shm must be an error here, not a SIGBUS on
+  // first touch of a sparse page later.
+  const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes_));
+  if (e != 0) {
     ::close(fd);
     ::shm_unlink(own_name.c_str());
-    throw IoError(StrCat("cannot size shared memory ", own_name, " to ", segment_bytes_,
-                         " bytes: ", std::strerror(e)));
+    throw IoError(StrCat("cannot allocate ", segment_bytes_, " bytes of shared memory (",
+                         own_name, ") for rank ", rank, ": ", std::strerror(e),
+                         e == ENOSPC ? "; /dev/shm is too small" : ""));
   }
   void* own = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -132,6 +135,13 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
       const std::string name = SegmentName(uid, p);
       const int pfd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
       if (pfd < 0) throw IoError(StrCat("shm_open of rank ", p, "'s ", name, ": ", std::strerror(errno)));
+      struct stat st {};
+      if (::fstat(pfd, &st) != 0 || static_cast<std::size_t>(st.st_size) != segment_bytes_) {
+        ::close(pfd);
+        throw InvalidUsage(StrCat("rank ", p, "'s shared memory has ", st.st_size,
+                                  " bytes but rank ", rank, " expects ", segment_bytes_,
+                                  ": the ranks were created with different ring or window sizes"));
+      }
       void* m = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
       ::close(pfd);
       if (m == MAP_FAILED) throw IoError(StrCat("cannot map rank ", p, "'s ", name));
@@ -292,6 +302,17 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
 
 void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
+  requests_->CheckUsable();
+  try {
+    WaitOrThrow(ids, deadline, what);
+  } catch (const std::exception& e) {
+    requests_->Break(e.what());
+    throw;
+  }
+}
+
+void ShmTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline,
+                               const std::string& what) {
   Block(
       [&](bool* moved) {
         if (requests_->AllComplete(ids)) return true;

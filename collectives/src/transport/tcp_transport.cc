@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -139,14 +140,22 @@ void TcpTransport::Connect(const std::string& token) {
     sockets_[peer] = fd;
   }
   int expected = size_ - 1 - rank_;
+  const auto give_up = Clock::now() + options_.setup_timeout;
+  auto left_ms = [&] {
+    return static_cast<int>(std::max<long>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()).count()));
+  };
   while (expected > 0) {
     pollfd pfd{listener_, POLLIN, 0};
-    if (::poll(&pfd, 1, static_cast<int>(options_.setup_timeout.count())) <= 0) {
+    if (::poll(&pfd, 1, left_ms()) <= 0) {
       throw TimeoutError(StrCat("tcp transport: rank ", rank_, " still waits for ", expected,
                                 " higher ranks to connect"));
     }
     const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    // A connection that never says hello must not stall the setup.
+    timeval tv{std::max(1, left_ms() / 1000), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     Hello hello{};
     const bool ok = ReadExact(fd, &hello, sizeof(hello)) &&
                     auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)),
@@ -157,6 +166,8 @@ void TcpTransport::Connect(const std::string& token) {
       continue;
     }
     Tune(fd);
+    timeval none{0, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
     sockets_[hello.rank] = fd;
     --expected;
   }
@@ -253,6 +264,17 @@ bool TcpTransport::Progress(const std::string& what) {
 
 void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
+  requests_->CheckUsable();
+  try {
+    WaitOrThrow(ids, deadline, what);
+  } catch (const std::exception& e) {
+    requests_->Break(e.what());
+    throw;
+  }
+}
+
+void TcpTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline,
+                               const std::string& what) {
   while (true) {
     Progress(what);
     if (requests_->AllComplete(ids)) break;
@@ -277,9 +299,14 @@ void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
 }
 
 void TcpTransport::Abort(const std::string& reason) {
-  store_.CompareSet("tcp/abort", "", reason);
-  for (int& fd : sockets_) {
+  // Release the peers first: they must not wait on a store that may be gone.
+  for (int fd : sockets_) {
     if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+  try {
+    store_.CompareSet("tcp/abort", "", reason);  // the reason, for their errors
+  } catch (const std::exception&) {
+    // Without the store the peers still see the hang-up, just not the reason.
   }
 }
 

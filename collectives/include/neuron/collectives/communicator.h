@@ -72,7 +72,7 @@ struct CommunicatorOptions {
   // Allreduce at or below this size reduces the whole buffer on every rank
   // in one phase (direct); above it, each rank reduces a slice.
   std::size_t small_message_bytes = 16u << 10;
-  std::size_t shm_ring_bytes = 2u << 20;
+  std::size_t shm_ring_bytes = 512u << 10;  // per pair, allocated up front
   std::size_t shm_window_bytes = 1u << 20;
   // TCP: the address this rank listens on; empty: its host name's address
   // (127.0.0.1 when every rank is on this host).

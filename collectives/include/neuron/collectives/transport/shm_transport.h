@@ -78,6 +78,7 @@ class ShmTransport : public Transport {
              const std::string& what);
   // Moves as many bytes as possible for the head request of every queue;
   // returns true when anything moved.
+  void WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline, const std::string& what);
   bool Progress();
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);

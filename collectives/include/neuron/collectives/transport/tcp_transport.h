@@ -50,6 +50,7 @@ class TcpTransport : public Transport {
 
  private:
   void Connect(const std::string& token);
+  void WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline, const std::string& what);
   bool Progress(const std::string& what);
   bool ProgressSend(int peer, const std::string& what);
   bool ProgressRecv(int peer, const std::string& what);
