@@ -1,6 +1,7 @@
 // Store semantics, the same for every implementation (parameterized), plus
 // what only the TCP store has: authentication, set-on-close, bad input.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -275,6 +276,33 @@ TEST(TcpStore, SetOnCloseFiresWhenTheClientGoes) {
   }
   std::this_thread::sleep_for(100ms);
   EXPECT_FALSE(watcher.Check({"lost2"}));
+}
+
+TEST(TcpStore, ClientDyingDuringAWaitFiresItsCloseActionsAtOnce) {
+  // The agent-lost signal: a client parked in a long wait is killed.
+  TcpStoreServer server(QuietServer());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    TcpStoreOptions c;
+    c.port = server.port();
+    c.secret = kSecret;
+    TcpStore agent(c);
+    agent.SetOnClose("lost", "agent 7");
+    agent.Set("parked", "");
+    agent.Wait({"never"}, std::chrono::hours(1));
+    ::_exit(0);
+  }
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.secret = kSecret;
+  TcpStore watcher(c);
+  watcher.Wait({"parked"}, 10s);
+  std::this_thread::sleep_for(50ms);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(watcher.Get("lost", 5s), "agent 7");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 TEST(TcpStore, PortInUseIsAClearError) {

@@ -26,6 +26,9 @@ using proto::StoreResponse;
 
 namespace {
 constexpr std::uint32_t kProtocolVersion = 1;
+// Before a client is authenticated, frames are tiny: no large allocations
+// for strangers.
+constexpr std::size_t kMaxHandshakeBytes = 4096;
 }
 
 class TcpStoreServer::Impl {
@@ -50,6 +53,7 @@ class TcpStoreServer::Impl {
   TcpStoreServerOptions options_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_backoff_{io_};
   KeyValueTable table_;
   std::list<std::shared_ptr<Waiter>> waiters_;
   std::atomic<std::size_t> refused_{0};  // written on the io thread
@@ -72,7 +76,11 @@ class TcpStoreServer::Impl::Session
 
  private:
   using Handler = void (Session::*)(const std::string& body);
-  void ReadFrame(Handler handler);
+  void ReadFrame(Handler handler, std::size_t max_bytes);
+  // While a GET/WAIT is parked the client sends nothing; a read stays
+  // posted anyway, so a client that dies meanwhile is noticed at once (its
+  // set-on-close keys, e.g. a lost agent, fire then, not at the timeout).
+  void WatchWhileParked();
   void Write(std::string frame, bool then_read, bool then_close);
   void OnAuth(const std::string& body);
   void OnRequest(const std::string& body);
@@ -89,6 +97,8 @@ class TcpStoreServer::Impl::Session
   std::string body_;
   std::vector<std::pair<std::string, std::string>> on_close_;
   bool closed_ = false;
+  bool watching_ = false;
+  char watch_byte_ = 0;
 };
 
 void TcpStoreServer::Impl::Session::Start() {
@@ -102,20 +112,19 @@ void TcpStoreServer::Impl::Session::Start() {
     if (!ec) self->Refuse("no handshake within the handshake timeout");
   });
   Write(framing::Encode(challenge), /*then_read=*/false, /*then_close=*/false);
-  ReadFrame(&Session::OnAuth);
+  ReadFrame(&Session::OnAuth, kMaxHandshakeBytes);
 }
 
-void TcpStoreServer::Impl::Session::ReadFrame(Handler handler) {
+void TcpStoreServer::Impl::Session::ReadFrame(Handler handler, std::size_t max_bytes) {
   auto self = shared_from_this();
   asio::async_read(
       socket_, asio::buffer(header_),
-      [self, handler](const boost::system::error_code& ec, std::size_t) {
+      [self, handler, max_bytes](const boost::system::error_code& ec, std::size_t) {
         if (ec) return self->Close();
         const std::uint32_t n = framing::DecodeLength(self->header_);
-        if (n > self->server_.options_.max_message_bytes) {
+        if (n > max_bytes) {
           return self->Refuse("message of " + std::to_string(n) +
-                              " bytes exceeds the limit of " +
-                              std::to_string(self->server_.options_.max_message_bytes));
+                              " bytes exceeds the limit of " + std::to_string(max_bytes));
         }
         self->body_.resize(n);
         asio::async_read(
@@ -135,7 +144,10 @@ void TcpStoreServer::Impl::Session::Write(std::string frame, bool then_read,
                     [self, data, then_read, then_close](
                         const boost::system::error_code& ec, std::size_t) {
                       if (ec || then_close) return self->Close();
-                      if (then_read) self->ReadFrame(&Session::OnRequest);
+                      if (then_read) {
+                        self->ReadFrame(&Session::OnRequest,
+                                        self->server_.options_.max_message_bytes);
+                      }
                     });
 }
 
@@ -241,6 +253,7 @@ void TcpStoreServer::Impl::Session::Handle(const StoreRequest& request) {
         w->session->Respond(timeout);
       });
       server_.waiters_.push_back(std::move(waiter));
+      WatchWhileParked();
       return;  // answered later
     }
     default:
@@ -249,7 +262,25 @@ void TcpStoreServer::Impl::Session::Handle(const StoreRequest& request) {
   Respond(response);
 }
 
+void TcpStoreServer::Impl::Session::WatchWhileParked() {
+  watching_ = true;
+  auto self = shared_from_this();
+  socket_.async_read_some(asio::buffer(&watch_byte_, 1),
+                          [self](const boost::system::error_code& ec, std::size_t) {
+                            if (ec == asio::error::operation_aborted) return;  // answered
+                            self->watching_ = false;
+                            if (ec) return self->Close();  // the client is gone
+                            self->Refuse("sent a request while one was pending");
+                          });
+}
+
 void TcpStoreServer::Impl::Session::Respond(const StoreResponse& response) {
+  if (closed_) return;
+  if (watching_) {  // stop watching; the read posted after the answer takes over
+    watching_ = false;
+    boost::system::error_code ignored;
+    socket_.cancel(ignored);
+  }
   Write(framing::Encode(response), /*then_read=*/true, false);
 }
 
@@ -310,10 +341,17 @@ void TcpStoreServer::Impl::Accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec,
                                 tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true));
-      std::make_shared<Session>(*this, std::move(socket))->Start();
+    if (ec) {
+      // Out of descriptors or similar: retry shortly instead of spinning.
+      Log("store: cannot accept a connection: " + ec.message());
+      accept_backoff_.expires_after(std::chrono::milliseconds(100));
+      accept_backoff_.async_wait([this](const boost::system::error_code& e) {
+        if (!e) Accept();
+      });
+      return;
     }
+    socket.set_option(tcp::no_delay(true));
+    std::make_shared<Session>(*this, std::move(socket))->Start();
     Accept();
   });
 }
