@@ -124,6 +124,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     tcp.loopback = one_host;
     tcp.setup_timeout = options_.timeout;
     transport_ = std::make_unique<transport::TcpTransport>(*store_, rank, size, tcp);
+    StartPointToPoint(false);
     return;
   }
   transport::ShmOptions shm;
@@ -133,9 +134,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   auto transport = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
   shm_ = transport.get();
   transport_ = std::move(transport);
+  StartPointToPoint(true);
 }
 
-Communicator::~Communicator() = default;
 
 Communicator::Header Communicator::NewHeader(OpCode op, DataType dtype, std::uint64_t count,
                                              ReduceOp reduce, int root) const {

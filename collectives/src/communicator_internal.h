@@ -5,9 +5,14 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
 #include <exception>
 
 #include "neuron/collectives/communicator.h"
+#include "neuron/collectives/transport/transport.h"
 
 namespace neuron::collectives {
 namespace detail {
@@ -94,6 +99,31 @@ class Communicator::OpScope {
   Agreed agreed_;
   int exceptions_;
   std::chrono::steady_clock::time_point wall_start_;
+};
+
+namespace detail {
+
+struct MessageHeader {
+  std::uint32_t magic = 0x4e503250;  // "NP2P"
+  std::uint32_t pad = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t bytes = 0;
+  double send_us = 0;  // the sender's simulated time
+};
+
+struct Message {
+  MessageHeader header;
+  std::vector<char> payload;
+};
+
+}  // namespace detail
+
+struct Communicator::PointToPoint {
+  std::unique_ptr<transport::Transport> transport;
+  std::vector<detail::MessageHeader> incoming;                  // per peer, posted buffers
+  std::vector<std::optional<transport::RequestId>> posted;  // header receive per peer
+  std::vector<std::deque<detail::Message>> unexpected;          // arrived, other tags
+  std::uint64_t sends = 0, receives = 0;
 };
 
 }  // namespace neuron::collectives

@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "neuron/collectives/half.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/sim_clock.h"
 #include "dtype_values.h"
 #include "rank_threads.h"
 
@@ -438,6 +441,97 @@ TEST_P(CommunicatorSweep, DifferentAlgorithmsAreAMismatch) {
   }
 }
 
+TEST_P(CommunicatorSweep, PointToPointKeepsOrderTagsAndSources) {
+  const auto options = Options();
+  RunRanks(4, [&](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 4, options);
+    if (rank == 0) {
+      // In order on one tag, then tag 8 before tag 7, then a large message.
+      for (int i = 0; i < 3; ++i) comm.Send(1, &i, sizeof(i), 1);
+      const int seven = 7, eight = 8;
+      comm.Send(1, &seven, sizeof(seven), 7);
+      comm.Send(1, &eight, sizeof(eight), 8);
+      std::vector<char> big(8 << 20, 'x');
+      comm.Send(1, big.data(), big.size(), 2);
+    } else if (rank == 1) {
+      for (int i = 0; i < 3; ++i) {
+        int got = -1;
+        EXPECT_EQ(comm.Recv(0, &got, sizeof(got), 1), 0);
+        EXPECT_EQ(got, i);
+      }
+      int got = 0;
+      comm.Recv(0, &got, sizeof(got), 8);
+      EXPECT_EQ(got, 8);
+      comm.Recv(0, &got, sizeof(got), 7);
+      EXPECT_EQ(got, 7);
+      std::vector<char> big(8 << 20);
+      comm.Recv(0, big.data(), big.size(), 2);
+      EXPECT_EQ(big[12345], 'x');
+    }
+    // Collectives and point-to-point do not share a stream.
+    if (rank == 3) comm.Send(2, &rank, sizeof(rank), 9);
+    std::vector<float> data(100, 1.0f);
+    comm.AllReduce({data.data(), data.size(), DataType::kFloat32});
+    EXPECT_EQ(data[0], 4.0f);
+    if (rank == 2) {
+      int got = -1;
+      EXPECT_EQ(comm.Recv(3, &got, sizeof(got), 9), 3);
+      EXPECT_EQ(got, 3);
+    }
+    // Receive from any source.
+    if (rank != 0) {
+      comm.Send(0, &rank, sizeof(rank), 5);
+    } else {
+      std::set<int> sources;
+      for (int i = 0; i < 3; ++i) {
+        int got = -1;
+        const int source = comm.Recv(Communicator::kAnySource, &got, sizeof(got), 5);
+        EXPECT_EQ(got, source);
+        sources.insert(source);
+      }
+      EXPECT_EQ(sources, (std::set<int>{1, 2, 3}));
+    }
+    comm.Barrier();
+  });
+}
+
+TEST_P(CommunicatorSweep, PointToPointSizeMismatchNamesBothSizes) {
+  const auto options = Options();
+  RunRanks(2, [&](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
+    if (rank == 0) {
+      const double eight_bytes = 1.0;
+      comm.Send(1, &eight_bytes, sizeof(eight_bytes), 3);
+    } else {
+      float four_bytes;
+      try {
+        comm.Recv(0, &four_bytes, sizeof(four_bytes), 3);
+        FAIL() << "a size mismatch went unnoticed";
+      } catch (const InvalidUsage& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 0 sent 8 bytes but the receive expects 4"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
+TEST(Communicator, ReceiveCompletesAtSendTimePlusTransfer) {
+  RunRanks(2, [](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2);
+    std::vector<char> buffer(1 << 20);
+    if (rank == 0) {
+      comm.clock().AdvanceCompute(runtime::SimDuration(100));
+      comm.Send(1, buffer.data(), buffer.size());
+    } else {
+      comm.Recv(0, buffer.data(), buffer.size());
+      const runtime::Schedule transfer{"p2p", {runtime::Step{{{0, 1, double(1 << 20)}}}}};
+      const double modelled = comm.fabric().Simulate(transfer).total.count();
+      EXPECT_DOUBLE_EQ(comm.clock().compute().count(), 100.0 + modelled);
+    }
+  });
+}
+
 TEST(Communicator, BadArgumentsAreInvalidUsage) {
   HashStore store;
   EXPECT_THROW(Communicator(std::shared_ptr<Store>(&store, [](Store*) {}), 1, 1), InvalidUsage);
@@ -448,6 +542,8 @@ TEST(Communicator, BadArgumentsAreInvalidUsage) {
   EXPECT_THROW(ParseAlgorithm("fastest"), InvalidUsage);
   EXPECT_THROW(comm.Gather({&x, &x, 1, DataType::kFloat32, 1}), InvalidUsage);
   EXPECT_THROW(comm.AllGatherV({&x, &x, {1, 1}, DataType::kFloat32}), InvalidUsage);
+  EXPECT_THROW(comm.Send(0, &x, sizeof(x)), InvalidUsage);  // to itself
+  EXPECT_THROW(comm.Recv(4, &x, sizeof(x)), InvalidUsage);
 }
 
 TEST(Communicator, MissingRankTimesOutNamingIt) {

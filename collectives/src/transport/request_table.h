@@ -50,6 +50,14 @@ class RequestTable {
     return true;
   }
 
+  // The index of a complete request in `ids`, or ids.size() if none is.
+  std::size_t FirstComplete(const std::vector<RequestId>& ids) const {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (at(ids[i]).complete()) return i;
+    }
+    return ids.size();
+  }
+
   // "receive from rank 3 (0 of 8 bytes), ..." for the unfinished ones.
   std::string Pending(const std::vector<RequestId>& ids) const {
     std::string out;

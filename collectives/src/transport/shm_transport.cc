@@ -324,6 +324,25 @@ void ShmTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadl
   requests_->CompactIfIdle();
 }
 
+std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
+                                  const std::string& what) {
+  requests_->CheckUsable();
+  try {
+    Block(
+        [&](bool* moved) {
+          if (requests_->FirstComplete(ids) < ids.size()) return true;
+          *moved = Progress();
+          return requests_->FirstComplete(ids) < ids.size();
+        },
+        [&] { return "any of: " + requests_->Pending(ids); },
+        [&] { return requests_->PendingPeers(ids); }, deadline, what);
+  } catch (const std::exception& e) {
+    requests_->Break(e.what());
+    throw;
+  }
+  return requests_->FirstComplete(ids);
+}
+
 char* ShmTransport::Window(int rank) const {
   return segments_[rank]->window(size_, options_.ring_bytes);
 }

@@ -273,11 +273,30 @@ void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
   }
 }
 
+std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
+                                  const std::string& what) {
+  requests_->CheckUsable();
+  try {
+    WaitUntil([&] { return requests_->FirstComplete(ids) < ids.size(); }, ids, deadline, what);
+  } catch (const std::exception& e) {
+    requests_->Break(e.what());
+    throw;
+  }
+  return requests_->FirstComplete(ids);
+}
+
 void TcpTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline,
                                const std::string& what) {
+  WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
+  requests_->CompactIfIdle();
+}
+
+template <typename Done>
+void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
+                             const std::string& what) {
   while (true) {
     Progress(what);
-    if (requests_->AllComplete(ids)) break;
+    if (done()) break;
     std::vector<pollfd> fds;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
@@ -295,7 +314,6 @@ void TcpTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadl
     ::poll(fds.data(), fds.size(),
            static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
   }
-  requests_->CompactIfIdle();
 }
 
 void TcpTransport::Abort(const std::string& reason) {

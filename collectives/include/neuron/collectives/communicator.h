@@ -201,6 +201,20 @@ class Communicator {
   // Every rank's pending and future operations fail with `reason`.
   void Abort(const std::string& reason);
 
+  // Point-to-point, on a channel of its own (never interleaved with the
+  // collectives' streams). Messages from one peer with one tag arrive in the
+  // order they were sent; messages with other tags wait until received. A
+  // receive must ask for exactly the size of the message (InvalidUsage
+  // naming both sizes otherwise). Send returns once the message is handed
+  // to the transport: at once for messages that fit its buffers, when the
+  // receiver takes them otherwise (so two ranks that both send large
+  // messages before receiving deadlock, as with MPI_Send). In simulated
+  // time a receive completes at max(posted, sent + modelled transfer).
+  static constexpr int kAnySource = -1;
+  void Send(int peer, const void* data, std::size_t bytes, std::uint64_t tag = 0);
+  // Returns the rank the message came from (useful with kAnySource).
+  int Recv(int peer, void* data, std::size_t bytes, std::uint64_t tag = 0);
+
   // Collective over this communicator (as MPI_Comm_split): ranks passing the
   // same `color` form a new communicator, ordered by (key, rank); a rank
   // passing kNoColor joins none and gets null. The new communicator shares
@@ -226,6 +240,8 @@ class Communicator {
  private:
   struct Header;
   class OpScope;
+  struct PointToPoint;  // point_to_point.cc
+  void StartPointToPoint(bool one_host);
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own.
@@ -284,6 +300,7 @@ class Communicator {
   std::vector<OpRecord> records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;
+  std::unique_ptr<PointToPoint> p2p_;
 };
 
 }  // namespace neuron::collectives

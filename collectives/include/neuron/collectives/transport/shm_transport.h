@@ -55,6 +55,8 @@ class ShmTransport : public Transport {
   RequestId Irecv(int peer, void* data, std::size_t bytes) override;
   void Wait(const std::vector<RequestId>& ids, Deadline deadline,
             const std::string& what) override;
+  std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
+                      const std::string& what) override;
   void Abort(const std::string& reason) override;
 
   // Shared staging: every rank's window is readable and writable by every

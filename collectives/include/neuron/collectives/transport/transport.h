@@ -55,6 +55,11 @@ class Transport {
   virtual void Wait(const std::vector<RequestId>& ids, Deadline deadline,
                     const std::string& what) = 0;
 
+  // Blocks until at least one request in `ids` is complete; returns the
+  // index (into `ids`) of one that is. Errors as Wait.
+  virtual std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
+                              const std::string& what) = 0;
+
   // Makes every rank's pending and future waits fail with `reason`.
   virtual void Abort(const std::string& reason) = 0;
 };

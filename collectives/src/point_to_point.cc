@@ -1,0 +1,129 @@
+// Point-to-point messages: framed (tag, size, send time) on a transport of
+// their own, so they never interleave with the collectives' streams.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <optional>
+
+#include "communicator_internal.h"
+#include "neuron/collectives/communicator.h"
+#include "neuron/collectives/store/prefix_store.h"
+#include "neuron/collectives/transport/shm_transport.h"
+#include "neuron/collectives/transport/tcp_transport.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/sim_clock.h"
+
+namespace neuron::collectives {
+
+using detail::Message;
+using detail::MessageHeader;
+
+Communicator::~Communicator() = default;
+
+void Communicator::StartPointToPoint(bool one_host) {
+  auto p2p = std::make_unique<PointToPoint>();
+  auto store = std::make_shared<PrefixStore>("p2p", store_);
+  if (one_host && options_.transport != TransportKind::kTcp) {
+    transport::ShmOptions shm;
+    shm.ring_bytes = options_.shm_ring_bytes;
+    shm.window_bytes = 4096;  // point-to-point uses the rings only
+    shm.setup_timeout = options_.timeout;
+    p2p->transport = std::make_unique<transport::ShmTransport>(*store, rank_, size_, shm);
+  } else {
+    transport::TcpOptions tcp;
+    tcp.address = options_.tcp_address;
+    tcp.loopback = one_host;
+    tcp.setup_timeout = options_.timeout;
+    p2p->transport = std::make_unique<transport::TcpTransport>(*store, rank_, size_, tcp);
+  }
+  p2p->incoming.resize(size_);
+  p2p->posted.resize(size_);
+  p2p->unexpected.resize(size_);
+  p2p_ = std::move(p2p);
+  // Keep the store alive as long as the transports that set up through it.
+  (void)store;
+}
+
+void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint64_t tag) {
+  NEURON_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send: peer ", peer,
+               " must be another rank of 0..", size_ - 1, " (this is rank ", rank_, ")");
+  NEURON_CHECK(data != nullptr || bytes == 0, "send: data is null");
+  MessageHeader h;
+  h.tag = tag;
+  h.bytes = bytes;
+  h.send_us = clock_->CollectiveArrival().count();
+  const std::string what = StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
+  auto& t = *p2p_->transport;
+  std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
+  if (bytes > 0) ids.push_back(t.Isend(peer, data, bytes));
+  t.Wait(ids, NewDeadline(), what);
+}
+
+int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t tag) {
+  NEURON_CHECK(peer == kAnySource || (peer >= 0 && peer < size_ && peer != rank_),
+               "recv: peer ", peer, " must be another rank of 0..", size_ - 1,
+               " or kAnySource (this is rank ", rank_, ")");
+  NEURON_CHECK(data != nullptr || bytes == 0, "recv: data is null");
+  const double posted_us = clock_->CollectiveArrival().count();
+  const std::string what = StrCat("recv #", p2p_->receives++, " from ",
+                                  peer == kAnySource ? std::string("any rank")
+                                                     : "rank " + std::to_string(peer),
+                                  " (tag ", tag, ")");
+  auto& t = *p2p_->transport;
+  // 1. A message with this tag that arrived while waiting for another.
+  int source = -1;
+  for (int p = 0; p < size_ && source < 0; ++p) {
+    if (peer != kAnySource && p != peer) continue;
+    auto& queue = p2p_->unexpected[p];
+    auto it = std::find_if(queue.begin(), queue.end(),
+                           [tag](const Message& m) { return m.header.tag == tag; });
+    if (it == queue.end()) continue;
+    NEURON_CHECK(it->header.bytes == bytes, what, ": rank ", p, " sent ", it->header.bytes,
+                 " bytes but the receive expects ", bytes);
+    if (bytes > 0) std::memcpy(data, it->payload.data(), bytes);
+    p2p_->incoming[p] = it->header;  // for the timing below
+    queue.erase(it);
+    source = p;
+  }
+  // 2. Otherwise read headers (from `peer`, or whoever sends first) until
+  //    one carries this tag; the others' payloads are kept for later.
+  while (source < 0) {
+    std::vector<transport::RequestId> ids;
+    std::vector<int> from;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || (peer != kAnySource && p != peer)) continue;
+      if (!p2p_->posted[p]) {
+        p2p_->posted[p] = t.Irecv(p, &p2p_->incoming[p], sizeof(MessageHeader));
+      }
+      ids.push_back(*p2p_->posted[p]);
+      from.push_back(p);
+    }
+    const int p = from[t.WaitAny(ids, NewDeadline(), what)];
+    p2p_->posted[p].reset();
+    const MessageHeader h = p2p_->incoming[p];
+    NEURON_ASSERT(h.magic == 0x4e503250, "point-to-point stream from rank ", p, " is corrupt");
+    if (h.tag == tag && h.bytes == bytes) {
+      if (bytes > 0) t.Wait({t.Irecv(p, data, bytes)}, NewDeadline(), what);
+      source = p;
+      break;
+    }
+    Message m{h, std::vector<char>(h.bytes)};
+    if (h.bytes > 0) t.Wait({t.Irecv(p, m.payload.data(), h.bytes)}, NewDeadline(), what);
+    NEURON_CHECK(h.tag != tag, what, ": rank ", p, " sent ", h.bytes,
+                 " bytes but the receive expects ", bytes);
+    p2p_->unexpected[p].push_back(std::move(m));
+  }
+  // Simulated time: max(posted, sent + the modelled transfer).
+  const MessageHeader& h = p2p_->incoming[source];
+  const runtime::Schedule transfer{
+      "p2p", {runtime::Step{{{global_ranks_[source], global_ranks_[rank_],
+                              static_cast<double>(bytes)}}}}};
+  const double modelled = fabric_->Simulate(transfer).total.count();
+  const double end = std::max(posted_us, h.send_us + modelled);
+  clock_->JoinCompute(runtime::SimDuration(end));
+  clock_->FinishCollective(runtime::SimDuration(end));
+  return source;
+}
+
+}  // namespace neuron::collectives
