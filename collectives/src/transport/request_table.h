@@ -37,15 +37,21 @@ class RequestTable {
     return id;
   }
 
+  // Only for ids still queued (progress); use IsComplete for any id.
   Request& at(RequestId id) { return requests_[id - first_id_]; }
   const Request& at(RequestId id) const { return requests_[id - first_id_]; }
+
+  // Ids below first_id_ were compacted away, which happens only once every
+  // request is complete: a caller may hold such an id (e.g. a receive it
+  // posted and has not looked at yet), and it is complete.
+  bool IsComplete(RequestId id) const { return id < first_id_ || at(id).complete(); }
   // The queue of sends to (receives from) `peer`, oldest first.
   std::deque<RequestId>& sends(int peer) { return sends_[peer]; }
   std::deque<RequestId>& recvs(int peer) { return recvs_[peer]; }
 
   bool AllComplete(const std::vector<RequestId>& ids) const {
     for (RequestId id : ids) {
-      if (!at(id).complete()) return false;
+      if (!IsComplete(id)) return false;
     }
     return true;
   }
@@ -53,7 +59,7 @@ class RequestTable {
   // The index of a complete request in `ids`, or ids.size() if none is.
   std::size_t FirstComplete(const std::vector<RequestId>& ids) const {
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (at(ids[i]).complete()) return i;
+      if (IsComplete(ids[i])) return i;
     }
     return ids.size();
   }
@@ -62,8 +68,8 @@ class RequestTable {
   std::string Pending(const std::vector<RequestId>& ids) const {
     std::string out;
     for (RequestId id : ids) {
+      if (IsComplete(id)) continue;
       const Request& r = at(id);
-      if (r.complete()) continue;
       if (!out.empty()) out += ", ";
       out += StrCat(r.is_send ? "send to rank " : "receive from rank ", r.peer, " (", r.done,
                     " of ", r.bytes, " bytes)");
@@ -74,7 +80,7 @@ class RequestTable {
   std::vector<int> PendingPeers(const std::vector<RequestId>& ids) const {
     std::vector<int> peers;
     for (RequestId id : ids) {
-      if (!at(id).complete()) peers.push_back(at(id).peer);
+      if (!IsComplete(id)) peers.push_back(at(id).peer);
     }
     return peers;
   }
