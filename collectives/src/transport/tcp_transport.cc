@@ -189,11 +189,15 @@ RequestId TcpTransport::Irecv(int peer, void* data, std::size_t bytes) {
 }
 
 void TcpTransport::PeerLost(int peer, const std::string& what, const std::string& how) {
-  // An aborting rank leaves its reason in the store before it hangs up.
-  if (store_.Check({"tcp/abort"})) {
-    throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ",
-                             store_.Get("tcp/abort", std::chrono::seconds(1))));
+  // An aborting rank leaves its reason in the store before it hangs up;
+  // give it a moment to land (the hang-up can overtake the store write).
+  std::string reason;
+  try {
+    reason = store_.Get("tcp/abort", std::chrono::milliseconds(250));
+  } catch (const std::exception&) {
+    // No reason: the peer died or hung up on its own.
   }
+  if (!reason.empty()) throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", reason));
   throw IoError(StrCat(what, ": rank ", peer, " ", how, "; rank ", rank_, " lost its stream"));
 }
 
@@ -317,14 +321,15 @@ void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
 }
 
 void TcpTransport::Abort(const std::string& reason) {
-  // Release the peers first: they must not wait on a store that may be gone.
-  for (int fd : sockets_) {
-    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
-  }
+  // The reason first, so a peer that sees the hang-up can read it; the
+  // hang-up happens whether or not the store is still there.
   try {
-    store_.CompareSet("tcp/abort", "", reason);  // the reason, for their errors
+    store_.CompareSet("tcp/abort", "", reason);
   } catch (const std::exception&) {
     // Without the store the peers still see the hang-up, just not the reason.
+  }
+  for (int fd : sockets_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   }
 }
 
