@@ -119,6 +119,9 @@ struct Message {
 }  // namespace detail
 
 struct Communicator::PointToPoint {
+  // The channel's own namespace in the store; the TCP transport keeps a
+  // reference to it (abort reasons), so it lives as long as the transport.
+  std::shared_ptr<Store> store;
   std::unique_ptr<transport::Transport> transport;
   std::vector<detail::MessageHeader> incoming;                  // per peer, posted buffers
   std::vector<std::optional<transport::RequestId>> posted;  // header receive per peer

@@ -23,26 +23,25 @@ Communicator::~Communicator() = default;
 
 void Communicator::StartPointToPoint(bool one_host) {
   auto p2p = std::make_unique<PointToPoint>();
-  auto store = std::make_shared<PrefixStore>("p2p", store_);
+  p2p->store = std::make_shared<PrefixStore>("p2p", store_);
+  Store& store = *p2p->store;
   if (one_host && options_.transport != TransportKind::kTcp) {
     transport::ShmOptions shm;
     shm.ring_bytes = options_.shm_ring_bytes;
     shm.window_bytes = 4096;  // point-to-point uses the rings only
     shm.setup_timeout = options_.timeout;
-    p2p->transport = std::make_unique<transport::ShmTransport>(*store, rank_, size_, shm);
+    p2p->transport = std::make_unique<transport::ShmTransport>(store, rank_, size_, shm);
   } else {
     transport::TcpOptions tcp;
     tcp.address = options_.tcp_address;
     tcp.loopback = one_host;
     tcp.setup_timeout = options_.timeout;
-    p2p->transport = std::make_unique<transport::TcpTransport>(*store, rank_, size_, tcp);
+    p2p->transport = std::make_unique<transport::TcpTransport>(store, rank_, size_, tcp);
   }
   p2p->incoming.resize(size_);
   p2p->posted.resize(size_);
   p2p->unexpected.resize(size_);
   p2p_ = std::move(p2p);
-  // Keep the store alive as long as the transports that set up through it.
-  (void)store;
 }
 
 void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint64_t tag) {

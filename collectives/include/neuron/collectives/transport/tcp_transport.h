@@ -35,6 +35,7 @@ struct TcpOptions {
 
 class TcpTransport : public Transport {
  public:
+  // `store` must outlive the transport (abort reasons are read from it).
   TcpTransport(Store& store, int rank, int size, TcpOptions options = {});
   ~TcpTransport() override;
 
