@@ -54,6 +54,26 @@ std::shared_ptr<const runtime::FabricModel> DefaultFabric(int world) {
                                                 runtime::PlaceRanks(topology, ranks_per_node));
 }
 
+// The fabric model's collective for an op: barrier is a zero-byte
+// allreduce; gather and scatter (modelled by their own linear schedule)
+// count like a broadcast for bus bandwidth (factor 1).
+runtime::CollectiveKind FabricKind(OpCode op) {
+  using runtime::CollectiveKind;
+  switch (op) {
+    case OpCode::kBroadcast:
+    case OpCode::kGather:
+    case OpCode::kScatter: return CollectiveKind::kBroadcast;
+    case OpCode::kReduce: return CollectiveKind::kReduce;
+    case OpCode::kAllGather:
+    case OpCode::kAllGatherV: return CollectiveKind::kAllGather;
+    case OpCode::kReduceScatter: return CollectiveKind::kReduceScatter;
+    case OpCode::kAllToAll: return CollectiveKind::kAllToAll;
+    case OpCode::kAllReduce:
+    case OpCode::kBarrier: return CollectiveKind::kAllReduce;
+  }
+  return CollectiveKind::kAllReduce;
+}
+
 // Identifies this host, so ranks can tell which peers share its memory.
 std::string HostIdentity() {
   char host[256] = {};
@@ -95,6 +115,10 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
   clock_ = options_.clock ? options_.clock : std::make_shared<runtime::SimClock>();
+  if (const auto forced =
+          runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm)) {
+    forced_algorithm_ = ParseAlgorithm(*forced);  // read once, not on every call
+  }
   global_ranks_ = options_.global_ranks;
   if (global_ranks_.empty()) {
     global_ranks_.resize(size);
@@ -270,15 +294,7 @@ double Communicator::ModelledMicros(const Header& h, double bytes, std::string* 
       break;
     }
     default: {
-      switch (h.op) {
-        case OpCode::kBroadcast: shape.kind = CollectiveKind::kBroadcast; break;
-        case OpCode::kReduce: shape.kind = CollectiveKind::kReduce; break;
-        case OpCode::kAllGather:
-        case OpCode::kAllGatherV: shape.kind = CollectiveKind::kAllGather; break;
-        case OpCode::kReduceScatter: shape.kind = CollectiveKind::kReduceScatter; break;
-        case OpCode::kAllToAll: shape.kind = CollectiveKind::kAllToAll; break;
-        default: break;  // allreduce; barrier as a zero-byte allreduce
-      }
+      shape.kind = FabricKind(h.op);
       schedule = runtime::BuildSchedule(*fabric_, shape,
                                         runtime::ChooseAlgorithm(*fabric_, shape));
     }
@@ -302,15 +318,7 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
   r.end_us = agreed.start_us + r.modelled_us;
   if (r.modelled_us > 0) {
     r.algbw_gbps = r.bytes / r.modelled_us / 1e3;
-    runtime::CollectiveKind kind = runtime::CollectiveKind::kAllReduce;
-    if (h.op == OpCode::kAllGather || h.op == OpCode::kAllGatherV) kind = runtime::CollectiveKind::kAllGather;
-    if (h.op == OpCode::kReduceScatter) kind = runtime::CollectiveKind::kReduceScatter;
-    if (h.op == OpCode::kAllToAll) kind = runtime::CollectiveKind::kAllToAll;
-    if (h.op == OpCode::kBroadcast || h.op == OpCode::kReduce || h.op == OpCode::kGather ||
-        h.op == OpCode::kScatter) {
-      kind = runtime::CollectiveKind::kBroadcast;
-    }
-    r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(kind, size_);
+    r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);
   }
   clock_->FinishCollective(runtime::SimDuration(r.end_us));
   if (join_compute_) clock_->JoinCompute(runtime::SimDuration(r.end_us));
@@ -360,10 +368,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   Header h = NewHeader(OpCode::kAllReduce, o.dtype, o.count, o.op);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   Algorithm algorithm = o.algorithm;
-  if (algorithm == Algorithm::kAuto) {
-    const auto forced = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
-    algorithm = forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
-  }
+  if (algorithm == Algorithm::kAuto) algorithm = forced_algorithm_;
   if (algorithm == Algorithm::kAuto) {
     if (shm_ != nullptr) {
       algorithm = Algorithm::kDirect;
@@ -409,7 +414,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       return;
     default:
       if (small) {
-        SmallDirectAllReduce(data, o.count, o.dtype, o.op, what);
+        SmallDirectAllReduce(data, o.count, o.dtype, o.op);
       } else {
         DirectAllReduce(data, o.count, o.dtype, o.op, what);
       }
@@ -504,13 +509,12 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
 // staged every rank's data, so each rank reduces the whole buffer from all
 // windows (in rank order, like the naive reference) and is done.
 void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                        ReduceOp op, const std::string& what) {
+                                        ReduceOp op) {
   std::vector<const void*> inputs(size_);
   for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r);
   ReduceInputs(dtype, op, inputs.data(), inputs.size(), data, count,
                static_cast<std::size_t>(size_));
   shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
-  (void)what;
 }
 
 // Recursive doubling (Thakur, Rabenseifner & Gropp, "Optimization of

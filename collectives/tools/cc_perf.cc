@@ -161,12 +161,10 @@ class Runner {
  public:
   Runner(Communicator& comm, const PerfOptions& o, std::size_t count)
       : comm_(comm), o_(o), count_(count), esize_(ElementSize(o.dtype)) {
-    const int n = comm.size();
     in_.resize(count * esize_);
     out_.resize(count * esize_);
     block_ = o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter
-                 ? count / n : count;
-    (void)n;
+                 ? count / comm.size() : count;
   }
   void Prepare() { Fill(o_.dtype, in_.data(), count_, comm_.rank() + 1); }
   void Run() {

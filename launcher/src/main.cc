@@ -23,11 +23,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string Hostname() {
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);
@@ -60,7 +55,7 @@ JobConfig Resolve(LaunchOptions o) {
                            : LoadOrCreateRdzvSecret(o.rdzv_secret_file);
   c.hostname = Hostname();
   c.bind_address = BindAddress(o);
-  if (EndsWith(o.program, ".py")) {
+  if (IsPythonScript(o.program)) {
     const std::string python =
         o.python.empty()
             ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 
+#include "child_process.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::launcher {
@@ -104,17 +105,6 @@ const std::map<std::string, Setter>& ValueOptions() {
   return options;
 }
 
-bool IsExecutableFile(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 LaunchOptions ParseOptions(int argc, const char* const* argv) {
@@ -163,16 +153,22 @@ void ValidateOptions(const LaunchOptions& o) {
   NEURON_CHECK(o.nnodes == 1 || !o.rdzv_host.empty(),
                "--nnodes ", o.nnodes, " needs --rdzv-endpoint HOST:PORT (node 0's address)");
   NEURON_CHECK(!o.tee || !o.log_dir.empty(), "--tee needs --log-dir");
-  if (EndsWith(o.program, ".py")) {
+  if (IsPythonScript(o.program)) {
     struct stat st {};
     NEURON_CHECK(::stat(o.program.c_str(), &st) == 0 && S_ISREG(st.st_mode),
                  "script '", o.program, "' does not exist");
     NEURON_CHECK(::access(o.program.c_str(), R_OK) == 0, "script '", o.program,
                  "' is not readable");
   } else if (o.program.find('/') != std::string::npos) {
-    NEURON_CHECK(IsExecutableFile(o.program), "program '", o.program,
+    NEURON_CHECK(!ResolveProgram(o.program).empty(), "program '", o.program,
                  "' does not exist or is not executable");
   }
+}
+
+bool IsPythonScript(const std::string& program) {
+  const std::string suffix = ".py";
+  return program.size() >= suffix.size() &&
+         program.compare(program.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string HelpText() {

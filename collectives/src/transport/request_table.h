@@ -94,6 +94,18 @@ class RequestTable {
     first_id_ += requests_.size();
     requests_.clear();
   }
+  // Runs a wait: refused once broken, and any error breaks the table.
+  template <typename F>
+  void Guarded(F wait) {
+    CheckUsable();
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      Break(e.what());
+      throw;
+    }
+  }
+
   void CheckUsable() const {
     if (!broken_.empty()) {
       throw IoError("transport unusable after an earlier failure: " + broken_);

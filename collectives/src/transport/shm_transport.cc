@@ -300,46 +300,32 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
   }
 }
 
-void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
-                        const std::string& what) {
-  requests_->CheckUsable();
-  try {
-    WaitOrThrow(ids, deadline, what);
-  } catch (const std::exception& e) {
-    requests_->Break(e.what());
-    throw;
-  }
-}
-
-void ShmTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline,
-                               const std::string& what) {
+template <typename Done>
+void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
+                             const std::string& what) {
   Block(
       [&](bool* moved) {
-        if (requests_->AllComplete(ids)) return true;
+        if (done()) return true;
         *moved = Progress();
-        return requests_->AllComplete(ids);
+        return done();
       },
       [&] { return requests_->Pending(ids); }, [&] { return requests_->PendingPeers(ids); },
       deadline, what);
+}
+
+void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
+                        const std::string& what) {
+  requests_->Guarded([&] {
+    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
+  });
   requests_->CompactIfIdle();
 }
 
 std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                                   const std::string& what) {
-  requests_->CheckUsable();
-  try {
-    Block(
-        [&](bool* moved) {
-          if (requests_->FirstComplete(ids) < ids.size()) return true;
-          *moved = Progress();
-          return requests_->FirstComplete(ids) < ids.size();
-        },
-        [&] { return "any of: " + requests_->Pending(ids); },
-        [&] { return requests_->PendingPeers(ids); }, deadline, what);
-  } catch (const std::exception& e) {
-    requests_->Break(e.what());
-    throw;
-  }
+  requests_->Guarded([&] {
+    WaitUntil([&] { return requests_->FirstComplete(ids) < ids.size(); }, ids, deadline, what);
+  });
   return requests_->FirstComplete(ids);
 }
 

@@ -268,31 +268,18 @@ bool TcpTransport::Progress(const std::string& what) {
 
 void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
-  requests_->CheckUsable();
-  try {
-    WaitOrThrow(ids, deadline, what);
-  } catch (const std::exception& e) {
-    requests_->Break(e.what());
-    throw;
-  }
+  requests_->Guarded([&] {
+    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
+  });
+  requests_->CompactIfIdle();
 }
 
 std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                                   const std::string& what) {
-  requests_->CheckUsable();
-  try {
+  requests_->Guarded([&] {
     WaitUntil([&] { return requests_->FirstComplete(ids) < ids.size(); }, ids, deadline, what);
-  } catch (const std::exception& e) {
-    requests_->Break(e.what());
-    throw;
-  }
+  });
   return requests_->FirstComplete(ids);
-}
-
-void TcpTransport::WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline,
-                               const std::string& what) {
-  WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
-  requests_->CompactIfIdle();
 }
 
 template <typename Done>

@@ -273,8 +273,7 @@ class Communicator {
   void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                        const std::string& what);
-  void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                            const std::string& what);
+  void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op);
   void RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                              const std::string& what);
   void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const std::string& what);
@@ -300,6 +299,7 @@ class Communicator {
   std::vector<OpRecord> records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;
+  Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
   std::unique_ptr<PointToPoint> p2p_;
 };
 

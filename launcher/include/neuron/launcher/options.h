@@ -46,6 +46,9 @@ LaunchOptions ParseOptions(int argc, const char* const* argv);
 // options agree with --nnodes. Throws InvalidUsage.
 void ValidateOptions(const LaunchOptions& options);
 
+// True when `program` is a Python script (runs under the interpreter with torch).
+bool IsPythonScript(const std::string& program);
+
 // The full --help text.
 std::string HelpText();
 

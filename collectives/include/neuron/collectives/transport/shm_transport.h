@@ -16,7 +16,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -80,7 +79,10 @@ class ShmTransport : public Transport {
              const std::string& what);
   // Moves as many bytes as possible for the head request of every queue;
   // returns true when anything moved.
-  void WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline, const std::string& what);
+  // Makes progress, blocking on the doorbell, until done() (errors as Wait).
+  template <typename Done>
+  void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
+                 const std::string& what);
   bool Progress();
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);

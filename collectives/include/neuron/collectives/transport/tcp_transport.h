@@ -53,7 +53,6 @@ class TcpTransport : public Transport {
 
  private:
   void Connect(const std::string& token);
-  void WaitOrThrow(const std::vector<RequestId>& ids, Deadline deadline, const std::string& what);
   // Makes progress, blocking in poll(), until done() (errors as Wait).
   template <typename Done>
   void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
