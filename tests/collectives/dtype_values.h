@@ -8,6 +8,8 @@
 
 #include "neuron/collectives/dtype.h"
 #include "neuron/collectives/half.h"
+#include "neuron/collectives/reduce.h"
+#include "neuron/runtime/error.h"
 
 namespace neuron::collectives::testing {
 
@@ -30,6 +32,16 @@ inline std::vector<unsigned char> Encode(DataType type, const std::vector<double
     }
   }
   return out;
+}
+
+// Whether the kernels define `op` for `type` (CheckReducible does not throw).
+inline bool Supported(DataType type, ReduceOp op) {
+  try {
+    CheckReducible(type, op, "test");
+    return true;
+  } catch (const InvalidUsage&) {
+    return false;
+  }
 }
 
 }  // namespace neuron::collectives::testing

@@ -82,14 +82,7 @@ const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
                          ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kBand,
                          ReduceOp::kBor, ReduceOp::kBxor};
 
-bool Supported(DataType t, ReduceOp op) {
-  try {
-    CheckReducible(t, op, "test");
-    return true;
-  } catch (const InvalidUsage&) {
-    return false;
-  }
-}
+using testing::Supported;
 
 TEST(Reduce, EveryDtypeAndOpMatchesTheNaiveReference) {
   std::mt19937 rng(42);
