@@ -6,13 +6,29 @@
 namespace neuron::collectives {
 
 void Work::Finish(std::exception_ptr error, std::function<void()> on_wait) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
-    error_ = std::move(error);
+    error_ = error;
     on_wait_ = std::move(on_wait);
+    callbacks.swap(callbacks_);
   }
   done_cv_.notify_all();
+  for (auto& callback : callbacks) callback(error);
+}
+
+void Work::OnDone(std::function<void(std::exception_ptr)> callback) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+    error = error_;
+  }
+  callback(error);
 }
 
 void Work::Wait(Duration timeout) {
@@ -41,7 +57,8 @@ AsyncCommunicator::AsyncCommunicator(std::unique_ptr<Communicator> communicator)
     : communicator_(std::move(communicator)),
       rank_(communicator_->rank()),
       size_(communicator_->size()),
-      thread_([this] { Run(); }) {
+      collectives_thread_([this] { Run(collectives_, true); }),
+      point_to_point_thread_([this] { Run(point_to_point_, false); }) {
   communicator_->set_join_compute(false);  // Work::Wait joins instead
 }
 
@@ -50,18 +67,22 @@ AsyncCommunicator::~AsyncCommunicator() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  queued_.notify_all();
-  thread_.join();
+  collectives_.queued.notify_all();
+  point_to_point_.queued.notify_all();
+  collectives_thread_.join();
+  point_to_point_thread_.join();
 }
 
-std::shared_ptr<Work> AsyncCommunicator::Enqueue(Operation op, std::string description) {
+std::shared_ptr<Work> AsyncCommunicator::Enqueue(Operation op, std::string description,
+                                                 Lane lane) {
   auto work = std::make_shared<Work>(std::move(description));
+  Queue& queue = lane == Lane::kCollectives ? collectives_ : point_to_point_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NEURON_CHECK(!stopping_, "enqueue on a communicator that is shutting down");
-    queue_.emplace_back(std::move(op), work);
+    queue.items.emplace_back(std::move(op), work);
   }
-  queued_.notify_one();
+  queue.queued.notify_one();
   return work;
 }
 
@@ -70,20 +91,21 @@ void AsyncCommunicator::Abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "aborted" : reason;
   }
-  communicator_->Abort(reason);  // fails the running operation on every rank
-  queued_.notify_all();
+  communicator_->Abort(reason);  // fails the running operations on every rank
+  collectives_.queued.notify_all();
+  point_to_point_.queued.notify_all();
 }
 
-void AsyncCommunicator::Run() {
+void AsyncCommunicator::Run(Queue& queue, bool collective) {
   while (true) {
     std::pair<Operation, std::shared_ptr<Work>> next;
     std::string aborted;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      queue.queued.wait(lock, [&] { return stopping_ || !queue.items.empty(); });
+      if (queue.items.empty()) return;  // stopping, and nothing left to run
+      next = std::move(queue.items.front());
+      queue.items.pop_front();
       aborted = abort_reason_;
     }
     if (!aborted.empty()) {
@@ -92,19 +114,25 @@ void AsyncCommunicator::Run() {
           "aborted: ", aborted))));
       continue;
     }
-    try {
-      const std::size_t before = communicator_->totals().operations;
-      next.first(*communicator_);
-      std::function<void()> join;
-      if (communicator_->totals().operations > before) {
-        const double end = communicator_->records().back().end_us;
-        runtime::SimClock* clock = &communicator_->clock();
-        join = [clock, end] { clock->JoinCompute(runtime::SimDuration(end)); };
-      }
-      next.second->Finish(nullptr, std::move(join));
-    } catch (...) {
-      next.second->Finish(std::current_exception());
+    RunOne(next.first, *next.second, collective);
+  }
+}
+
+void AsyncCommunicator::RunOne(Operation& op, Work& work, bool collective) {
+  try {
+    // Collectives leave a record whose end the waiter joins; a receive
+    // joins the clocks itself.
+    const std::size_t before = collective ? communicator_->totals().operations : 0;
+    op(*communicator_);
+    std::function<void()> join;
+    if (collective && communicator_->totals().operations > before) {
+      const double end = communicator_->records().back().end_us;
+      runtime::SimClock* clock = &communicator_->clock();
+      join = [clock, end] { clock->JoinCompute(runtime::SimDuration(end)); };
     }
+    work.Finish(nullptr, std::move(join));
+  } catch (...) {
+    work.Finish(std::current_exception());
   }
 }
 

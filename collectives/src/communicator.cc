@@ -360,7 +360,10 @@ void Communicator::WriteChromeTrace(const std::string& path) const {
   out << "\n]}\n";
 }
 
-void Communicator::Abort(const std::string& reason) { transport_->Abort(reason); }
+void Communicator::Abort(const std::string& reason) {
+  transport_->Abort(reason);
+  AbortPointToPoint(reason);
+}
 
 void Communicator::AllReduce(const AllReduceOptions& o) {
   CheckReducible(o.dtype, o.op, "allreduce");

@@ -44,6 +44,10 @@ void Communicator::StartPointToPoint(bool one_host) {
   p2p_ = std::move(p2p);
 }
 
+void Communicator::AbortPointToPoint(const std::string& reason) {
+  if (p2p_ != nullptr) p2p_->transport->Abort(reason);
+}
+
 void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint64_t tag) {
   NEURON_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send: peer ", peer,
                " must be another rank of 0..", size_ - 1, " (this is rank ", rank_, ")");

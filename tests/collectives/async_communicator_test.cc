@@ -37,6 +37,42 @@ TEST(AsyncCommunicator, QueuedOperationsRunInIssueOrder) {
   });
 }
 
+// A receive that waits for a message sent only after a collective must not
+// hold up that collective: point-to-point runs on its own lane. (On one lane
+// rank 0's receive would block its allreduce, and rank 1 would never send.)
+TEST(AsyncCommunicator, PointToPointLaneRunsBesideTheCollectives) {
+  RunRanks(2, [](int rank, Store& store) {
+    using Lane = AsyncCommunicator::Lane;
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(store), rank, 2));
+    std::vector<std::int64_t> message(300000, -1);  // larger than the shm ring
+    std::int64_t sum = rank + 1;
+    std::shared_ptr<Work> recv;
+    if (rank == 0) {
+      recv = async.Enqueue([&](Communicator& c) {
+        c.Recv(1, message.data(), message.size() * sizeof(std::int64_t), 7);
+      }, "recv", Lane::kPointToPoint);
+    }
+    async.Enqueue([&](Communicator& c) { c.AllReduce({&sum, 1, DataType::kInt64}); })->Wait();
+    EXPECT_EQ(sum, 3);
+    if (rank == 1) {
+      for (std::size_t i = 0; i < message.size(); ++i) message[i] = static_cast<std::int64_t>(i);
+      async.Enqueue([&](Communicator& c) {
+        c.Send(0, message.data(), message.size() * sizeof(std::int64_t), 7);
+      }, "send", Lane::kPointToPoint)->Wait();
+    } else {
+      recv->Wait();
+      EXPECT_EQ(message[299999], 299999);
+      EXPECT_EQ(message[0], 0);
+    }
+    // Completion callbacks run once, with the outcome; late ones at once.
+    int called = 0;
+    auto barrier = async.Enqueue([](Communicator& c) { c.Barrier(); }, "barrier");
+    barrier->Wait();
+    barrier->OnDone([&](std::exception_ptr e) { called += e == nullptr ? 1 : 100; });
+    EXPECT_EQ(called, 1);
+  });
+}
+
 TEST(AsyncCommunicator, ErrorsReachTheWorkHandle) {
   std::vector<std::exception_ptr> errors(2);
   RunRanks(2, [&](int rank, Store& store) {

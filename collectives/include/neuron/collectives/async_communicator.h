@@ -12,7 +12,12 @@
 //   ... compute while the allreduce runs ...
 //   work->Wait();  // rethrows the operation's error, if any
 //
-// Abort() (from any thread) makes the running operation fail on every rank
+// Two lanes, each with its own thread: collectives, and point-to-point
+// (Send/Recv only, on the communicator's separate point-to-point channel).
+// So a receive waiting for its sender never holds up the collectives, and
+// the other way round; within a lane, operations run in enqueue order.
+//
+// Abort() (from any thread) makes the running operations fail on every rank
 // and every queued one fail without running.
 #pragma once
 
@@ -25,6 +30,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "neuron/collectives/communicator.h"
 
@@ -47,6 +53,9 @@ class Work {
   std::exception_ptr exception() const;
   // What the work does ("allreduce", ...), for messages.
   const std::string& description() const { return description_; }
+  // Runs `callback(error)` once the work ends (at once, on this thread, when
+  // it already has): on the progress thread, so it must not block for long.
+  void OnDone(std::function<void(std::exception_ptr)> callback);
 
   explicit Work(std::string description) : description_(std::move(description)) {}
   // `on_wait` runs at every successful Wait (joining the clocks).
@@ -59,11 +68,13 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::function<void()> on_wait_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 
 class AsyncCommunicator {
  public:
   using Operation = std::function<void(Communicator&)>;
+  enum class Lane { kCollectives, kPointToPoint };
 
   explicit AsyncCommunicator(std::unique_ptr<Communicator> communicator);
   // Runs what is still queued, then stops the progress thread.
@@ -71,25 +82,34 @@ class AsyncCommunicator {
   AsyncCommunicator(const AsyncCommunicator&) = delete;
   AsyncCommunicator& operator=(const AsyncCommunicator&) = delete;
 
-  // Queues `op` behind everything enqueued before it.
-  std::shared_ptr<Work> Enqueue(Operation op, std::string description = "collective");
+  // Queues `op` behind everything enqueued before it on `lane`. An operation
+  // on the point-to-point lane may call only Send and Recv.
+  std::shared_ptr<Work> Enqueue(Operation op, std::string description = "collective",
+                                Lane lane = Lane::kCollectives);
   void Abort(const std::string& reason);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
 
  private:
-  void Run();
+  struct Queue {
+    std::condition_variable queued;
+    std::deque<std::pair<Operation, std::shared_ptr<Work>>> items;
+  };
+  void Run(Queue& queue, bool collective);
+  void RunOne(Operation& op, Work& work, bool collective);
 
   std::unique_ptr<Communicator> communicator_;
   const int rank_;
   const int size_;
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::deque<std::pair<Operation, std::shared_ptr<Work>>> queue_;
+  std::mutex mutex_;  // guards both queues, stopping_ and abort_reason_
+  Queue collectives_;
+  Queue point_to_point_;
   bool stopping_ = false;
   std::string abort_reason_;  // set once aborted
-  std::thread thread_;        // last: starts after everything above exists
+  // Last: they start after everything above exists.
+  std::thread collectives_thread_;
+  std::thread point_to_point_thread_;
 };
 
 }  // namespace neuron::collectives

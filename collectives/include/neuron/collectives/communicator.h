@@ -19,7 +19,8 @@
 // the ranks in rank order, accumulating float16/bfloat16 in float32, so its
 // result is also independent of the rank count's chunking and equals the
 // naive reference bitwise; ring and recursive doubling fix other orders.
-// Not thread-safe: one thread issues a communicator's operations.
+// Not thread-safe: one thread issues a communicator's collectives; Send and
+// Recv (a channel of their own) may be issued by one other thread meanwhile.
 #pragma once
 
 #include <chrono>
@@ -242,6 +243,7 @@ class Communicator {
   class OpScope;
   struct PointToPoint;  // point_to_point.cc
   void StartPointToPoint(bool one_host);
+  void AbortPointToPoint(const std::string& reason);
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own.
