@@ -1,0 +1,161 @@
+// The "neuron" backend of torch.distributed: a c10d::ProcessGroup (PyTorch
+// 1.13) over the collectives library's communicator.
+//
+// Usage (C++; from Python, `import torchneuron` registers the backend and
+// `dist.init_process_group("neuron")` creates one):
+//   auto store = c10::make_intrusive<c10d::FileStore>(path, size);
+//   auto pg = c10::make_intrusive<neuron::c10d::ProcessGroupNeuron>(store, rank, size);
+//   std::vector<at::Tensor> tensors = {at::ones({8})};
+//   pg->allreduce(tensors)->wait();
+//
+// Each group owns one communicator (shared memory between ranks on this
+// host, TCP otherwise) driven by two progress threads: collectives run in
+// issue order on one, send/recv in issue order on the other, so a pending
+// receive never blocks a collective. Every call validates its tensors at
+// once (CPU, strided, supported dtype and reduce op, consistent sizes) and
+// throws InvalidUsage naming the op and dtype; failures while running reach
+// the work (wait() rethrows, the future carries the error) with the rank, the
+// op and the group's sequence number in the message. Non-contiguous tensors
+// are staged through contiguous copies. Reductions are deterministic (rank
+// order, see collectives/communicator.h).
+//
+// Thread-safety: as c10d requires, calls may come from any thread; ops are
+// ordered by the order of the calls.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neuron/collectives/op_stats.h"
+
+namespace neuron::collectives {
+class AsyncCommunicator;
+class Communicator;
+}  // namespace neuron::collectives
+
+namespace neuron::c10d {
+
+// Rethrows the exception being handled with `context` in front of its
+// message, keeping its neuron error type (so Python sees the same class).
+[[noreturn]] void RethrowWithContext(const std::string& context);
+
+struct ProcessGroupNeuronOptions {
+  // Every wait of every operation; torch's init_process_group(timeout=).
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // The job ranks of the members in group-rank order (empty: 0..size-1);
+  // they place the members on the simulated fabric.
+  std::vector<std::int64_t> global_ranks;
+  // For messages ("default_pg", torch's group names).
+  std::string group_name;
+};
+
+class ProcessGroupNeuron : public ::c10d::ProcessGroup {
+ public:
+  using Work = ::c10d::Work;
+  template <typename T>
+  using Ptr = c10::intrusive_ptr<T>;
+  using Tensors = std::vector<at::Tensor>;
+  using TensorLists = std::vector<std::vector<at::Tensor>>;
+
+  // Collective over the group: every member calls it with the same store.
+  ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank, int size,
+                     ProcessGroupNeuronOptions options = {});
+  ~ProcessGroupNeuron() override;
+
+  const std::string getBackendName() const override { return "neuron"; }
+
+  Ptr<Work> broadcast(Tensors& tensors, const ::c10d::BroadcastOptions& opts) override;
+  Ptr<Work> allreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts) override;
+  Ptr<Work> allreduce_coalesced(Tensors& tensors,
+                                const ::c10d::AllreduceCoalescedOptions& opts) override;
+  Ptr<Work> reduce(Tensors& tensors, const ::c10d::ReduceOptions& opts) override;
+  Ptr<Work> allgather(TensorLists& outputs, Tensors& inputs,
+                      const ::c10d::AllgatherOptions& opts) override;
+  Ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                            const ::c10d::AllgatherOptions& opts) override;
+  Ptr<Work> allgather_coalesced(TensorLists& outputs, Tensors& inputs,
+                                const ::c10d::AllgatherOptions& opts) override;
+  Ptr<Work> gather(TensorLists& outputs, Tensors& inputs,
+                   const ::c10d::GatherOptions& opts) override;
+  Ptr<Work> scatter(Tensors& outputs, TensorLists& inputs,
+                    const ::c10d::ScatterOptions& opts) override;
+  Ptr<Work> reduce_scatter(Tensors& outputs, TensorLists& inputs,
+                           const ::c10d::ReduceScatterOptions& opts) override;
+  Ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                 const ::c10d::ReduceScatterOptions& opts) override;
+  Ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                          std::vector<int64_t>& output_split_sizes,
+                          std::vector<int64_t>& input_split_sizes,
+                          const ::c10d::AllToAllOptions& opts) override;
+  Ptr<Work> alltoall(Tensors& outputs, Tensors& inputs,
+                     const ::c10d::AllToAllOptions& opts) override;
+  Ptr<Work> send(Tensors& tensors, int dst_rank, int tag) override;
+  Ptr<Work> recv(Tensors& tensors, int src_rank, int tag) override;
+  Ptr<Work> recvAnysource(Tensors& tensors, int tag) override;
+  Ptr<Work> barrier(const ::c10d::BarrierOptions& opts) override;
+  // Every rank reports to the store; waits until all did or the timeout
+  // passes, then throws naming the ranks that did not arrive (the first
+  // one, or all of them with `wait_all_ranks`), as Gloo's does.
+  void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // Collectives issued on this group; equal on every member (groups start
+  // at 0 together, so setting is a no-op).
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
+
+  // Two-clock statistics of the completed collectives (they wait for the
+  // operations issued before them; local, not collective).
+  std::vector<collectives::OpRecord> Records();
+  collectives::CommunicatorTotals Totals();
+  void ResetStats();
+  void WriteChromeTrace(const std::string& path);
+  // "shm" or "tcp".
+  std::string TransportName() const { return transport_name_; }
+  const std::string& group_name() const { return options_.group_name; }
+
+ private:
+  using Body = std::function<void(collectives::Communicator&)>;
+  // Runs `issue` (validate, then Enqueue); an error it throws gets the
+  // context of the operation it would have been.
+  template <typename F>
+  Ptr<Work> Checked(const char* name, F&& issue, bool point_to_point = false) {
+    try {
+      return issue();
+    } catch (...) {
+      RethrowWithContext(Context(name, (point_to_point ? p2p_sequence_ : sequence_).load()));
+    }
+  }
+  // Queues `body` on the collectives (or point-to-point) lane; the returned
+  // work completes with `outputs` once it ran. `finish` (may be empty) runs
+  // on the progress thread after `body`: copies out of staging buffers.
+  Ptr<Work> Enqueue(::c10d::OpType type, const char* name, Body body,
+                    Tensors outputs, bool point_to_point = false,
+                    std::shared_ptr<int> source_rank = nullptr);
+  // The prefix of every error: "neuron rank R (group G): <op> #<seq>".
+  std::string Context(const char* name, std::uint64_t sequence) const;
+  // Runs a local function on the collectives lane after what is queued.
+  void RunLocal(const Body& body);
+
+  ProcessGroupNeuronOptions options_;
+  Ptr<::c10d::Store> store_;
+  std::unique_ptr<collectives::AsyncCommunicator> async_;
+  std::string transport_name_;
+  std::atomic<std::uint64_t> sequence_{0};
+  std::atomic<std::uint64_t> p2p_sequence_{0};
+  std::atomic<std::uint64_t> monitored_barriers_{0};
+};
+
+// The creator torch.distributed calls (Backend.register_backend with
+// extended_api=True hands over these fields).
+c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
+    const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
+    std::string group_name);
+
+}  // namespace neuron::c10d

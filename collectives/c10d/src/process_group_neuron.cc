@@ -1,0 +1,227 @@
+// The process group's machinery: creation, the queue, point-to-point,
+// barriers and statistics. The collectives are in collective_ops.cc.
+#include "neuron/c10d/process_group_neuron.h"
+
+#include <algorithm>
+
+#include "neuron/c10d/store_adapter.h"
+#include "neuron/collectives/async_communicator.h"
+#include "neuron/collectives/communicator.h"
+#include "neuron/runtime/error.h"
+#include "neuron_work.h"
+#include "tensor_buffers.h"
+
+namespace neuron::c10d {
+namespace {
+
+using collectives::Communicator;
+
+collectives::CommunicatorOptions CommunicatorOptionsFor(const ProcessGroupNeuronOptions& o) {
+  collectives::CommunicatorOptions options;
+  options.timeout = o.timeout;
+  options.global_ranks.assign(o.global_ranks.begin(), o.global_ranks.end());
+  return options;
+}
+
+}  // namespace
+
+void RethrowWithContext(const std::string& context) {
+  try {
+    throw;
+  } catch (const InvalidUsage& e) {
+    throw InvalidUsage(context + ": " + e.what());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context + ": " + e.what());
+  } catch (const IoError& e) {
+    throw IoError(context + ": " + e.what());
+  } catch (const RemoteError& e) {
+    throw RemoteError(context + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw Error(context + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw Error(context + ": " + e.what());
+  }
+}
+
+ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank, int size,
+                                       ProcessGroupNeuronOptions options)
+    : ::c10d::ProcessGroup(rank, size), options_(std::move(options)), store_(store) {
+  NEURON_CHECK(store_, "neuron process group: the store is null");
+  NEURON_CHECK(options_.global_ranks.empty() ||
+                   options_.global_ranks.size() == static_cast<std::size_t>(size),
+               "neuron process group: ", options_.global_ranks.size(),
+               " global ranks for a group of ", size);
+  try {
+    auto communicator = std::make_unique<Communicator>(
+        std::make_shared<C10dStore>(store_), rank, size, CommunicatorOptionsFor(options_));
+    transport_name_ = communicator->transport_name();
+    async_ = std::make_unique<collectives::AsyncCommunicator>(std::move(communicator));
+  } catch (...) {
+    RethrowWithContext(StrCat("neuron rank ", rank, " (group ", options_.group_name,
+                              ", size ", size, "): creating the process group"));
+  }
+  init();
+}
+
+ProcessGroupNeuron::~ProcessGroupNeuron() = default;
+
+std::string ProcessGroupNeuron::Context(const char* name, std::uint64_t sequence) const {
+  return StrCat("neuron rank ", rank_, " (group ", options_.group_name.empty()
+                                                       ? std::string("?")
+                                                       : options_.group_name,
+                ", size ", size_, "): ", name, " #", sequence);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
+    ::c10d::OpType type, const char* name, Body body, Tensors outputs, bool point_to_point,
+    std::shared_ptr<int> source_rank) {
+  return Checked("Enqueue", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
+    std::string context = Context(name, sequence);
+    auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
+                                                std::move(source_rank));
+    auto wrapped = [body = std::move(body), context](Communicator& c) {
+      try {
+        body(c);
+      } catch (...) {
+        RethrowWithContext(context);
+      }
+    };
+    using Lane = collectives::AsyncCommunicator::Lane;
+    work->Attach(async_->Enqueue(std::move(wrapped), context,
+                                 point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
+    return work;
+  });
+}
+
+void ProcessGroupNeuron::RunLocal(const Body& body) {
+  async_->Enqueue(body, "statistics")->Wait();
+}
+
+// --- point-to-point ---------------------------------------------------------
+
+namespace {
+
+void CheckPeer(int peer, int rank, int size, const char* op) {
+  NEURON_CHECK(peer >= 0 && peer < size && peer != rank, op, ": peer rank ", peer,
+               " must be another rank of the group (0..", size - 1, ", this is rank ", rank,
+               ")");
+}
+
+}  // namespace
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int dst_rank,
+                                                          int tag) {
+  return Checked("send", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    CheckSingle(tensors, "send");
+    CheckPeer(dst_rank, rank_, size_, "send");
+    at::Tensor input = tensors[0].contiguous();
+    auto body = [input, dst_rank, tag](Communicator& c) {
+      c.Send(dst_rank, input.data_ptr(), Bytes(input), static_cast<std::uint64_t>(tag));
+    };
+    return Enqueue(::c10d::OpType::SEND, "send", std::move(body), {}, true);
+  }, true);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int src_rank,
+                                                          int tag) {
+  return Checked("recv", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    CheckSingle(tensors, "recv");
+    CheckPeer(src_rank, rank_, size_, "recv");
+    Output output(tensors[0]);
+    auto body = [output, src_rank, tag](Communicator& c) {
+      c.Recv(src_rank, output.data(), Bytes(output.buffer()), static_cast<std::uint64_t>(tag));
+      output.CopyBack();
+    };
+    return Enqueue(::c10d::OpType::RECV, "recv", std::move(body), tensors, true);
+  }, true);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tensors, int tag) {
+  return Checked("recvAnysource", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    CheckSingle(tensors, "recv");
+    Output output(tensors[0]);
+    auto source = std::make_shared<int>(-1);
+    auto body = [output, tag, source](Communicator& c) {
+      *source = c.Recv(Communicator::kAnySource, output.data(), Bytes(output.buffer()),
+                       static_cast<std::uint64_t>(tag));
+      output.CopyBack();
+    };
+    return Enqueue(::c10d::OpType::RECVANYSOURCE, "recv", std::move(body), tensors, true, source);
+  }, true);
+}
+
+// --- barriers -----------------------------------------------------------------
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(const ::c10d::BarrierOptions&) {
+  return Checked("barrier", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    return Enqueue(::c10d::OpType::BARRIER, "barrier", [](Communicator& c) { c.Barrier(); }, {});
+  });
+}
+
+void ProcessGroupNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
+                                          bool wait_all_ranks) {
+  const std::uint64_t n = monitored_barriers_++;
+  const auto timeout = opts.timeout == ::c10d::kUnsetTimeout ? options_.timeout : opts.timeout;
+  const std::string context = Context("monitoredBarrier", n);
+  auto key = [](std::uint64_t barrier, int rank) {
+    return StrCat("monitored_barrier/", barrier, "/", rank);
+  };
+  C10dStore store(store_);
+  try {
+    store.Set(key(n, rank_), "1");
+    // Everyone has passed barrier n-2 once this rank got past n-1.
+    if (n >= 2) store.Delete(key(n - 2, rank_));
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(key(n, r));
+    store.Wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store.Check({key(n, r)})) missing.push_back(r);
+    }
+    if (!wait_all_ranks && missing.size() > 1) missing.resize(1);
+    std::string ranks;
+    for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError(StrCat(context, ": rank", missing.size() == 1 ? " " : "s ", ranks,
+                              " failed to pass monitoredBarrier in ", timeout.count(),
+                              " ms"));
+  } catch (...) {
+    RethrowWithContext(context);
+  }
+}
+
+// --- statistics ---------------------------------------------------------------
+
+std::vector<collectives::OpRecord> ProcessGroupNeuron::Records() {
+  std::vector<collectives::OpRecord> records;
+  RunLocal([&](Communicator& c) { records = c.records(); });
+  return records;
+}
+
+collectives::CommunicatorTotals ProcessGroupNeuron::Totals() {
+  collectives::CommunicatorTotals totals;
+  RunLocal([&](Communicator& c) { totals = c.totals(); });
+  return totals;
+}
+
+void ProcessGroupNeuron::ResetStats() {
+  RunLocal([](Communicator& c) { c.ResetStats(); });
+}
+
+void ProcessGroupNeuron::WriteChromeTrace(const std::string& path) {
+  RunLocal([&](Communicator& c) { c.WriteChromeTrace(path); });
+}
+
+c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
+    const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
+    std::string group_name) {
+  ProcessGroupNeuronOptions options;
+  options.timeout = timeout;
+  options.global_ranks = std::move(global_ranks);
+  options.group_name = std::move(group_name);
+  return c10::make_intrusive<ProcessGroupNeuron>(store, rank, size, std::move(options));
+}
+
+}  // namespace neuron::c10d

@@ -1,0 +1,52 @@
+"""Statistics of the "neuron" backend on the two clocks.
+
+Every collective a neuron process group runs is recorded with its wall time
+on this machine and its modelled time on the simulated Trainium2 fabric
+(docs/architecture.md, "Two clocks")::
+
+    torchneuron.fabric.reset()
+    ... train ...
+    print(torchneuron.fabric.totals())        # {'operations': 12, 'modelled_us': ...}
+    torchneuron.fabric.export_chrome_trace("trace.json")
+
+Each function takes an optional ``group`` (default: the default group),
+which must be a neuron process group. The statistics are local to the rank
+and wait for the operations issued before the call to complete.
+"""
+
+import torch.distributed as _dist
+
+from ._C import ProcessGroupNeuron
+
+
+def _process_group(group):
+    pg = group if group is not None else _dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupNeuron):
+        raise TypeError(
+            f"torchneuron.fabric: group {pg!r} is not a neuron process group "
+            f"(backend {_dist.get_backend(pg)!r}); create it with backend='neuron'")
+    return pg
+
+
+def records(group=None):
+    """Returns one dict per completed collective: op, sequence, bytes,
+    wall_us, modelled_us, fabric_algorithm, arrival_us, start_us, end_us,
+    algbw_gbps and busbw_gbps (nccl-tests definitions, modelled time)."""
+    return _process_group(group).records()
+
+
+def totals(group=None):
+    """Returns the cumulative counters: operations, bytes, wall_us,
+    modelled_us and waited_us (simulated time spent waiting for peers)."""
+    return _process_group(group).totals()
+
+
+def reset(group=None):
+    """Clears the records and counters of ``group``."""
+    _process_group(group).reset_stats()
+
+
+def export_chrome_trace(path, group=None):
+    """Writes the records to ``path`` as a Chrome trace (chrome://tracing,
+    Perfetto): one track on the wall clock, one on the simulated clock."""
+    _process_group(group).write_chrome_trace(str(path))
