@@ -12,6 +12,42 @@ using neuron::c10d::ProcessGroupNeuron;
 
 namespace {
 
+// The holder of Python's reference to a process group, as torch's own
+// (c10d/init.cpp): it drops the reference with the GIL released, because
+// destroying the group joins its progress threads, and one of them may be
+// waiting for the GIL to free a tensor that has a Python object.
+template <typename T>
+class NoGilHolder {
+ public:
+  NoGilHolder() = default;
+  NoGilHolder(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}  // NOLINT: implicit
+  // pybind11 builds holders from raw pointers of new objects.
+  explicit NoGilHolder(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
+  NoGilHolder(const NoGilHolder&) = default;
+  NoGilHolder(NoGilHolder&&) = default;
+  NoGilHolder& operator=(const NoGilHolder&) = default;
+  NoGilHolder& operator=(NoGilHolder&&) = default;
+  ~NoGilHolder() {
+    if (!impl_) return;
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      impl_.reset();
+    } else {
+      impl_.reset();
+    }
+  }
+  T* get() const noexcept { return impl_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilHolder<T>, true);
+
+namespace {
+
 py::dict ToDict(const neuron::collectives::OpRecord& r) {
   py::dict d;
   d["op"] = r.op;
@@ -69,15 +105,14 @@ PYBIND11_MODULE(_C, m) {
   py::module_::import("torch.distributed");  // registers c10d's Python types
   RegisterErrors(m);
 
-  py::class_<ProcessGroupNeuron, ::c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupNeuron>>(
+  py::class_<ProcessGroupNeuron, ::c10d::ProcessGroup, NoGilHolder<ProcessGroupNeuron>>(
       m, "ProcessGroupNeuron",
       "A torch.distributed process group on the simulated Neuron fabric.")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
                        std::string group_name) {
-             return neuron::c10d::CreateProcessGroupNeuron(store, rank, size, timeout,
-                                                           std::move(global_ranks),
-                                                           std::move(group_name));
+             return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
+                 store, rank, size, timeout, std::move(global_ranks), std::move(group_name)));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("global_ranks") = std::vector<std::int64_t>{},

@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""DDP step-time benchmark: unchanged DistributedDataParallel on Gloo against
+the neuron backend, side by side in one run, with the ratio and the target.
+
+    /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--backends gloo,neuron]
+
+For each rank count the driver launches `neuronrun -n R` on this script in
+worker mode, once per backend. The workers train the same communication-bound
+model: an MLP of 6 Linear(1024, 1024) layers (6.3M parameters, 25 MB of fp32
+gradients per step) on a batch of 8 per rank with SGD; after --warmup steps
+each rank times --steps steps; a step's time is the slowest rank's, and the
+worker reports the median (rank 0 prints "ddp_bench <backend> <ranks>
+<median ms>"). Target: neuron's step time <= 0.5x Gloo's. --backends names the
+two columns (e.g. gloo,gloo to try the driver without the neuron backend).
+"""
+import argparse
+import contextlib
+import datetime
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAYERS, WIDTH, BATCH = 6, 1024, 8
+TARGET = 0.5
+
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if args.backend == "neuron":
+        import torchneuron  # noqa: F401  registers the "neuron" backend
+    dist.init_process_group(args.backend, init_method="env://",
+                            timeout=datetime.timedelta(seconds=600))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(LAYERS):
+        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
+    model = DDP(torch.nn.Sequential(*layers))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    x, y = (torch.randn(args.batch, WIDTH, generator=g) for _ in range(2))
+
+    def median_step_ms(sync):
+        times = []
+        for step in range(args.warmup + args.steps):
+            dist.barrier()
+            start = time.perf_counter()
+            with contextlib.nullcontext() if sync else model.no_sync():
+                opt.zero_grad(set_to_none=False)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            if step >= args.warmup:
+                times.append(time.perf_counter() - start)
+        slowest = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return statistics.median(slowest.tolist()) * 1e3
+
+    step_ms = median_step_ms(sync=True)
+    compute_ms = median_step_ms(sync=False)  # the same step without gradient allreduce
+    if rank == 0:
+        print(f"ddp_bench {args.backend} {world} {step_ms:.3f} {compute_ms:.3f}", flush=True)
+    dist.destroy_process_group()
+
+
+def measure(neuronrun, python, n, backend, args):
+    cmd = [neuronrun, "-n", str(n), "--python", python, os.path.abspath(__file__), "--worker",
+           "--backend", backend, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch", str(args.batch)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(rf"ddp_bench {re.escape(backend)} {n} ([\d.]+) ([\d.]+)", proc.stdout)
+    if proc.returncode != 0 or not m:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    p.add_argument("--ranks", default="2,4,8", help="comma-separated rank counts")
+    p.add_argument("--backends", default="gloo,neuron", help="baseline,candidate")
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch", type=int, default=BATCH, help="samples per rank")
+    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--backend", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+
+    base, cand = args.backends.split(",")
+    neuronrun = os.path.join(args.build, "launcher", "neuronrun")
+    params = LAYERS * (WIDTH * WIDTH + WIDTH)
+    print(f"DDP, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}): {params / 1e6:.1f}M parameters "
+          f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD; "
+          f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step\n")
+    print(f"{'ranks':>5} | {'compute':>8} | {base + ' ms':>9} {cand + ' ms':>9} | "
+          f"{cand + '/' + base:>11} {'floor':>5} {'target':>7}")
+    misses = []
+    for n in [int(r) for r in args.ranks.split(",")]:
+        t_base, floor_base = measure(neuronrun, args.python, n, base, args)
+        t_cand, floor_cand = measure(neuronrun, args.python, n, cand, args)
+        compute = min(floor_base, floor_cand)
+        ratio = t_cand / t_base
+        if ratio > TARGET:
+            misses.append(f"{n} ranks: {ratio:.2f}x")
+        print(f"{n:>5} | {compute:>8.1f} | {t_base:>9.1f} {t_cand:>9.1f} | {ratio:>11.2f} "
+              f"{compute / t_base:>5.2f} {'<= ' + str(TARGET) + 'x':>7}", flush=True)
+    print(f"\ncompute: the same step under no_sync() (no gradient allreduce), ms; floor: "
+          f"compute / {base}, the best ratio possible")
+    print(f"target: {cand} step time <= {TARGET}x {base}'s; " +
+          ("all met" if not misses else "missed at " + ", ".join(misses)))
+
+if __name__ == "__main__":
+    main()

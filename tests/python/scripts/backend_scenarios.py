@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Scenarios for the "neuron" backend that the tests launch in several ways.
+
+    backend_scenarios.py init_methods FILE TCP_PORT   # under neuronrun -n 2
+    backend_scenarios.py mpi                          # under mpirun -n 2
+    backend_scenarios.py peer_dies                    # 2 ranks started by hand
+    backend_scenarios.py timeout                      # 2 ranks started by hand
+
+Each prints "ok ..." lines the tests match; any failed check raises.
+"""
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+import torchneuron
+
+
+def allreduce_check(label):
+    rank, size = dist.get_rank(), dist.get_world_size()
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    expected = size * (size + 1) / 2
+    assert torch.equal(t, torch.full((1000,), expected)), (label, t[:4])
+    print(f"ok {label}: rank {rank}/{size} backend {dist.get_backend()}", flush=True)
+
+
+def init_methods(path, tcp_port):
+    # env:// through torchneuron.init(), which reads neuronrun's variables.
+    env = torchneuron.init()
+    assert env.launcher == "neuronrun/torchrun", env
+    allreduce_check("env")
+    fabric_checks()
+    rank, size = env.rank, env.world_size
+    dist.destroy_process_group()
+    dist.init_process_group("neuron", init_method=f"file://{path}", rank=rank, world_size=size)
+    allreduce_check("file")
+    dist.destroy_process_group()
+    dist.init_process_group("neuron", init_method=f"tcp://127.0.0.1:{tcp_port}", rank=rank,
+                            world_size=size)
+    allreduce_check("tcp")
+    dist.destroy_process_group()
+
+
+def fabric_checks():
+    torchneuron.fabric.reset()
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    records = torchneuron.fabric.records()
+    assert [r["op"] for r in records] == ["allreduce", "broadcast"], records
+    assert records[0]["bytes"] == 4 << 16 and records[0]["modelled_us"] > 0, records[0]
+    totals = torchneuron.fabric.totals()
+    assert totals["operations"] == 2, totals
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        torchneuron.fabric.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        assert any(e.get("name", "").startswith("allreduce #") for e in events), events[:3]
+    gloo = dist.new_group(backend="gloo")
+    try:
+        torchneuron.fabric.totals(gloo)
+        raise AssertionError("fabric statistics of a gloo group")
+    except TypeError as e:
+        assert "not a neuron process group" in str(e), e
+    # Errors are RuntimeError subclasses naming rank, op and sequence number.
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.int16))
+        raise AssertionError("int16 allreduce accepted")
+    except torchneuron.InvalidUsageError as e:
+        assert isinstance(e, RuntimeError)
+        assert f"neuron rank {dist.get_rank()}" in str(e) and "allreduce #" in str(e), e
+        assert "Short" in str(e), e
+    print(f"ok fabric: {totals['operations']} ops, modelled {totals['modelled_us']:.1f} us",
+          flush=True)
+
+
+def mpi():
+    env = torchneuron.init()
+    assert env.launcher == "openmpi", env
+    allreduce_check("mpi")
+    dist.destroy_process_group()
+
+
+def peer_dies():
+    # Rank 1 leaves in the middle of the job; rank 0, blocked in a
+    # collective, must raise a PeerError naming rank 1 well before the
+    # 60 s timeout.
+    torchneuron.init(timeout=datetime.timedelta(seconds=60))
+    allreduce_check("before")
+    if dist.get_rank() == 1:
+        time.sleep(0.5)
+        os._exit(3)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1 << 20))
+        raise AssertionError("allreduce succeeded without rank 1")
+    except torchneuron.NeuronError as e:
+        elapsed = time.monotonic() - start
+        print(f"ok raised {type(e).__name__} after {elapsed:.1f} s: {e}", flush=True)
+
+
+def timeout():
+    torchneuron.init(timeout=datetime.timedelta(seconds=2))
+    allreduce_check("before")
+    if dist.get_rank() == 1:
+        time.sleep(6)  # skips the collective rank 0 waits in
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+        raise AssertionError("allreduce completed without rank 1")
+    except torchneuron.CollectiveTimeoutError as e:
+        elapsed = time.monotonic() - start
+        print(f"ok timed out after {elapsed:.1f} s: {e}", flush=True)
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    {"init_methods": lambda: init_methods(sys.argv[2], int(sys.argv[3])),
+     "mpi": mpi, "peer_dies": peer_dies, "timeout": timeout}[scenario]()
