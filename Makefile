@@ -25,7 +25,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
 
 demo: build
-	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/01_allreduce_barrier.py
+	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/02_ddp_train.py
 
 bench: build
 	$(PYTHON) benchmarks/launcher_bench.py --neuronrun $(BUILD_DIR)/launcher/neuronrun

@@ -7,8 +7,8 @@ the closed form, meets the others at a barrier and prints one line.
     neuronrun -n 16 examples/01_allreduce_barrier.py
     neuronrun -n 4 examples/01_allreduce_barrier.py --numel 1048576
 
-The process group uses torch's Gloo backend until the "neuron" backend lands
-(see docs/architecture.md); the launcher contract is the same for both.
+The process group uses the "neuron" backend (``import torchneuron``
+registers it); ``--backend gloo`` runs the same script on torch's Gloo.
 """
 import argparse
 import datetime
@@ -23,8 +23,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--numel", type=int, default=1024,
                         help="elements in the all-reduced tensor")
-    parser.add_argument("--backend", default="gloo", help="torch.distributed backend")
+    parser.add_argument("--backend", default="neuron", help="torch.distributed backend")
     args = parser.parse_args()
+    if args.backend == "neuron":
+        import torchneuron  # noqa: F401  registers the "neuron" backend
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])

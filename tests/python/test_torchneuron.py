@@ -100,3 +100,18 @@ def test_a_missing_rank_times_out_with_the_init_timeout():
     assert m, out0 + err0
     assert 1.5 < float(m.group(1)) < 10, out0
     assert "neuron rank 0" in m.group(2) and "allreduce #" in m.group(2), out0
+
+
+def test_cmake_install_gives_an_importable_package(tmp_path):
+    build = os.path.dirname(os.path.dirname(NEURONRUN))
+    proc = subprocess.run(["cmake", "--install", build, "--prefix", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    site = tmp_path / f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages"
+    env = dict(os.environ, PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, "-c",
+                           "import torchneuron, torch.distributed as d; "
+                           "print(torchneuron.__file__, 'NEURON' in d.Backend._plugins)"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(site / "torchneuron/__init__.py"), "True"], proc.stdout
