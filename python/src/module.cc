@@ -22,7 +22,8 @@ class NoGilHolder {
   NoGilHolder() = default;
   NoGilHolder(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}  // NOLINT: implicit
   // pybind11 builds holders from raw pointers of new objects.
-  explicit NoGilHolder(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
+  explicit NoGilHolder(T* impl)
+      : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
   NoGilHolder(const NoGilHolder&) = default;
   NoGilHolder(NoGilHolder&&) = default;
   NoGilHolder& operator=(const NoGilHolder&) = default;
@@ -79,7 +80,8 @@ py::dict ToDict(const neuron::collectives::CommunicatorTotals& t) {
 void RegisterErrors(py::module_& m) {
   static py::exception<neuron::Error> error(m, "NeuronError", PyExc_RuntimeError);
   static py::exception<neuron::InvalidUsage> invalid(m, "InvalidUsageError", error.ptr());
-  static py::exception<neuron::TimeoutError> timeout(m, "CollectiveTimeoutError", error.ptr());
+  static py::exception<neuron::TimeoutError> timeout(m, "CollectiveTimeoutError",
+                                                     error.ptr());
   static py::exception<neuron::IoError> peer(m, "PeerError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -108,16 +110,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ProcessGroupNeuron, ::c10d::ProcessGroup, NoGilHolder<ProcessGroupNeuron>>(
       m, "ProcessGroupNeuron",
       "A torch.distributed process group on the simulated Neuron fabric.")
-      .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
-                       std::string group_name) {
-             return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
-                 store, rank, size, timeout, std::move(global_ranks), std::move(group_name)));
-           }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("global_ranks") = std::vector<std::int64_t>{},
-           py::arg("group_name") = std::string(), py::call_guard<py::gil_scoped_release>(),
-           "Collective: every member creates it with the same store.")
+      .def(
+          py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                      std::chrono::milliseconds timeout,
+                      std::vector<std::int64_t> global_ranks, std::string group_name) {
+            return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
+                store, rank, size, timeout, std::move(global_ranks),
+                std::move(group_name)));
+          }),
+          py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+          py::arg("global_ranks") = std::vector<std::int64_t>{},
+          py::arg("group_name") = std::string(), py::call_guard<py::gil_scoped_release>(),
+          "Collective: every member creates it with the same store.")
       .def(
           "records",
           [](ProcessGroupNeuron& pg) {

@@ -3,12 +3,11 @@
 // first exception a rank threw, after every thread finished.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <vector>
 
 #include "neuron/c10d/process_group_neuron.h"

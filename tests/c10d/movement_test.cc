@@ -10,8 +10,8 @@ namespace {
 
 using testing::RunGroup;
 
-const std::vector<at::ScalarType> kTypes = {at::kFloat, at::kHalf,  at::kBFloat16,
-                                            at::kChar,  at::kBool,  at::kLong,
+const std::vector<at::ScalarType> kTypes = {at::kFloat, at::kHalf,        at::kBFloat16,
+                                            at::kChar,  at::kBool,        at::kLong,
                                             at::kShort, at::kComplexFloat};
 
 // Rank r's block of n elements: distinct per rank and element.
@@ -43,11 +43,13 @@ TEST(ProcessGroupNeuron, BroadcastGatherScatterAllGatherEveryDtype) {
         for (int r = 0; r < size; ++r) out[0].push_back(at::empty({n}, type));
         std::vector<at::Tensor> in = {Block(n, rank, type)};
         pg.allgather(out, in, {})->wait();
-        for (int r = 0; r < size; ++r) ExpectEqual(out[0][r], Block(n, r, type), "allgather " + what);
+        for (int r = 0; r < size; ++r)
+          ExpectEqual(out[0][r], Block(n, r, type), "allgather " + what);
         // _allgather_base
         at::Tensor flat = at::empty({n * size}, type);
         pg._allgather_base(flat, in[0], {})->wait();
-        ExpectEqual(flat, at::cat({Block(n, 0, type), Block(n, 1, type), Block(n, 2, type)}),
+        ExpectEqual(flat,
+                    at::cat({Block(n, 0, type), Block(n, 1, type), Block(n, 2, type)}),
                     "_allgather_base " + what);
         // gather to rank 2
         ::c10d::GatherOptions go;
@@ -58,7 +60,8 @@ TEST(ProcessGroupNeuron, BroadcastGatherScatterAllGatherEveryDtype) {
         }
         pg.gather(gathered, in, go)->wait();
         if (rank == 2) {
-          for (int r = 0; r < size; ++r) ExpectEqual(gathered[0][r], Block(n, r, type), "gather " + what);
+          for (int r = 0; r < size; ++r)
+            ExpectEqual(gathered[0][r], Block(n, r, type), "gather " + what);
         }
         // scatter from rank 0: rank r gets Block(n, 10 + r)
         ::c10d::ScatterOptions so;
@@ -84,7 +87,8 @@ TEST(ProcessGroupNeuron, UnevenAllGatherAndAllToAll) {
       for (int r = 0; r < size; ++r) out[0].push_back(at::empty({r}, type));
       std::vector<at::Tensor> in = {Block(rank, rank, type)};
       pg.allgather(out, in, {})->wait();
-      for (int r = 0; r < size; ++r) ExpectEqual(out[0][r], Block(r, r, type), "uneven allgather");
+      for (int r = 0; r < size; ++r)
+        ExpectEqual(out[0][r], Block(r, r, type), "uneven allgather");
       // all_to_all_single with uneven splits: rank s sends s+d+1 rows of
       // 2 columns to rank d.
       std::vector<int64_t> send_splits, recv_splits;
@@ -92,8 +96,10 @@ TEST(ProcessGroupNeuron, UnevenAllGatherAndAllToAll) {
       for (int p = 0; p < size; ++p) {
         send_splits.push_back(rank + p + 1);
         recv_splits.push_back(p + rank + 1);
-        send_blocks.push_back(Block(2 * (rank + p + 1), rank * 10 + p, type).reshape({-1, 2}));
-        want_blocks.push_back(Block(2 * (p + rank + 1), p * 10 + rank, type).reshape({-1, 2}));
+        send_blocks.push_back(
+            Block(2 * (rank + p + 1), rank * 10 + p, type).reshape({-1, 2}));
+        want_blocks.push_back(
+            Block(2 * (p + rank + 1), p * 10 + rank, type).reshape({-1, 2}));
       }
       at::Tensor input = at::cat(send_blocks);
       at::Tensor output = at::empty_like(at::cat(want_blocks));
@@ -104,7 +110,8 @@ TEST(ProcessGroupNeuron, UnevenAllGatherAndAllToAll) {
       at::Tensor eq_in = Block(8, rank, type), eq_out = at::empty({8}, type);
       pg.alltoall_base(eq_out, eq_in, none, none, {})->wait();
       std::vector<at::Tensor> eq_want;
-      for (int p = 0; p < size; ++p) eq_want.push_back(Block(8, p, type).slice(0, 2 * rank, 2 * rank + 2));
+      for (int p = 0; p < size; ++p)
+        eq_want.push_back(Block(8, p, type).slice(0, 2 * rank, 2 * rank + 2));
       ExpectEqual(eq_out, at::cat(eq_want), "alltoall_base equal");
       // alltoall, list form
       std::vector<at::Tensor> list_in, list_out;
@@ -113,7 +120,8 @@ TEST(ProcessGroupNeuron, UnevenAllGatherAndAllToAll) {
         list_out.push_back(at::empty({rank + 1}, type));
       }
       pg.alltoall(list_out, list_in, {})->wait();
-      for (int p = 0; p < size; ++p) ExpectEqual(list_out[p], Block(rank + 1, p * 10 + rank, type), "alltoall");
+      for (int p = 0; p < size; ++p)
+        ExpectEqual(list_out[p], Block(rank + 1, p * 10 + rank, type), "alltoall");
     }
     // allgather_coalesced with mixed dtypes.
     std::vector<at::Tensor> in = {Block(3, rank, at::kFloat), Block(2, rank, at::kBool),

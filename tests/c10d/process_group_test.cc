@@ -1,8 +1,7 @@
 // The neuron process group's machinery: work handles and futures,
 // point-to-point, barriers, statistics, and every kind of bad input.
-#include <gtest/gtest.h>
-
 #include <ATen/core/ivalue.h>
+#include <gtest/gtest.h>
 
 #include "group_threads.h"
 #include "neuron/runtime/error.h"
@@ -24,7 +23,9 @@ TEST(ProcessGroupNeuron, AsyncWorkAndFutureCarryTheResult) {
       works.push_back(pg.allreduce(tensors.back(), {}));
     }
     auto chained = works[9]->getFuture()->then(
-        [](c10::ivalue::Future& f) { return c10::IValue(f.value().toTensorVector()[0].sum()); },
+        [](c10::ivalue::Future& f) {
+          return c10::IValue(f.value().toTensorVector()[0].sum());
+        },
         c10::TensorType::get());
     for (int i = 0; i < 10; ++i) {
       EXPECT_TRUE(works[i]->wait());
@@ -112,7 +113,8 @@ TEST(ProcessGroupNeuron, BadArgumentsThrowAtTheCallNamingRankOpAndDtype) {
     EXPECT_NE(m.find("allreduce #0"), std::string::npos) << m;
     EXPECT_NE(m.find("Short"), std::string::npos) << m;
     std::vector<at::Tensor> floats = {at::ones({3})};
-    m = message([&] { pg.allreduce(floats, {::c10d::ReduceOp(::c10d::ReduceOp::BXOR)}); });
+    m = message(
+        [&] { pg.allreduce(floats, {::c10d::ReduceOp(::c10d::ReduceOp::BXOR)}); });
     EXPECT_NE(m.find("bxor"), std::string::npos) << m;
     std::vector<at::Tensor> sparse = {at::ones({2, 2}).to_sparse()};
     m = message([&] { pg.broadcast(sparse, {}); });
@@ -123,7 +125,8 @@ TEST(ProcessGroupNeuron, BadArgumentsThrowAtTheCallNamingRankOpAndDtype) {
     EXPECT_NE(m.find("root rank 2"), std::string::npos) << m;
     m = message([&] { pg.send(floats, rank, 0); });
     EXPECT_NE(m.find("send"), std::string::npos) << m;
-    std::vector<std::vector<at::Tensor>> three(1, {at::ones({3}), at::ones({3}), at::ones({3})});
+    std::vector<std::vector<at::Tensor>> three(
+        1, {at::ones({3}), at::ones({3}), at::ones({3})});
     m = message([&] { pg.allgather(three, floats, {}); });
     EXPECT_NE(m.find("3 tensors; the group has 2"), std::string::npos) << m;
     // Nothing was queued: the group still works.
@@ -142,22 +145,26 @@ TEST(ProcessGroupNeuron, SizesThatDifferAcrossRanksFailEveryRank) {
 }
 
 TEST(ProcessGroupNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
-  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
-    if (rank == 2) return;  // never arrives
-    ::c10d::BarrierOptions opts;
-    opts.timeout = 300ms;
-    try {
-      pg.monitoredBarrier(opts, /*wait_all_ranks=*/true);
-      ADD_FAILURE() << "monitoredBarrier passed without rank 2";
-    } catch (const TimeoutError& e) {
-      EXPECT_NE(std::string(e.what()).find("rank 2 failed to pass monitoredBarrier"),
-                std::string::npos) << e.what();
-    }
-    std::vector<at::Tensor> t = {at::ones({4})};
-    const std::string m = ErrorOf(pg.allreduce(t, {}));
-    EXPECT_NE(m.find("allreduce #0"), std::string::npos) << m;
-    EXPECT_NE(m.find("2"), std::string::npos) << m;
-  }, 1500ms);
+  RunGroup(
+      3,
+      [](ProcessGroupNeuron& pg, int rank) {
+        if (rank == 2) return;  // never arrives
+        ::c10d::BarrierOptions opts;
+        opts.timeout = 300ms;
+        try {
+          pg.monitoredBarrier(opts, /*wait_all_ranks=*/true);
+          ADD_FAILURE() << "monitoredBarrier passed without rank 2";
+        } catch (const TimeoutError& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 2 failed to pass monitoredBarrier"),
+                    std::string::npos)
+              << e.what();
+        }
+        std::vector<at::Tensor> t = {at::ones({4})};
+        const std::string m = ErrorOf(pg.allreduce(t, {}));
+        EXPECT_NE(m.find("allreduce #0"), std::string::npos) << m;
+        EXPECT_NE(m.find("2"), std::string::npos) << m;
+      },
+      1500ms);
 }
 
 }  // namespace

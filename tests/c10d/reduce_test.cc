@@ -11,9 +11,9 @@ namespace {
 using testing::RunGroup;
 using RedOp = ::c10d::ReduceOp;
 
-const std::vector<at::ScalarType> kTypes = {at::kFloat, at::kDouble, at::kHalf,
-                                            at::kBFloat16, at::kChar, at::kByte,
-                                            at::kInt, at::kLong, at::kBool};
+const std::vector<at::ScalarType> kTypes = {at::kFloat,    at::kDouble, at::kHalf,
+                                            at::kBFloat16, at::kChar,   at::kByte,
+                                            at::kInt,      at::kLong,   at::kBool};
 
 bool IsFloat(at::ScalarType t) { return at::isFloatingType(t); }
 
@@ -24,14 +24,25 @@ bool Supported(at::ScalarType t, RedOp::RedOpType op) {
 }
 
 // Rank r's input, as int64: chosen so every reduction stays exact.
-at::Tensor Input(int64_t n, int rank, int size, RedOp::RedOpType op, at::ScalarType type) {
+at::Tensor Input(int64_t n, int rank, int size, RedOp::RedOpType op,
+                 at::ScalarType type) {
   at::Tensor i = at::arange(n, at::kLong);
   at::Tensor x;
   switch (op) {
-    case RedOp::PRODUCT: x = 1 + (i + rank) % 2; break;
-    case RedOp::AVG: x = i % 7 + 1 + (rank == 0 ? size - 1 : -1); break;  // mean (i%7)+1
-    case RedOp::BAND: case RedOp::BOR: case RedOp::BXOR: x = (i * 7 + rank * 13) % 64; break;
-    default: x = (i * 3 + rank * 5) % 11; break;
+    case RedOp::PRODUCT:
+      x = 1 + (i + rank) % 2;
+      break;
+    case RedOp::AVG:
+      x = i % 7 + 1 + (rank == 0 ? size - 1 : -1);
+      break;  // mean (i%7)+1
+    case RedOp::BAND:
+    case RedOp::BOR:
+    case RedOp::BXOR:
+      x = (i * 7 + rank * 13) % 64;
+      break;
+    default:
+      x = (i * 3 + rank * 5) % 11;
+      break;
   }
   if (type == at::kBool) x = x % 2;
   return x;
@@ -44,21 +55,50 @@ at::Tensor Reference(const std::vector<at::Tensor>& inputs, RedOp::RedOpType op,
   if (type == at::kBool) {
     at::Tensor b = all.to(at::kBool);
     switch (op) {
-      case RedOp::SUM: case RedOp::MAX: case RedOp::BOR: r = b.any(0); break;
-      case RedOp::PRODUCT: case RedOp::MIN: case RedOp::BAND: r = b.all(0); break;
-      default: r = (all.sum(0) % 2).to(at::kBool); break;  // BXOR
+      case RedOp::SUM:
+      case RedOp::MAX:
+      case RedOp::BOR:
+        r = b.any(0);
+        break;
+      case RedOp::PRODUCT:
+      case RedOp::MIN:
+      case RedOp::BAND:
+        r = b.all(0);
+        break;
+      default:
+        r = (all.sum(0) % 2).to(at::kBool);
+        break;  // BXOR
     }
     return r;
   }
   switch (op) {
-    case RedOp::SUM: r = all.sum(0); break;
-    case RedOp::AVG: r = all.sum(0) / static_cast<int64_t>(inputs.size()); break;
-    case RedOp::PRODUCT: r = all.prod(0); break;
-    case RedOp::MIN: r = std::get<0>(all.min(0)); break;
-    case RedOp::MAX: r = std::get<0>(all.max(0)); break;
-    case RedOp::BAND: r = all[0].clone(); for (auto& x : inputs) r.bitwise_and_(x); break;
-    case RedOp::BOR: r = all[0].clone(); for (auto& x : inputs) r.bitwise_or_(x); break;
-    default: r = at::zeros_like(all[0]); for (auto& x : inputs) r.bitwise_xor_(x); break;
+    case RedOp::SUM:
+      r = all.sum(0);
+      break;
+    case RedOp::AVG:
+      r = all.sum(0) / static_cast<int64_t>(inputs.size());
+      break;
+    case RedOp::PRODUCT:
+      r = all.prod(0);
+      break;
+    case RedOp::MIN:
+      r = std::get<0>(all.min(0));
+      break;
+    case RedOp::MAX:
+      r = std::get<0>(all.max(0));
+      break;
+    case RedOp::BAND:
+      r = all[0].clone();
+      for (auto& x : inputs) r.bitwise_and_(x);
+      break;
+    case RedOp::BOR:
+      r = all[0].clone();
+      for (auto& x : inputs) r.bitwise_or_(x);
+      break;
+    default:
+      r = at::zeros_like(all[0]);
+      for (auto& x : inputs) r.bitwise_xor_(x);
+      break;
   }
   return r.to(type);
 }
@@ -67,10 +107,11 @@ const std::vector<RedOp::RedOpType> kOps = {RedOp::SUM, RedOp::AVG, RedOp::PRODU
                                             RedOp::MIN, RedOp::MAX, RedOp::BAND,
                                             RedOp::BOR, RedOp::BXOR};
 
-void ExpectBitwise(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+void ExpectBitwise(const at::Tensor& got, const at::Tensor& want,
+                   const std::string& what) {
   ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
-  ASSERT_TRUE(at::equal(got, want)) << what << "\n got " << got.slice(0, 0, 8)
-                                    << "\n want " << want.slice(0, 0, 8);
+  ASSERT_TRUE(at::equal(got, want))
+      << what << "\n got " << got.slice(0, 0, 8) << "\n want " << want.slice(0, 0, 8);
 }
 
 TEST(ProcessGroupNeuron, AllReduceReduceAndReduceScatterMatchTheReference) {
@@ -80,29 +121,36 @@ TEST(ProcessGroupNeuron, AllReduceReduceAndReduceScatterMatchTheReference) {
         for (auto op : kOps) {
           if (!Supported(type, op)) continue;
           for (int64_t n : {0, 1, 1001}) {
-            const std::string what = ::c10::str(c10::toString(type), " op ", int(op), " n ",
-                                                n, " size ", size);
+            const std::string what = ::c10::str(c10::toString(type), " op ", int(op),
+                                                " n ", n, " size ", size);
             std::vector<at::Tensor> inputs;
             for (int r = 0; r < size; ++r) inputs.push_back(Input(n, r, size, op, type));
             const at::Tensor want = Reference(inputs, op, type);
             // allreduce
-            std::vector<at::Tensor> t = {inputs[rank].to(type, /*non_blocking=*/false, /*copy=*/true)};
+            std::vector<at::Tensor> t = {
+                inputs[rank].to(type, /*non_blocking=*/false, /*copy=*/true)};
             pg.allreduce(t, {RedOp(op)})->wait();
             ExpectBitwise(t[0], want, "allreduce " + what);
             // reduce to the last rank; the others keep their input
-            std::vector<at::Tensor> u = {inputs[rank].to(type, /*non_blocking=*/false, /*copy=*/true)};
+            std::vector<at::Tensor> u = {
+                inputs[rank].to(type, /*non_blocking=*/false, /*copy=*/true)};
             ::c10d::ReduceOptions ro;
             ro.reduceOp = RedOp(op);
             ro.rootRank = size - 1;
             pg.reduce(u, ro)->wait();
-            ExpectBitwise(u[0], rank == size - 1 ? want : inputs[rank].to(type, /*non_blocking=*/false, /*copy=*/true), "reduce " + what);
+            ExpectBitwise(u[0],
+                          rank == size - 1 ? want
+                                           : inputs[rank].to(type, /*non_blocking=*/false,
+                                                             /*copy=*/true),
+                          "reduce " + what);
             // reduce-scatter: every rank contributes `inputs` rotated, and
             // receives block `rank` (uneven blocks: block r has r+1 rows).
             std::vector<at::Tensor> blocks;
             std::vector<at::Tensor> wanted;
             for (int b = 0; b < size; ++b) {
               std::vector<at::Tensor> contributions;
-              for (int r = 0; r < size; ++r) contributions.push_back(Input(n + b, r, size, op, type));
+              for (int r = 0; r < size; ++r)
+                contributions.push_back(Input(n + b, r, size, op, type));
               blocks.push_back(contributions[rank].to(type, false, true));
               wanted.push_back(Reference(contributions, op, type));
             }
@@ -123,7 +171,8 @@ TEST(ProcessGroupNeuron, TensorFormsOfReductionsMatchTheReference) {
     at::Tensor in = at::arange(20, at::kFloat) * (rank + 1);
     at::Tensor out = at::empty({5}, at::kFloat);
     pg._reduce_scatter_base(out, in, {})->wait();
-    ExpectBitwise(out, at::arange(rank * 5, rank * 5 + 5, at::kFloat) * 10, "_reduce_scatter_base");
+    ExpectBitwise(out, at::arange(rank * 5, rank * 5 + 5, at::kFloat) * 10,
+                  "_reduce_scatter_base");
     // allreduce_coalesced: several shapes, one dtype.
     std::vector<at::Tensor> ts = {at::full({2, 3}, rank + 1.0), at::full({5}, 2.0 * rank),
                                   at::empty({0})};
@@ -135,7 +184,8 @@ TEST(ProcessGroupNeuron, TensorFormsOfReductionsMatchTheReference) {
     std::vector<at::Tensor> view = {base.t()};
     ASSERT_FALSE(view[0].is_contiguous());
     pg.allreduce(view, {})->wait();
-    ExpectBitwise(base, (at::arange(12, at::kFloat).reshape({3, 4}) * 4 + 6), "strided allreduce");
+    ExpectBitwise(base, (at::arange(12, at::kFloat).reshape({3, 4}) * 4 + 6),
+                  "strided allreduce");
     at::Tensor strided = at::zeros({10});
     std::vector<at::Tensor> every_other = {strided.slice(0, 0, 10, 2)};
     every_other[0].fill_(rank);

@@ -17,7 +17,8 @@ using collectives::DataType;
 std::size_t Count(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
 void CheckRoot(int64_t root, int size, const char* op) {
-  NEURON_CHECK(root >= 0 && root < size, op, ": root rank ", root, " is not in 0..", size - 1);
+  NEURON_CHECK(root >= 0 && root < size, op, ": root rank ", root, " is not in 0..",
+               size - 1);
 }
 
 void CheckRootTensor(int64_t root_tensor, const char* op) {
@@ -27,7 +28,8 @@ void CheckRootTensor(int64_t root_tensor, const char* op) {
 
 // Checks a list of `size` tensors of the input's dtype; returns their counts.
 std::vector<std::size_t> ListCounts(const std::vector<at::Tensor>& list, int size,
-                                    at::ScalarType type, const char* op, const char* what) {
+                                    at::ScalarType type, const char* op,
+                                    const char* what) {
   NEURON_CHECK(list.size() == static_cast<std::size_t>(size), op, ": ", what, " has ",
                list.size(), " tensors; the group has ", size, " ranks");
   CheckCpuTensors(list, op);
@@ -49,13 +51,15 @@ std::vector<std::size_t> Scaled(std::vector<std::size_t> counts, std::size_t sca
 
 // Elements per dim-0 slice, for split sizes.
 std::size_t RowElements(const at::Tensor& t) {
-  return t.dim() == 0 || t.size(0) == 0 ? 0 : Count(t) / static_cast<std::size_t>(t.size(0));
+  return t.dim() == 0 || t.size(0) == 0 ? 0
+                                        : Count(t) / static_cast<std::size_t>(t.size(0));
 }
 
 // all_to_all_single's split sizes (rows along dim 0) as element counts;
 // empty splits mean equal blocks.
-std::vector<std::size_t> SplitCounts(const at::Tensor& t, const std::vector<int64_t>& splits,
-                                     int size, const char* op, const char* what) {
+std::vector<std::size_t> SplitCounts(const at::Tensor& t,
+                                     const std::vector<int64_t>& splits, int size,
+                                     const char* op, const char* what) {
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   std::vector<std::size_t> counts;
   if (splits.empty()) {
@@ -64,16 +68,16 @@ std::vector<std::size_t> SplitCounts(const at::Tensor& t, const std::vector<int6
     counts.assign(size, Count(t) / size);
     return counts;
   }
-  NEURON_CHECK(splits.size() == static_cast<std::size_t>(size), op, ": ", splits.size(), " ",
-               what, " split sizes for a group of ", size);
+  NEURON_CHECK(splits.size() == static_cast<std::size_t>(size), op, ": ", splits.size(),
+               " ", what, " split sizes for a group of ", size);
   int64_t total = 0;
   for (int64_t s : splits) {
     NEURON_CHECK(s >= 0, op, ": negative ", what, " split size ", s);
     total += s;
     counts.push_back(static_cast<std::size_t>(s) * RowElements(t));
   }
-  NEURON_CHECK(total == rows, op, ": ", what, " split sizes add up to ", total, " but the ",
-               what, " tensor has ", rows, " rows");
+  NEURON_CHECK(total == rows, op, ": ", what, " split sizes add up to ", total,
+               " but the ", what, " tensor has ", rows, " rows");
   return counts;
 }
 
@@ -160,7 +164,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather(
     NEURON_CHECK(outputs.size() == 1, name, ": expects one output list per process, got ",
                  outputs.size());
     const at::Tensor input = inputs[0].contiguous();
-    const auto counts = ListCounts(outputs[0], size_, input.scalar_type(), name, "the output list");
+    const auto counts =
+        ListCounts(outputs[0], size_, input.scalar_type(), name, "the output list");
     NEURON_CHECK(counts[rank_] == Count(input), name, ": this rank's output tensor has ",
                  counts[rank_], " elements but its input has ", Count(input));
     const Movement m = MovementOf(input.scalar_type());
@@ -188,8 +193,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_allgather_base(
     const char* name = "_allgather_base";
     CheckCpuTensors({output, input}, name);
     CheckSameType({output}, input.scalar_type(), name);
-    NEURON_CHECK(Count(output) == Count(input) * size_, name, ": output has ", Count(output),
-                 " elements; expected ", size_, " x ", Count(input));
+    NEURON_CHECK(Count(output) == Count(input) * size_, name, ": output has ",
+                 Count(output), " elements; expected ", size_, " x ", Count(input));
     const Movement m = MovementOf(input.scalar_type());
     const at::Tensor in = input.contiguous();
     Output out(output);
@@ -207,11 +212,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
   return Checked("allgather_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather_coalesced";
     CheckCpuTensors(inputs, name);
-    NEURON_CHECK(outputs.size() == static_cast<std::size_t>(size_), name, ": ", outputs.size(),
-                 " output lists for a group of ", size_);
+    NEURON_CHECK(outputs.size() == static_cast<std::size_t>(size_), name, ": ",
+                 outputs.size(), " output lists for a group of ", size_);
     for (std::size_t r = 0; r < outputs.size(); ++r) {
       NEURON_CHECK(outputs[r].size() == inputs.size(), name, ": output list ", r, " has ",
-                   outputs[r].size(), " tensors but there are ", inputs.size(), " inputs");
+                   outputs[r].size(), " tensors but there are ", inputs.size(),
+                   " inputs");
       CheckCpuTensors(outputs[r], name);
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         NEURON_CHECK(outputs[r][i].scalar_type() == inputs[i].scalar_type() &&
@@ -226,7 +232,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     const TensorLists lists = outputs;
     auto body = [packed_in, packed_out, lists, bytes](Communicator& c) {
       c.AllGather({packed_in.data_ptr(), packed_out.data_ptr(), bytes, DataType::kUInt8});
-      for (std::size_t r = 0; r < lists.size(); ++r) UnpackBytes(packed_out, r * bytes, lists[r]);
+      for (std::size_t r = 0; r < lists.size(); ++r)
+        UnpackBytes(packed_out, r * bytes, lists[r]);
     };
     Tensors all;
     for (const auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
@@ -246,19 +253,20 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::gather(
     if (rank_ == root) {
       NEURON_CHECK(outputs.size() == 1, name, ": the root expects one output list, got ",
                    outputs.size());
-      const auto counts = ListCounts(outputs[0], size_, input.scalar_type(), name, "the output list");
+      const auto counts =
+          ListCounts(outputs[0], size_, input.scalar_type(), name, "the output list");
       for (auto n : counts) {
         NEURON_CHECK(n == Count(input), name, ": output tensors must have the input's ",
                      Count(input), " elements, one has ", n);
       }
       list = outputs[0];
     } else {
-      NEURON_CHECK(outputs.empty() || outputs[0].empty(), name,
-                   ": only the root (rank ", root, ") passes output tensors");
+      NEURON_CHECK(outputs.empty() || outputs[0].empty(), name, ": only the root (rank ",
+                   root, ") passes output tensors");
     }
     const Movement m = MovementOf(input.scalar_type());
-    at::Tensor packed =
-        at::empty({static_cast<int64_t>(rank_ == root ? Bytes(input) * size_ : 0)}, at::kByte);
+    at::Tensor packed = at::empty(
+        {static_cast<int64_t>(rank_ == root ? Bytes(input) * size_ : 0)}, at::kByte);
     const std::size_t count = Count(input) * m.scale;
     auto body = [input, packed, list, m, root, count](Communicator& c) {
       c.Gather({input.data_ptr(), packed.data_ptr(), count, m.dtype, root});
@@ -282,13 +290,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::scatter(
       const auto counts =
           ListCounts(inputs[0], size_, outputs[0].scalar_type(), name, "the input list");
       for (auto n : counts) {
-        NEURON_CHECK(n == Count(outputs[0]), name, ": input tensors must have the output's ",
-                     Count(outputs[0]), " elements, one has ", n);
+        NEURON_CHECK(n == Count(outputs[0]), name,
+                     ": input tensors must have the output's ", Count(outputs[0]),
+                     " elements, one has ", n);
       }
       packed = PackBytes(inputs[0]);
     } else {
-      NEURON_CHECK(inputs.empty() || inputs[0].empty(), name,
-                   ": only the root (rank ", root, ") passes input tensors");
+      NEURON_CHECK(inputs.empty() || inputs[0].empty(), name, ": only the root (rank ",
+                   root, ") passes input tensors");
     }
     const Movement m = MovementOf(outputs[0].scalar_type());
     Output out(outputs[0]);
@@ -310,14 +319,17 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce_scatter(
                  inputs.size());
     const auto op = ToReduceOp(opts.reduceOp, name);
     const DataType dtype = ReduceType(outputs[0], op, name);
-    const auto counts = ListCounts(inputs[0], size_, outputs[0].scalar_type(), name, "the input list");
-    NEURON_CHECK(counts[rank_] == Count(outputs[0]), name, ": this rank's input tensor has ",
-                 counts[rank_], " elements but its output has ", Count(outputs[0]));
+    const auto counts =
+        ListCounts(inputs[0], size_, outputs[0].scalar_type(), name, "the input list");
+    NEURON_CHECK(counts[rank_] == Count(outputs[0]), name,
+                 ": this rank's input tensor has ", counts[rank_],
+                 " elements but its output has ", Count(outputs[0]));
     at::Tensor packed = PackBytes(inputs[0]);
     Output out(outputs[0]);
     const bool equal = AllEqual(counts);
     auto body = [packed, out, dtype, op, counts, equal](Communicator& c) {
-      collectives::ReduceScatterOptions o{packed.data_ptr(), out.data(), counts[0], dtype, op};
+      collectives::ReduceScatterOptions o{packed.data_ptr(), out.data(), counts[0], dtype,
+                                          op};
       if (!equal) o.counts = counts;
       c.ReduceScatter(o);
       out.CopyBack();
@@ -332,8 +344,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     const char* name = "_reduce_scatter_base";
     CheckCpuTensors({output, input}, name);
     CheckSameType({output}, input.scalar_type(), name);
-    NEURON_CHECK(Count(input) == Count(output) * size_, name, ": input has ", Count(input),
-                 " elements; expected ", size_, " x ", Count(output));
+    NEURON_CHECK(Count(input) == Count(output) * size_, name, ": input has ",
+                 Count(input), " elements; expected ", size_, " x ", Count(output));
     const auto op = ToReduceOp(opts.reduceOp, name);
     const DataType dtype = ReduceType(input, op, name);
     const at::Tensor in = input.contiguous();
@@ -388,7 +400,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall(
     std::size_t recv_bytes = 0;
     for (const auto& t : outputs) recv_bytes += Bytes(t);
     at::Tensor packed_out = at::empty({static_cast<int64_t>(recv_bytes)}, at::kByte);
-    collectives::AllToAllOptions o{packed_in.data_ptr(), packed_out.data_ptr(), 0,
+    collectives::AllToAllOptions o{packed_in.data_ptr(),  packed_out.data_ptr(), 0,
                                    Scaled(send, m.scale), Scaled(recv, m.scale), m.dtype};
     auto body = [packed_in, packed_out, outputs, o](Communicator& c) {
       c.AllToAll(o);

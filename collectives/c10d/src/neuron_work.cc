@@ -34,7 +34,9 @@ void NeuronWork::Attach(std::shared_ptr<collectives::Work> inner) {
 
 bool NeuronWork::isCompleted() { return inner_->Test(); }
 
-bool NeuronWork::isSuccess() const { return inner_->Test() && inner_->exception() == nullptr; }
+bool NeuronWork::isSuccess() const {
+  return inner_->Test() && inner_->exception() == nullptr;
+}
 
 std::exception_ptr NeuronWork::exception() const { return inner_->exception(); }
 

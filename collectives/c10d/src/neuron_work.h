@@ -4,9 +4,8 @@
 // chain on it) or with the error.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <memory>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 namespace neuron::collectives {

@@ -16,7 +16,8 @@ namespace {
 
 using collectives::Communicator;
 
-collectives::CommunicatorOptions CommunicatorOptionsFor(const ProcessGroupNeuronOptions& o) {
+collectives::CommunicatorOptions CommunicatorOptionsFor(
+    const ProcessGroupNeuronOptions& o) {
   collectives::CommunicatorOptions options;
   options.timeout = o.timeout;
   options.global_ranks.assign(o.global_ranks.begin(), o.global_ranks.end());
@@ -43,8 +44,8 @@ void RethrowWithContext(const std::string& context) {
   }
 }
 
-ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank, int size,
-                                       ProcessGroupNeuronOptions options)
+ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank,
+                                       int size, ProcessGroupNeuronOptions options)
     : ::c10d::ProcessGroup(rank, size), options_(std::move(options)), store_(store) {
   NEURON_CHECK(store_, "neuron process group: the store is null");
   NEURON_CHECK(options_.global_ranks.empty() ||
@@ -52,8 +53,9 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
                "neuron process group: ", options_.global_ranks.size(),
                " global ranks for a group of ", size);
   try {
-    auto communicator = std::make_unique<Communicator>(
-        std::make_shared<C10dStore>(store_), rank, size, CommunicatorOptionsFor(options_));
+    auto communicator =
+        std::make_unique<Communicator>(std::make_shared<C10dStore>(store_), rank, size,
+                                       CommunicatorOptionsFor(options_));
     transport_name_ = communicator->transport_name();
     async_ = std::make_unique<collectives::AsyncCommunicator>(std::move(communicator));
   } catch (...) {
@@ -66,15 +68,14 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
 ProcessGroupNeuron::~ProcessGroupNeuron() = default;
 
 std::string ProcessGroupNeuron::Context(const char* name, std::uint64_t sequence) const {
-  return StrCat("neuron rank ", rank_, " (group ", options_.group_name.empty()
-                                                       ? std::string("?")
-                                                       : options_.group_name,
+  return StrCat("neuron rank ", rank_, " (group ",
+                options_.group_name.empty() ? std::string("?") : options_.group_name,
                 ", size ", size_, "): ", name, " #", sequence);
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
-    ::c10d::OpType type, const char* name, Body body, Tensors outputs, bool point_to_point,
-    std::shared_ptr<int> source_rank) {
+    ::c10d::OpType type, const char* name, Body body, Tensors outputs,
+    bool point_to_point, std::shared_ptr<int> source_rank) {
   return Checked("Enqueue", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
     std::string context = Context(name, sequence);
@@ -88,8 +89,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
       }
     };
     using Lane = collectives::AsyncCommunicator::Lane;
-    work->Attach(async_->Enqueue(std::move(wrapped), context,
-                                 point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
+    work->Attach(
+        async_->Enqueue(std::move(wrapped), context,
+                        point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
     return work;
   });
 }
@@ -104,65 +106,81 @@ namespace {
 
 void CheckPeer(int peer, int rank, int size, const char* op) {
   NEURON_CHECK(peer >= 0 && peer < size && peer != rank, op, ": peer rank ", peer,
-               " must be another rank of the group (0..", size - 1, ", this is rank ", rank,
-               ")");
+               " must be another rank of the group (0..", size - 1, ", this is rank ",
+               rank, ")");
 }
 
 }  // namespace
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int dst_rank,
                                                           int tag) {
-  return Checked("send", [&]() -> c10::intrusive_ptr<::c10d::Work> {
-    CheckSingle(tensors, "send");
-    CheckPeer(dst_rank, rank_, size_, "send");
-    at::Tensor input = tensors[0].contiguous();
-    auto body = [input, dst_rank, tag](Communicator& c) {
-      c.Send(dst_rank, input.data_ptr(), Bytes(input), static_cast<std::uint64_t>(tag));
-    };
-    return Enqueue(::c10d::OpType::SEND, "send", std::move(body), {}, true);
-  }, true);
+  return Checked(
+      "send",
+      [&]() -> c10::intrusive_ptr<::c10d::Work> {
+        CheckSingle(tensors, "send");
+        CheckPeer(dst_rank, rank_, size_, "send");
+        at::Tensor input = tensors[0].contiguous();
+        auto body = [input, dst_rank, tag](Communicator& c) {
+          c.Send(dst_rank, input.data_ptr(), Bytes(input),
+                 static_cast<std::uint64_t>(tag));
+        };
+        return Enqueue(::c10d::OpType::SEND, "send", std::move(body), {}, true);
+      },
+      true);
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int src_rank,
                                                           int tag) {
-  return Checked("recv", [&]() -> c10::intrusive_ptr<::c10d::Work> {
-    CheckSingle(tensors, "recv");
-    CheckPeer(src_rank, rank_, size_, "recv");
-    Output output(tensors[0]);
-    auto body = [output, src_rank, tag](Communicator& c) {
-      c.Recv(src_rank, output.data(), Bytes(output.buffer()), static_cast<std::uint64_t>(tag));
-      output.CopyBack();
-    };
-    return Enqueue(::c10d::OpType::RECV, "recv", std::move(body), tensors, true);
-  }, true);
+  return Checked(
+      "recv",
+      [&]() -> c10::intrusive_ptr<::c10d::Work> {
+        CheckSingle(tensors, "recv");
+        CheckPeer(src_rank, rank_, size_, "recv");
+        Output output(tensors[0]);
+        auto body = [output, src_rank, tag](Communicator& c) {
+          c.Recv(src_rank, output.data(), Bytes(output.buffer()),
+                 static_cast<std::uint64_t>(tag));
+          output.CopyBack();
+        };
+        return Enqueue(::c10d::OpType::RECV, "recv", std::move(body), tensors, true);
+      },
+      true);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tensors, int tag) {
-  return Checked("recvAnysource", [&]() -> c10::intrusive_ptr<::c10d::Work> {
-    CheckSingle(tensors, "recv");
-    Output output(tensors[0]);
-    auto source = std::make_shared<int>(-1);
-    auto body = [output, tag, source](Communicator& c) {
-      *source = c.Recv(Communicator::kAnySource, output.data(), Bytes(output.buffer()),
-                       static_cast<std::uint64_t>(tag));
-      output.CopyBack();
-    };
-    return Enqueue(::c10d::OpType::RECVANYSOURCE, "recv", std::move(body), tensors, true, source);
-  }, true);
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tensors,
+                                                                   int tag) {
+  return Checked(
+      "recvAnysource",
+      [&]() -> c10::intrusive_ptr<::c10d::Work> {
+        CheckSingle(tensors, "recv");
+        Output output(tensors[0]);
+        auto source = std::make_shared<int>(-1);
+        auto body = [output, tag, source](Communicator& c) {
+          *source = c.Recv(Communicator::kAnySource, output.data(),
+                           Bytes(output.buffer()), static_cast<std::uint64_t>(tag));
+          output.CopyBack();
+        };
+        return Enqueue(::c10d::OpType::RECVANYSOURCE, "recv", std::move(body), tensors,
+                       true, source);
+      },
+      true);
 }
 
 // --- barriers -----------------------------------------------------------------
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(const ::c10d::BarrierOptions&) {
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(
+    const ::c10d::BarrierOptions&) {
   return Checked("barrier", [&]() -> c10::intrusive_ptr<::c10d::Work> {
-    return Enqueue(::c10d::OpType::BARRIER, "barrier", [](Communicator& c) { c.Barrier(); }, {});
+    return Enqueue(::c10d::OpType::BARRIER, "barrier",
+                   [](Communicator& c) { c.Barrier(); }, {});
   });
 }
 
 void ProcessGroupNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
                                           bool wait_all_ranks) {
   const std::uint64_t n = monitored_barriers_++;
-  const auto timeout = opts.timeout == ::c10d::kUnsetTimeout ? options_.timeout : opts.timeout;
+  const auto timeout =
+      opts.timeout == ::c10d::kUnsetTimeout ? options_.timeout : opts.timeout;
   const std::string context = Context("monitoredBarrier", n);
   auto key = [](std::uint64_t barrier, int rank) {
     return StrCat("monitored_barrier/", barrier, "/", rank);

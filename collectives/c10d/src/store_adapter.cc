@@ -18,7 +18,8 @@ std::string Join(const std::vector<std::string>& keys) {
 
 // Runs a c10d store call, translating its errors. c10d reports a timeout as
 // an error whose message says "Timeout", "timeout" or "timed out".
-[[noreturn]] void Throw(const char* what, const std::string& keys, const std::string& message) {
+[[noreturn]] void Throw(const char* what, const std::string& keys,
+                        const std::string& message) {
   const std::string full = StrCat("store ", what, " of [", keys, "]: ", message);
   if (message.find("imeout") != std::string::npos ||
       message.find("timed out") != std::string::npos) {

@@ -12,16 +12,26 @@ using collectives::ReduceOp;
 
 std::optional<DataType> ToDataType(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return DataType::kFloat32;
-    case at::kDouble: return DataType::kFloat64;
-    case at::kHalf: return DataType::kFloat16;
-    case at::kBFloat16: return DataType::kBFloat16;
-    case at::kChar: return DataType::kInt8;
-    case at::kByte: return DataType::kUInt8;
-    case at::kInt: return DataType::kInt32;
-    case at::kLong: return DataType::kInt64;
-    case at::kBool: return DataType::kBool;
-    default: return std::nullopt;
+    case at::kFloat:
+      return DataType::kFloat32;
+    case at::kDouble:
+      return DataType::kFloat64;
+    case at::kHalf:
+      return DataType::kFloat16;
+    case at::kBFloat16:
+      return DataType::kBFloat16;
+    case at::kChar:
+      return DataType::kInt8;
+    case at::kByte:
+      return DataType::kUInt8;
+    case at::kInt:
+      return DataType::kInt32;
+    case at::kLong:
+      return DataType::kInt64;
+    case at::kBool:
+      return DataType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -53,14 +63,22 @@ void CheckSameType(const std::vector<at::Tensor>& tensors, at::ScalarType type,
 
 ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op) {
   switch (reduce_op.op_) {
-    case ::c10d::ReduceOp::SUM: return ReduceOp::kSum;
-    case ::c10d::ReduceOp::AVG: return ReduceOp::kAvg;
-    case ::c10d::ReduceOp::PRODUCT: return ReduceOp::kProduct;
-    case ::c10d::ReduceOp::MIN: return ReduceOp::kMin;
-    case ::c10d::ReduceOp::MAX: return ReduceOp::kMax;
-    case ::c10d::ReduceOp::BAND: return ReduceOp::kBand;
-    case ::c10d::ReduceOp::BOR: return ReduceOp::kBor;
-    case ::c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
+    case ::c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case ::c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    case ::c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProduct;
+    case ::c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case ::c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    case ::c10d::ReduceOp::BAND:
+      return ReduceOp::kBand;
+    case ::c10d::ReduceOp::BOR:
+      return ReduceOp::kBor;
+    case ::c10d::ReduceOp::BXOR:
+      return ReduceOp::kBxor;
     default:
       throw InvalidUsage(StrCat(op, ": reduce op ", static_cast<int>(reduce_op.op_),
                                 " (PREMUL_SUM) is not supported by the neuron backend"));
@@ -70,7 +88,8 @@ ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op) {
 DataType ReduceType(const at::Tensor& tensor, ReduceOp reduce_op, const char* op) {
   const auto type = ToDataType(tensor.scalar_type());
   NEURON_CHECK(type.has_value(), op, ": cannot reduce dtype ",
-               c10::toString(tensor.scalar_type()), " (reduce op ", collectives::Name(reduce_op),
+               c10::toString(tensor.scalar_type()), " (reduce op ",
+               collectives::Name(reduce_op),
                "); the neuron backend reduces float32, float64, float16, bfloat16, int8, "
                "uint8, int32, int64 and bool");
   collectives::CheckReducible(*type, reduce_op, op);
@@ -83,8 +102,7 @@ Movement MovementOf(at::ScalarType type) {
 }
 
 Output::Output(const at::Tensor& tensor)
-    : tensor_(tensor),
-      buffer_(tensor.contiguous()) {}
+    : tensor_(tensor), buffer_(tensor.contiguous()) {}
 
 void Output::CopyBack() const {
   if (!buffer_.is_same(tensor_)) tensor_.copy_(buffer_);

@@ -10,9 +10,9 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <optional>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <vector>
 
 #include "neuron/collectives/dtype.h"
@@ -27,14 +27,15 @@ void CheckCpuTensors(const std::vector<at::Tensor>& tensors, const char* op);
 // Throws InvalidUsage unless `tensors` has exactly one tensor.
 void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op);
 // Throws InvalidUsage unless every tensor has `type`.
-void CheckSameType(const std::vector<at::Tensor>& tensors, at::ScalarType type, const char* op);
+void CheckSameType(const std::vector<at::Tensor>& tensors, at::ScalarType type,
+                   const char* op);
 
 // The reduce op (PREMUL_SUM and others throw, naming `op`).
 collectives::ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op);
 // The element type of a reduction over `tensor`; throws InvalidUsage naming
 // the op, dtype and reduce op when the pair cannot be reduced.
-collectives::DataType ReduceType(const at::Tensor& tensor, collectives::ReduceOp reduce_op,
-                                 const char* op);
+collectives::DataType ReduceType(const at::Tensor& tensor,
+                                 collectives::ReduceOp reduce_op, const char* op);
 
 // How a data-movement op moves `type`: as itself when the collectives know
 // it, else as raw bytes (count scaled by the element size).

@@ -23,14 +23,13 @@
 // ordered by the order of the calls.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "neuron/collectives/op_stats.h"
@@ -128,14 +127,15 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
     try {
       return issue();
     } catch (...) {
-      RethrowWithContext(Context(name, (point_to_point ? p2p_sequence_ : sequence_).load()));
+      RethrowWithContext(
+          Context(name, (point_to_point ? p2p_sequence_ : sequence_).load()));
     }
   }
   // Queues `body` on the collectives (or point-to-point) lane; the returned
   // work completes with `outputs` once it ran. `finish` (may be empty) runs
   // on the progress thread after `body`: copies out of staging buffers.
-  Ptr<Work> Enqueue(::c10d::OpType type, const char* name, Body body,
-                    Tensors outputs, bool point_to_point = false,
+  Ptr<Work> Enqueue(::c10d::OpType type, const char* name, Body body, Tensors outputs,
+                    bool point_to_point = false,
                     std::shared_ptr<int> source_rank = nullptr);
   // The prefix of every error: "neuron rank R (group G): <op> #<seq>".
   std::string Context(const char* name, std::uint64_t sequence) const;

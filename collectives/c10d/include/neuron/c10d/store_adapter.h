@@ -19,7 +19,8 @@ namespace neuron::c10d {
 
 class C10dStore : public collectives::Store {
  public:
-  explicit C10dStore(c10::intrusive_ptr<::c10d::Store> store) : store_(std::move(store)) {}
+  explicit C10dStore(c10::intrusive_ptr<::c10d::Store> store)
+      : store_(std::move(store)) {}
 
   void Set(const std::string& key, const std::string& value) override;
   std::string Get(const std::string& key, Duration timeout) override;
