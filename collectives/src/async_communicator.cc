@@ -60,6 +60,7 @@ AsyncCommunicator::AsyncCommunicator(std::unique_ptr<Communicator> communicator)
       collectives_thread_([this] { Run(collectives_, true); }),
       point_to_point_thread_([this] { Run(point_to_point_, false); }) {
   communicator_->set_join_compute(false);  // Work::Wait joins instead
+  communicator_->set_buffered_sends(true);  // the idle lane moves their bytes
 }
 
 AsyncCommunicator::~AsyncCommunicator() {
@@ -97,13 +98,26 @@ void AsyncCommunicator::Abort(const std::string& reason) {
 }
 
 void AsyncCommunicator::Run(Queue& queue, bool collective) {
+  // The point-to-point lane keeps buffered sends moving while it is idle
+  // (their receivers may wait for bytes only this thread can push), in
+  // short slices so a new operation starts promptly.
+  bool sends_pending = false;
   while (true) {
     std::pair<Operation, std::shared_ptr<Work>> next;
     std::string aborted;
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      while (sends_pending && queue.items.empty() && !stopping_) {
+        lock.unlock();
+        sends_pending = communicator_->ProgressSends(kSendProgressSlice);
+        lock.lock();
+      }
       queue.queued.wait(lock, [&] { return stopping_ || !queue.items.empty(); });
-      if (queue.items.empty()) return;  // stopping, and nothing left to run
+      if (queue.items.empty()) {  // stopping, and nothing left to run
+        lock.unlock();
+        if (sends_pending) communicator_->ProgressSends(kFinalSendFlush);
+        return;
+      }
       next = std::move(queue.items.front());
       queue.items.pop_front();
       aborted = abort_reason_;
@@ -115,6 +129,7 @@ void AsyncCommunicator::Run(Queue& queue, bool collective) {
       continue;
     }
     RunOne(next.first, *next.second, collective);
+    sends_pending = !collective;
   }
 }
 

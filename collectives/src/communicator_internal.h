@@ -127,6 +127,19 @@ struct Communicator::PointToPoint {
   std::vector<std::optional<transport::RequestId>> posted;  // header receive per peer
   std::vector<std::deque<detail::Message>> unexpected;          // arrived, other tags
   std::uint64_t sends = 0, receives = 0;
+  // Sends handed to the transport whose bytes have not all left yet: each
+  // owns its header and a copy of its payload. Oldest first.
+  struct InFlight {
+    detail::MessageHeader header;
+    std::vector<char> payload;
+    std::vector<transport::RequestId> ids;
+    std::string what;
+  };
+  std::deque<InFlight> in_flight;
+  std::size_t in_flight_bytes = 0;
+  // The first error that background progress met; every later send or
+  // receive rethrows it.
+  std::exception_ptr failed;
 };
 
 }  // namespace neuron::collectives

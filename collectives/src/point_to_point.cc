@@ -52,15 +52,62 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
   NEURON_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send: peer ", peer,
                " must be another rank of 0..", size_ - 1, " (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "send: data is null");
-  MessageHeader h;
-  h.tag = tag;
-  h.bytes = bytes;
-  h.send_us = clock_->CollectiveArrival().count();
-  const std::string what = StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
+  if (p2p_->failed) std::rethrow_exception(p2p_->failed);
   auto& t = *p2p_->transport;
-  std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
-  if (bytes > 0) ids.push_back(t.Isend(peer, data, bytes));
-  t.Wait(ids, NewDeadline(), what);
+  if (!buffered_sends_) {  // as MPI_Send: returns once the bytes left
+    MessageHeader h;
+    h.tag = tag;
+    h.bytes = bytes;
+    h.send_us = clock_->CollectiveArrival().count();
+    const std::string what =
+        StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
+    std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
+    if (bytes > 0) ids.push_back(t.Isend(peer, data, bytes));
+    t.Wait(ids, NewDeadline(), what);
+    return;
+  }
+  // Buffered, as MPI_Bsend: the message is copied and handed to the
+  // transport, whose bytes leave during any later wait on this channel (a
+  // receive, or the background progress of ProgressSends). So two ranks
+  // may send each other large messages before receiving.
+  PointToPoint::InFlight& m = p2p_->in_flight.emplace_back();
+  m.header.tag = tag;
+  m.header.bytes = bytes;
+  m.header.send_us = clock_->CollectiveArrival().count();
+  m.what = StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
+  m.payload.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  m.ids.push_back(t.Isend(peer, &m.header, sizeof(m.header)));
+  if (bytes > 0) m.ids.push_back(t.Isend(peer, m.payload.data(), bytes));
+  p2p_->in_flight_bytes += bytes;
+  ReapSends(transport::Clock::now());  // drop what already left
+  // Bound the copies held: past kMaxBufferedBytes, wait for the oldest.
+  while (p2p_->in_flight_bytes > kMaxBufferedBytes && !p2p_->in_flight.empty()) {
+    PointToPoint::InFlight& oldest = p2p_->in_flight.front();
+    t.Wait(oldest.ids, NewDeadline(), oldest.what);
+    p2p_->in_flight_bytes -= oldest.payload.size();
+    p2p_->in_flight.pop_front();
+  }
+}
+
+void Communicator::ReapSends(transport::Clock::time_point until) {
+  auto& t = *p2p_->transport;
+  while (!p2p_->in_flight.empty()) {
+    PointToPoint::InFlight& oldest = p2p_->in_flight.front();
+    if (!t.TryWait(oldest.ids, {until}, oldest.what)) return;
+    p2p_->in_flight_bytes -= oldest.payload.size();
+    p2p_->in_flight.pop_front();
+  }
+}
+
+bool Communicator::ProgressSends(std::chrono::milliseconds at_most) {
+  if (p2p_ == nullptr || p2p_->failed) return false;
+  try {
+    ReapSends(transport::Clock::now() + at_most);
+  } catch (...) {
+    p2p_->failed = std::current_exception();
+    return false;
+  }
+  return !p2p_->in_flight.empty();
 }
 
 int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t tag) {
@@ -68,6 +115,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
                "recv: peer ", peer, " must be another rank of 0..", size_ - 1,
                " or kAnySource (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "recv: data is null");
+  if (p2p_->failed) std::rethrow_exception(p2p_->failed);
   const double posted_us = clock_->CollectiveArrival().count();
   const std::string what = StrCat("recv #", p2p_->receives++, " from ",
                                   peer == kAnySource ? std::string("any rank")

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "neuron/collectives/store/prefix_store.h"
 #include "neuron/runtime/error.h"
 #include "rank_threads.h"
 
@@ -70,6 +73,49 @@ TEST(AsyncCommunicator, PointToPointLaneRunsBesideTheCollectives) {
     barrier->Wait();
     barrier->OnDone([&](std::exception_ptr e) { called += e == nullptr ? 1 : 100; });
     EXPECT_EQ(called, 1);
+  });
+}
+
+// Sends are buffered: a ring in which every rank first sends a message far
+// larger than the shared-memory ring, then receives, completes (with
+// blocking sends it would deadlock) -- directly, and through the lane.
+TEST(AsyncCommunicator, LargeSendsAroundARingDoNotDeadlock) {
+  constexpr std::size_t kCount = 1u << 20;  // 8 MiB of int64
+  RunRanks(3, [](int rank, Store& store) {
+    using Lane = AsyncCommunicator::Lane;
+    const int next = (rank + 1) % 3, prev = (rank + 2) % 3;
+    std::vector<std::int64_t> out(kCount, rank), in(kCount, -1);
+    {
+      Communicator comm(Borrow(store), rank, 3);
+      comm.set_buffered_sends(true);
+      comm.Send(next, out.data(), kCount * 8, 1);
+      EXPECT_EQ(comm.Recv(prev, in.data(), kCount * 8, 1), prev);
+      EXPECT_EQ(in[kCount - 1], prev);
+      while (comm.ProgressSends(std::chrono::milliseconds(10))) {
+      }
+      comm.Barrier();
+    }
+    PrefixStore second("second", Borrow(store));
+    AsyncCommunicator async(std::make_unique<Communicator>(Borrow(second), rank, 3));
+    std::fill(in.begin(), in.end(), -1);
+    auto send = async.Enqueue([&](Communicator& c) { c.Send(next, out.data(), kCount * 8, 2); },
+                              "send", Lane::kPointToPoint);
+    auto recv = async.Enqueue([&](Communicator& c) { c.Recv(prev, in.data(), kCount * 8, 2); },
+                              "recv", Lane::kPointToPoint);
+    send->Wait();
+    recv->Wait();
+    EXPECT_EQ(in[0], prev);
+    // Only the receiver's lane is busy afterwards: the sender's idle lane
+    // keeps pushing bytes of a send nobody waits for.
+    if (rank == 0) {
+      async.Enqueue([&](Communicator& c) { c.Send(1, out.data(), kCount * 8, 3); }, "send",
+                    Lane::kPointToPoint)->Wait();
+    } else if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      async.Enqueue([&](Communicator& c) { c.Recv(0, in.data(), kCount * 8, 3); }, "recv",
+                    Lane::kPointToPoint)->Wait();
+      EXPECT_EQ(in[kCount - 1], 0);
+    }
   });
 }
 

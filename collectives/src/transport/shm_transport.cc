@@ -252,7 +252,7 @@ void ShmTransport::CheckAlive(int peer, const std::string& what, const std::stri
 
 template <typename Ready, typename PendingText, typename Peers>
 void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline deadline,
-                         const std::string& what) {
+                         const std::string& what, bool* expired) {
   Segment* own = segments_[rank_];
   auto spin_start = Clock::now();
   auto spin_until = spin_start + options_.spin_time;
@@ -282,6 +282,10 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
       continue;
     }
     if (now >= deadline.at) {
+      if (expired != nullptr) {
+        *expired = true;
+        return;
+      }
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
                                 pending()));
     }
@@ -302,7 +306,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
 
 template <typename Done>
 void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                             const std::string& what) {
+                             const std::string& what, bool* expired) {
   Block(
       [&](bool* moved) {
         if (done()) return true;
@@ -310,7 +314,7 @@ void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
         return done();
       },
       [&] { return requests_->Pending(ids); }, [&] { return requests_->PendingPeers(ids); },
-      deadline, what);
+      deadline, what, expired);
 }
 
 void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
@@ -319,6 +323,16 @@ void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
     WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
   });
   requests_->CompactIfIdle();
+}
+
+bool ShmTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
+                           const std::string& what) {
+  bool expired = false;
+  requests_->Guarded([&] {
+    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what, &expired);
+  });
+  if (!expired) requests_->CompactIfIdle();
+  return !expired;
 }
 
 std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,

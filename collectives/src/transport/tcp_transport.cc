@@ -274,6 +274,16 @@ void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
   requests_->CompactIfIdle();
 }
 
+bool TcpTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
+                           const std::string& what) {
+  bool expired = false;
+  requests_->Guarded([&] {
+    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what, &expired);
+  });
+  if (!expired) requests_->CompactIfIdle();
+  return !expired;
+}
+
 std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                                   const std::string& what) {
   requests_->Guarded([&] {
@@ -284,7 +294,7 @@ std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline de
 
 template <typename Done>
 void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                             const std::string& what) {
+                             const std::string& what, bool* expired) {
   while (true) {
     Progress(what);
     if (done()) break;
@@ -298,6 +308,10 @@ void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
     }
     const auto now = Clock::now();
     if (now >= deadline.at) {
+      if (expired != nullptr) {
+        *expired = true;
+        return;
+      }
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
                                 requests_->Pending(ids)));
     }

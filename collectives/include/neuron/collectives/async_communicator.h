@@ -92,6 +92,10 @@ class AsyncCommunicator {
   int size() const { return size_; }
 
  private:
+  // While idle, the point-to-point lane moves buffered sends in slices of
+  // this much; at shutdown it gives them at most kFinalSendFlush to leave.
+  static constexpr std::chrono::milliseconds kSendProgressSlice{1};
+  static constexpr std::chrono::milliseconds kFinalSendFlush{10000};
   struct Queue {
     std::condition_variable queued;
     std::deque<std::pair<Operation, std::shared_ptr<Work>>> items;

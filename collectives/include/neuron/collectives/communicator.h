@@ -206,15 +206,27 @@ class Communicator {
   // collectives' streams). Messages from one peer with one tag arrive in the
   // order they were sent; messages with other tags wait until received. A
   // receive must ask for exactly the size of the message (InvalidUsage
-  // naming both sizes otherwise). Send returns once the message is handed
-  // to the transport: at once for messages that fit its buffers, when the
-  // receiver takes them otherwise (so two ranks that both send large
-  // messages before receiving deadlock, as with MPI_Send). In simulated
-  // time a receive completes at max(posted, sent + modelled transfer).
+  // naming both sizes otherwise). By default Send returns once its bytes
+  // left (as MPI_Send: at once for messages that fit the transport's
+  // buffers, when the receiver takes them otherwise). With buffered sends
+  // (set_buffered_sends(true); AsyncCommunicator turns it on) Send copies
+  // the message, hands it to the transport and returns (as MPI_Bsend); the
+  // bytes leave during later waits on the channel (any Recv, or
+  // ProgressSends, which AsyncCommunicator calls while its point-to-point
+  // lane is idle), so ranks may send each other large messages before
+  // receiving. Beyond kMaxBufferedBytes of copies, Send waits for the
+  // oldest. An error met in the background fails every later Send and
+  // Recv. In simulated time a receive completes at max(posted, sent +
+  // modelled transfer).
+  static constexpr std::size_t kMaxBufferedBytes = std::size_t{256} << 20;
   static constexpr int kAnySource = -1;
   void Send(int peer, const void* data, std::size_t bytes, std::uint64_t tag = 0);
   // Returns the rank the message came from (useful with kAnySource).
   int Recv(int peer, void* data, std::size_t bytes, std::uint64_t tag = 0);
+  // Moves buffered sends' bytes for at most `at_most`; true while some are
+  // still in flight (false once all left, or after an error, kept for the
+  // next Send or Recv). Same thread as Send and Recv.
+  bool ProgressSends(std::chrono::milliseconds at_most);
 
   // Collective over this communicator (as MPI_Comm_split): ranks passing the
   // same `color` form a new communicator, ordered by (key, rank); a rank
@@ -236,6 +248,8 @@ class Communicator {
   // to its end (true: the caller waited for it, as a synchronous call does).
   // AsyncCommunicator turns it off and joins when the work is waited on.
   void set_join_compute(bool join) { join_compute_ = join; }
+  // See Send. Set before the first Send.
+  void set_buffered_sends(bool buffered) { buffered_sends_ = buffered; }
   const runtime::FabricModel& fabric() const { return *fabric_; }
 
  private:
@@ -244,6 +258,8 @@ class Communicator {
   struct PointToPoint;  // point_to_point.cc
   void StartPointToPoint(bool one_host);
   void AbortPointToPoint(const std::string& reason);
+  // Drops buffered sends that completed, making progress until `until`.
+  void ReapSends(std::chrono::steady_clock::time_point until);
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own.
@@ -303,6 +319,7 @@ class Communicator {
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
   std::unique_ptr<PointToPoint> p2p_;
+  bool buffered_sends_ = false;
 };
 
 }  // namespace neuron::collectives

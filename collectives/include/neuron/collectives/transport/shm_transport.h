@@ -54,6 +54,8 @@ class ShmTransport : public Transport {
   RequestId Irecv(int peer, void* data, std::size_t bytes) override;
   void Wait(const std::vector<RequestId>& ids, Deadline deadline,
             const std::string& what) override;
+  bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
+               const std::string& what) override;
   std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                       const std::string& what) override;
   void Abort(const std::string& reason) override;
@@ -73,16 +75,18 @@ class ShmTransport : public Transport {
 
   // Blocks until `ready()` (which may make progress); spins briefly, then
   // sleeps on this rank's doorbell. `pending()` describes what is missing
-  // and `peers()` who we wait for, for timeouts and dead-peer checks.
+  // and `peers()` who we wait for, for timeouts and dead-peer checks. At
+  // the deadline: sets *expired and returns when `expired` is given, else
+  // throws TimeoutError.
   template <typename Ready, typename Pending, typename Peers>
   void Block(Ready ready, Pending pending, Peers peers, Deadline deadline,
-             const std::string& what);
+             const std::string& what, bool* expired = nullptr);
   // Moves as many bytes as possible for the head request of every queue;
   // returns true when anything moved.
   // Makes progress, blocking on the doorbell, until done() (errors as Wait).
   template <typename Done>
   void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                 const std::string& what);
+                 const std::string& what, bool* expired = nullptr);
   bool Progress();
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);

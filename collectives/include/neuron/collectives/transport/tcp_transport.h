@@ -47,6 +47,8 @@ class TcpTransport : public Transport {
   RequestId Irecv(int peer, void* data, std::size_t bytes) override;
   void Wait(const std::vector<RequestId>& ids, Deadline deadline,
             const std::string& what) override;
+  bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
+               const std::string& what) override;
   std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                       const std::string& what) override;
   void Abort(const std::string& reason) override;
@@ -56,7 +58,7 @@ class TcpTransport : public Transport {
   // Makes progress, blocking in poll(), until done() (errors as Wait).
   template <typename Done>
   void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                 const std::string& what);
+                 const std::string& what, bool* expired = nullptr);
   bool Progress(const std::string& what);
   bool ProgressSend(int peer, const std::string& what);
   bool ProgressRecv(int peer, const std::string& what);

@@ -55,6 +55,12 @@ class Transport {
   virtual void Wait(const std::vector<RequestId>& ids, Deadline deadline,
                     const std::string& what) = 0;
 
+  // As Wait, but returns false when `deadline` passes first, leaving the
+  // requests posted and the transport usable (Wait breaks it on a timeout).
+  // For progress in the background: buffered sends nobody else waits for.
+  virtual bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
+                       const std::string& what) = 0;
+
   // Blocks until at least one request in `ids` is complete; returns the
   // index (into `ids`) of one that is. Errors as Wait.
   virtual std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
