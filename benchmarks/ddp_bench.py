@@ -2,7 +2,8 @@
 """DDP step-time benchmark: unchanged DistributedDataParallel on Gloo against
 the neuron backend, side by side in one run, with the ratio and the target.
 
-    /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B] [--backends gloo,neuron]
+    /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
+                                             [--backends gloo,neuron]
 
 For each rank count the driver launches `neuronrun -n R` on this script in
 worker mode, once per backend. The workers train the same model with SGD: an

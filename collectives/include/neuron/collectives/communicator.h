@@ -292,6 +292,9 @@ class Communicator {
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                        const std::string& what);
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op);
+  void DirectReduceScatter(const char* input, char* output,
+                           const std::vector<std::size_t>& chunks, DataType dtype,
+                           ReduceOp op, const std::string& what);
   void RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                              const std::string& what);
   void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const std::string& what);
