@@ -7,6 +7,7 @@
 #include <exception>
 #include <fstream>
 #include <numeric>
+#include <thread>
 
 #include "communicator_internal.h"
 #include "neuron/collectives/reduce.h"
@@ -153,7 +154,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   }
   transport::ShmOptions shm;
   shm.ring_bytes = options_.shm_ring_bytes;
-  shm.window_bytes = options_.shm_window_bytes + kWindowDataOffset;
+  shm.window_bytes = WindowBytesFor(options_.shm_window_bytes, size_) + kWindowDataOffset;
   shm.setup_timeout = options_.timeout;
   auto transport = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
   shm_ = transport.get();
