@@ -49,7 +49,7 @@ def worker(args):
     layers = []
     for _ in range(LAYERS):
         layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    model = DDP(torch.nn.Sequential(*layers))
+    model = DDP(torch.nn.Sequential(*layers), gradient_as_bucket_view=args.bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
     x, y = (torch.randn(args.batch, WIDTH, generator=g) for _ in range(2))
@@ -83,7 +83,7 @@ def worker(args):
 def measure(neuronrun, python, n, backend, args):
     cmd = [neuronrun, "-n", str(n), "--python", python, os.path.abspath(__file__), "--worker",
            "--backend", backend, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--batch", str(args.batch)]
+           "--batch", str(args.batch)] + (["--bucket-view"] if args.bucket_view else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(rf"ddp_bench {re.escape(backend)} {n} ([\d.]+) ([\d.]+)", proc.stdout)
     if proc.returncode != 0 or not m:
@@ -99,6 +99,9 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=BATCH, help="samples per rank")
+    p.add_argument("--bucket-view", action="store_true",
+                   help="DDP(gradient_as_bucket_view=True) on both backends: gradients live "
+                        "in the allreduce buckets, saving DDP two copies of them per step")
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
@@ -110,7 +113,8 @@ def main():
     neuronrun = os.path.join(args.build, "launcher", "neuronrun")
     params = LAYERS * (WIDTH * WIDTH + WIDTH)
     print(f"DDP, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}): {params / 1e6:.1f}M parameters "
-          f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD; "
+          f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
+          f"gradient_as_bucket_view={args.bucket_view}; "
           f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step\n")
     print(f"{'ranks':>5} | {'compute ms':>10} | {base + ' ms':>9} {cand + ' ms':>9} | "
           f"{cand + '/' + base:>11} {'floor':>5} {'target':>7}")
