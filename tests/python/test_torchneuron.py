@@ -115,3 +115,37 @@ def test_cmake_install_gives_an_importable_package(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(site / "torchneuron/__init__.py"), "True"], proc.stdout
+
+
+def test_launch_environment_detection_for_every_launcher():
+    sys.path.insert(0, PACKAGE)
+    from torchneuron.environment import detect_environment, first_slurm_host
+
+    env = detect_environment({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
+                              "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "n0",
+                              "MASTER_PORT": "29500"})
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.master_addr,
+            env.master_port, env.launcher) == (3, 8, 1, 4, "n0", 29500, "neuronrun/torchrun")
+    ompi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
+            "OMPI_MCA_ess_base_jobid": "2071003137"}
+    env = detect_environment(ompi)
+    assert (env.rank, env.world_size, env.local_rank, env.master_addr, env.launcher) == \
+        (5, 8, 1, "127.0.0.1", "openmpi")
+    assert env.master_port == 20000 + 2071003137 % 10000
+    multi = dict(ompi, OMPI_COMM_WORLD_LOCAL_SIZE="4",
+                 OMPI_MCA_orte_hnp_uri="2071003136.0;tcp://10.1.2.3:42003;tcp6://[fd00::2]:51761")
+    assert detect_environment(multi).master_addr == "10.1.2.3"
+    with pytest.raises(ValueError, match="MASTER_ADDR"):
+        detect_environment(dict(ompi, OMPI_COMM_WORLD_LOCAL_SIZE="4"))
+    slurm = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+             "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_JOB_NODELIST": "trn[03-04]",
+             "SLURM_JOB_ID": "777"}
+    env = detect_environment(slurm)
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.master_addr,
+            env.master_port, env.launcher) == (9, 16, 1, 8, "trn03", 20777, "slurm")
+    assert first_slurm_host("a1,b[2-3]") == "a1"
+    assert first_slurm_host("node[07,09-11]") == "node07"
+    with pytest.raises(ValueError, match="WORLD_SIZE=.x"):
+        detect_environment({"RANK": "0", "WORLD_SIZE": "x"})
+    assert detect_environment({}).launcher == "single"
