@@ -76,13 +76,19 @@ runtime::CollectiveKind FabricKind(OpCode op) {
 }
 
 // Identifies this host, so ranks can tell which peers share its memory.
-std::string HostIdentity() {
+std::string HostIdentity(const std::string& configured) {
+  if (!configured.empty()) return configured;
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   std::getline(boot, boot_id);
-  return std::string(host) + "/" + boot_id;
+  std::string identity = std::string(host) + "/" + boot_id;
+  // neuronrun's simulated nodes on one machine are hosts of their own.
+  if (auto node = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kNodeIndex)) {
+    identity += "/node" + *node;
+  }
+  return identity;
 }
 
 }  // namespace
@@ -96,6 +102,7 @@ const char* Name(Algorithm algorithm) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kRabenseifner: return "rabenseifner";
     case Algorithm::kBruck: return "bruck";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -103,7 +110,7 @@ const char* Name(Algorithm algorithm) {
 Algorithm ParseAlgorithm(const std::string& name) {
   for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
                  Algorithm::kBinomialTree, Algorithm::kDirect, Algorithm::kRabenseifner,
-                 Algorithm::kBruck}) {
+                 Algorithm::kBruck, Algorithm::kHierarchical}) {
     if (name == Name(a)) return a;
   }
   NEURON_CHECK(false, "unknown collective algorithm '", name,
@@ -135,11 +142,13 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     NEURON_CHECK(g >= 0 && g < fabric_->world_size(), "communicator: global rank ", g,
                  " is not on the fabric model's ", fabric_->world_size(), " ranks");
   }
-  const std::string me = HostIdentity();
+  const std::string me = HostIdentity(options_.host);
   store_->Set("host/" + std::to_string(rank), me);
+  std::vector<std::string> hosts(size);
   bool one_host = true;
   for (int p = 0; p < size; ++p) {
-    one_host = one_host && store_->Get("host/" + std::to_string(p), options_.timeout) == me;
+    hosts[p] = store_->Get("host/" + std::to_string(p), options_.timeout);
+    one_host = one_host && hosts[p] == me;
   }
   NEURON_CHECK(one_host || options_.transport != TransportKind::kShm,
                "communicator: shared memory was asked for, but the ranks span hosts");
@@ -150,6 +159,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     tcp.setup_timeout = options_.timeout;
     transport_ = std::make_unique<transport::TcpTransport>(*store_, rank, size, tcp);
     StartPointToPoint(false);
+    if (!one_host && options_.transport == TransportKind::kAuto) BuildHierarchy(hosts);
     return;
   }
   transport::ShmOptions shm;
@@ -374,7 +384,9 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   Algorithm algorithm = o.algorithm;
   if (algorithm == Algorithm::kAuto) algorithm = forced_algorithm_;
   if (algorithm == Algorithm::kAuto) {
-    if (shm_ != nullptr) {
+    if (local_ != nullptr) {
+      algorithm = Algorithm::kHierarchical;
+    } else if (shm_ != nullptr) {
       algorithm = Algorithm::kDirect;
     } else {
       algorithm = bytes <= options_.small_message_bytes || o.count < static_cast<std::size_t>(size_)
@@ -384,6 +396,9 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
   NEURON_CHECK(algorithm != Algorithm::kDirect || shm_ != nullptr,
                "allreduce: the direct algorithm needs every rank on one host");
+  NEURON_CHECK(algorithm != Algorithm::kHierarchical || local_ != nullptr,
+               "allreduce: the hierarchical algorithm needs ranks on several hosts, several "
+               "on one host at least (automatic transport)");
   NEURON_CHECK(algorithm != Algorithm::kBinomialTree && algorithm != Algorithm::kBruck,
                "allreduce: algorithm ", Name(algorithm), " does not implement it");
   h.algorithm = static_cast<std::uint8_t>(algorithm);  // all ranks must agree
@@ -416,6 +431,9 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     case Algorithm::kRabenseifner:
       RabenseifnerAllReduce(data, o.count, o.dtype, o.op, what);
       return;
+    case Algorithm::kHierarchical:
+      HierarchicalAllReduce(data, o.count, o.dtype, o.op);
+      return;
     default:
       if (small) {
         SmallDirectAllReduce(data, o.count, o.dtype, o.op);
@@ -424,6 +442,50 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       }
       return;
   }
+}
+
+// The two levels of a multi-host group: a communicator per host (shared
+// memory) and one of the hosts' leaders (their lowest rank; TCP). Only
+// worth it when some host has several ranks.
+void Communicator::BuildHierarchy(const std::vector<std::string>& hosts) {
+  std::vector<std::string> distinct;
+  std::vector<int> host_of(size_), count;
+  for (int r = 0; r < size_; ++r) {
+    auto it = std::find(distinct.begin(), distinct.end(), hosts[r]);
+    host_of[r] = static_cast<int>(it - distinct.begin());
+    if (it == distinct.end()) {
+      distinct.push_back(hosts[r]);
+      count.push_back(0);
+    }
+    ++count[host_of[r]];
+  }
+  if (*std::max_element(count.begin(), count.end()) < 2) return;
+  const bool leader = std::find(host_of.begin(), host_of.end(), host_of[rank_]) -
+                          host_of.begin() == rank_;
+  // The levels keep clocks of their own: the fabric model accounts the
+  // whole operation on this communicator's clock.
+  CommunicatorOptions level = options_;
+  level.clock = std::make_shared<runtime::SimClock>();
+  local_ = Split(host_of[rank_], rank_, level);
+  leaders_ = Split(leader ? 0 : kNoColor, host_of[rank_], level);
+  ResetStats();  // the splits' own allgathers are not the caller's
+}
+
+// Hierarchical allreduce (two-level, as NCCL's and Neuron's across nodes):
+// reduce within each host to its leader (shared memory, rank order), then
+// allreduce among the leaders (TCP), then broadcast within each host. The
+// order is fixed, so every rank gets bitwise the same result; it differs
+// from the flat order for floating point. Averages sum throughout and
+// divide once by the group size.
+void Communicator::HierarchicalAllReduce(void* data, std::size_t count, DataType dtype,
+                                         ReduceOp op) {
+  const ReduceOp stage = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  local_->Reduce({data, count, dtype, stage, 0});
+  if (leaders_ != nullptr) {
+    leaders_->AllReduce({data, count, dtype, stage});
+    if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
+  }
+  local_->Broadcast({data, count, dtype, 0});
 }
 
 std::vector<std::size_t> Communicator::EvenChunks(std::size_t count) const {

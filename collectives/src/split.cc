@@ -30,7 +30,7 @@ std::unique_ptr<Communicator> Communicator::Split(int color, int key,
     if (old == rank_) new_rank = static_cast<int>(i);
     global.push_back(global_ranks_[old]);
   }
-  options.clock = clock_;
+  if (!options.clock) options.clock = clock_;
   options.fabric = fabric_;
   options.global_ranks = std::move(global);
   auto store = std::make_shared<PrefixStore>(

@@ -558,3 +558,59 @@ TEST(Communicator, MissingRankTimesOutNamingIt) {
 
 }  // namespace
 }  // namespace neuron::collectives
+
+namespace neuron::collectives {
+namespace {
+
+// Ranks on several (simulated) hosts: within a host shared memory, across
+// TCP, and the hierarchical allreduce chosen by default. Layouts: ranks per
+// host, hosts in rank order.
+TEST(Communicator, HierarchicalAllReduceAcrossHostsMatchesTheReference) {
+  const std::vector<std::vector<int>> layouts = {{2, 2}, {3, 2}, {1, 3}, {2, 2, 2}};
+  for (const auto& layout : layouts) {
+    std::vector<int> host_of;
+    for (std::size_t h = 0; h < layout.size(); ++h) host_of.insert(host_of.end(), layout[h], h);
+    const int size = static_cast<int>(host_of.size());
+    RunRanks(size, [&](int rank, Store& store) {
+      CommunicatorOptions options;
+      options.host = "host" + std::to_string(host_of[rank]);
+      options.tcp_address = "127.0.0.1";
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
+      EXPECT_STREQ(comm.transport_name(), "tcp");
+      EXPECT_TRUE(comm.hierarchical());
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
+        for (DataType type : kTypes) {
+          for (ReduceOp op : kOps) {
+            if (!Supported(type, op)) continue;
+            auto data = Input(type, op, rank, count);
+            comm.AllReduce({data.data(), count, type, op});
+            if (InexactAverage(type, op)) continue;
+            ASSERT_EQ(data, Reference(type, op, size, count))
+                << "hierarchical " << Name(type) << " " << Name(op) << " count " << count
+                << " layout of " << size << " ranks, rank " << rank;
+          }
+        }
+      }
+      EXPECT_EQ(comm.records().back().op, "allreduce");
+      // Asking for it where it does not apply is an error naming the algorithm.
+      if (layout == std::vector<int>{2, 2}) {
+        std::vector<float> one(4, 1.0f);
+        comm.AllReduce({one.data(), 4, DataType::kFloat32, ReduceOp::kSum,
+                        Algorithm::kHierarchical});
+        EXPECT_EQ(one[3], 4.0f);
+      }
+    });
+  }
+  // A single host has no hierarchy to use.
+  RunRanks(2, [](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2);
+    EXPECT_FALSE(comm.hierarchical());
+    float x = 1;
+    EXPECT_THROW(comm.AllReduce({&x, 1, DataType::kFloat32, ReduceOp::kSum,
+                                 Algorithm::kHierarchical}),
+                 InvalidUsage);
+  });
+}
+
+}  // namespace
+}  // namespace neuron::collectives

@@ -54,11 +54,12 @@ enum class OpCode : std::uint8_t;  // defined in communicator_internal.h
 // Host algorithms; each names its source where it is implemented.
 enum class Algorithm {
   kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect, kRabenseifner, kBruck,
+  kHierarchical,  // allreduce across hosts: within each host, across, back
 };
 
 const char* Name(Algorithm algorithm);
 // "auto", "ring", "recursive_doubling", "binomial_tree", "direct",
-// "rabenseifner", "bruck"; InvalidUsage otherwise.
+// "rabenseifner", "bruck", "hierarchical"; InvalidUsage otherwise.
 Algorithm ParseAlgorithm(const std::string& name);
 
 enum class TransportKind {
@@ -82,6 +83,11 @@ struct CommunicatorOptions {
   // TCP: the address this rank listens on; empty: its host name's address
   // (127.0.0.1 when every rank is on this host).
   std::string tcp_address;
+  // Which host this rank is on, for locality: ranks with equal hosts share
+  // memory. Empty: this machine (host name and boot id), plus the simulated
+  // node when NEURON_NODE_INDEX is set, so neuronrun's nodes on one machine
+  // count as hosts. Tests set it to simulate several hosts.
+  std::string host;
 
   // Simulated time. `clock` is this rank's (shared by all its communicators;
   // default: one of its own). `fabric` models the job's fabric (default: the
@@ -189,6 +195,9 @@ class Communicator {
   int size() const { return size_; }
   // "shm" or "tcp".
   const char* transport_name() const { return transport_->name(); }
+  // Whether the ranks span hosts with several ranks on some host, so
+  // allreduce runs hierarchically by default (Algorithm::kHierarchical).
+  bool hierarchical() const { return local_ != nullptr; }
   // Collectives issued so far (the next one gets this number).
   std::uint64_t sequence() const { return sequence_; }
 
@@ -235,8 +244,9 @@ class Communicator {
   // Collective over this communicator (as MPI_Comm_split): ranks passing the
   // same `color` form a new communicator, ordered by (key, rank); a rank
   // passing kNoColor joins none and gets null. The new communicator shares
-  // this one's clock and fabric model, and its members keep their places on
-  // the fabric. `options` apply to the new one (clock and fabric ignored).
+  // this one's clock (unless options.clock is set) and fabric model, and its
+  // members keep their places on the fabric. `options` apply to the new one
+  // (fabric and global ranks ignored).
   static constexpr int kNoColor = -1;
   std::unique_ptr<Communicator> Split(int color, int key, CommunicatorOptions options = {});
 
@@ -326,6 +336,13 @@ class Communicator {
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
   std::unique_ptr<PointToPoint> p2p_;
+  // Across hosts with several ranks on some host: this host's ranks (shared
+  // memory), and one leader per host (TCP; null on the other ranks). Both
+  // keep clocks of their own: the parent accounts the whole operation.
+  std::unique_ptr<Communicator> local_;
+  std::unique_ptr<Communicator> leaders_;
+  void BuildHierarchy(const std::vector<std::string>& hosts);
+  void HierarchicalAllReduce(void* data, std::size_t count, DataType dtype, ReduceOp op);
   bool buffered_sends_ = false;
 };
 
