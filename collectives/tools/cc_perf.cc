@@ -99,7 +99,7 @@ PerfOptions Parse(int argc, char** argv) {
       std::cout << "usage: neuronrun -n N neuron-cc-perf [--op allreduce|allgather|"
                    "reducescatter|broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
                    "       [-w WARMUP] [--check] [--dtype float32|float64|float16|bfloat16|"
-                   "int32|int64] [--algo auto|ring|recursive_doubling|direct]\n"
+                   "int32|int64] [--algo auto|ring|recursive_doubling|rabenseifner|direct|hierarchical]\n"
                    "       [--transport auto|shm|tcp]\n";
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
