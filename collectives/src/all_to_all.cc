@@ -93,6 +93,7 @@ void Communicator::AllGatherV(const AllGatherVOptions& o) {
                "allgatherv: input or output is null");
   Header h = NewHeader(OpCode::kAllGatherV, o.dtype,
                        std::accumulate(o.counts.begin(), o.counts.end(), std::size_t{0}));
+  h.fingerprint = Fingerprint(o.counts);
   h.model_bytes = static_cast<double>(at.back());
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);

@@ -127,6 +127,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
           runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm)) {
     forced_algorithm_ = ParseAlgorithm(*forced);  // read once, not on every call
   }
+  debug_ = runtime::ConfigRegistry::Get()
+               .Find(runtime::ConfigKey::kCollectiveDebug)
+               .value_or("0") == "1";
   global_ranks_ = options_.global_ranks;
   if (global_ranks_.empty()) {
     global_ranks_.resize(size);
@@ -196,6 +199,7 @@ std::string Communicator::Describe(const Header& h) const {
     text += StrCat(" (", Name(h.reduce), ")");
   }
   if (h.root >= 0) text += StrCat(" with root ", h.root);
+  if (h.fingerprint != 0) text += StrCat(" (block sizes ", std::hex, h.fingerprint, std::dec, ")");
   if (h.op == OpCode::kAllReduce) {
     text += StrCat(" by ", Name(static_cast<Algorithm>(h.algorithm)));
   }
@@ -217,14 +221,21 @@ std::size_t Communicator::WindowDataBytes() const {
 }
 
 void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs) {
+  std::vector<int> differ;
   for (int r = 0; r < size_; ++r) {
-    if (*theirs[r] == mine) continue;
-    const std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
-                                       Describe(mine), " but rank ", r, " called ",
-                                       Describe(*theirs[r]));
-    transport_->Abort(message);
-    throw InvalidUsage(message);
+    if (!(*theirs[r] == mine)) differ.push_back(r);
   }
+  if (differ.empty()) return;
+  std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
+                               Describe(mine), " but rank ", differ[0], " called ",
+                               Describe(*theirs[differ[0]]));
+  if (debug_) {
+    std::string ranks;
+    for (int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    message += StrCat(" (NEURON_CC_DEBUG: ranks differing from rank ", rank_, ": ", ranks, ")");
+  }
+  transport_->Abort(message);
+  throw InvalidUsage(message);
 }
 
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
@@ -256,8 +267,20 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     CheckHeaders(mine, theirs.data());
     return agreed;
   }
-  Header left;
   const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
+  if (debug_) {  // every rank sees every header: a ring allgather of them
+    std::vector<Header> all(size_);
+    all[rank_] = mine;
+    for (int k = 0; k < size_ - 1; ++k) {
+      Exchange(right_rank, &all[Mod(rank_ - k, size_)], sizeof(Header), left_rank,
+               &all[Mod(rank_ - k - 1, size_)], sizeof(Header), Describe(mine));
+    }
+    std::vector<const Header*> theirs(size_);
+    for (int r = 0; r < size_; ++r) theirs[r] = &all[r];
+    CheckHeaders(mine, theirs.data());
+    return RingMax(agreed, Describe(mine));
+  }
+  Header left;
   Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describe(mine));
   if (!(left == mine)) {
     std::vector<const Header*> theirs(size_, &mine);
@@ -808,6 +831,7 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
                "reducescatter: input or output is null");
   // The whole input's size: equal calls have equal totals.
   Header h = NewHeader(OpCode::kReduceScatter, o.dtype, chunks.back(), o.op);
+  h.fingerprint = Fingerprint(o.counts);
   h.model_bytes = static_cast<double>(chunks.back() * esize);
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);

@@ -70,6 +70,9 @@ struct Communicator::Header {
   std::int32_t root = -1;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
+  // FNV-1a of the per-rank block sizes every rank passes (uneven allgather
+  // and reduce-scatter), 0 otherwise.
+  std::uint64_t fingerprint = 0;
   // Not compared: they differ between ranks.
   double arrival_us = 0;   // this rank's simulated arrival
   double model_bytes = 0;  // this rank's size for the fabric model
@@ -78,9 +81,21 @@ struct Communicator::Header {
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
            algorithm == o.algorithm && root == o.root && sequence == o.sequence &&
-           count == o.count;
+           count == o.count && fingerprint == o.fingerprint;
   }
 };
+
+// FNV-1a over block sizes: equal vectors give equal fingerprints.
+inline std::uint64_t Fingerprint(const std::vector<std::size_t>& counts) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t c : counts) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (static_cast<std::uint64_t>(c) >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return counts.empty() ? 0 : h;
+}
 
 // Accounts one operation on both clocks once it completed on this rank.
 class Communicator::OpScope {

@@ -28,12 +28,16 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kRdzvSecret, "NEURON_RDZV_SECRET", "",
            "secret shared by the agents of a multi-node job", true},
           {ConfigKey::kCollectiveAlgorithm, "NEURON_CC_ALGO", "",
-           "force the host allreduce algorithm: direct, ring, recursive_doubling, rabenseifner",
+           "force the host allreduce algorithm: direct, ring, recursive_doubling, rabenseifner, "
+           "hierarchical",
            false},
           {ConfigKey::kLocalWorldSize, "LOCAL_WORLD_SIZE", "",
            "ranks per node (set by neuronrun); places ranks on the fabric model", false},
           {ConfigKey::kFaults, "NEURON_FAULTS", "",
            "faults added to the topology: faults {...} and rank_delays {...}, text format",
+           false},
+          {ConfigKey::kCollectiveDebug, "NEURON_CC_DEBUG", "0",
+           "1: every rank compares a fingerprint of every collective with every other rank's",
            false},
       } {}
 

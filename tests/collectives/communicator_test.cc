@@ -614,3 +614,45 @@ TEST(Communicator, HierarchicalAllReduceAcrossHostsMatchesTheReference) {
 
 }  // namespace
 }  // namespace neuron::collectives
+
+namespace neuron::collectives {
+namespace {
+
+// Uneven block sizes that differ across ranks (equal totals) are caught by
+// the header's fingerprint; with NEURON_CC_DEBUG=1 on TCP every rank sees
+// every header and names all the ranks that differ.
+TEST(Communicator, BlockSizesAndDebugFingerprintsCatchWhatTotalsHide) {
+  for (const bool debug : {false, true}) {
+    if (debug) ::setenv("NEURON_CC_DEBUG", "1", 1);
+    std::vector<std::string> errors(4);
+    RunRanks(4, [&](int rank, Store& store) {
+      CommunicatorOptions options;
+      options.transport = TransportKind::kTcp;
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 4, options);
+      // Ranks 2 and 3 swap two blocks: same total, different layout.
+      std::vector<std::size_t> counts = {1, 2, 3, 4};
+      if (rank >= 2) std::swap(counts[0], counts[1]);
+      std::vector<float> in(counts[rank], 1.0f), out(10);
+      try {
+        comm.AllGatherV({in.data(), out.data(), counts, DataType::kFloat32});
+      } catch (const Error& e) {
+        errors[rank] = e.what();
+      }
+    });
+    ::unsetenv("NEURON_CC_DEBUG");
+    int naming_both = 0;
+    for (const auto& e : errors) {
+      EXPECT_FALSE(e.empty());
+      if (e.find("mismatched collectives") == std::string::npos) continue;
+      EXPECT_NE(e.find("allgatherv #0 of 10 float32 (block sizes "), std::string::npos) << e;
+      if (e.find("NEURON_CC_DEBUG: ranks differing from rank 0: 2, 3") != std::string::npos ||
+          e.find("NEURON_CC_DEBUG: ranks differing from rank 1: 2, 3") != std::string::npos) {
+        ++naming_both;
+      }
+    }
+    if (debug) EXPECT_GE(naming_both, 1);
+  }
+}
+
+}  // namespace
+}  // namespace neuron::collectives

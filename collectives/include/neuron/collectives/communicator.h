@@ -335,6 +335,7 @@ class Communicator {
   CommunicatorTotals totals_;
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
+  bool debug_ = false;                              // NEURON_CC_DEBUG=1
   std::unique_ptr<PointToPoint> p2p_;
   // Across hosts with several ranks on some host: this host's ranks (shared
   // memory), and one leader per host (TCP; null on the other ranks). Both

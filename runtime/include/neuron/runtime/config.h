@@ -33,6 +33,7 @@ enum class ConfigKey {
   kCollectiveAlgorithm,  // NEURON_CC_ALGO
   kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
   kFaults,               // NEURON_FAULTS
+  kCollectiveDebug,      // NEURON_CC_DEBUG
 };
 
 struct ConfigEntry {
