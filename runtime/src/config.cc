@@ -39,6 +39,9 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kCollectiveDebug, "NEURON_CC_DEBUG", "0",
            "1: every rank compares a fingerprint of every collective with every other rank's",
            false},
+          {ConfigKey::kDeviceFile, "NEURON_DEVICE_FILE", "",
+           "device spec (text protobuf) of the simulated NeuronCore; default: the embedded "
+           "NeuronCore-v3", false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

@@ -1,14 +1,10 @@
 #include "neuron/runtime/topology.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
-
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "text_proto.h"
 
 namespace neuron::runtime {
 
@@ -16,20 +12,6 @@ namespace neuron::runtime {
 extern const char* const kDefaultTopologyText;
 
 namespace {
-
-// Collects the first parse error with its position (1-based, as editors show).
-class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (!message_.empty()) return;
-    message_ = StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
-  }
-  const std::string& message() const { return message_; }
-
- private:
-  std::string message_;
-};
 
 void CheckLink(const proto::LinkSpec& link, const std::string& field,
                const std::string& origin) {
@@ -51,20 +33,12 @@ Topology Topology::Default() {
 }
 
 Topology Topology::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  NEURON_CHECK(in.good(), "cannot read topology file ", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromText(text.str(), path);
+  return FromText(ReadTextFile(path, "topology"), path);
 }
 
 Topology Topology::FromText(const std::string& text, const std::string& origin) {
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
   proto::TopologySpec spec;
-  NEURON_CHECK(parser.ParseFromString(text, &spec), "topology ", origin, ": ",
-               errors.message());
+  ParseTextProto(text, origin, "topology", &spec);
   return Topology(std::move(spec), origin);
 }
 
@@ -74,12 +48,8 @@ Topology Topology::FromEnvironment() {
   const auto faults = ConfigRegistry::Get().Find(ConfigKey::kFaults);
   if (!faults) return topology;
   const std::string origin = "$NEURON_FAULTS";
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
   proto::TopologySpec extra;
-  NEURON_CHECK(parser.ParseFromString(*faults, &extra), "topology ", origin, ": ",
-               errors.message());
+  ParseTextProto(*faults, origin, "topology", &extra);
   proto::TopologySpec only_faults;
   *only_faults.mutable_faults() = extra.faults();
   *only_faults.mutable_rank_delays() = extra.rank_delays();

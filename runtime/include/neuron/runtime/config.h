@@ -34,6 +34,7 @@ enum class ConfigKey {
   kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
   kFaults,               // NEURON_FAULTS
   kCollectiveDebug,      // NEURON_CC_DEBUG
+  kDeviceFile,           // NEURON_DEVICE_FILE
 };
 
 struct ConfigEntry {

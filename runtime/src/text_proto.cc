@@ -1,0 +1,46 @@
+#include "text_proto.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+namespace {
+
+// Collects the first parse error with its position (1-based, as editors show).
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!message_.empty()) return;
+    message_ = StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+}  // namespace
+
+void ParseTextProto(const std::string& text, const std::string& origin, const char* what,
+                    google::protobuf::Message* out) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  NEURON_CHECK(parser.ParseFromString(text, out), what, " ", origin, ": ", errors.message());
+}
+
+std::string ReadTextFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  NEURON_CHECK(in.good(), "cannot read ", what, " file ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace neuron::runtime

@@ -1,0 +1,23 @@
+// Parsing protobuf text files (topologies, device specs) with errors that
+// name the file, line and column.
+//
+// Usage:
+//   proto::DeviceSpec spec;
+//   ParseTextProto(text, "configs/devices/x.textproto", "device spec", &spec);
+#pragma once
+
+#include <string>
+
+#include <google/protobuf/message.h>
+
+namespace neuron::runtime {
+
+// Throws InvalidUsage "<what> <origin>: line L, column C: <message>" on the
+// first parse error.
+void ParseTextProto(const std::string& text, const std::string& origin, const char* what,
+                    google::protobuf::Message* out);
+
+// The whole file; throws InvalidUsage "cannot read <what> file <path>".
+std::string ReadTextFile(const std::string& path, const char* what);
+
+}  // namespace neuron::runtime
