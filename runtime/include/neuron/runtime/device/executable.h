@@ -1,0 +1,34 @@
+// Loading, saving and validating executables (executable.proto), the
+// contract between the compiler and the runtime.
+//
+// Usage:
+//   proto::Executable exe = LoadExecutable(path);      // validated
+//   ValidateExecutable(exe, DeviceSpec::Default());    // throws InvalidUsage
+//   SaveExecutable(exe, path);                         // atomic: temp + rename
+//
+// Validation names the executable and the offending buffer or instruction:
+// unknown format version, duplicate ids, a buffer outside its memory or
+// overlapping another live one is the planner's business (not checked
+// here), references to missing buffers, dependencies that are not earlier
+// instructions (so every plan is acyclic and runs in list order), an op on
+// the wrong engine, cost parameters out of range.
+#pragma once
+
+#include <string>
+
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/executable.pb.h"
+
+namespace neuron::runtime {
+
+constexpr unsigned kExecutableFormatVersion = 1;
+
+void ValidateExecutable(const proto::Executable& executable, const DeviceSpec& device);
+
+// Reads a binary executable file; a truncated or corrupt file is an
+// InvalidUsage naming the path, never a half-read plan.
+proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device);
+// Writes to `path` atomically (a temporary file renamed into place).
+void SaveExecutable(const proto::Executable& executable, const std::string& path);
+
+}  // namespace neuron::runtime

@@ -1,0 +1,54 @@
+// Modelled time of an executable on the simulated NeuronCore: each
+// instruction starts when its engine is free and its dependencies ended
+// (engines overlap one another, DMA overlaps compute) and lasts what the
+// cost model says.
+//
+// Usage:
+//   Executable exe = LoadExecutable("graph.neff.pb");   // executable.h
+//   PlanTiming t = TimePlan(exe, CostModel(DeviceSpec::Default()));
+//   std::printf("%.1f us, MFU %.2f\n", t.total.count(), t.mfu);
+//   WriteChromeTrace(t, "plan.json");
+//
+// The executable must have passed ValidateExecutable (executable.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/device/cost_model.h"
+#include "neuron/runtime/executable.pb.h"
+#include "neuron/runtime/sim_time.h"
+
+namespace neuron::runtime {
+
+constexpr int kEngineCount = 5;  // tensor, vector, scalar, gpsimd, dma
+
+struct ScheduledInstruction {
+  std::uint32_t id = 0;
+  Engine engine = Engine::kTensor;
+  std::string op;
+  SimDuration start{0};
+  SimDuration end{0};
+};
+
+struct PlanTiming {
+  SimDuration total{0};                       // the last instruction's end
+  std::array<SimDuration, kEngineCount> busy{};  // per Engine, by its index
+  std::array<double, kEngineCount> utilisation{};  // busy / total
+  std::uint64_t tensor_cycles = 0;
+  double flops = 0;
+  double mfu = 0;                  // flops / (total x peak), bf16 peak unless all fp32
+  std::uint64_t hbm_bytes = 0;     // moved by DMA
+  std::uint64_t spill_bytes = 0;   // of which spills and reloads
+  std::vector<ScheduledInstruction> schedule;
+};
+
+PlanTiming TimePlan(const proto::Executable& executable, const CostModel& model);
+
+// The modelled timeline as a Chrome trace: one track per engine.
+void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
+                      const std::string& path);
+
+}  // namespace neuron::runtime

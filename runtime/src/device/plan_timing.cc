@@ -1,0 +1,92 @@
+#include "neuron/runtime/device/plan_timing.h"
+
+#include <algorithm>
+#include <fstream>
+#include <unordered_map>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+namespace {
+
+Engine EngineOf(proto::EngineKind kind) {
+  switch (kind) {
+    case proto::TENSOR: return Engine::kTensor;
+    case proto::VECTOR: return Engine::kVector;
+    case proto::SCALAR: return Engine::kScalar;
+    case proto::GPSIMD: return Engine::kGpSimd;
+    case proto::DMA: return Engine::kDma;
+    default: break;
+  }
+  throw InvalidUsage(StrCat("plan timing: engine ", static_cast<int>(kind), " is not an engine"));
+}
+
+}  // namespace
+
+PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
+  std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
+  for (const auto& b : e.buffers()) buffers[b.id()] = &b;
+  std::unordered_map<std::uint32_t, SimDuration> end_of;
+  std::array<SimDuration, kEngineCount> engine_free{};
+  PlanTiming t;
+  bool all_fp32 = true;
+  for (const auto& i : e.instructions()) {
+    const Engine engine = EngineOf(i.engine());
+    const int index = static_cast<int>(engine);
+    SimDuration start = engine_free[index];
+    for (auto d : i.deps()) start = std::max(start, end_of.at(d));
+    SimDuration duration{0};
+    switch (engine) {
+      case Engine::kTensor: {
+        const bool fp32 = !i.inputs().empty() && buffers.at(i.inputs(0))->dtype() == proto::F32;
+        all_fp32 = all_fp32 && fp32;
+        const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
+        duration = cost.time;
+        t.tensor_cycles += cost.cycles;
+        t.flops += cost.flops;
+        break;
+      }
+      case Engine::kDma:
+        duration = model.Dma(i.bytes(), i.partitions());
+        t.hbm_bytes += i.bytes();
+        if (i.spill()) t.spill_bytes += i.bytes();
+        break;
+      default:
+        duration = model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
+                                     i.deps_size() > 0);
+    }
+    const SimDuration end = start + duration;
+    engine_free[index] = end;
+    end_of[i.id()] = end;
+    t.busy[index] += duration;
+    t.total = std::max(t.total, end);
+    t.schedule.push_back({i.id(), engine, i.op(), start, end});
+  }
+  for (int k = 0; k < kEngineCount; ++k) {
+    t.utilisation[k] = t.total.count() > 0 ? t.busy[k] / t.total : 0.0;
+  }
+  t.mfu = model.Mfu(t.flops, t.total, t.flops > 0 && all_fp32);
+  return t;
+}
+
+void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
+                      const std::string& path) {
+  std::ofstream out(path);
+  NEURON_CHECK(out.good(), "cannot write trace file ", path);
+  out << "{\"traceEvents\":[";
+  bool first = true;
+  for (int k = 0; k < kEngineCount; ++k) {
+    out << (first ? "" : ",") << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":\"" << name
+        << "\",\"tid\":" << k << ",\"args\":{\"name\":\"" << Name(static_cast<Engine>(k))
+        << "\"}}";
+    first = false;
+  }
+  for (const auto& s : timing.schedule) {
+    out << ",{\"name\":\"" << s.op << " #" << s.id << "\",\"ph\":\"X\",\"pid\":\"" << name
+        << "\",\"tid\":" << static_cast<int>(s.engine) << ",\"ts\":" << s.start.count()
+        << ",\"dur\":" << (s.end - s.start).count() << "}";
+  }
+  out << "]}\n";
+}
+
+}  // namespace neuron::runtime
