@@ -1,10 +1,10 @@
 #include "text_proto.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "neuron/runtime/error.h"
 
@@ -32,7 +32,8 @@ void ParseTextProto(const std::string& text, const std::string& origin, const ch
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
-  NEURON_CHECK(parser.ParseFromString(text, out), what, " ", origin, ": ", errors.message());
+  NEURON_CHECK(parser.ParseFromString(text, out), what, " ", origin, ": ",
+               errors.message());
 }
 
 std::string ReadTextFile(const std::string& path, const char* what) {

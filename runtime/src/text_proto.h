@@ -6,9 +6,9 @@
 //   ParseTextProto(text, "configs/devices/x.textproto", "device spec", &spec);
 #pragma once
 
-#include <string>
-
 #include <google/protobuf/message.h>
+
+#include <string>
 
 namespace neuron::runtime {
 

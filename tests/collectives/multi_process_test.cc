@@ -2,11 +2,10 @@
 // that is stopped (SIGSTOP) makes the others time out naming it; a peer that
 // is killed makes them fail fast naming it; no shared memory is left behind.
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -45,8 +44,8 @@ class Job {
         std::freopen(rank.output.c_str(), "w", stdout);
         const std::string rs = std::to_string(r), ss = std::to_string(size),
                           ts = std::to_string(timeout_ms);
-        ::execl(CC_RANK_PATH, CC_RANK_PATH, store.c_str(), rs.c_str(), ss.c_str(), ts.c_str(),
-                static_cast<char*>(nullptr));
+        ::execl(CC_RANK_PATH, CC_RANK_PATH, store.c_str(), rs.c_str(), ss.c_str(),
+                ts.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);
       }
       ranks_.push_back(rank);
@@ -65,7 +64,8 @@ class Job {
     const auto end = Clock::now() + within;
     while (Clock::now() < end) {
       bool all = true;
-      for (auto& r : ranks_) all = all && Read(r.output).find("ready") != std::string::npos;
+      for (auto& r : ranks_)
+        all = all && Read(r.output).find("ready") != std::string::npos;
       if (all) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -75,7 +75,8 @@ class Job {
   bool Reap(int r, std::chrono::seconds within) {
     const auto end = Clock::now() + within;
     while (Clock::now() < end) {
-      if (::waitpid(ranks_[r].pid, &ranks_[r].status, WNOHANG) == ranks_[r].pid) return true;
+      if (::waitpid(ranks_[r].pid, &ranks_[r].status, WNOHANG) == ranks_[r].pid)
+        return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
@@ -108,7 +109,8 @@ TEST(MultiProcess, AStoppedPeerMakesTheOthersTimeOutNamingIt) {
   const auto stopped = Clock::now();
   int timeouts_naming_it = 0;
   for (int r : {0, 1}) {
-    ASSERT_TRUE(job.Reap(r, std::chrono::seconds(20))) << "rank " << r << " still running";
+    ASSERT_TRUE(job.Reap(r, std::chrono::seconds(20)))
+        << "rank " << r << " still running";
     const std::string out = Read(job[r].output);
     EXPECT_EQ(WEXITSTATUS(job[r].status), 3) << out;
     if (out.find("error TimeoutError") != std::string::npos &&
@@ -133,11 +135,12 @@ TEST(MultiProcess, AKilledPeerMakesTheOthersFailFastAndLeavesNoSharedMemory) {
   ::kill(job[1].pid, SIGKILL);
   const auto killed = Clock::now();
   for (int r : {0, 2}) {
-    ASSERT_TRUE(job.Reap(r, std::chrono::seconds(20))) << "rank " << r << " still running";
+    ASSERT_TRUE(job.Reap(r, std::chrono::seconds(20)))
+        << "rank " << r << " still running";
     const std::string out = Read(job[r].output);
     EXPECT_EQ(WEXITSTATUS(job[r].status), 3) << out;
-    const bool names_it = out.find("rank 1 (pid " + std::to_string(job[1].pid) + ") died") !=
-                          std::string::npos;
+    const bool names_it = out.find("rank 1 (pid " + std::to_string(job[1].pid) +
+                                   ") died") != std::string::npos;
     EXPECT_TRUE(names_it || out.find("error RemoteError") != std::string::npos) << out;
   }
   // Well within the 60 s timeout: the death is seen, not waited out.

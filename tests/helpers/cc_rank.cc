@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
   try {
     collectives::CommunicatorOptions options;
     options.timeout = std::chrono::milliseconds(std::atoi(argv[4]));
-    collectives::Communicator comm(std::make_shared<collectives::FileStore>(argv[1]), rank,
-                                   size, options);
+    collectives::Communicator comm(std::make_shared<collectives::FileStore>(argv[1]),
+                                   rank, size, options);
     std::printf("ready\n");
     std::fflush(stdout);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);

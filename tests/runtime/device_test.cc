@@ -1,12 +1,11 @@
 // The NeuronCore device spec and the engines' cost model: the default spec
 // carries the published figures; the cost model equals the published
 // closed forms.
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <functional>
-
-#include <google/protobuf/text_format.h>
 
 #include "neuron/runtime/device/cost_model.h"
 #include "neuron/runtime/device/device_spec.h"
@@ -33,8 +32,8 @@ TEST(DeviceSpec, TheDefaultIsANeuronCoreV3WithThePublishedFigures) {
   EXPECT_EQ(core.PsumBytes(), 2u << 20);           // 128 x 16 KiB
   EXPECT_EQ(core.HbmBytes(), 12ull << 30);         // 96 GiB / 8 cores
   // The file in configs/ is the embedded one.
-  const DeviceSpec file =
-      DeviceSpec::FromFile(std::string(NEURON_SOURCE_DIR) + "/configs/devices/neuroncore-v3.textproto");
+  const DeviceSpec file = DeviceSpec::FromFile(
+      std::string(NEURON_SOURCE_DIR) + "/configs/devices/neuroncore-v3.textproto");
   EXPECT_EQ(file.spec().SerializeAsString(), core.spec().SerializeAsString());
 }
 
@@ -47,25 +46,31 @@ TEST(DeviceSpec, BadSpecsAreRefusedNamingFileAndField) {
     google::protobuf::TextFormat::PrintToString(s, &text);
     return Message([&] { DeviceSpec::FromText(text, "bad.textproto"); });
   };
-  EXPECT_NE(with([](auto& s) { s.mutable_tensor()->set_clock_ghz(0); })
-                .find("bad.textproto: tensor.clock_ghz must be > 0, got 0"),
+  EXPECT_NE(with([](auto& s) {
+              s.mutable_tensor()->set_clock_ghz(0);
+            }).find("bad.textproto: tensor.clock_ghz must be > 0, got 0"),
             std::string::npos);
-  EXPECT_NE(with([](auto& s) { s.mutable_sbuf()->set_partitions(64); })
-                .find("sbuf.partitions (64) must equal tensor.pe_rows (128)"),
+  EXPECT_NE(with([](auto& s) {
+              s.mutable_sbuf()->set_partitions(64);
+            }).find("sbuf.partitions (64) must equal tensor.pe_rows (128)"),
             std::string::npos);
-  EXPECT_NE(with([](auto& s) { s.mutable_hbm()->set_capacity_bytes(1024); })
-                .find("must be smaller than HBM"),
+  EXPECT_NE(with([](auto& s) {
+              s.mutable_hbm()->set_capacity_bytes(1024);
+            }).find("must be smaller than HBM"),
             std::string::npos);
   EXPECT_NE(with([](auto& s) { s.mutable_vector()->set_lanes(0); }).find("vector needs"),
             std::string::npos);
-  EXPECT_NE(with([](auto& s) { s.mutable_tensor()->set_fp32_slowdown(0.5); })
-                .find("tensor.fp32_slowdown must be >= 1"),
+  EXPECT_NE(with([](auto& s) {
+              s.mutable_tensor()->set_fp32_slowdown(0.5);
+            }).find("tensor.fp32_slowdown must be >= 1"),
             std::string::npos);
-  const std::string parse =
-      Message([] { DeviceSpec::FromText("tensor {\n  clock_ghz: fast\n}\n", "typo.textproto"); });
-  EXPECT_NE(parse.find("device spec typo.textproto: line 2, column"), std::string::npos) << parse;
-  EXPECT_NE(Message([] { DeviceSpec::FromFile("/nonexistent/core.textproto"); })
-                .find("cannot read device spec file /nonexistent/core.textproto"),
+  const std::string parse = Message(
+      [] { DeviceSpec::FromText("tensor {\n  clock_ghz: fast\n}\n", "typo.textproto"); });
+  EXPECT_NE(parse.find("device spec typo.textproto: line 2, column"), std::string::npos)
+      << parse;
+  EXPECT_NE(Message([] {
+              DeviceSpec::FromFile("/nonexistent/core.textproto");
+            }).find("cannot read device spec file /nonexistent/core.textproto"),
             std::string::npos);
 }
 
@@ -76,7 +81,8 @@ TEST(CostModel, MatmulCyclesFollowTheIssueIntervalModel) {
   EXPECT_EQ(one.instructions, 1u);
   EXPECT_EQ(one.cycles, 512u);
   EXPECT_NEAR(one.time.count(), 512 / 2.4e3, 1e-9);
-  EXPECT_NEAR(model.Mfu(one.flops, one.time, false), 1.0, 1e-9);  // a full tile runs at peak
+  EXPECT_NEAR(model.Mfu(one.flops, one.time, false), 1.0,
+              1e-9);  // a full tile runs at peak
   // Narrow moving tiles still cost the 64-cycle minimum issue interval.
   EXPECT_EQ(model.Matmul(128, 128, 32, false).cycles, 64u);
   EXPECT_EQ(model.Matmul(128, 128, 100, false).cycles, 100u);
@@ -100,7 +106,8 @@ TEST(CostModel, ElementwiseDmaAndHbmFollowTheirClosedForms) {
   EXPECT_EQ(model.ElementwiseCycles(Engine::kVector, 128 * 1000, 2, true), 2100u);
   EXPECT_EQ(model.ElementwiseCycles(Engine::kScalar, 129, 1, false), 2u);
   EXPECT_NEAR(model.Elementwise(Engine::kVector, 128 * 960, 1, false).count(), 1.0, 1e-9);
-  EXPECT_NEAR(model.Elementwise(Engine::kScalar, 128 * 1200, 1, false).count(), 1.0, 1e-9);
+  EXPECT_NEAR(model.Elementwise(Engine::kScalar, 128 * 1200, 1, false).count(), 1.0,
+              1e-9);
   // DMA: 1.3 us + bytes / 368 GB/s at >= 4 KiB per partition.
   EXPECT_NEAR(model.Dma(128 * 4096, 128).count(), 1.3 + 128 * 4096 / 368e3, 1e-9);
   // Smaller pieces per partition reach proportionally less bandwidth.
@@ -108,6 +115,59 @@ TEST(CostModel, ElementwiseDmaAndHbmFollowTheirClosedForms) {
   EXPECT_NEAR(model.Dma(0, 128).count(), 1.3, 1e-12);
   EXPECT_NEAR(model.Hbm(362500000).count(), 1000.0, 1e-6);  // 362.5 MB at 362.5 GB/s
   EXPECT_THROW(model.ElementwiseCycles(Engine::kTensor, 10, 1, false), InvalidUsage);
+}
+
+}  // namespace
+}  // namespace neuron::runtime
+
+#include "neuron/runtime/device/memory_counters.h"
+
+namespace neuron::runtime {
+namespace {
+
+TEST(MemoryCounters, KeepReservedAllocatedActiveOrderedWithPeaksPerPhase) {
+  MemoryCounters mem;
+  mem.SetPhase("load");
+  mem.Reserve(100);
+  mem.Allocate(60);
+  mem.SetPhase("step");
+  mem.Activate(40);
+  mem.Allocate(30);
+  mem.Deactivate(40);
+  mem.Free(50);
+  MemorySnapshot s = mem.Snapshot();
+  EXPECT_EQ(s.phase, "step");
+  EXPECT_EQ(s.current.reserved, 100u);
+  EXPECT_EQ(s.current.allocated, 40u);
+  EXPECT_EQ(s.current.active, 0u);
+  EXPECT_EQ(s.peak.allocated, 90u);
+  EXPECT_EQ(s.phases["load"].allocated, 60u);
+  EXPECT_EQ(s.phases["load"].active, 0u);
+  EXPECT_EQ(s.phases["step"].allocated, 90u);
+  EXPECT_EQ(s.phases["step"].active, 40u);
+  // The order is an invariant: every breach is refused, naming the amounts.
+  try {
+    mem.Allocate(61);
+    ADD_FAILURE();
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "allocate would leave 101 bytes allocated in 100 reserved"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(mem.Activate(41), InvalidUsage);
+  EXPECT_THROW(mem.Release(61), InvalidUsage);  // 40 still allocated
+  try {
+    mem.Free(41);
+    ADD_FAILURE();
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("free 41 bytes but only 40 are allocated"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(mem.Snapshot().current.allocated, 40u);  // refused changes change nothing
+  mem.ResetPeaks();
+  EXPECT_EQ(mem.Snapshot().peak.allocated, 40u);
 }
 
 }  // namespace

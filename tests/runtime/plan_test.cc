@@ -50,14 +50,17 @@ proto::Executable SmallPlan() {
   AddBuffer(e, 4, proto::PSUM, 0, 128 * 512 * 4, proto::F32);
   AddBuffer(e, 5, proto::HBM, 2 << 20, 128 * 512 * 4, proto::F32);
   auto* l0 = Add(e, 0, proto::DMA, "load", {});
-  l0->set_bytes(128 * 128 * 2), l0->set_partitions(128), l0->add_inputs(0), l0->add_outputs(2);
+  l0->set_bytes(128 * 128 * 2), l0->set_partitions(128), l0->add_inputs(0),
+      l0->add_outputs(2);
   auto* l1 = Add(e, 1, proto::DMA, "load", {});
-  l1->set_bytes(128 * 512 * 2), l1->set_partitions(128), l1->add_inputs(1), l1->add_outputs(3);
+  l1->set_bytes(128 * 512 * 2), l1->set_partitions(128), l1->add_inputs(1),
+      l1->add_outputs(3);
   auto* mm = Add(e, 2, proto::TENSOR, "matmul", {0, 1});
   mm->set_m(128), mm->set_k(128), mm->set_n(512), mm->add_inputs(2), mm->add_inputs(3);
   mm->add_outputs(4);
   auto* add = Add(e, 3, proto::VECTOR, "add", {2});
-  add->set_elements(128 * 512), add->set_operand_count(2), add->add_inputs(4), add->add_outputs(4);
+  add->set_elements(128 * 512), add->set_operand_count(2), add->add_inputs(4),
+      add->add_outputs(4);
   auto* st = Add(e, 4, proto::DMA, "store", {3});
   st->set_bytes(128 * 512 * 4), st->set_partitions(128), st->set_spill(true);
   st->add_inputs(4), st->add_outputs(5);
@@ -85,7 +88,8 @@ TEST(PlanTiming, InstructionsWaitForTheirEngineAndDependencies) {
   const proto::Executable e = SmallPlan();
   ValidateExecutable(e, model.device());
   const PlanTiming t = TimePlan(e, model);
-  const SimDuration load0 = model.Dma(128 * 128 * 2, 128), load1 = model.Dma(128 * 512 * 2, 128);
+  const SimDuration load0 = model.Dma(128 * 128 * 2, 128),
+                    load1 = model.Dma(128 * 512 * 2, 128);
   const SimDuration mm = model.Matmul(128, 128, 512, false).time;
   const SimDuration add = model.Elementwise(Engine::kVector, 128 * 512, 2, true);
   const SimDuration store = model.Dma(128 * 512 * 4, 128);
@@ -93,7 +97,8 @@ TEST(PlanTiming, InstructionsWaitForTheirEngineAndDependencies) {
   // overlaps the loads and adds nothing.
   EXPECT_NEAR(t.total.count(), (load0 + load1 + mm + add + store).count(), 1e-9);
   EXPECT_NEAR(t.schedule[5].start.count(), 0.0, 1e-12);
-  EXPECT_NEAR(t.busy[static_cast<int>(Engine::kDma)].count(), (load0 + load1 + store).count(), 1e-9);
+  EXPECT_NEAR(t.busy[static_cast<int>(Engine::kDma)].count(),
+              (load0 + load1 + store).count(), 1e-9);
   EXPECT_NEAR(t.utilisation[static_cast<int>(Engine::kTensor)], mm / t.total, 1e-12);
   EXPECT_EQ(t.tensor_cycles, 512u);
   EXPECT_DOUBLE_EQ(t.flops, 2.0 * 128 * 128 * 512);
@@ -116,25 +121,34 @@ TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {
     change(e);
     return ErrorOf([&] { ValidateExecutable(e, device); });
   };
-  EXPECT_NE(broken([](auto& e) { e.set_format_version(7); })
-                .find("executable 'test/forward/0': format version 7, this runtime reads 1"),
-            std::string::npos);
+  EXPECT_NE(
+      broken([](auto& e) {
+        e.set_format_version(7);
+      }).find("executable 'test/forward/0': format version 7, this runtime reads 1"),
+      std::string::npos);
   EXPECT_NE(broken([](auto& e) { e.mutable_instructions(2)->add_deps(4); })
-                .find("instruction 2 (matmul): depends on instruction 4, which is not an earlier"),
+                .find("instruction 2 (matmul): depends on instruction 4, which is not an "
+                      "earlier"),
             std::string::npos);
-  EXPECT_NE(broken([](auto& e) { e.mutable_instructions(3)->add_inputs(99); })
-                .find("instruction 3 (add): input buffer 99 does not exist"),
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_instructions(3)->add_inputs(99);
+            }).find("instruction 3 (add): input buffer 99 does not exist"),
             std::string::npos);
-  EXPECT_NE(broken([](auto& e) { e.mutable_buffers(2)->set_offset(28u << 20); })
-                .find("exceeds SBUF's 29360128 bytes on neuroncore-v3"),
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_buffers(2)->set_offset(28u << 20);
+            }).find("exceeds SBUF's 29360128 bytes on neuroncore-v3"),
             std::string::npos);
-  EXPECT_NE(broken([](auto& e) { e.mutable_buffers(3)->set_id(2); }).find("buffer id 2 is used twice"),
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_buffers(3)->set_id(2);
+            }).find("buffer id 2 is used twice"),
             std::string::npos);
-  EXPECT_NE(broken([](auto& e) { e.mutable_instructions(0)->set_partitions(0); })
-                .find("a DMA needs partitions > 0"),
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_instructions(0)->set_partitions(0);
+            }).find("a DMA needs partitions > 0"),
             std::string::npos);
-  EXPECT_NE(broken([](auto& e) { e.mutable_outputs(0)->set_buffer(42); })
-                .find("binding 'y' names buffer 42"),
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_outputs(0)->set_buffer(42);
+            }).find("binding 'y' names buffer 42"),
             std::string::npos);
 }
 
@@ -161,12 +175,15 @@ TEST(Executable, FilesRoundTripAndDamageIsDetected) {
   std::string flipped = bytes;
   flipped[flipped.size() - 3] ^= 0x40;
   write(flipped);
-  EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("corrupt (checksum mismatch)"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf([&] { LoadExecutable(path, device); }).find("corrupt (checksum mismatch)"),
+      std::string::npos);
   write("plain text that is not an executable at all");
-  EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("bad magic"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("bad magic"),
+            std::string::npos);
   write("NEX");
-  EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("truncated"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("truncated"),
+            std::string::npos);
   std::remove(path.c_str());
 }
 

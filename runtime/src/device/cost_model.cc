@@ -10,23 +10,32 @@ namespace {
 std::uint64_t CeilDiv(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
 // Microseconds of `cycles` at `ghz`.
-SimDuration Cycles(double cycles, double ghz) { return SimDuration(cycles / (ghz * 1e3)); }
+SimDuration Cycles(double cycles, double ghz) {
+  return SimDuration(cycles / (ghz * 1e3));
+}
 
 }  // namespace
 
 const char* Name(Engine engine) {
   switch (engine) {
-    case Engine::kTensor: return "tensor";
-    case Engine::kVector: return "vector";
-    case Engine::kScalar: return "scalar";
-    case Engine::kGpSimd: return "gpsimd";
-    case Engine::kDma: return "dma";
+    case Engine::kTensor:
+      return "tensor";
+    case Engine::kVector:
+      return "vector";
+    case Engine::kScalar:
+      return "scalar";
+    case Engine::kGpSimd:
+      return "gpsimd";
+    case Engine::kDma:
+      return "dma";
   }
   return "?";
 }
 
-MatmulCost CostModel::Matmul(std::int64_t m, std::int64_t k, std::int64_t n, bool fp32) const {
-  NEURON_CHECK(m >= 0 && k >= 0 && n >= 0, "matmul cost: negative shape ", m, "x", k, "x", n);
+MatmulCost CostModel::Matmul(std::int64_t m, std::int64_t k, std::int64_t n,
+                             bool fp32) const {
+  NEURON_CHECK(m >= 0 && k >= 0 && n >= 0, "matmul cost: negative shape ", m, "x", k, "x",
+               n);
   MatmulCost cost;
   if (m == 0 || k == 0 || n == 0) return cost;
   const auto& t = spec_.spec().tensor();
@@ -35,7 +44,8 @@ MatmulCost CostModel::Matmul(std::int64_t m, std::int64_t k, std::int64_t n, boo
   const std::uint64_t full = static_cast<std::uint64_t>(n) / t.max_moving_free();
   const std::uint64_t rest = static_cast<std::uint64_t>(n) % t.max_moving_free();
   // Cycles of one pass over N: the full moving tiles and the remainder.
-  std::uint64_t per_pass = full * std::max<std::uint64_t>(t.max_moving_free(), t.min_issue_cycles());
+  std::uint64_t per_pass =
+      full * std::max<std::uint64_t>(t.max_moving_free(), t.min_issue_cycles());
   if (rest > 0) per_pass += std::max<std::uint64_t>(rest, t.min_issue_cycles());
   const double slowdown = fp32 ? t.fp32_slowdown() : 1.0;
   cost.instructions = k_tiles * m_tiles * (full + (rest > 0 ? 1 : 0));
@@ -47,18 +57,23 @@ MatmulCost CostModel::Matmul(std::int64_t m, std::int64_t k, std::int64_t n, boo
 
 const proto::ElementwiseEngineSpec& CostModel::EngineSpec(Engine engine) const {
   switch (engine) {
-    case Engine::kVector: return spec_.spec().vector();
-    case Engine::kScalar: return spec_.spec().scalar();
-    case Engine::kGpSimd: return spec_.spec().gpsimd();
-    default: break;
+    case Engine::kVector:
+      return spec_.spec().vector();
+    case Engine::kScalar:
+      return spec_.spec().scalar();
+    case Engine::kGpSimd:
+      return spec_.spec().gpsimd();
+    default:
+      break;
   }
-  throw InvalidUsage(StrCat("elementwise cost: engine ", Name(engine), " is not elementwise"));
+  throw InvalidUsage(
+      StrCat("elementwise cost: engine ", Name(engine), " is not elementwise"));
 }
 
-std::uint64_t CostModel::ElementwiseCycles(Engine engine, std::int64_t elements, int inputs,
-                                           bool dependent) const {
-  NEURON_CHECK(elements >= 0 && inputs >= 1, "elementwise cost: ", elements, " elements, ",
-               inputs, " inputs");
+std::uint64_t CostModel::ElementwiseCycles(Engine engine, std::int64_t elements,
+                                           int inputs, bool dependent) const {
+  NEURON_CHECK(elements >= 0 && inputs >= 1, "elementwise cost: ", elements,
+               " elements, ", inputs, " inputs");
   const auto& e = EngineSpec(engine);
   const std::uint64_t free = CeilDiv(static_cast<std::uint64_t>(elements), e.lanes());
   return static_cast<std::uint64_t>(e.cycles_per_element() * inputs * free) +
@@ -67,8 +82,9 @@ std::uint64_t CostModel::ElementwiseCycles(Engine engine, std::int64_t elements,
 
 SimDuration CostModel::Elementwise(Engine engine, std::int64_t elements, int inputs,
                                    bool dependent) const {
-  return Cycles(static_cast<double>(ElementwiseCycles(engine, elements, inputs, dependent)),
-                EngineSpec(engine).clock_ghz());
+  return Cycles(
+      static_cast<double>(ElementwiseCycles(engine, elements, inputs, dependent)),
+      EngineSpec(engine).clock_ghz());
 }
 
 SimDuration CostModel::Dma(std::uint64_t bytes, std::uint32_t partitions) const {
@@ -79,13 +95,15 @@ SimDuration CostModel::Dma(std::uint64_t bytes, std::uint32_t partitions) const 
   const double efficiency =
       d.min_bytes_per_partition() == 0
           ? 1.0
-          : std::min(1.0, per_partition / static_cast<double>(d.min_bytes_per_partition()));
+          : std::min(1.0,
+                     per_partition / static_cast<double>(d.min_bytes_per_partition()));
   const double gbps = d.engines() * d.bandwidth_gbps_per_engine() * efficiency;
   return SimDuration(d.fixed_cost_us() + static_cast<double>(bytes) / (gbps * 1e3));
 }
 
 SimDuration CostModel::Hbm(std::uint64_t bytes) const {
-  return SimDuration(static_cast<double>(bytes) / (spec_.spec().hbm().bandwidth_gbps() * 1e3));
+  return SimDuration(static_cast<double>(bytes) /
+                     (spec_.spec().hbm().bandwidth_gbps() * 1e3));
 }
 
 double CostModel::Mfu(double flops, SimDuration time, bool fp32) const {

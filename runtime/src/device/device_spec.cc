@@ -14,15 +14,16 @@ namespace {
 // Checks `value` > 0 for the field `name` of the spec from `origin`.
 template <typename T>
 void Positive(T value, const char* name, const std::string& origin) {
-  NEURON_CHECK(value > 0, "device spec ", origin, ": ", name, " must be > 0, got ", value);
+  NEURON_CHECK(value > 0, "device spec ", origin, ": ", name, " must be > 0, got ",
+               value);
 }
 
 void CheckElementwise(const proto::ElementwiseEngineSpec& e, const std::string& engine,
                       const std::string& origin) {
   NEURON_CHECK(e.clock_ghz() > 0 && e.lanes() > 0 && e.cycles_per_element() > 0,
                "device spec ", origin, ": ", engine,
-               " needs clock_ghz, lanes and cycles_per_element > 0 (got ", e.clock_ghz(), ", ",
-               e.lanes(), ", ", e.cycles_per_element(), ")");
+               " needs clock_ghz, lanes and cycles_per_element > 0 (got ", e.clock_ghz(),
+               ", ", e.lanes(), ", ", e.cycles_per_element(), ")");
 }
 
 }  // namespace
@@ -82,7 +83,8 @@ void DeviceSpec::Validate() const {
   Positive(spec_.psum().bytes_per_partition(), "psum.bytes_per_partition", origin_);
   NEURON_CHECK(spec_.sbuf().partitions() == t.pe_rows(), "device spec ", origin_,
                ": sbuf.partitions (", spec_.sbuf().partitions(),
-               ") must equal tensor.pe_rows (", t.pe_rows(), "): tiles contract over them");
+               ") must equal tensor.pe_rows (", t.pe_rows(),
+               "): tiles contract over them");
   NEURON_CHECK(spec_.psum().bytes_per_partition() <= spec_.sbuf().bytes_per_partition(),
                "device spec ", origin_, ": psum.bytes_per_partition (",
                spec_.psum().bytes_per_partition(), ") exceeds sbuf.bytes_per_partition (",
@@ -93,7 +95,8 @@ void DeviceSpec::Validate() const {
                ": SBUF (", SbufBytes(), " bytes) must be smaller than HBM (",
                spec_.hbm().capacity_bytes(), " bytes)");
   Positive(spec_.dma().engines(), "dma.engines", origin_);
-  Positive(spec_.dma().bandwidth_gbps_per_engine(), "dma.bandwidth_gbps_per_engine", origin_);
+  Positive(spec_.dma().bandwidth_gbps_per_engine(), "dma.bandwidth_gbps_per_engine",
+           origin_);
   NEURON_CHECK(spec_.dma().fixed_cost_us() >= 0, "device spec ", origin_,
                ": dma.fixed_cost_us must be >= 0, got ", spec_.dma().fixed_cost_us());
 }

@@ -35,10 +35,14 @@ std::uint64_t Fnv1a(const std::string& bytes) {
 
 std::uint64_t Capacity(proto::MemorySpace space, const DeviceSpec& device) {
   switch (space) {
-    case proto::HBM: return device.HbmBytes();
-    case proto::SBUF: return device.SbufBytes();
-    case proto::PSUM: return device.PsumBytes();
-    default: return 0;
+    case proto::HBM:
+      return device.HbmBytes();
+    case proto::SBUF:
+      return device.SbufBytes();
+    case proto::PSUM:
+      return device.PsumBytes();
+    default:
+      return 0;
   }
 }
 
@@ -50,49 +54,55 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
                e.format_version(), ", this runtime reads ", kExecutableFormatVersion);
   std::set<std::uint32_t> buffers;
   for (const auto& b : e.buffers()) {
-    NEURON_CHECK(buffers.insert(b.id()).second, where, ": buffer id ", b.id(), " is used twice");
-    NEURON_CHECK(b.space() != proto::MEMORY_SPACE_UNSPECIFIED, where, ": buffer ", b.id(), " (",
-                 b.name(), ") has no memory space");
+    NEURON_CHECK(buffers.insert(b.id()).second, where, ": buffer id ", b.id(),
+                 " is used twice");
+    NEURON_CHECK(b.space() != proto::MEMORY_SPACE_UNSPECIFIED, where, ": buffer ", b.id(),
+                 " (", b.name(), ") has no memory space");
     const std::uint64_t capacity = Capacity(b.space(), device);
-    NEURON_CHECK(b.offset() + b.bytes() <= capacity && b.offset() + b.bytes() >= b.offset(),
-                 where, ": buffer ", b.id(), " (", b.name(), ") at ", b.offset(), " + ",
-                 b.bytes(), " bytes exceeds ", proto::MemorySpace_Name(b.space()), "'s ",
-                 capacity, " bytes on ", device.spec().name());
+    NEURON_CHECK(
+        b.offset() + b.bytes() <= capacity && b.offset() + b.bytes() >= b.offset(), where,
+        ": buffer ", b.id(), " (", b.name(), ") at ", b.offset(), " + ", b.bytes(),
+        " bytes exceeds ", proto::MemorySpace_Name(b.space()), "'s ", capacity,
+        " bytes on ", device.spec().name());
   }
   std::set<std::uint32_t> earlier;
   for (const auto& i : e.instructions()) {
     const std::string what = StrCat(where, ": instruction ", i.id(), " (", i.op(), ")");
     NEURON_CHECK(!earlier.count(i.id()), what, ": id used twice");
     NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what, ": no engine");
-    for (auto b : i.inputs()) NEURON_CHECK(buffers.count(b), what, ": input buffer ", b, " does not exist");
-    for (auto b : i.outputs()) NEURON_CHECK(buffers.count(b), what, ": output buffer ", b, " does not exist");
+    for (auto b : i.inputs())
+      NEURON_CHECK(buffers.count(b), what, ": input buffer ", b, " does not exist");
+    for (auto b : i.outputs())
+      NEURON_CHECK(buffers.count(b), what, ": output buffer ", b, " does not exist");
     for (auto d : i.deps()) {
       NEURON_CHECK(earlier.count(d), what, ": depends on instruction ", d,
                    ", which is not an earlier instruction");
     }
     switch (i.engine()) {
       case proto::TENSOR:
-        NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what, ": negative matmul shape ",
-                     i.m(), "x", i.k(), "x", i.n());
+        NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what,
+                     ": negative matmul shape ", i.m(), "x", i.k(), "x", i.n());
         break;
       case proto::DMA:
         NEURON_CHECK(i.partitions() > 0, what, ": a DMA needs partitions > 0");
         break;
       default:
-        NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what, ": needs elements >= 0 "
-                     "and operand_count >= 1, got ", i.elements(), " and ", i.operand_count());
+        NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what,
+                     ": needs elements >= 0 "
+                     "and operand_count >= 1, got ",
+                     i.elements(), " and ", i.operand_count());
     }
     earlier.insert(i.id());
   }
   for (const auto* bindings : {&e.inputs(), &e.outputs()}) {
     for (const auto& b : *bindings) {
-      NEURON_CHECK(buffers.count(b.buffer()), where, ": binding '", b.name(), "' names buffer ",
-                   b.buffer(), ", which does not exist");
+      NEURON_CHECK(buffers.count(b.buffer()), where, ": binding '", b.name(),
+                   "' names buffer ", b.buffer(), ", which does not exist");
     }
   }
   for (const auto& c : e.constants()) {
-    NEURON_CHECK(buffers.count(c.buffer()), where, ": a constant names buffer ", c.buffer(),
-                 ", which does not exist");
+    NEURON_CHECK(buffers.count(c.buffer()), where, ": a constant names buffer ",
+                 c.buffer(), ", which does not exist");
   }
 }
 
@@ -103,20 +113,23 @@ proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& devi
   all << in.rdbuf();
   const std::string bytes = all.str();
   FileHeader h;
-  NEURON_CHECK(bytes.size() >= sizeof(h), "executable ", path, ": truncated (", bytes.size(),
-               " bytes, shorter than the header)");
+  NEURON_CHECK(bytes.size() >= sizeof(h), "executable ", path, ": truncated (",
+               bytes.size(), " bytes, shorter than the header)");
   std::memcpy(&h, bytes.data(), sizeof(h));
   NEURON_CHECK(std::memcmp(h.magic, kMagic, 4) == 0, "executable ", path,
                ": not an executable file (bad magic)");
-  NEURON_CHECK(h.version == kExecutableFormatVersion, "executable ", path, ": file format ",
-               h.version, ", this runtime reads ", kExecutableFormatVersion);
-  NEURON_CHECK(bytes.size() - sizeof(h) == h.size, "executable ", path, ": truncated or padded (",
-               bytes.size() - sizeof(h), " payload bytes, the header says ", h.size, ")");
+  NEURON_CHECK(h.version == kExecutableFormatVersion, "executable ", path,
+               ": file format ", h.version, ", this runtime reads ",
+               kExecutableFormatVersion);
+  NEURON_CHECK(bytes.size() - sizeof(h) == h.size, "executable ", path,
+               ": truncated or padded (", bytes.size() - sizeof(h),
+               " payload bytes, the header says ", h.size, ")");
   const std::string payload = bytes.substr(sizeof(h));
   NEURON_CHECK(Fnv1a(payload) == h.checksum, "executable ", path,
                ": corrupt (checksum mismatch)");
   proto::Executable e;
-  NEURON_CHECK(e.ParseFromString(payload), "executable ", path, ": corrupt (does not parse)");
+  NEURON_CHECK(e.ParseFromString(payload), "executable ", path,
+               ": corrupt (does not parse)");
   ValidateExecutable(e, device);
   return e;
 }

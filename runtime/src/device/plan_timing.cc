@@ -11,14 +11,21 @@ namespace {
 
 Engine EngineOf(proto::EngineKind kind) {
   switch (kind) {
-    case proto::TENSOR: return Engine::kTensor;
-    case proto::VECTOR: return Engine::kVector;
-    case proto::SCALAR: return Engine::kScalar;
-    case proto::GPSIMD: return Engine::kGpSimd;
-    case proto::DMA: return Engine::kDma;
-    default: break;
+    case proto::TENSOR:
+      return Engine::kTensor;
+    case proto::VECTOR:
+      return Engine::kVector;
+    case proto::SCALAR:
+      return Engine::kScalar;
+    case proto::GPSIMD:
+      return Engine::kGpSimd;
+    case proto::DMA:
+      return Engine::kDma;
+    default:
+      break;
   }
-  throw InvalidUsage(StrCat("plan timing: engine ", static_cast<int>(kind), " is not an engine"));
+  throw InvalidUsage(
+      StrCat("plan timing: engine ", static_cast<int>(kind), " is not an engine"));
 }
 
 }  // namespace
@@ -38,7 +45,8 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     SimDuration duration{0};
     switch (engine) {
       case Engine::kTensor: {
-        const bool fp32 = !i.inputs().empty() && buffers.at(i.inputs(0))->dtype() == proto::F32;
+        const bool fp32 =
+            !i.inputs().empty() && buffers.at(i.inputs(0))->dtype() == proto::F32;
         all_fp32 = all_fp32 && fp32;
         const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
         duration = cost.time;
@@ -52,8 +60,8 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
         if (i.spill()) t.spill_bytes += i.bytes();
         break;
       default:
-        duration = model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
-                                     i.deps_size() > 0);
+        duration = model.Elementwise(
+            engine, i.elements(), static_cast<int>(i.operand_count()), i.deps_size() > 0);
     }
     const SimDuration end = start + duration;
     engine_free[index] = end;
@@ -76,9 +84,9 @@ void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
   out << "{\"traceEvents\":[";
   bool first = true;
   for (int k = 0; k < kEngineCount; ++k) {
-    out << (first ? "" : ",") << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":\"" << name
-        << "\",\"tid\":" << k << ",\"args\":{\"name\":\"" << Name(static_cast<Engine>(k))
-        << "\"}}";
+    out << (first ? "" : ",") << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":\""
+        << name << "\",\"tid\":" << k << ",\"args\":{\"name\":\""
+        << Name(static_cast<Engine>(k)) << "\"}}";
     first = false;
   }
   for (const auto& s : timing.schedule) {

@@ -34,14 +34,14 @@ struct ScheduledInstruction {
 };
 
 struct PlanTiming {
-  SimDuration total{0};                       // the last instruction's end
-  std::array<SimDuration, kEngineCount> busy{};  // per Engine, by its index
+  SimDuration total{0};                            // the last instruction's end
+  std::array<SimDuration, kEngineCount> busy{};    // per Engine, by its index
   std::array<double, kEngineCount> utilisation{};  // busy / total
   std::uint64_t tensor_cycles = 0;
   double flops = 0;
-  double mfu = 0;                  // flops / (total x peak), bf16 peak unless all fp32
-  std::uint64_t hbm_bytes = 0;     // moved by DMA
-  std::uint64_t spill_bytes = 0;   // of which spills and reloads
+  double mfu = 0;                 // flops / (total x peak), bf16 peak unless all fp32
+  std::uint64_t hbm_bytes = 0;    // moved by DMA
+  std::uint64_t spill_bytes = 0;  // of which spills and reloads
   std::vector<ScheduledInstruction> schedule;
 };
 
