@@ -1,0 +1,67 @@
+// Runs an executable on the simulated NeuronCore: real results computed on
+// the CPU, and the modelled time of the same plan (plan_timing.h).
+//
+// Usage:
+//   Executor exec(DeviceSpec::Default(), &memory);           // counters optional
+//   ExecutionResult r = exec.Run(exe, {{"x", HostTensor::FromFloats(proto::F32, {4, 8},
+//   xs)}}); const HostTensor& y = r.outputs.at("y"); double us = r.timing.total.count();
+//
+// Semantics of the instructions (list order is a valid order: dependencies
+// point backwards):
+//   DMA (any op name)     copies `bytes` from input 0 to output 0, raw bytes.
+//   TENSOR "matmul"       output[M,N] (float32) = or += (accumulate)
+//                         input0[M,K] x input1[K,N], inputs float32/bfloat16/
+//                         float16, row-major, accumulating in float32.
+//   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
+//                         in float32 and rounded once to the output dtype:
+//     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
+//             torch's approximate="tanh"), scale (x * scalar), add_scalar;
+//     binary  add sub mul max min; input 1 may be shorter than `elements`
+//             (it repeats: a bias row broadcast over rows).
+// Each error names the executable, the instruction and what is wrong; a
+// failed run leaves no outputs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/device/memory_counters.h"
+#include "neuron/runtime/device/plan_timing.h"
+#include "neuron/runtime/executable.pb.h"
+
+namespace neuron::runtime {
+
+std::size_t ElementBytes(proto::ElementType type);
+
+struct HostTensor {
+  proto::ElementType dtype = proto::F32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> data;
+
+  static HostTensor FromFloats(proto::ElementType dtype, std::vector<std::int64_t> shape,
+                               const std::vector<float>& values);
+  std::vector<float> ToFloats() const;
+  std::int64_t elements() const;
+};
+
+struct ExecutionResult {
+  std::map<std::string, HostTensor> outputs;
+  PlanTiming timing;
+};
+
+class Executor {
+ public:
+  explicit Executor(DeviceSpec device, MemoryCounters* memory = nullptr);
+  ExecutionResult Run(const proto::Executable& executable,
+                      const std::map<std::string, HostTensor>& inputs);
+
+ private:
+  DeviceSpec device_;
+  CostModel model_;
+  MemoryCounters* memory_;
+};
+
+}  // namespace neuron::runtime

@@ -1,0 +1,249 @@
+#include "neuron/runtime/device/executor.h"
+
+#include <cstring>
+#include <functional>
+#include <unordered_map>
+
+#include "kernels.h"
+#include "neuron/runtime/device/executable.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::runtime {
+namespace {
+
+struct Placed {
+  const proto::Buffer* buffer = nullptr;
+  std::uint8_t* data = nullptr;
+  std::size_t elements() const {
+    const std::size_t size = ElementBytes(buffer->dtype());
+    return size == 0 ? 0 : buffer->bytes() / size;
+  }
+};
+
+// Holds the run's device memory in the counters; gives it back however the
+// run ends.
+class MemoryHold {
+ public:
+  MemoryHold(MemoryCounters* counters, std::uint64_t reserved, std::uint64_t allocated)
+      : counters_(counters), reserved_(reserved), allocated_(allocated) {
+    if (counters_ == nullptr) return;
+    counters_->Reserve(reserved_);
+    counters_->Allocate(allocated_);
+    counters_->Activate(allocated_);
+  }
+  ~MemoryHold() {
+    if (counters_ == nullptr) return;
+    counters_->Deactivate(allocated_);
+    counters_->Free(allocated_);
+    counters_->Release(reserved_);
+  }
+  MemoryHold(const MemoryHold&) = delete;
+  MemoryHold& operator=(const MemoryHold&) = delete;
+
+ private:
+  MemoryCounters* counters_;
+  std::uint64_t reserved_, allocated_;
+};
+
+void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
+            const std::vector<Placed>& out, const std::string& what) {
+  NEURON_CHECK(in.size() == 1 && out.size() == 1, what,
+               ": a DMA reads one buffer and writes one");
+  NEURON_CHECK(i.bytes() <= in[0].buffer->bytes() && i.bytes() <= out[0].buffer->bytes(),
+               what, ": moves ", i.bytes(), " bytes between buffers of ",
+               in[0].buffer->bytes(), " and ", out[0].buffer->bytes());
+  std::memmove(out[0].data, in[0].data, i.bytes());
+}
+
+void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const std::string& what) {
+  NEURON_CHECK(i.op() == "matmul", what, ": the tensor engine runs matmul only");
+  NEURON_CHECK(in.size() == 2 && out.size() == 1, what,
+               ": matmul reads two buffers, writes one");
+  for (const Placed& p : in) {
+    NEURON_CHECK(kernels::IsFloat(p.buffer->dtype()), what, ": input ", p.buffer->name(),
+                 " is ", proto::ElementType_Name(p.buffer->dtype()),
+                 "; matmul takes F32, BF16 or F16");
+  }
+  NEURON_CHECK(out[0].buffer->dtype() == proto::F32, what,
+               ": matmul writes F32 (PSUM), not ",
+               proto::ElementType_Name(out[0].buffer->dtype()));
+  const std::int64_t m = i.m(), k = i.k(), n = i.n();
+  NEURON_CHECK(in[0].elements() == static_cast<std::size_t>(m * k) &&
+                   in[1].elements() == static_cast<std::size_t>(k * n) &&
+                   out[0].elements() == static_cast<std::size_t>(m * n),
+               what, ": buffers of ", in[0].elements(), ", ", in[1].elements(), " and ",
+               out[0].elements(), " elements do not fit ", m, "x", k, " x ", k, "x", n);
+  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), m * k);
+  const auto b = kernels::ToFloat(in[1].data, in[1].buffer->dtype(), k * n);
+  kernels::Matmul(a.data(), b.data(), reinterpret_cast<float*>(out[0].data), m, k, n,
+                  i.accumulate());
+}
+
+void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
+                    const std::vector<Placed>& out, const std::string& what) {
+  NEURON_CHECK((in.size() == 1 || in.size() == 2) && out.size() == 1, what,
+               ": an elementwise op reads one or two buffers and writes one");
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  for (const Placed* p : {&in[0], &out[0]}) {
+    NEURON_CHECK(kernels::IsFloat(p->buffer->dtype()), what, ": buffer ",
+                 p->buffer->name(), " is ", proto::ElementType_Name(p->buffer->dtype()),
+                 "; the engines compute F32, BF16 or F16");
+    NEURON_CHECK(p->elements() >= n, what, ": buffer ", p->buffer->name(), " has ",
+                 p->elements(), " elements, the op ", n);
+  }
+  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
+  std::vector<float> result(n);
+  bool known;
+  if (in.size() == 1) {
+    known = kernels::Unary(i.op(), a, i.scalar(), result);
+  } else {
+    const std::size_t nb = std::min(in[1].elements(), n);
+    NEURON_CHECK(kernels::IsFloat(in[1].buffer->dtype()) && nb > 0 && n % nb == 0, what,
+                 ": the second input (", in[1].elements(), " ",
+                 proto::ElementType_Name(in[1].buffer->dtype()),
+                 " elements) must be a float buffer whose length divides ", n);
+    known = kernels::Binary(
+        i.op(), a, kernels::ToFloat(in[1].data, in[1].buffer->dtype(), nb), result);
+  }
+  NEURON_CHECK(known, what, ": unknown ", in.size() == 1 ? "unary" : "binary", " op '",
+               i.op(), "'");
+  kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+}
+
+}  // namespace
+
+std::size_t ElementBytes(proto::ElementType type) {
+  switch (type) {
+    case proto::F32:
+    case proto::I32:
+      return 4;
+    case proto::BF16:
+    case proto::F16:
+      return 2;
+    case proto::I64:
+      return 8;
+    case proto::I8:
+    case proto::U8:
+    case proto::BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+HostTensor HostTensor::FromFloats(proto::ElementType dtype,
+                                  std::vector<std::int64_t> shape,
+                                  const std::vector<float>& values) {
+  NEURON_CHECK(kernels::IsFloat(dtype),
+               "HostTensor::FromFloats: ", proto::ElementType_Name(dtype),
+               " is not a float type");
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  NEURON_CHECK(t.elements() == static_cast<std::int64_t>(values.size()),
+               "HostTensor::FromFloats: ", values.size(), " values for ", t.elements(),
+               " elements");
+  t.data.resize(values.size() * ElementBytes(dtype));
+  kernels::FromFloat(values, dtype, t.data.data());
+  return t;
+}
+
+std::vector<float> HostTensor::ToFloats() const {
+  NEURON_CHECK(kernels::IsFloat(dtype),
+               "HostTensor::ToFloats: ", proto::ElementType_Name(dtype),
+               " is not a float type");
+  return kernels::ToFloat(data.data(), dtype, static_cast<std::size_t>(elements()));
+}
+
+std::int64_t HostTensor::elements() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+Executor::Executor(DeviceSpec device, MemoryCounters* memory)
+    : device_(device), model_(std::move(device)), memory_(memory) {}
+
+ExecutionResult Executor::Run(const proto::Executable& e,
+                              const std::map<std::string, HostTensor>& inputs) {
+  ValidateExecutable(e, device_);
+  const std::string where = StrCat("executable '", e.name(), "'");
+  // Host memory for each space, as far as the plan uses it.
+  std::map<int, std::uint64_t> extent;
+  std::uint64_t allocated = 0;
+  for (const auto& b : e.buffers()) {
+    extent[b.space()] =
+        std::max<std::uint64_t>(extent[b.space()], b.offset() + b.bytes());
+    allocated += b.bytes();
+  }
+  std::uint64_t reserved = 0;
+  std::map<int, std::vector<std::uint8_t>> arena;
+  for (const auto& [space, bytes] : extent) {
+    arena[space].resize(bytes);
+    reserved += bytes;
+  }
+  // Buffers may share memory (the planner reuses offsets), so the counters
+  // see at most what is reserved.
+  MemoryHold hold(memory_, reserved, std::min(allocated, reserved));
+  std::unordered_map<std::uint32_t, Placed> placed;
+  for (const auto& b : e.buffers())
+    placed[b.id()] = {&b, arena[b.space()].data() + b.offset()};
+
+  for (const auto& c : e.constants()) {
+    const Placed& p = placed.at(c.buffer());
+    NEURON_CHECK(c.data().size() == p.buffer->bytes(), where, ": constant for buffer ",
+                 c.buffer(), " has ", c.data().size(), " bytes, the buffer ",
+                 p.buffer->bytes());
+    std::memcpy(p.data, c.data().data(), c.data().size());
+  }
+  std::size_t bound = 0;
+  for (const auto& binding : e.inputs()) {
+    auto it = inputs.find(binding.name());
+    NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),
+                 "' was not given");
+    const Placed& p = placed.at(binding.buffer());
+    NEURON_CHECK(it->second.dtype == p.buffer->dtype() &&
+                     it->second.data.size() == p.buffer->bytes(),
+                 where, ": input '", binding.name(), "' is ", it->second.data.size(),
+                 " bytes of ", proto::ElementType_Name(it->second.dtype),
+                 "; the plan expects ", p.buffer->bytes(), " bytes of ",
+                 proto::ElementType_Name(p.buffer->dtype()));
+    std::memcpy(p.data, it->second.data.data(), it->second.data.size());
+    ++bound;
+  }
+  NEURON_CHECK(bound == inputs.size(), where, ": ", inputs.size(),
+               " inputs given, the plan takes ", bound);
+
+  for (const auto& i : e.instructions()) {
+    const std::string what = StrCat(where, ": instruction ", i.id(), " (", i.op(), ")");
+    std::vector<Placed> in, out;
+    for (auto b : i.inputs()) in.push_back(placed.at(b));
+    for (auto b : i.outputs()) out.push_back(placed.at(b));
+    switch (i.engine()) {
+      case proto::DMA:
+        RunDma(i, in, out, what);
+        break;
+      case proto::TENSOR:
+        RunMatmul(i, in, out, what);
+        break;
+      default:
+        RunElementwise(i, in, out, what);
+    }
+  }
+
+  ExecutionResult result;
+  for (const auto& binding : e.outputs()) {
+    const Placed& p = placed.at(binding.buffer());
+    HostTensor t;
+    t.dtype = p.buffer->dtype();
+    t.shape.assign(p.buffer->shape().begin(), p.buffer->shape().end());
+    if (t.shape.empty()) t.shape = {static_cast<std::int64_t>(p.elements())};
+    t.data.assign(p.data, p.data + p.buffer->bytes());
+    result.outputs[binding.name()] = std::move(t);
+  }
+  result.timing = TimePlan(e, model_);
+  return result;
+}
+
+}  // namespace neuron::runtime

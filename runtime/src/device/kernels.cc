@@ -1,0 +1,96 @@
+#include "kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "neuron/runtime/half.h"
+
+namespace neuron::runtime::kernels {
+
+bool IsFloat(proto::ElementType type) {
+  return type == proto::F32 || type == proto::BF16 || type == proto::F16;
+}
+
+std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
+                           std::size_t n) {
+  std::vector<float> out(n);
+  if (type == proto::F32) {
+    std::copy_n(reinterpret_cast<const float*>(data), n, out.data());
+    return out;
+  }
+  const auto* h = reinterpret_cast<const std::uint16_t*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = type == proto::BF16 ? BFloat16ToFloat(h[i]) : HalfToFloat(h[i]);
+  }
+  return out;
+}
+
+void FromFloat(const std::vector<float>& values, proto::ElementType type,
+               std::uint8_t* out) {
+  if (type == proto::F32) {
+    std::copy(values.begin(), values.end(), reinterpret_cast<float*>(out));
+    return;
+  }
+  auto* h = reinterpret_cast<std::uint16_t*>(out);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    h[i] = type == proto::BF16 ? FloatToBFloat16(values[i]) : FloatToHalf(values[i]);
+  }
+}
+
+void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
+            std::int64_t n, bool accumulate) {
+  if (!accumulate) std::fill(c, c + m * n, 0.0f);
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* row = c + i * n;
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float x = a[i * k + p];
+      const float* brow = b + p * n;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += x * brow[j];
+    }
+  }
+}
+
+namespace {
+
+float Gelu(float x) {                   // torch.nn.functional.gelu(approximate="tanh")
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
+           std::vector<float>& out) {
+  const float s = static_cast<float>(scalar);
+  auto apply = [&](auto f) {
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i]);
+    return true;
+  };
+  if (op == "copy") return apply([](float x) { return x; });
+  if (op == "relu") return apply([](float x) { return x > 0 ? x : 0.0f; });
+  if (op == "neg") return apply([](float x) { return -x; });
+  if (op == "exp") return apply([](float x) { return std::exp(x); });
+  if (op == "tanh") return apply([](float x) { return std::tanh(x); });
+  if (op == "sigmoid") return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  if (op == "gelu") return apply(Gelu);
+  if (op == "scale") return apply([s](float x) { return x * s; });
+  if (op == "add_scalar") return apply([s](float x) { return x + s; });
+  return false;
+}
+
+bool Binary(const std::string& op, const std::vector<float>& a,
+            const std::vector<float>& b, std::vector<float>& out) {
+  const std::size_t nb = b.size();
+  auto apply = [&](auto f) {
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i], b[i % nb]);
+    return true;
+  };
+  if (op == "add") return apply([](float x, float y) { return x + y; });
+  if (op == "sub") return apply([](float x, float y) { return x - y; });
+  if (op == "mul") return apply([](float x, float y) { return x * y; });
+  if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
+  if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
+  return false;
+}
+
+}  // namespace neuron::runtime::kernels

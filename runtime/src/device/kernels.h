@@ -1,0 +1,32 @@
+// The executor's CPU kernels: element conversion to and from float32, the
+// matmul, and the elementwise ops (executor.h lists their semantics).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/executable.pb.h"
+
+namespace neuron::runtime::kernels {
+
+// Whether the device computes in `type` (float32, bfloat16, float16).
+bool IsFloat(proto::ElementType type);
+std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
+                           std::size_t n);
+void FromFloat(const std::vector<float>& values, proto::ElementType type,
+               std::uint8_t* out);
+
+// c[m,n] (+)= a[m,k] x b[k,n], row-major float32.
+void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
+            std::int64_t n, bool accumulate);
+
+// Applies `op` over out.size() elements; `b` (binary ops) repeats when
+// shorter. Returns false when `op` is not a known op of that arity.
+bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
+           std::vector<float>& out);
+bool Binary(const std::string& op, const std::vector<float>& a,
+            const std::vector<float>& b, std::vector<float>& out);
+
+}  // namespace neuron::runtime::kernels

@@ -1,0 +1,177 @@
+// The executor: a small plan (an MLP layer: load, matmul, bias, GELU,
+// store) computes the reference's numbers, reports the modelled timeline,
+// and holds device memory only while it runs; bad plans and inputs are
+// refused naming the instruction or binding.
+#include "neuron/runtime/device/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/half.h"
+
+namespace neuron::runtime {
+namespace {
+
+constexpr int kM = 4, kK = 8, kN = 16;
+
+proto::Buffer* Buffer(proto::Executable& e, std::uint32_t id, proto::MemorySpace space,
+                      std::uint64_t offset, proto::ElementType dtype,
+                      std::vector<std::int64_t> shape) {
+  auto* b = e.add_buffers();
+  b->set_id(id), b->set_name("b" + std::to_string(id)), b->set_space(space);
+  b->set_offset(offset), b->set_dtype(dtype);
+  std::int64_t n = 1;
+  for (auto d : shape) b->add_shape(d), n *= d;
+  b->set_bytes(n * ElementBytes(dtype));
+  return b;
+}
+
+proto::Instruction* Op(proto::Executable& e, std::uint32_t id, proto::EngineKind engine,
+                       const std::string& op, std::vector<std::uint32_t> in,
+                       std::vector<std::uint32_t> out, std::vector<std::uint32_t> deps) {
+  auto* i = e.add_instructions();
+  i->set_id(id), i->set_engine(engine), i->set_op(op);
+  for (auto b : in) i->add_inputs(b);
+  for (auto b : out) i->add_outputs(b);
+  for (auto d : deps) i->add_deps(d);
+  return i;
+}
+
+std::vector<float> Weights() {
+  std::vector<float> w(kK * kN);
+  for (int i = 0; i < kK * kN; ++i)
+    w[i] = BFloat16ToFloat(FloatToBFloat16(0.05f * (i % 13) - 0.3f));
+  return w;
+}
+
+proto::Executable MlpLayer() {
+  proto::Executable e;
+  e.set_format_version(1), e.set_name("mlp/forward/0");
+  Buffer(e, 0, proto::HBM, 0, proto::F32, {kM, kK});      // x
+  Buffer(e, 1, proto::HBM, 4096, proto::BF16, {kK, kN});  // W (constant)
+  Buffer(e, 2, proto::HBM, 8192, proto::F32, {kN});       // bias (constant)
+  Buffer(e, 3, proto::SBUF, 0, proto::F32, {kM, kK});
+  Buffer(e, 4, proto::SBUF, 4096, proto::BF16, {kK, kN});
+  Buffer(e, 5, proto::SBUF, 8192, proto::F32, {kN});
+  Buffer(e, 6, proto::PSUM, 0, proto::F32, {kM, kN});
+  Buffer(e, 7, proto::SBUF, 12288, proto::BF16, {kM, kN});  // gelu output, bf16
+  Buffer(e, 8, proto::HBM, 16384, proto::BF16, {kM, kN});   // y
+  Op(e, 0, proto::DMA, "load", {0}, {3}, {})->set_bytes(kM * kK * 4);
+  Op(e, 1, proto::DMA, "load", {1}, {4}, {})->set_bytes(kK * kN * 2);
+  Op(e, 2, proto::DMA, "load", {2}, {5}, {})->set_bytes(kN * 4);
+  for (int i = 0; i < 3; ++i) e.mutable_instructions(i)->set_partitions(kK);
+  auto* mm = Op(e, 3, proto::TENSOR, "matmul", {3, 4}, {6}, {0, 1});
+  mm->set_m(kM), mm->set_k(kK), mm->set_n(kN);
+  auto* bias = Op(e, 4, proto::VECTOR, "add", {6, 5}, {6}, {3, 2});
+  bias->set_elements(kM * kN), bias->set_operand_count(2);
+  auto* act = Op(e, 5, proto::SCALAR, "gelu", {6}, {7}, {4});
+  act->set_elements(kM * kN), act->set_operand_count(1);
+  auto* store = Op(e, 6, proto::DMA, "store", {7}, {8}, {5});
+  store->set_bytes(kM * kN * 2), store->set_partitions(kM);
+  auto* w = e.add_constants();
+  w->set_buffer(1);
+  const HostTensor wt = HostTensor::FromFloats(proto::BF16, {kK, kN}, Weights());
+  w->set_data(std::string(wt.data.begin(), wt.data.end()));
+  std::vector<float> b(kN);
+  for (int j = 0; j < kN; ++j) b[j] = 0.1f * j - 0.5f;
+  auto* bc = e.add_constants();
+  bc->set_buffer(2);
+  bc->set_data(std::string(reinterpret_cast<const char*>(b.data()), kN * 4));
+  auto* x = e.add_inputs();
+  x->set_name("x"), x->set_buffer(0);
+  auto* y = e.add_outputs();
+  y->set_name("y"), y->set_buffer(8);
+  return e;
+}
+
+std::vector<float> Input() {
+  std::vector<float> x(kM * kK);
+  for (int i = 0; i < kM * kK; ++i) x[i] = std::sin(0.7f * i);
+  return x;
+}
+
+TEST(Executor, AnMlpLayerComputesTheReferenceAndItsModelledTime) {
+  MemoryCounters memory;
+  memory.SetPhase("step");
+  Executor exec(DeviceSpec::Default(), &memory);
+  const proto::Executable e = MlpLayer();
+  ExecutionResult r =
+      exec.Run(e, {{"x", HostTensor::FromFloats(proto::F32, {kM, kK}, Input())}});
+  const HostTensor& y = r.outputs.at("y");
+  EXPECT_EQ(y.dtype, proto::BF16);
+  EXPECT_EQ(y.shape, (std::vector<std::int64_t>{kM, kN}));
+  const std::vector<float> got = y.ToFloats(), x = Input(), w = Weights();
+  for (int i = 0; i < kM; ++i) {
+    for (int j = 0; j < kN; ++j) {
+      float acc = 0;
+      for (int p = 0; p < kK; ++p) acc += x[i * kK + p] * w[p * kN + j];
+      const float z = acc + (0.1f * j - 0.5f);
+      const float gelu =
+          0.5f * z * (1 + std::tanh(0.7978845608028654f * (z + 0.044715f * z * z * z)));
+      EXPECT_EQ(got[i * kN + j], BFloat16ToFloat(FloatToBFloat16(gelu))) << i << "," << j;
+    }
+  }
+  EXPECT_EQ(r.timing.schedule.size(), 7u);
+  EXPECT_GT(r.timing.total.count(), 0);
+  EXPECT_DOUBLE_EQ(r.timing.flops, 2.0 * kM * kK * kN);
+  // Memory is held only during the run.
+  const MemorySnapshot s = memory.Snapshot();
+  EXPECT_EQ(s.current.reserved, 0u);
+  EXPECT_GT(s.phases.at("step").reserved, 0u);
+  EXPECT_GE(s.phases.at("step").reserved, s.phases.at("step").allocated);
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const neuron::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Executor, BadPlansAndInputsAreRefusedNamingWhere) {
+  MemoryCounters memory;
+  Executor exec(DeviceSpec::Default(), &memory);
+  const auto x = HostTensor::FromFloats(proto::F32, {kM, kK}, Input());
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(MlpLayer(), {});
+            }).find("executable 'mlp/forward/0': input 'x' was not given"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(MlpLayer(),
+                       {{"x", HostTensor::FromFloats(proto::BF16, {kM, kK}, Input())}});
+            }).find("input 'x' is 64 bytes of BF16; the plan expects 128 bytes of F32"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(MlpLayer(), {{"x", x}, {"z", x}});
+            }).find("2 inputs given, the plan takes 1"),
+            std::string::npos);
+  proto::Executable unknown = MlpLayer();
+  unknown.mutable_instructions(5)->set_op("softplus");
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(unknown, {{"x", x}});
+            }).find("instruction 5 (softplus): unknown unary op 'softplus'"),
+            std::string::npos);
+  proto::Executable shape = MlpLayer();
+  shape.mutable_instructions(3)->set_k(kK + 1);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(shape, {{"x", x}});
+            }).find("instruction 3 (matmul): buffers of"),
+            std::string::npos);
+  proto::Executable ints = MlpLayer();
+  ints.mutable_buffers(3)->set_dtype(proto::I32);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(ints, {{"x", x}});
+            }).find("is I32; matmul takes F32, BF16 or F16"),
+            std::string::npos);
+  // Every failed run gave its memory back.
+  EXPECT_EQ(memory.Snapshot().current.reserved, 0u);
+}
+
+}  // namespace
+}  // namespace neuron::runtime
