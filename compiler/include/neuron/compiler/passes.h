@@ -1,0 +1,36 @@
+// Graph passes, each a small unit checked by golden text tests
+// (tests/compiler/passes_test.cc).
+//
+// Usage:
+//   proto::Graph g = ParseGraph(text);
+//   VerifyGraph(g);                         // throws InvalidUsage naming the node
+//   int folded = FoldConstants(g);
+//   int merged = EliminateCommonSubexpressions(g);
+//   int removed = EliminateDeadCode(g);
+//
+// Ops with side effects or randomness (names containing "dropout", "rand"
+// or "bernoulli", and in-place ops ending in '_') are never removed or
+// merged.
+#pragma once
+
+#include "neuron/compiler/graph.pb.h"
+
+namespace neuron::compiler {
+
+// SSA and types: unique names, every use after its definition, outputs
+// defined, known dtypes, non-negative dimensions.
+void VerifyGraph(const proto::Graph& graph);
+
+bool HasSideEffects(const proto::Node& node);
+
+// Removes nodes and constants nothing (transitively) returns; the count.
+int EliminateDeadCode(proto::Graph& graph);
+// Replaces a node equal to an earlier one (op, inputs, attributes, output
+// types) by it; the count of nodes removed.
+int EliminateCommonSubexpressions(proto::Graph& graph);
+// Evaluates f32 nodes whose inputs are all constants (add, sub, mul with
+// alpha, neg, relu, t, view, reshape; same shapes or a one-element operand)
+// into constants; the count.
+int FoldConstants(proto::Graph& graph);
+
+}  // namespace neuron::compiler

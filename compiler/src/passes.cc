@@ -1,0 +1,258 @@
+#include "neuron/compiler/passes.h"
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::compiler {
+namespace {
+
+const std::set<std::string> kDtypes = {"f32", "bf16", "f16", "f64", "i64",
+                                       "i32", "i8",   "u8",  "bool"};
+
+std::string Where(const proto::Graph& g, int index, const proto::Node& n) {
+  return StrCat("graph ", g.name(), ": node ", index, " (", n.op(), ")",
+                n.source().empty() ? "" : " from " + n.source());
+}
+
+void CheckType(const proto::Value& v, const std::string& where) {
+  NEURON_CHECK(kDtypes.count(v.type().dtype()), where, ": %", v.name(),
+               " has unknown dtype '", v.type().dtype(), "'");
+  for (auto d : v.type().shape()) {
+    NEURON_CHECK(d >= 0, where, ": %", v.name(), " has a negative dimension ", d);
+  }
+}
+
+// Replaces every use of value `from` by `to` (node inputs and outputs).
+void Rename(proto::Graph& g, const std::string& from, const std::string& to) {
+  for (auto& n : *g.mutable_nodes()) {
+    for (auto& in : *n.mutable_inputs()) {
+      if (in == from) in = to;
+    }
+  }
+  for (auto& out : *g.mutable_outputs()) {
+    if (out == from) out = to;
+  }
+}
+
+std::int64_t Elements(const proto::TensorType& t) {
+  std::int64_t n = 1;
+  for (auto d : t.shape()) n *= d;
+  return n;
+}
+
+std::vector<float> Floats(const proto::Constant& c) {
+  std::vector<float> v(c.data().size() / 4);
+  std::memcpy(v.data(), c.data().data(), v.size() * 4);
+  return v;
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+double AttrF(const proto::Node& n, const std::string& key, double fallback) {
+  auto it = n.attrs().find(key);
+  if (it == n.attrs().end()) return fallback;
+  return it->second.value_case() == proto::Attribute::kF
+             ? it->second.f()
+             : static_cast<double>(it->second.i());
+}
+
+// The folded value of `n` over constant operands, or false.
+bool Evaluate(const proto::Node& n, const std::vector<const proto::Constant*>& in,
+              std::vector<float>& out) {
+  if (n.outputs_size() != 1 || n.outputs(0).type().dtype() != "f32") return false;
+  for (const auto* c : in) {
+    if (c->value().type().dtype() != "f32") return false;
+  }
+  const std::int64_t size = Elements(n.outputs(0).type());
+  out.assign(size, 0.0f);
+  const std::string& op = n.op();
+  if ((op == "aten.view" || op == "aten.reshape") && in.size() >= 1) {
+    out = Floats(*in[0]);
+    return static_cast<std::int64_t>(out.size()) == size;
+  }
+  if (op == "aten.t" && in.size() == 1 && in[0]->value().type().shape_size() == 2) {
+    const auto a = Floats(*in[0]);
+    const std::int64_t r = in[0]->value().type().shape(0),
+                       c = in[0]->value().type().shape(1);
+    for (std::int64_t i = 0; i < r; ++i) {
+      for (std::int64_t j = 0; j < c; ++j) out[j * r + i] = a[i * c + j];
+    }
+    return true;
+  }
+  if ((op == "aten.neg" || op == "aten.relu") && in.size() == 1) {
+    const auto a = Floats(*in[0]);
+    if (static_cast<std::int64_t>(a.size()) != size) return false;
+    for (std::int64_t i = 0; i < size; ++i)
+      out[i] = op == "aten.neg" ? -a[i] : (a[i] > 0 ? a[i] : 0);
+    return true;
+  }
+  if ((op == "aten.add" || op == "aten.sub" || op == "aten.mul") && in.size() == 2) {
+    const auto a = Floats(*in[0]), b = Floats(*in[1]);
+    auto at = [size](const std::vector<float>& v, std::int64_t i) {
+      return v.size() == 1 ? v[0] : v[i];
+    };
+    for (const auto* v : {&a, &b}) {
+      if (v->size() != 1 && static_cast<std::int64_t>(v->size()) != size) return false;
+    }
+    const float alpha = static_cast<float>(AttrF(n, "alpha", 1.0));
+    for (std::int64_t i = 0; i < size; ++i) {
+      const float x = at(a, i), y = at(b, i);
+      out[i] = op == "aten.add"   ? x + alpha * y
+               : op == "aten.sub" ? x - alpha * y
+                                  : x * y;
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool HasSideEffects(const proto::Node& n) {
+  const std::string& op = n.op();
+  return op.find("dropout") != std::string::npos ||
+         op.find("rand") != std::string::npos ||
+         op.find("bernoulli") != std::string::npos || (!op.empty() && op.back() == '_');
+}
+
+void VerifyGraph(const proto::Graph& g) {
+  std::unordered_set<std::string> defined;
+  auto define = [&](const proto::Value& v, const std::string& where) {
+    CheckType(v, where);
+    NEURON_CHECK(defined.insert(v.name()).second, where, ": %", v.name(),
+                 " is defined twice");
+  };
+  for (const auto& v : g.inputs()) define(v, StrCat("graph ", g.name(), ": input"));
+  for (const auto& c : g.constants()) {
+    const std::string where = StrCat("graph ", g.name(), ": constant");
+    define(c.value(), where);
+    if (c.value().type().dtype() == "f32") {
+      NEURON_CHECK(
+          static_cast<std::int64_t>(c.data().size()) == 4 * Elements(c.value().type()),
+          where, " %", c.value().name(), " has ", c.data().size(), " bytes for ",
+          Elements(c.value().type()), " f32 elements");
+    }
+  }
+  for (int i = 0; i < g.nodes_size(); ++i) {
+    const auto& n = g.nodes(i);
+    const std::string where = Where(g, i, n);
+    NEURON_CHECK(!n.op().empty(), where, ": no op");
+    for (const auto& in : n.inputs()) {
+      NEURON_CHECK(defined.count(in), where, ": uses %", in, " before it is defined");
+    }
+    NEURON_CHECK(n.outputs_size() > 0, where, ": defines no value");
+    for (const auto& out : n.outputs()) define(out, where);
+  }
+  for (const auto& out : g.outputs()) {
+    NEURON_CHECK(defined.count(out), "graph ", g.name(), ": returns %", out,
+                 ", which is not defined");
+  }
+}
+
+int EliminateDeadCode(proto::Graph& g) {
+  std::unordered_set<std::string> live(g.outputs().begin(), g.outputs().end());
+  std::vector<bool> keep(g.nodes_size(), false);
+  for (int i = g.nodes_size() - 1; i >= 0; --i) {
+    const auto& n = g.nodes(i);
+    bool used = HasSideEffects(n);
+    for (const auto& out : n.outputs()) used = used || live.count(out.name());
+    if (!used) continue;
+    keep[i] = true;
+    for (const auto& in : n.inputs()) live.insert(in);
+  }
+  proto::Graph out = g;
+  out.clear_nodes();
+  out.clear_constants();
+  int removed = 0;
+  for (int i = 0; i < g.nodes_size(); ++i) {
+    if (keep[i])
+      *out.add_nodes() = g.nodes(i);
+    else
+      ++removed;
+  }
+  for (const auto& c : g.constants()) {
+    if (live.count(c.value().name())) *out.add_constants() = c;
+  }
+  g = std::move(out);
+  return removed;
+}
+
+int EliminateCommonSubexpressions(proto::Graph& g) {
+  std::unordered_map<std::string, int> seen;  // key -> index in the new graph
+  proto::Graph out = g;
+  out.clear_nodes();
+  int removed = 0;
+  for (const auto& original : g.nodes()) {
+    // `original`'s inputs already name the survivors of earlier merges
+    // (Rename below rewrites the rest of `g`).
+    proto::Node n = original;
+    std::string key;
+    if (!HasSideEffects(n)) {
+      proto::Node canonical = n;
+      for (auto& o : *canonical.mutable_outputs()) o.clear_name();
+      canonical.clear_source();
+      std::map<std::string, proto::Attribute> sorted(n.attrs().begin(), n.attrs().end());
+      canonical.clear_attrs();
+      key = canonical.SerializeAsString();
+      for (const auto& [k, v] : sorted) key += "|" + k + "=" + v.SerializeAsString();
+      auto it = seen.find(key);
+      if (it != seen.end()) {
+        const proto::Node& earlier = out.nodes(it->second);
+        for (int o = 0; o < n.outputs_size(); ++o) {
+          Rename(g, n.outputs(o).name(), earlier.outputs(o).name());
+          Rename(out, n.outputs(o).name(), earlier.outputs(o).name());
+        }
+        ++removed;
+        continue;
+      }
+    }
+    *out.add_nodes() = n;
+    if (!key.empty()) seen[key] = out.nodes_size() - 1;
+  }
+  out.mutable_outputs()->CopyFrom(g.outputs());
+  g = std::move(out);
+  return removed;
+}
+
+int FoldConstants(proto::Graph& g) {
+  int folded = 0;
+  proto::Graph out = g;
+  out.clear_nodes();
+  std::unordered_map<std::string, int> constant;  // name -> index in out.constants
+  for (int i = 0; i < out.constants_size(); ++i)
+    constant[out.constants(i).value().name()] = i;
+  for (const auto& n : g.nodes()) {
+    std::vector<const proto::Constant*> in;
+    bool all = !HasSideEffects(n);
+    for (const auto& name : n.inputs()) {
+      auto it = constant.find(name);
+      if (it == constant.end()) {
+        all = false;
+        break;
+      }
+      in.push_back(&out.constants(it->second));
+    }
+    std::vector<float> value;
+    if (all && !in.empty() && Evaluate(n, in, value)) {
+      auto* c = out.add_constants();
+      *c->mutable_value() = n.outputs(0);
+      c->set_data(Bytes(value));
+      constant[n.outputs(0).name()] = out.constants_size() - 1;
+      ++folded;
+      continue;
+    }
+    *out.add_nodes() = n;
+  }
+  g = std::move(out);
+  return folded;
+}
+
+}  // namespace neuron::compiler
