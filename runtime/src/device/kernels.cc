@@ -73,6 +73,9 @@ bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
   if (op == "tanh") return apply([](float x) { return std::tanh(x); });
   if (op == "sigmoid") return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   if (op == "gelu") return apply(Gelu);
+  if (op == "gelu_exact") {  // torch.nn.functional.gelu(approximate="none")
+    return apply([](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); });
+  }
   if (op == "scale") return apply([s](float x) { return x * s; });
   if (op == "add_scalar") return apply([s](float x) { return x + s; });
   return false;

@@ -15,7 +15,8 @@
 //   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
 //                         in float32 and rounded once to the output dtype:
 //     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
-//             torch's approximate="tanh"), scale (x * scalar), add_scalar;
+//             torch's approximate="tanh"), gelu_exact (erf), scale
+//             (x * scalar), add_scalar;
 //     binary  add sub mul max min; input 1 may be shorter than `elements`
 //             (it repeats: a bias row broadcast over rows).
 // Each error names the executable, the instruction and what is wrong; a
