@@ -42,6 +42,11 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kDeviceFile, "NEURON_DEVICE_FILE", "",
            "device spec (text protobuf) of the simulated NeuronCore; default: the embedded "
            "NeuronCore-v3", false},
+          {ConfigKey::kCacheDir, "NEURON_CACHE_DIR", "",
+           "directory of the compile cache; default ~/.cache/torchneuron", false},
+          {ConfigKey::kCacheExplain, "NEURON_CACHE_EXPLAIN", "0",
+           "1: a compile cache miss says which key components differ from the nearest entry",
+           false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

@@ -35,6 +35,8 @@ enum class ConfigKey {
   kFaults,               // NEURON_FAULTS
   kCollectiveDebug,      // NEURON_CC_DEBUG
   kDeviceFile,           // NEURON_DEVICE_FILE
+  kCacheDir,             // NEURON_CACHE_DIR
+  kCacheExplain,         // NEURON_CACHE_EXPLAIN
 };
 
 struct ConfigEntry {

@@ -1,0 +1,91 @@
+// The compile cache: executables by key, in memory (LRU) and on disk, so a
+// graph is compiled once per node however many ranks and runs need it.
+//
+// Usage:
+//   CacheKey key = MakeCacheKey(graph, "O2", device);
+//   CompileCache cache(CompileCache::Options::FromEnvironment());
+//   std::shared_ptr<const runtime::proto::Executable> exe =
+//       cache.GetOrCompile(key, [&] { return Lower(graph, device, key.digest).executable;
+//       },
+//                          device);
+//   cache.counters().misses;
+//
+// The key is a SHA-256 over its components: the graph (its canonical text,
+// which carries the input shapes and dtypes), the compiler version, the
+// options and the device spec. Every rank computes the same key for the
+// same graph. On disk (NEURON_CACHE_DIR, default ~/.cache/torchneuron) an
+// entry is <digest>.nexe (the framed executable file, saved atomically)
+// plus <digest>.key (its components, for explanations). A file lock per key
+// makes one process compile while the others wait and then read its
+// result. A corrupt or truncated entry is reported (counters, last_report),
+// recompiled and replaced, never executed. With NEURON_CACHE_EXPLAIN=1 a
+// miss says which components differ from the nearest entry on disk.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "neuron/compiler/graph.pb.h"
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/executable.pb.h"
+
+namespace neuron::compiler {
+
+struct CacheKey {
+  std::string digest;                             // hex SHA-256
+  std::map<std::string, std::string> components;  // name -> hex SHA-256 or value
+};
+
+CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
+                      const runtime::DeviceSpec& device);
+
+class CompileCache {
+ public:
+  struct Options {
+    std::string dir;  // empty: memory only
+    std::size_t memory_entries = 64;
+    bool explain = false;
+    // NEURON_CACHE_DIR (default ~/.cache/torchneuron), NEURON_CACHE_EXPLAIN.
+    static Options FromEnvironment();
+  };
+  struct Counters {
+    std::uint64_t memory_hits = 0;
+    std::uint64_t disk_hits = 0;
+    std::uint64_t misses = 0;  // compiled here
+    std::uint64_t evictions = 0;
+    std::uint64_t corrupt = 0;  // entries found damaged and recompiled
+  };
+
+  explicit CompileCache(Options options);
+
+  // Shared, never copied: executables carry their constants.
+  std::shared_ptr<const runtime::proto::Executable> GetOrCompile(
+      const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
+      const runtime::DeviceSpec& device);
+
+  Counters counters() const;
+  // What the last lookup found wrong or explained ("" when nothing).
+  std::string last_report() const;
+
+ private:
+  using Entry = std::shared_ptr<const runtime::proto::Executable>;
+  Entry Remember(const CacheKey& key, runtime::proto::Executable executable);
+  std::string Explain(const CacheKey& key) const;
+
+  Options options_;
+  mutable std::mutex mutex_;
+  std::list<std::string> lru_;  // most recent first
+  std::unordered_map<std::string, std::pair<Entry, std::list<std::string>::iterator>>
+      memory_;
+  Counters counters_;
+  std::string last_report_;
+};
+
+}  // namespace neuron::compiler

@@ -1,0 +1,229 @@
+#include "neuron/compiler/compile_cache.h"
+
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "neuron/compiler/graph_text.h"
+#include "neuron/compiler/lower.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/device/executable.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::compiler {
+namespace {
+
+std::string Sha256(const std::string& bytes) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : digest) out += std::string{hex[c >> 4], hex[c & 15]};
+  return out;
+}
+
+// Holds an exclusive flock on `path` for its lifetime.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    NEURON_CHECK(fd_ >= 0, "compile cache: cannot open lock file ", path, ": ",
+                 std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        ::close(fd_);
+        throw IoError(
+            StrCat("compile cache: cannot lock ", path, ": ", std::strerror(errno)));
+      }
+    }
+  }
+  ~FileLock() { ::close(fd_); }  // closing releases the lock
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string KeyText(const CacheKey& key) {
+  std::string text;
+  for (const auto& [name, value] : key.components) text += name + "=" + value + "\n";
+  return text;
+}
+
+std::map<std::string, std::string> ParseKeyText(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
+                      const runtime::DeviceSpec& device) {
+  CacheKey key;
+  // The name and source lines are labels, not part of what is compiled.
+  // The structure is hashed as text; constants as their raw bytes (printing
+  // megabytes of weights as text would cost more than a compile).
+  proto::Graph anonymous = graph;
+  anonymous.set_name("g");
+  for (auto& n : *anonymous.mutable_nodes()) n.clear_source();
+  std::string structure;
+  for (auto& c : *anonymous.mutable_constants()) {
+    structure += StrCat(c.value().name(), ":", Sha256(c.data()), ";");
+    c.clear_data();
+  }
+  structure += PrintGraph(anonymous);
+  std::string inputs;
+  for (const auto& v : graph.inputs()) {
+    inputs += v.type().dtype() + "[";
+    for (auto d : v.type().shape()) inputs += std::to_string(d) + ",";
+    inputs += "];";
+  }
+  key.components["graph"] = Sha256(structure);
+  key.components["inputs"] = inputs;
+  key.components["compiler"] = kCompilerVersion;
+  key.components["options"] = options;
+  key.components["device"] = Sha256(device.spec().SerializeAsString());
+  key.digest = Sha256(KeyText(key));
+  return key;
+}
+
+CompileCache::Options CompileCache::Options::FromEnvironment() {
+  Options o;
+  const auto& registry = runtime::ConfigRegistry::Get();
+  if (auto dir = registry.Find(runtime::ConfigKey::kCacheDir)) {
+    o.dir = *dir;
+  } else if (const char* home = std::getenv("HOME")) {
+    o.dir = std::string(home) + "/.cache/torchneuron";
+  }
+  o.explain = registry.Find(runtime::ConfigKey::kCacheExplain).value_or("0") == "1";
+  return o;
+}
+
+CompileCache::CompileCache(Options options) : options_(std::move(options)) {
+  NEURON_CHECK(options_.memory_entries > 0, "compile cache: memory_entries must be > 0");
+  if (!options_.dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options_.dir, error);
+    NEURON_CHECK(!error, "compile cache: cannot create ", options_.dir, ": ",
+                 error.message());
+  }
+}
+
+CompileCache::Entry CompileCache::Remember(const CacheKey& key,
+                                           runtime::proto::Executable executable) {
+  auto it = memory_.find(key.digest);
+  if (it != memory_.end()) {
+    lru_.erase(it->second.second);
+    memory_.erase(it);
+  }
+  lru_.push_front(key.digest);
+  auto entry = std::make_shared<const runtime::proto::Executable>(std::move(executable));
+  memory_[key.digest] = {entry, lru_.begin()};
+  while (memory_.size() > options_.memory_entries) {
+    memory_.erase(lru_.back());
+    lru_.pop_back();
+    ++counters_.evictions;
+  }
+  return entry;
+}
+
+std::string CompileCache::Explain(const CacheKey& key) const {
+  std::string nearest;
+  std::size_t best = 0;
+  std::map<std::string, std::string> best_components;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.dir, error)) {
+    if (entry.path().extension() != ".key") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto components = ParseKeyText(text.str());
+    std::size_t same = 0;
+    for (const auto& [name, value] : key.components) {
+      auto it = components.find(name);
+      same += it != components.end() && it->second == value;
+    }
+    if (nearest.empty() || same > best) {
+      nearest = entry.path().stem().string();
+      best = same;
+      best_components = components;
+    }
+  }
+  if (nearest.empty()) return "compile cache miss: the cache is empty";
+  std::string differ;
+  for (const auto& [name, value] : key.components) {
+    auto it = best_components.find(name);
+    if (it == best_components.end() || it->second != value)
+      differ += (differ.empty() ? "" : ", ") + name;
+  }
+  return StrCat("compile cache miss: the nearest entry (", nearest.substr(0, 12),
+                ") differs in: ", differ);
+}
+
+std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
+    const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
+    const runtime::DeviceSpec& device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_report_.clear();
+  if (auto it = memory_.find(key.digest); it != memory_.end()) {
+    ++counters_.memory_hits;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return it->second.first;
+  }
+  if (options_.dir.empty()) {
+    ++counters_.misses;
+    return Remember(key, compile());
+  }
+  const std::string base = options_.dir + "/" + key.digest;
+  FileLock file_lock(base + ".lock");  // one compile per key across processes
+  if (std::filesystem::exists(base + ".nexe")) {
+    try {
+      runtime::proto::Executable executable =
+          runtime::LoadExecutable(base + ".nexe", device);
+      ++counters_.disk_hits;
+      return Remember(key, std::move(executable));
+    } catch (const Error& e) {
+      ++counters_.corrupt;
+      last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
+    }
+  } else if (options_.explain) {
+    last_report_ = Explain(key);
+  }
+  ++counters_.misses;
+  runtime::proto::Executable executable = compile();
+  runtime::SaveExecutable(executable, base + ".nexe");
+  {
+    std::ofstream out(base + ".key.tmp", std::ios::trunc);
+    out << KeyText(key);
+  }
+  std::filesystem::rename(base + ".key.tmp", base + ".key");
+  return Remember(key, std::move(executable));
+}
+
+CompileCache::Counters CompileCache::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+std::string CompileCache::last_report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_report_;
+}
+
+}  // namespace neuron::compiler

@@ -1,0 +1,135 @@
+// The compile cache: memory LRU, disk entries shared by processes (one
+// compile per key), damaged entries recompiled, explanations of misses.
+#include "neuron/compiler/compile_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "neuron/compiler/graph_text.h"
+#include "neuron/compiler/lower.h"
+
+namespace neuron::compiler {
+namespace {
+
+using runtime::DeviceSpec;
+
+proto::Graph Graph(int n, const std::string& name = "g") {
+  return ParseGraph("graph " + name + "(%x: f32[" + std::to_string(n) +
+                    "]) {\n  %0: f32[" + std::to_string(n) +
+                    "] = aten.relu(%x)\n  return %0\n}\n");
+}
+
+class CompileCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "compile_cache_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  CompileCache::Options Disk(bool explain = false) {
+    CompileCache::Options o;
+    o.dir = dir_;
+    o.explain = explain;
+    return o;
+  }
+  std::function<runtime::proto::Executable()> Compiler(const proto::Graph& g) {
+    return [this, g] {
+      ++compiles_;
+      return Lower(g, device_).executable;
+    };
+  }
+  std::string dir_;
+  DeviceSpec device_ = DeviceSpec::Default();
+  std::atomic<int> compiles_{0};
+};
+
+TEST_F(CompileCacheTest, KeysIgnoreNamesAndSourcesButNotShapesOrOptions) {
+  const CacheKey a = MakeCacheKey(Graph(4, "a"), "O2", device_);
+  proto::Graph b_graph = Graph(4, "b");
+  b_graph.mutable_nodes(0)->set_source("train.py:7");
+  EXPECT_EQ(MakeCacheKey(b_graph, "O2", device_).digest, a.digest);
+  EXPECT_NE(MakeCacheKey(Graph(8), "O2", device_).digest, a.digest);
+  EXPECT_NE(MakeCacheKey(Graph(4), "O1", device_).digest, a.digest);
+  EXPECT_EQ(a.digest.size(), 64u);
+}
+
+TEST_F(CompileCacheTest, MemoryHitsAndLeastRecentlyUsedEviction) {
+  CompileCache::Options o;
+  o.memory_entries = 1;
+  CompileCache cache(o);
+  const CacheKey k4 = MakeCacheKey(Graph(4), "", device_),
+                 k8 = MakeCacheKey(Graph(8), "", device_);
+  cache.GetOrCompile(k4, Compiler(Graph(4)), device_);
+  cache.GetOrCompile(k4, Compiler(Graph(4)), device_);
+  cache.GetOrCompile(k8, Compiler(Graph(8)), device_);  // evicts k4
+  cache.GetOrCompile(k4, Compiler(Graph(4)), device_);
+  const auto c = cache.counters();
+  EXPECT_EQ(c.misses, 3u);
+  EXPECT_EQ(c.memory_hits, 1u);
+  EXPECT_EQ(c.evictions, 2u);
+  EXPECT_EQ(compiles_, 3);
+}
+
+TEST_F(CompileCacheTest, DiskEntriesServeOtherInstancesAndDamageIsRecompiled) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  const auto first = CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_);
+  CompileCache second(Disk());
+  EXPECT_EQ(second.GetOrCompile(key, Compiler(Graph(4)), device_)->SerializeAsString(),
+            first->SerializeAsString());
+  EXPECT_EQ(second.counters().disk_hits, 1u);
+  EXPECT_EQ(compiles_, 1);
+  // Damage the entry: detected, reported, recompiled, replaced.
+  const std::string path = dir_ + "/" + key.digest + ".nexe";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);
+  CompileCache third(Disk());
+  EXPECT_EQ(third.GetOrCompile(key, Compiler(Graph(4)), device_)->SerializeAsString(),
+            first->SerializeAsString());
+  EXPECT_EQ(third.counters().corrupt, 1u);
+  EXPECT_NE(third.last_report().find("damaged entry recompiled"), std::string::npos);
+  EXPECT_NE(third.last_report().find("truncated"), std::string::npos)
+      << third.last_report();
+  EXPECT_EQ(compiles_, 2);
+  CompileCache fourth(Disk());
+  fourth.GetOrCompile(key, Compiler(Graph(4)), device_);
+  EXPECT_EQ(fourth.counters().disk_hits, 1u);
+}
+
+TEST_F(CompileCacheTest, AMissExplainsWhichComponentDiffers) {
+  CompileCache(Disk()).GetOrCompile(MakeCacheKey(Graph(4), "O2", device_),
+                                    Compiler(Graph(4)), device_);
+  CompileCache cache(Disk(/*explain=*/true));
+  cache.GetOrCompile(MakeCacheKey(Graph(4), "O1", device_), Compiler(Graph(4)), device_);
+  EXPECT_NE(cache.last_report().find("differs in: options"), std::string::npos)
+      << cache.last_report();
+  cache.GetOrCompile(MakeCacheKey(Graph(6), "O2", device_), Compiler(Graph(6)), device_);
+  EXPECT_NE(cache.last_report().find("differs in: graph, inputs"), std::string::npos)
+      << cache.last_report();
+}
+
+TEST_F(CompileCacheTest, ConcurrentCallersCompileOnce) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      CompileCache cache(Disk());  // as separate processes would
+      cache.GetOrCompile(
+          key,
+          [&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            return Compiler(Graph(4))();
+          },
+          device_);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(compiles_, 1);
+}
+
+}  // namespace
+}  // namespace neuron::compiler
