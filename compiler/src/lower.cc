@@ -137,13 +137,26 @@ class Lowering {
       return it == n.attrs().end() ? nullptr : &it->second;
     };
     const std::string& op = n.op();
-    if (op == "aten.mm") {
-      NEURON_CHECK(in.size() == 2, where, ": takes two inputs");
-      const auto& a = slots_.at(in[0]).value.type();
-      const auto& b = slots_.at(in[1]).value.type();
+    if (op == "aten.mm" || op == "aten.addmm") {
+      // addmm(bias, a, b) = a x b + bias: the matmul, then a vector add.
+      const bool addmm = op == "aten.addmm";
+      NEURON_CHECK(in.size() == (addmm ? 3u : 2u), where, ": takes ", addmm ? 3 : 2,
+                   " inputs");
+      if (addmm) {
+        for (const char* key : {"alpha", "beta"}) {
+          if (const auto* a = attr(key)) {
+            const double v = a->value_case() == proto::Attribute::kF ? a->f() : a->i();
+            NEURON_CHECK(v == 1.0, where, ": ", key, " ", v,
+                         " is not supported (only 1)");
+          }
+        }
+      }
+      const std::string lhs = in[addmm ? 1 : 0], rhs = in[addmm ? 2 : 1];
+      const auto& a = slots_.at(lhs).value.type();
+      const auto& b = slots_.at(rhs).value.type();
       NEURON_CHECK(a.shape_size() == 2 && b.shape_size() == 2 && a.shape(1) == b.shape(0),
                    where, ": needs [M,K] x [K,N] operands");
-      const bool direct = out.type().dtype() == "f32";
+      const bool direct = out.type().dtype() == "f32" && !addmm;
       proto::Value acc = out;
       acc.mutable_type()->set_dtype("f32");
       const std::string target = direct ? out.name() : out.name() + ".psum";
@@ -155,12 +168,19 @@ class Lowering {
       s.instruction.set_k(a.shape(1));
       s.instruction.set_n(b.shape(1));
       s.instruction.set_source(source);
-      s.reads = in;
+      s.reads = {lhs, rhs};
       s.writes = {target};
       steps_.push_back(std::move(s));
       if (!direct) {
         AddSlot(out.name(), out, rp::SBUF, where);
-        Elementwise(rp::VECTOR, "copy", {target}, out.name(), source);
+        if (addmm) {
+          const std::int64_t nb = Elements(slots_.at(in[0]).value.type());
+          NEURON_CHECK(nb > 0 && Elements(out.type()) % nb == 0, where,
+                       ": the bias must be [N] or [M,N]");
+          Elementwise(rp::VECTOR, "add", {target, in[0]}, out.name(), source);
+        } else {
+          Elementwise(rp::VECTOR, "copy", {target}, out.name(), source);
+        }
       }
       return;
     }
@@ -174,6 +194,50 @@ class Lowering {
         {"aten.exp", {rp::SCALAR, "exp"}},         {"aten.tanh", {rp::SCALAR, "tanh"}},
         {"aten.sigmoid", {rp::SCALAR, "sigmoid"}}, {"aten.gelu", {rp::SCALAR, "gelu"}}};
     AddSlot(out.name(), out, rp::SBUF, where);
+    static const std::set<std::string> kCopies = {"aten.view",    "aten._unsafe_view",
+                                                  "aten.reshape", "aten.detach",
+                                                  "aten.clone",   "aten.alias"};
+    if (kCopies.count(op)) {  // the same elements in row-major order
+      NEURON_CHECK(
+          !in.empty() && Elements(slots_.at(in[0]).value.type()) == Elements(out.type()),
+          where, ": changes the number of elements");
+      Elementwise(rp::VECTOR, "copy", {in[0]}, out.name(), source);
+      return;
+    }
+    if (op == "aten.t" || op == "aten.sum.dim_IntList") {
+      NEURON_CHECK(in.size() == 1, where, ": takes one input");
+      const auto& t = slots_.at(in[0]).value.type();
+      NEURON_CHECK(t.shape_size() == 2, where, ": supported for 2-D tensors only");
+      if (op == "aten.sum.dim_IntList") {
+        const auto* dim = attr("dim");
+        const bool rows = dim != nullptr && dim->ints().values_size() == 1 &&
+                          (dim->ints().values(0) == 0 || dim->ints().values(0) == -2);
+        NEURON_CHECK(rows, where, ": supported over dim [0] only");
+        NEURON_CHECK(Elements(out.type()) == t.shape(1), where, ": the sum of a [",
+                     t.shape(0), ", ", t.shape(1), "] tensor over dim 0 has ", t.shape(1),
+                     " elements, the graph says ", Elements(out.type()));
+      } else {
+        NEURON_CHECK(out.type().shape_size() == 2 && out.type().shape(0) == t.shape(1) &&
+                         out.type().shape(1) == t.shape(0),
+                     where, ": the transpose of a [", t.shape(0), ", ", t.shape(1),
+                     "] tensor is [", t.shape(1), ", ", t.shape(0), "]");
+      }
+      Elementwise(rp::VECTOR, op == "aten.t" ? "transpose" : "sum_rows", {in[0]},
+                  out.name(), source);
+      steps_.back().instruction.set_m(t.shape(0));
+      steps_.back().instruction.set_n(t.shape(1));
+      return;
+    }
+    if (op == "aten.threshold_backward") {  // (grad, input, threshold)
+      NEURON_CHECK(in.size() == 2, where, ": takes two tensor inputs");
+      const auto* threshold = attr("threshold");
+      Elementwise(rp::VECTOR, "threshold_backward", in, out.name(), source);
+      steps_.back().instruction.set_scalar(
+          threshold == nullptr                              ? 0.0
+          : threshold->value_case() == proto::Attribute::kF ? threshold->f()
+                                                            : threshold->i());
+      return;
+    }
     if (auto b = kBinary.find(op); b != kBinary.end()) {
       NEURON_CHECK(in.size() == 2, where, ": takes two inputs");
       if (const auto* alpha = attr("alpha")) {

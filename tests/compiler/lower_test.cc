@@ -160,3 +160,54 @@ TEST(MemoryPlan, GreedyBySizeReusesDeadValues) {
 
 }  // namespace
 }  // namespace neuron::compiler
+
+namespace neuron::compiler {
+namespace {
+
+// The forward graph functorch's aot_module captures for Linear-ReLU-Linear
+// (t, addmm, relu; an input returned as is) lowers and runs bitwise like
+// the reference.
+TEST(Lower, AnAotStyleForwardGraphRuns) {
+  const proto::Graph g = ParseGraph(
+      R"(graph fw(%p1: f32[16,8], %p2: f32[16], %p3: f32[4,16], %p4: f32[4], %p5: f32[4,8]) {
+    %t: f32[8,16] = aten.t(%p1)
+    %addmm: f32[4,16] = aten.addmm(%p2, %p5, %t)
+    %relu: f32[4,16] = aten.relu(%addmm)
+    %t_1: f32[16,4] = aten.t(%p3)
+    %addmm_1: f32[4,4] = aten.addmm(%p4, %relu, %t_1)
+    %s: f32[16] = aten.sum.dim_IntList(%relu) {dim = [0], keepdim = 0}
+    return %addmm_1, %p5, %t_1, %relu, %s
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  const auto w1 = Values(16 * 8, 0.3f, 0.1f), b1 = Values(16, 0.2f, 0.3f),
+             w2 = Values(4 * 16, 0.3f, 0.7f), b2 = Values(4, 0.2f, 0.9f),
+             x = Values(4 * 8, 1, 0);
+  using runtime::proto::F32;
+  const auto r = runtime::Executor(device).Run(
+      Lower(g, device).executable, {{"p1", HostTensor::FromFloats(F32, {16, 8}, w1)},
+                                    {"p2", HostTensor::FromFloats(F32, {16}, b1)},
+                                    {"p3", HostTensor::FromFloats(F32, {4, 16}, w2)},
+                                    {"p4", HostTensor::FromFloats(F32, {4}, b2)},
+                                    {"p5", HostTensor::FromFloats(F32, {4, 8}, x)}});
+  auto transpose = [](const std::vector<float>& a, int rows, int cols) {
+    std::vector<float> t(a.size());
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) t[j * rows + i] = a[i * cols + j];
+    return t;
+  };
+  auto h = MatMul(x, transpose(w1, 16, 8), 4, 8, 16);
+  for (int i = 0; i < 4 * 16; ++i) h[i] = std::max(h[i] + b1[i % 16], 0.0f);
+  auto y = MatMul(h, transpose(w2, 4, 16), 4, 16, 4);
+  for (int i = 0; i < 16; ++i) y[i] += b2[i % 4];
+  std::vector<float> s(16, 0.0f);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 16; ++j) s[j] += h[i * 16 + j];
+  EXPECT_EQ(r.outputs.at("addmm_1").ToFloats(), y);
+  EXPECT_EQ(r.outputs.at("p5").ToFloats(), x);
+  EXPECT_EQ(r.outputs.at("t_1").ToFloats(), transpose(w2, 4, 16));
+  EXPECT_EQ(r.outputs.at("relu").ToFloats(), h);
+  EXPECT_EQ(r.outputs.at("s").ToFloats(), s);
+}
+
+}  // namespace
+}  // namespace neuron::compiler

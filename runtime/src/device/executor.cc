@@ -89,12 +89,26 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
     NEURON_CHECK(kernels::IsFloat(p->buffer->dtype()), what, ": buffer ",
                  p->buffer->name(), " is ", proto::ElementType_Name(p->buffer->dtype()),
                  "; the engines compute F32, BF16 or F16");
-    NEURON_CHECK(p->elements() >= n, what, ": buffer ", p->buffer->name(), " has ",
-                 p->elements(), " elements, the op ", n);
   }
-  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
+  NEURON_CHECK(out[0].elements() >= n, what, ": buffer ", out[0].buffer->name(), " has ",
+               out[0].elements(), " elements, the op ", n);
   std::vector<float> result(n);
   bool known;
+  if (i.op() == "transpose" || i.op() == "sum_rows") {  // over an [m, n] input
+    const std::size_t rows = static_cast<std::size_t>(i.m()),
+                      cols = static_cast<std::size_t>(i.n());
+    NEURON_CHECK(in.size() == 1 && in[0].elements() >= rows * cols &&
+                     n == (i.op() == "transpose" ? rows * cols : cols),
+                 what, ": ", i.op(), " of [", rows, ", ", cols, "] reads ",
+                 in[0].elements(), " and writes ", n, " elements");
+    const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
+    kernels::Shaped(i.op(), a, i.m(), i.n(), result);
+    kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+    return;
+  }
+  NEURON_CHECK(in[0].elements() >= n, what, ": buffer ", in[0].buffer->name(), " has ",
+               in[0].elements(), " elements, the op ", n);
+  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
   if (in.size() == 1) {
     known = kernels::Unary(i.op(), a, i.scalar(), result);
   } else {
@@ -103,8 +117,9 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                  ": the second input (", in[1].elements(), " ",
                  proto::ElementType_Name(in[1].buffer->dtype()),
                  " elements) must be a float buffer whose length divides ", n);
-    known = kernels::Binary(
-        i.op(), a, kernels::ToFloat(in[1].data, in[1].buffer->dtype(), nb), result);
+    known = kernels::Binary(i.op(), a,
+                            kernels::ToFloat(in[1].data, in[1].buffer->dtype(), nb),
+                            i.scalar(), result);
   }
   NEURON_CHECK(known, what, ": unknown ", in.size() == 1 ? "unary" : "binary", " op '",
                i.op(), "'");

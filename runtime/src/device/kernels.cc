@@ -74,7 +74,8 @@ bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
   if (op == "sigmoid") return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   if (op == "gelu") return apply(Gelu);
   if (op == "gelu_exact") {  // torch.nn.functional.gelu(approximate="none")
-    return apply([](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); });
+    return apply(
+        [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); });
   }
   if (op == "scale") return apply([s](float x) { return x * s; });
   if (op == "add_scalar") return apply([s](float x) { return x + s; });
@@ -82,7 +83,7 @@ bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
 }
 
 bool Binary(const std::string& op, const std::vector<float>& a,
-            const std::vector<float>& b, std::vector<float>& out) {
+            const std::vector<float>& b, double scalar, std::vector<float>& out) {
   const std::size_t nb = b.size();
   auto apply = [&](auto f) {
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i], b[i % nb]);
@@ -93,6 +94,28 @@ bool Binary(const std::string& op, const std::vector<float>& a,
   if (op == "mul") return apply([](float x, float y) { return x * y; });
   if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
   if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
+  if (op == "threshold_backward") {  // a: the gradient, b: the forward input
+    const float t = static_cast<float>(scalar);
+    return apply([t](float g, float x) { return x > t ? g : 0.0f; });
+  }
+  return false;
+}
+
+bool Shaped(const std::string& op, const std::vector<float>& a, std::int64_t rows,
+            std::int64_t cols, std::vector<float>& out) {
+  if (op == "transpose") {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = a[r * cols + c];
+    }
+    return true;
+  }
+  if (op == "sum_rows") {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) out[c] += a[r * cols + c];
+    }
+    return true;
+  }
   return false;
 }
 

@@ -27,6 +27,10 @@ void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64
 bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
            std::vector<float>& out);
 bool Binary(const std::string& op, const std::vector<float>& a,
-            const std::vector<float>& b, std::vector<float>& out);
+            const std::vector<float>& b, double scalar, std::vector<float>& out);
+// Ops over a [rows, cols] row-major input: "transpose" (out [cols, rows])
+// and "sum_rows" (out [cols], the sum over rows in row order).
+bool Shaped(const std::string& op, const std::vector<float>& a, std::int64_t rows,
+            std::int64_t cols, std::vector<float>& out);
 
 }  // namespace neuron::runtime::kernels

@@ -17,8 +17,11 @@
 //     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
 //             torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar;
-//     binary  add sub mul max min; input 1 may be shorter than `elements`
-//             (it repeats: a bias row broadcast over rows).
+//     binary  add sub mul max min, threshold_backward (input 0 where
+//             input 1 > scalar, else 0); input 1 may be shorter than
+//             `elements` (it repeats: a bias row broadcast over rows);
+//     shaped  over an [m, n] input: transpose (writes [n, m]) and sum_rows
+//             (writes [n]: the sum over the rows, in row order).
 // Each error names the executable, the instruction and what is wrong; a
 // failed run leaves no outputs.
 #pragma once
