@@ -1,10 +1,14 @@
 // torchneuron._C: the "neuron" process group and the project's errors, for
 // Python. Thin: every behaviour lives in neuron::c10d and below.
 #include <pybind11/chrono.h>
+
+#include <cstring>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "neuron/c10d/process_group_neuron.h"
+#include "neuron/compiler/compiled_graph.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 
 namespace py = pybind11;
@@ -73,6 +77,55 @@ py::dict ToDict(const neuron::collectives::CommunicatorTotals& t) {
   d["modelled_us"] = t.modelled_us;
   d["waited_us"] = t.waited_us;
   return d;
+}
+
+namespace rp = neuron::runtime::proto;
+
+rp::ElementType ElementTypeOf(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return rp::F32;
+    case at::kBFloat16: return rp::BF16;
+    case at::kHalf: return rp::F16;
+    case at::kLong: return rp::I64;
+    case at::kInt: return rp::I32;
+    case at::kChar: return rp::I8;
+    case at::kByte: return rp::U8;
+    case at::kBool: return rp::BOOL;
+    default:
+      throw neuron::InvalidUsage(neuron::StrCat("compiled graph: dtype ", c10::toString(type),
+                                                " is not supported on the device"));
+  }
+}
+
+at::ScalarType ScalarTypeOf(rp::ElementType type) {
+  switch (type) {
+    case rp::F32: return at::kFloat;
+    case rp::BF16: return at::kBFloat16;
+    case rp::F16: return at::kHalf;
+    case rp::I64: return at::kLong;
+    case rp::I32: return at::kInt;
+    case rp::I8: return at::kChar;
+    case rp::U8: return at::kByte;
+    default: return at::kBool;
+  }
+}
+
+neuron::runtime::HostTensor ToHost(const at::Tensor& t) {
+  NEURON_CHECK(t.device().is_cpu() && t.layout() == at::kStrided,
+               "compiled graph: inputs must be dense CPU tensors, got one on ", t.device().str());
+  const at::Tensor c = t.contiguous();
+  neuron::runtime::HostTensor h;
+  h.dtype = ElementTypeOf(c.scalar_type());
+  h.shape.assign(c.sizes().begin(), c.sizes().end());
+  const auto* bytes = static_cast<const std::uint8_t*>(c.data_ptr());
+  h.data.assign(bytes, bytes + c.numel() * c.element_size());
+  return h;
+}
+
+at::Tensor FromHost(const neuron::runtime::HostTensor& h) {
+  at::Tensor t = at::empty(h.shape, at::TensorOptions().dtype(ScalarTypeOf(h.dtype)));
+  std::memcpy(t.data_ptr(), h.data.data(), h.data.size());
+  return t;
 }
 
 // neuron errors become Python exceptions deriving from RuntimeError:
@@ -154,4 +207,58 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("transport", &ProcessGroupNeuron::TransportName,
                              "'shm' or 'tcp'.")
       .def_property_readonly("group_name", &ProcessGroupNeuron::group_name);
+
+  using neuron::compiler::CompiledGraph;
+  py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(
+      m, "_CompiledGraph", "A graph compiled for the simulated NeuronCore.")
+      .def(
+          "run",
+          [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
+            std::vector<neuron::runtime::HostTensor> host;
+            for (const auto& t : inputs) host.push_back(ToHost(t));
+            std::vector<neuron::runtime::HostTensor> out;
+            {
+              py::gil_scoped_release release;
+              out = g.Run(host);
+            }
+            std::vector<at::Tensor> result;
+            for (const auto& h : out) result.push_back(FromHost(h));
+            return result;
+          },
+          py::arg("inputs"), "Runs the graph: real results, and the modelled time in info().")
+      .def("info", [](const CompiledGraph& g) {
+        const auto i = g.info();
+        py::dict d;
+        d["name"] = i.name;
+        d["graph_id"] = i.cache_key;
+        d["nodes_before"] = i.nodes_before;
+        d["nodes_after"] = i.nodes_after;
+        d["sbuf_bytes"] = i.sbuf_bytes;
+        d["sbuf_lower_bound"] = i.sbuf_lower_bound;
+        d["modelled_us"] = i.modelled_us;
+        d["mfu"] = i.mfu;
+        d["runs"] = i.runs;
+        return d;
+      });
+  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"), py::arg("options") = "",
+        py::call_guard<py::gil_scoped_release>(),
+        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+  m.def(
+      "_fallback_allowed",
+      [] {
+        return neuron::runtime::ConfigRegistry::Get()
+                   .Find(neuron::runtime::ConfigKey::kFallback)
+                   .value_or("1") != "0";
+      },
+      "NEURON_FALLBACK, read through the configuration registry.");
+  m.def("_cache_counters", [] {
+    const auto c = CompiledGraph::Cache().counters();
+    py::dict d;
+    d["memory_hits"] = c.memory_hits;
+    d["disk_hits"] = c.disk_hits;
+    d["misses"] = c.misses;
+    d["evictions"] = c.evictions;
+    d["corrupt"] = c.corrupt;
+    return d;
+  });
 }

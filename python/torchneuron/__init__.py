@@ -12,6 +12,9 @@ Ranks started by neuronrun import it without installing anything: neuronrun
 puts the build tree's package (build/python) on their PYTHONPATH. To install
 it for other launchers, run ``cmake --install build`` (see docs/python.md).
 
+``torchneuron.compile(model)`` runs a model's forward and backward as
+compiled graphs on the simulated NeuronCore (see torchneuron.compiler).
+
 Errors raised by the backend derive from RuntimeError: NeuronError and its
 subclasses InvalidUsageError (bad arguments), CollectiveTimeoutError (a wait
 ran out of time) and PeerError (a peer failed or vanished). Their messages
@@ -28,7 +31,8 @@ from ._C import (
     PeerError,
     ProcessGroupNeuron,
 )
-from . import fabric
+from . import compiler, fabric
+from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
 
 __version__ = "0.1.0"
@@ -40,6 +44,8 @@ __all__ = [
     "NeuronError",
     "PeerError",
     "ProcessGroupNeuron",
+    "compile",
+    "compiler",
     "detect_environment",
     "fabric",
     "init",

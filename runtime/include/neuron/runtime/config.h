@@ -37,6 +37,7 @@ enum class ConfigKey {
   kDeviceFile,           // NEURON_DEVICE_FILE
   kCacheDir,             // NEURON_CACHE_DIR
   kCacheExplain,         // NEURON_CACHE_EXPLAIN
+  kFallback,             // NEURON_FALLBACK
 };
 
 struct ConfigEntry {

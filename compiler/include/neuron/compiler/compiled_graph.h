@@ -1,0 +1,54 @@
+// A graph compiled for the simulated NeuronCore and ready to run: the
+// pipeline from IR text to executable (verify, constant folding, CSE, DCE,
+// lowering, through the process's compile cache) and the executor.
+//
+// Usage:
+//   auto g = CompiledGraph::Compile(ir_text, /*options=*/"");
+//   std::vector<runtime::HostTensor> out = g->Run(inputs);   // graph input order
+//   g->info().modelled_us;  g->info().cache_key;
+//
+// Errors (unsupported ops, dtypes, sizes) are InvalidUsage naming the node.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "neuron/compiler/compile_cache.h"
+#include "neuron/runtime/device/executor.h"
+
+namespace neuron::compiler {
+
+struct CompiledGraphInfo {
+  std::string name;
+  std::string cache_key;
+  int nodes_before = 0;          // as captured
+  int nodes_after = 0;           // after the passes
+  std::uint64_t sbuf_bytes = 0;  // the plan's SBUF extent
+  std::uint64_t sbuf_lower_bound = 0;  // 0 when the plan came from the cache
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  double modelled_us = 0;  // of the last run
+  double mfu = 0;          // of the last run
+  std::uint64_t runs = 0;
+};
+
+class CompiledGraph {
+ public:
+  static std::shared_ptr<CompiledGraph> Compile(const std::string& ir_text,
+                                                const std::string& options);
+  // Inputs in the graph's input order; outputs in its output order.
+  std::vector<runtime::HostTensor> Run(const std::vector<runtime::HostTensor>& inputs);
+  CompiledGraphInfo info() const;
+  // The process's compile cache (NEURON_CACHE_DIR, NEURON_CACHE_EXPLAIN).
+  static CompileCache& Cache();
+
+ private:
+  CompiledGraph() = default;
+  std::shared_ptr<const runtime::proto::Executable> executable_;
+  CompiledGraphInfo info_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace neuron::compiler

@@ -1,0 +1,80 @@
+#include "neuron/compiler/compiled_graph.h"
+
+#include "neuron/compiler/graph_text.h"
+#include "neuron/compiler/lower.h"
+#include "neuron/compiler/passes.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::compiler {
+namespace {
+
+const runtime::DeviceSpec& Device() {
+  static const runtime::DeviceSpec device = runtime::DeviceSpec::FromEnvironment();
+  return device;
+}
+
+}  // namespace
+
+CompileCache& CompiledGraph::Cache() {
+  static CompileCache cache(CompileCache::Options::FromEnvironment());
+  return cache;
+}
+
+std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text,
+                                                      const std::string& options) {
+  proto::Graph graph = ParseGraph(ir_text);
+  VerifyGraph(graph);
+  std::shared_ptr<CompiledGraph> compiled(new CompiledGraph());
+  CompiledGraphInfo& info = compiled->info_;
+  info.name = graph.name();
+  info.nodes_before = graph.nodes_size();
+  FoldConstants(graph);
+  EliminateCommonSubexpressions(graph);
+  EliminateDeadCode(graph);
+  VerifyGraph(graph);
+  info.nodes_after = graph.nodes_size();
+  for (const auto& v : graph.inputs()) info.inputs.push_back(v.name());
+  info.outputs.assign(graph.outputs().begin(), graph.outputs().end());
+  const CacheKey key = MakeCacheKey(graph, options, Device());
+  info.cache_key = key.digest;
+  compiled->executable_ = Cache().GetOrCompile(
+      key,
+      [&] {
+        Lowered lowered = Lower(graph, Device(), key.digest);
+        info.sbuf_lower_bound = lowered.sbuf.lower_bound_bytes;
+        return std::move(lowered.executable);
+      },
+      Device());
+  // The plan's SBUF extent, aligned as the planner aligns.
+  for (const auto& b : compiled->executable_->buffers()) {
+    if (b.space() == runtime::proto::SBUF) {
+      info.sbuf_bytes =
+          std::max<std::uint64_t>(info.sbuf_bytes, (b.offset() + b.bytes() + 63) / 64 * 64);
+    }
+  }
+  return compiled;
+}
+
+std::vector<runtime::HostTensor> CompiledGraph::Run(
+    const std::vector<runtime::HostTensor>& inputs) {
+  NEURON_CHECK(inputs.size() == info_.inputs.size(), "compiled graph ", info_.name, ": ",
+               inputs.size(), " inputs given, it takes ", info_.inputs.size());
+  std::map<std::string, runtime::HostTensor> bound;
+  for (std::size_t i = 0; i < inputs.size(); ++i) bound[info_.inputs[i]] = inputs[i];
+  runtime::Executor executor(Device());
+  runtime::ExecutionResult result = executor.Run(*executable_, bound);
+  std::vector<runtime::HostTensor> out;
+  for (const auto& name : info_.outputs) out.push_back(result.outputs.at(name));
+  std::lock_guard<std::mutex> lock(mutex_);
+  info_.modelled_us = result.timing.total.count();
+  info_.mfu = result.timing.mfu;
+  ++info_.runs;
+  return out;
+}
+
+CompiledGraphInfo CompiledGraph::info() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return info_;
+}
+
+}  // namespace neuron::compiler

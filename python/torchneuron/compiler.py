@@ -1,0 +1,253 @@
+"""torchneuron.compile: run a model's forward and backward as compiled graphs
+on the simulated NeuronCore.
+
+    model = torchneuron.compile(torch.nn.Sequential(...))
+    loss = model(x).sum(); loss.backward()        # trains: both passes compiled
+    torchneuron.compiler.metrics()                # per graph: id, nodes, memory, time
+
+functorch's aot_module (aot_function for plain functions) captures the
+forward and backward as separate aten-level FX graphs; each is translated to
+the compiler's IR and compiled through the compile cache (NEURON_CACHE_DIR)
+into an executable the runtime runs: real results on the CPU, and the time
+the plan would take on a NeuronCore (metrics()).
+
+A graph with an operator the device does not support yet runs on the CPU
+instead (the whole graph, as eager PyTorch): this is reported per graph in
+metrics() (the ops, their counts, the time, the bytes copied) and warned
+about once, never silently. ``fullgraph=True`` makes it an error naming the
+op and the source line; so does NEURON_FALLBACK=0 for every graph.
+"""
+
+import inspect
+import re
+import threading
+import time
+import warnings
+
+import torch
+
+from . import _C
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
+           torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.int8: "i8",
+           torch.uint8: "u8", torch.bool: "bool"}
+
+_metrics = []
+_lock = threading.Lock()
+_counter = [0]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _op_name(target):
+    packet = target._overloadpacket.__name__
+    overload = target._overloadname
+    return f"aten.{packet}" if overload == "default" else f"aten.{packet}.{overload}"
+
+
+def _type(meta, what):
+    if not hasattr(meta, "shape") or not hasattr(meta, "dtype"):
+        raise _Unsupported(f"{what} is not a single tensor")
+    if meta.dtype not in _DTYPES:
+        raise _Unsupported(f"{what} has dtype {meta.dtype}")
+    return f"{_DTYPES[meta.dtype]}[{','.join(str(int(d)) for d in meta.shape)}]"
+
+
+def _attribute(value):
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    raise _Unsupported(f"attribute {value!r}")
+
+
+def _source(node, fallback=""):
+    """The user's source line of `node`: the FX stack trace's last frame, or
+    (1.13's aot_autograd often records none) `fallback`, the compiled
+    forward's definition."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    return lines[-1] if lines else fallback
+
+
+def _definition(model):
+    """'file:line in name' of the forward (or function) being compiled."""
+    fn = type(model).forward if isinstance(model, torch.nn.Module) else model
+    try:
+        fn = inspect.unwrap(fn)
+        return (f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]} in "
+                f"{getattr(fn, '__qualname__', fn.__name__)}")
+    except (TypeError, OSError):
+        return ""
+
+
+def to_ir(gm, name, where=""):
+    """Translates an FX graph of aten ops into the compiler's IR text.
+
+    Returns (text, inputs, outputs, unsupported). The IR is canonical: its
+    inputs and returned values are sorted by name, because functorch's
+    partitioner orders saved activations by Python's (per-process) hashing,
+    and the compile cache key must be the same in every process and rank.
+    `inputs` lists the FX placeholders' positions in IR input order;
+    `outputs` maps the FX output list to IR value names (None where the
+    graph returns None); `unsupported` lists (op, source) of nodes the IR
+    cannot express (then text is None)."""
+    inputs, lines, unsupported, names = [], [], [], {}
+    outputs = None
+    for node in gm.graph.nodes:
+        meta = node.meta.get("tensor_meta")
+        if node.op == "placeholder":
+            try:
+                inputs.append((node.name, f"%{node.name}: {_type(meta, node.name)}"))
+            except _Unsupported as e:
+                unsupported.append((f"input {node.name}", str(e)))
+            names[node] = node.name
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            op = _op_name(node.target)
+            try:
+                schema = node.target._schema.arguments
+                tensors, attrs = [], []
+                for i, arg in enumerate(node.args):
+                    if isinstance(arg, torch.fx.Node):
+                        tensors.append("%" + names[arg])
+                    elif arg is not None:
+                        attrs.append(f"{schema[i].name} = {_attribute(arg)}")
+                for key, arg in node.kwargs.items():
+                    if isinstance(arg, torch.fx.Node):
+                        tensors.append("%" + names[arg])
+                    elif arg is not None:
+                        attrs.append(f"{key} = {_attribute(arg)}")
+                out = f"%{node.name}: {_type(meta, node.name)}"
+                attr_text = " {" + ", ".join(attrs) + "}" if attrs else ""
+                lines.append(f"  {out} = {op}({', '.join(tensors)}){attr_text}"
+                             f"  # {_source(node, where)}")
+                names[node] = node.name
+            except (_Unsupported, KeyError):
+                unsupported.append((op, _source(node, where)))
+        elif node.op == "output":
+            outputs = [names.get(a) if isinstance(a, torch.fx.Node) else None
+                       for a in node.args[0]]
+        else:
+            unsupported.append((str(node.target), _source(node, where)))
+    if unsupported:
+        return None, None, outputs, unsupported
+    order = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
+    returned = sorted({o for o in outputs if o is not None})
+    text = (f"graph {name}({', '.join(inputs[i][1] for i in order)}) {{\n" +
+            "\n".join(lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
+    return text, order, outputs, []
+
+
+def _record(entry):
+    with _lock:
+        _metrics.append(entry)
+
+
+def _fallback(gm, name, ops, fullgraph, reason):
+    listed = ", ".join(f"{op}" + (f" ({src})" if src else "") for op, src in ops)
+    if fullgraph or not _C._fallback_allowed():
+        raise _C.InvalidUsageError(
+            f"torchneuron.compile: graph {name} cannot run on the device: {reason}: {listed}"
+            + (" (fullgraph=True)" if fullgraph else " (NEURON_FALLBACK=0)"))
+    counts = {}
+    for op, _ in ops:
+        counts[op] = counts.get(op, 0) + 1
+    entry = {"name": name, "graph_id": None, "compiled": False, "fallback_ops": counts,
+             "fallback_reason": reason, "fallback_us": 0.0, "fallback_bytes": 0, "runs": 0}
+    _record(entry)
+    warnings.warn(f"torchneuron.compile: graph {name} runs on the CPU: {reason}: {listed}",
+                  stacklevel=2)
+
+    def run(args):
+        start = time.perf_counter()
+        out = gm(*args)
+        entry["fallback_us"] += (time.perf_counter() - start) * 1e6
+        entry["fallback_bytes"] += sum(a.numel() * a.element_size() for a in args
+                                       if isinstance(a, torch.Tensor))
+        entry["runs"] += 1
+        return out
+    run._boxed_call = True  # takes the argument list, as aot_autograd calls it
+    return run
+
+
+def _compile_fx(gm, example_inputs, name, fullgraph, where):
+    text, order, outputs, unsupported = to_ir(gm, name, where)
+    if unsupported:
+        return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
+    try:
+        graph = _C._compile_graph(text)
+    except _C.InvalidUsageError as e:
+        # "graph NAME: node I (OP) ...": the I-th op node of the FX graph.
+        found = re.search(r"node (\d+) \(([^)]+)\)", str(e))
+        ops = [(found.group(2), where)] if found else [("?", where)]
+        if found:
+            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+            index = int(found.group(1))
+            if index < len(calls):
+                ops = [(found.group(2), _source(calls[index], where))]
+        return _fallback(gm, name, ops, fullgraph, str(e))
+    entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
+             "fallback_us": 0.0, "fallback_bytes": 0}
+    _record(entry)
+
+    returned = sorted({o for o in outputs if o is not None})
+
+    def run(args):
+        results = dict(zip(returned, graph.run([args[i] for i in order])))
+        return [results[o] if o is not None else None for o in outputs]
+    run._boxed_call = True
+    return run
+
+
+def compile(model, fullgraph=False):
+    """Returns `model` (an nn.Module or a function of tensors) with its
+    forward and backward compiled for the simulated NeuronCore.
+
+    fullgraph: raise instead of running a graph with unsupported operators
+    on the CPU."""
+    from functorch.compile import aot_function, aot_module
+    with _lock:
+        _counter[0] += 1
+        index = _counter[0]
+    label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
+        model, "__name__", "fn")
+
+    where = _definition(model)
+
+    def compiler(kind):
+        def fn(gm, example_inputs):
+            return _compile_fx(gm, example_inputs, f"{label}_{index}_{kind}", fullgraph, where)
+        return fn
+    wrap = aot_module if isinstance(model, torch.nn.Module) else aot_function
+    return wrap(model, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"))
+
+
+def metrics():
+    """Per compiled graph: name, graph_id (the compile cache key), compiled
+    (False: it runs on the CPU), node counts before and after the passes,
+    planned SBUF bytes and the lower bound, modelled time and MFU of the last
+    run, runs, and for CPU graphs the fallback ops, time and bytes."""
+    out = []
+    with _lock:
+        entries = list(_metrics)
+    for e in entries:
+        row = {k: v for k, v in e.items() if k != "graph"}
+        if e.get("graph") is not None:
+            row.update(e["graph"].info())
+        out.append(row)
+    return out
+
+
+def cache_counters():
+    """The process's compile cache counters: memory_hits, disk_hits, misses,
+    evictions, corrupt."""
+    return _C._cache_counters()

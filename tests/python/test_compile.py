@@ -1,0 +1,103 @@
+"""torchneuron.compile: forward and backward graphs compiled for the
+simulated NeuronCore, against eager PyTorch; CPU fallback reported and
+warned, or an error with fullgraph=True; the compile cache across processes.
+"""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+NEURONRUN = os.environ["NEURONRUN"]
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python")
+sys.path.insert(0, PACKAGE)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import torchneuron  # noqa: E402
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                         nn.Linear(32, 4))
+
+
+def test_an_mlp_trains_compiled_like_eager():
+    torch.manual_seed(0)
+    eager = mlp()
+    model = mlp()
+    model.load_state_dict(eager.state_dict())
+    compiled = torchneuron.compile(model, fullgraph=True)
+    opt_c = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for step in range(20):
+        x = torch.randn(16, 8, generator=g)
+        target = torch.randn(16, 4, generator=g)
+        losses = []
+        for net, opt in ((compiled, opt_c), (eager, opt_e)):
+            opt.zero_grad()
+            loss = ((net(x) - target) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[1]), (step, losses)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q)
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Sequential")]
+    kinds = {r["name"].rsplit("_", 1)[1]: r for r in rows[-2:]}
+    assert set(kinds) == {"forward", "backward"}
+    for r in kinds.values():
+        assert r["compiled"] and r["runs"] == 20 and r["modelled_us"] > 0
+        assert len(r["graph_id"]) == 64
+        assert r["sbuf_bytes"] > 0 and not r["fallback_ops"]
+
+
+def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeypatch):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.log_softmax(self.fc(x), dim=1)  # not on the device yet
+
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(3, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torchneuron.compile(net)(x)
+    torch.testing.assert_close(out, net(x))
+    messages = [str(w.message) for w in caught if "torchneuron.compile" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "runs on the CPU" in messages[0] and "aten._log_softmax" in messages[0]
+    row = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Net")][-1]
+    assert not row["compiled"] and row["fallback_ops"] == {"aten._log_softmax": 1}
+    assert row["runs"] == 1 and row["fallback_bytes"] > 0
+    with pytest.raises(torchneuron.InvalidUsageError) as error:
+        torchneuron.compile(net, fullgraph=True)(x)
+    assert "aten._log_softmax" in str(error.value)
+    assert "test_compile.py" in str(error.value)  # the user's source line
+    assert "fullgraph=True" in str(error.value)
+    monkeypatch.setenv("NEURON_FALLBACK", "0")
+    with pytest.raises(torchneuron.InvalidUsageError, match="NEURON_FALLBACK=0"):
+        torchneuron.compile(net)(x)
+
+
+def test_the_compile_cache_serves_a_second_process(tmp_path):
+    script = ("import sys, torch, torch.nn as nn, torchneuron\n"
+              "torch.manual_seed(0)\n"
+              "m = torchneuron.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))\n"
+              "m(torch.randn(2, 8)).sum().backward()\n"
+              "print(torchneuron.compiler.cache_counters())\n")
+    env = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path), PYTHONPATH=PACKAGE)
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert "'misses': 2" in runs[0].stdout and "'disk_hits': 0" in runs[0].stdout
+    assert "'misses': 0" in runs[1].stdout and "'disk_hits': 2" in runs[1].stdout
+    assert len(list(tmp_path.glob("*.nexe"))) == 2
