@@ -101,3 +101,13 @@ def test_the_compile_cache_serves_a_second_process(tmp_path):
     assert "'misses': 2" in runs[0].stdout and "'disk_hits': 0" in runs[0].stdout
     assert "'misses': 0" in runs[1].stdout and "'disk_hits': 2" in runs[1].stdout
     assert len(list(tmp_path.glob("*.nexe"))) == 2
+
+
+def test_example_03_trains_compiled_like_eager(tmp_path):
+    source = os.environ["NEURON_SOURCE_DIR"]
+    env = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([NEURONRUN, "-n", "1", os.path.join(source, "examples/03_compile_mlp.py")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ": ok" in proc.stdout
+    assert "Sequential_1_backward" in proc.stdout and "modelled" in proc.stdout
