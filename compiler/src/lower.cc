@@ -228,6 +228,32 @@ class Lowering {
       steps_.back().instruction.set_n(t.shape(1));
       return;
     }
+    static const std::map<std::string, std::string> kRows = {
+        {"aten._softmax", "softmax_rows"},
+        {"aten._log_softmax", "log_softmax_rows"},
+        {"aten._softmax_backward_data", "softmax_backward_rows"},
+        {"aten._log_softmax_backward_data", "log_softmax_backward_rows"}};
+    if (auto rows = kRows.find(op); rows != kRows.end()) {  // over the last dimension
+      const std::size_t inputs = op.find("backward") != std::string::npos ? 2 : 1;
+      NEURON_CHECK(in.size() == inputs, where, ": takes ", inputs, " tensor input(s)");
+      const auto& t = slots_.at(in[0]).value.type();
+      NEURON_CHECK(t.shape_size() >= 1, where, ": needs at least one dimension");
+      const auto* dim = attr("dim");
+      const std::int64_t d = dim == nullptr ? -1 : dim->i();
+      NEURON_CHECK(d == -1 || d == t.shape_size() - 1, where,
+                   ": supported over the last dimension only, not dim ", d);
+      for (const auto& name : in) {
+        NEURON_CHECK(Elements(slots_.at(name).value.type()) == Elements(out.type()),
+                     where, ": operands and result must have the same elements");
+      }
+      const std::int64_t cols = t.shape(t.shape_size() - 1);
+      Elementwise(rp::SCALAR, rows->second, in, out.name(), source);
+      steps_.back().instruction.set_m(cols == 0 ? 0 : Elements(out.type()) / cols);
+      steps_.back().instruction.set_n(cols);
+      // Three passes over each row (max, exponentials and sum, normalise).
+      steps_.back().instruction.set_operand_count(3);
+      return;
+    }
     if (op == "aten.threshold_backward") {  // (grad, input, threshold)
       NEURON_CHECK(in.size() == 2, where, ": takes two tensor inputs");
       const auto* threshold = attr("threshold");

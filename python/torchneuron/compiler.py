@@ -42,9 +42,14 @@ class _Unsupported(Exception):
 
 
 def _op_name(target):
+    """aten.mm for aten.mm.default; the overload kept where it matters
+    (aten.sum.dim_IntList), dropped for the tensor-operand forms
+    (aten.add.Tensor is aten.add)."""
     packet = target._overloadpacket.__name__
     overload = target._overloadname
-    return f"aten.{packet}" if overload == "default" else f"aten.{packet}.{overload}"
+    if overload in ("default", "Tensor"):
+        return f"aten.{packet}"
+    return f"aten.{packet}.{overload}"
 
 
 def _type(meta, what):
@@ -56,6 +61,10 @@ def _type(meta, what):
 
 
 def _attribute(value):
+    if isinstance(value, torch.dtype):
+        if value not in _DTYPES:
+            raise _Unsupported(f"dtype {value}")
+        return f'"{_DTYPES[value]}"'
     if isinstance(value, bool):
         return str(int(value))
     if isinstance(value, int):

@@ -94,15 +94,20 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                out[0].elements(), " elements, the op ", n);
   std::vector<float> result(n);
   bool known;
-  if (i.op() == "transpose" || i.op() == "sum_rows") {  // over an [m, n] input
+  if (kernels::IsShaped(i.op())) {  // over [m, n] inputs, row by row
     const std::size_t rows = static_cast<std::size_t>(i.m()),
                       cols = static_cast<std::size_t>(i.n());
-    NEURON_CHECK(in.size() == 1 && in[0].elements() >= rows * cols &&
-                     n == (i.op() == "transpose" ? rows * cols : cols),
-                 what, ": ", i.op(), " of [", rows, ", ", cols, "] reads ",
-                 in[0].elements(), " and writes ", n, " elements");
-    const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
-    kernels::Shaped(i.op(), a, i.m(), i.n(), result);
+    const std::size_t writes = i.op() == "sum_rows" ? cols : rows * cols;
+    const std::size_t inputs = kernels::ShapedInputs(i.op());
+    bool fits = in.size() == inputs && n == writes;
+    for (const Placed& p : in) fits = fits && p.elements() >= rows * cols;
+    NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols, "] takes ", inputs,
+                 " input(s) of ", rows * cols, " elements and writes ", writes, "; got ",
+                 in.size(), " input(s) of ", in[0].elements(), " and ", n);
+    std::vector<std::vector<float>> operands;
+    for (const Placed& p : in)
+      operands.push_back(kernels::ToFloat(p.data, p.buffer->dtype(), rows * cols));
+    kernels::Shaped(i.op(), operands, i.m(), i.n(), result);
     kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
     return;
   }

@@ -101,8 +101,20 @@ bool Binary(const std::string& op, const std::vector<float>& a,
   return false;
 }
 
-bool Shaped(const std::string& op, const std::vector<float>& a, std::int64_t rows,
-            std::int64_t cols, std::vector<float>& out) {
+bool IsShaped(const std::string& op) { return ShapedInputs(op) > 0; }
+
+std::size_t ShapedInputs(const std::string& op) {
+  if (op == "transpose" || op == "sum_rows" || op == "softmax_rows" ||
+      op == "log_softmax_rows") {
+    return 1;
+  }
+  if (op == "softmax_backward_rows" || op == "log_softmax_backward_rows") return 2;
+  return 0;
+}
+
+bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
+            std::int64_t rows, std::int64_t cols, std::vector<float>& out) {
+  const std::vector<float>& a = in[0];
   if (op == "transpose") {
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = a[r * cols + c];
@@ -116,7 +128,32 @@ bool Shaped(const std::string& op, const std::vector<float>& a, std::int64_t row
     }
     return true;
   }
-  return false;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = a.data() + r * cols;
+    float* y = out.data() + r * cols;
+    if (op == "softmax_rows" || op == "log_softmax_rows") {
+      const float max = cols > 0 ? *std::max_element(x, x + cols) : 0.0f;
+      float sum = 0;
+      for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
+      for (std::int64_t c = 0; c < cols; ++c) {
+        y[c] = op == "softmax_rows" ? std::exp(x[c] - max) / sum
+                                    : x[c] - max - std::log(sum);
+      }
+    } else if (op == "softmax_backward_rows") {  // y = out * (g - sum(g * out))
+      const float* o = in[1].data() + r * cols;
+      float dot = 0;
+      for (std::int64_t c = 0; c < cols; ++c) dot += x[c] * o[c];
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
+    } else if (op == "log_softmax_backward_rows") {  // y = g - exp(out) * sum(g)
+      const float* o = in[1].data() + r * cols;
+      float sum = 0;
+      for (std::int64_t c = 0; c < cols; ++c) sum += x[c];
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - std::exp(o[c]) * sum;
+    } else {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace neuron::runtime::kernels

@@ -28,9 +28,14 @@ bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
            std::vector<float>& out);
 bool Binary(const std::string& op, const std::vector<float>& a,
             const std::vector<float>& b, double scalar, std::vector<float>& out);
-// Ops over a [rows, cols] row-major input: "transpose" (out [cols, rows])
-// and "sum_rows" (out [cols], the sum over rows in row order).
-bool Shaped(const std::string& op, const std::vector<float>& a, std::int64_t rows,
-            std::int64_t cols, std::vector<float>& out);
+// Ops over [rows, cols] row-major inputs, row by row:
+//   transpose (a -> [cols, rows]), sum_rows (a -> [cols], the sum over rows
+//   in row order), softmax_rows and log_softmax_rows (a -> [rows, cols],
+//   over each row, max-subtracted), softmax_backward_rows and
+//   log_softmax_backward_rows (grad, forward output -> the input's grad).
+bool IsShaped(const std::string& op);
+std::size_t ShapedInputs(const std::string& op);
+bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
+            std::int64_t rows, std::int64_t cols, std::vector<float>& out);
 
 }  // namespace neuron::runtime::kernels

@@ -21,7 +21,8 @@
 //   aten.t and aten.sum.dim_IntList over dim [0] of 2-D tensors; aten.view,
 //   aten._unsafe_view, aten.reshape, aten.detach, aten.clone, aten.alias
 //   (vector engine); aten.exp, aten.tanh, aten.sigmoid, aten.gelu (scalar
-//   engine; approximate "tanh" or exact).
+//   engine; approximate "tanh" or exact); aten._softmax, aten._log_softmax
+//   and their _backward_data over the last dimension (scalar engine).
 // Anything else, float64 values, and values that do not fit on chip are
 // InvalidUsage naming the node, its op and its source line.
 #pragma once
