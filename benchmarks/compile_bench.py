@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""Compiled against eager PyTorch: the wall time of a training step (forward
+and backward) of the same MLP on this CPU, side by side in one run, with the
+ratio, and the modelled time of the compiled graphs on a NeuronCore-v3.
+
+    /usr/bin/python3 benchmarks/compile_bench.py [--build build] [--steps 50]
+                                                  [--batch 32] [--hidden 256]
+
+Target (issue #5): compiled wall time <= eager's (docs/performance.md).
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    args = p.parse_args()
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    os.environ.setdefault("NEURON_CACHE_DIR", tempfile.mkdtemp(prefix="compile_bench."))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.nn as nn
+    import torchneuron
+    torch.set_num_threads(1)
+
+    def mlp():
+        return nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(),
+                             nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                             nn.Linear(args.hidden, 10))
+
+    torch.manual_seed(0)
+    eager = mlp()
+    model = mlp()
+    model.load_state_dict(eager.state_dict())
+    compiled = torchneuron.compile(model, fullgraph=True)
+    x = torch.randn(args.batch, 64)
+    target = torch.randn(args.batch, 10)
+
+    def step_ms(net):
+        times = []
+        for i in range(args.steps + 5):
+            start = time.perf_counter()
+            net.zero_grad(set_to_none=True)
+            ((net(x) - target) ** 2).mean().backward()
+            if i >= 5:
+                times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    compiled_ms = step_ms(compiled)
+    eager_ms = step_ms(eager)
+    modelled = sum(r["modelled_us"] for r in torchneuron.compiler.metrics())
+    print(f"MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch}, fp32, 1 CPU thread; "
+          f"median of {args.steps} steps (forward + backward)")
+    print(f"eager PyTorch:   {eager_ms:8.3f} ms")
+    print(f"compiled:        {compiled_ms:8.3f} ms   ratio compiled/eager {compiled_ms / eager_ms:.2f}"
+          f" (target <= 1: {'met' if compiled_ms <= eager_ms else 'MISSED'})")
+    print(f"modelled on a NeuronCore-v3 (forward + backward graphs): {modelled:.2f} us")
+
+
+if __name__ == "__main__":
+    main()
