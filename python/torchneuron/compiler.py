@@ -217,27 +217,113 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
     return run
 
 
+def _signature(args, kwargs):
+    """The static-shape signature of a call: each tensor's shape and dtype,
+    other arguments by value."""
+    def one(a):
+        if isinstance(a, torch.Tensor):
+            return ("tensor", tuple(a.shape), a.dtype)
+        return ("value", repr(a))
+    return tuple(one(a) for a in args) + tuple((k, one(v)) for k, v in sorted(kwargs.items()))
+
+
+class _ByShape:
+    """One aot-compiled callable per static-shape signature: shapes are
+    static on the device, so a new input shape compiles new graphs (counted
+    in `shapes`)."""
+
+    def __init__(self, model, fullgraph):
+        self.model = model
+        self.fullgraph = fullgraph
+        self.label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
+            model, "__name__", "fn")
+        self.where = _definition(model)
+        self.compiled = {}
+
+    @property
+    def shapes(self):
+        return len(self.compiled)
+
+    def __call__(self, *args, **kwargs):
+        key = _signature(args, kwargs)
+        fn = self.compiled.get(key)
+        if fn is None:
+            from functorch.compile import aot_function, aot_module
+            with _lock:
+                _counter[0] += 1
+                index = _counter[0]
+
+            def compiler(kind):
+                def compile_graph(gm, example_inputs):
+                    return _compile_fx(gm, example_inputs, f"{self.label}_{index}_{kind}",
+                                       self.fullgraph, self.where)
+                return compile_graph
+            wrap = aot_module if isinstance(self.model, torch.nn.Module) else aot_function
+            fn = wrap(self.model, fw_compiler=compiler("forward"),
+                      bw_compiler=compiler("backward"))
+            self.compiled[key] = fn
+        return fn(*args, **kwargs)
+
+
+class CompiledModule(torch.nn.Module):
+    """An nn.Module whose forward and backward run compiled; it shares the
+    original module's parameters and buffers (parameters(), state_dict(),
+    optimizers and DDP see the same tensors)."""
+
+    def __init__(self, module, fullgraph):
+        super().__init__()
+        self.module = module
+        object.__setattr__(self, "_by_shape", _ByShape(module, fullgraph))
+
+    @property
+    def compiled_shapes(self):
+        """How many static-shape signatures were compiled so far."""
+        return self._by_shape.shapes
+
+    def forward(self, *args, **kwargs):
+        return self._by_shape(*args, **kwargs)
+
+
 def compile(model, fullgraph=False):
     """Returns `model` (an nn.Module or a function of tensors) with its
     forward and backward compiled for the simulated NeuronCore.
 
+    Shapes are static: each new combination of input shapes and dtypes
+    compiles new graphs (``compiled.compiled_shapes`` counts them; pad
+    variable lengths with ``pad_to_bucket`` to bound their number).
+
     fullgraph: raise instead of running a graph with unsupported operators
     on the CPU."""
-    from functorch.compile import aot_function, aot_module
-    with _lock:
-        _counter[0] += 1
-        index = _counter[0]
-    label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
-        model, "__name__", "fn")
+    if isinstance(model, torch.nn.Module):
+        return CompiledModule(model, fullgraph)
+    by_shape = _ByShape(model, fullgraph)
 
-    where = _definition(model)
+    def compiled(*args, **kwargs):
+        return by_shape(*args, **kwargs)
+    compiled.compiled_shapes = lambda: by_shape.shapes
+    return compiled
 
-    def compiler(kind):
-        def fn(gm, example_inputs):
-            return _compile_fx(gm, example_inputs, f"{label}_{index}_{kind}", fullgraph, where)
-        return fn
-    wrap = aot_module if isinstance(model, torch.nn.Module) else aot_function
-    return wrap(model, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"))
+
+def pad_to_bucket(tensor, buckets, dim=-1, value=0):
+    """Pads `tensor` along `dim` up to the smallest bucket length that holds
+    it, so variable lengths (sequence lengths) compile once per bucket
+    instead of once per length. Returns (padded, original length). Raises
+    ValueError when the length exceeds the largest bucket.
+
+        x, n = torchneuron.compiler.pad_to_bucket(tokens, [128, 256, 512], dim=1)
+    """
+    length = tensor.shape[dim]
+    fits = [b for b in sorted(buckets) if b >= length]
+    if not fits:
+        raise ValueError(f"pad_to_bucket: length {length} along dim {dim} exceeds the largest "
+                         f"bucket {max(buckets)}")
+    pad = fits[0] - length
+    if pad == 0:
+        return tensor, length
+    shape = list(tensor.shape)
+    shape[dim] = pad
+    filler = torch.full(shape, value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([tensor, filler], dim=dim), length
 
 
 def metrics():

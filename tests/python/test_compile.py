@@ -136,3 +136,24 @@ def test_softmax_and_log_softmax_compile_forward_and_backward():
         torch.testing.assert_close(p.grad, q.grad)
     rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Head")]
     assert [r["compiled"] for r in rows] == [True, True]
+
+
+def test_new_shapes_compile_new_graphs_and_buckets_bound_them():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    compiled = torchneuron.compile(net, fullgraph=True)
+    for batch in (4, 8, 4, 8):
+        x = torch.randn(batch, 8)
+        torch.testing.assert_close(compiled(x), net(x))
+    assert compiled.compiled_shapes == 2
+    assert [p is q for p, q in zip(compiled.parameters(), net.parameters())] == [True, True]
+    # Variable lengths padded to buckets compile once per bucket.
+    seen = set()
+    for length in (3, 5, 7, 9, 12):
+        padded, n = torchneuron.compiler.pad_to_bucket(torch.ones(2, length), [8, 16], dim=1)
+        assert n == length and padded.shape[1] in (8, 16)
+        assert torch.equal(padded[:, length:], torch.zeros(2, padded.shape[1] - length))
+        seen.add(padded.shape[1])
+    assert seen == {8, 16}
+    with pytest.raises(ValueError, match="exceeds the largest bucket 16"):
+        torchneuron.compiler.pad_to_bucket(torch.ones(2, 17), [8, 16], dim=1)
