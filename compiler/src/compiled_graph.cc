@@ -48,8 +48,8 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   // The plan's SBUF extent, aligned as the planner aligns.
   for (const auto& b : compiled->executable_->buffers()) {
     if (b.space() == runtime::proto::SBUF) {
-      info.sbuf_bytes =
-          std::max<std::uint64_t>(info.sbuf_bytes, (b.offset() + b.bytes() + 63) / 64 * 64);
+      info.sbuf_bytes = std::max<std::uint64_t>(info.sbuf_bytes,
+                                                (b.offset() + b.bytes() + 63) / 64 * 64);
     }
   }
   return compiled;

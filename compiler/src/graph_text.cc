@@ -141,16 +141,18 @@ class Reader {
     } else if (Accept("[")) {
       auto* ints = a.mutable_ints();
       if (!Peek("]")) {
-        do ints->add_values(std::stoll(Number()));
+        do ints->add_values(Integer());
         while (Accept(","));
       }
       Expect("]");
     } else {
+      const std::size_t start = p_;
       const std::string n = Number();
+      p_ = start;
       if (n.find_first_of(".eEn") != std::string::npos) {
-        a.set_f(std::stod(n));
+        a.set_f(Real());
       } else {
-        a.set_i(std::stoll(n));
+        a.set_i(Integer());
       }
     }
     return a;
@@ -173,7 +175,7 @@ class Reader {
     std::string bytes;
     if (!Peek("]")) {
       do {
-        const float f = std::stof(Number());
+        const float f = static_cast<float>(Real());
         bytes.append(reinterpret_cast<const char*>(&f), 4);
       } while (Accept(","));
     }
@@ -189,7 +191,7 @@ class Reader {
     type->set_dtype(Identifier());
     Expect("[");
     if (!Peek("]")) {
-      do type->add_shape(std::stoll(Number()));
+      do type->add_shape(Integer());
       while (Accept(","));
     }
     Expect("]");
@@ -218,6 +220,30 @@ class Reader {
       ++p_;
     if (p_ == start) Fail("a name");
     return t_.substr(start, p_ - start);
+  }
+
+  std::int64_t Integer() {
+    const std::string n = Number();
+    try {
+      std::size_t used = 0;
+      const std::int64_t v = std::stoll(n, &used);
+      if (used == n.size()) return v;
+    } catch (const std::exception&) {
+    }
+    p_ -= n.size();
+    Fail("an integer");
+  }
+
+  double Real() {
+    const std::string n = Number();
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(n, &used);
+      if (used == n.size()) return v;
+    } catch (const std::exception&) {
+    }
+    p_ -= n.size();
+    Fail("a number");
   }
 
   std::string Number() {

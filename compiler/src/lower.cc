@@ -127,9 +127,6 @@ class Lowering {
   void LowerNode(int i, const proto::Node& n) {
     const std::string where = Where(i, n);
     const std::string source = n.source().empty() ? n.op() : n.source();
-    NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
-                 n.outputs_size(), " outputs)");
-    const proto::Value& out = n.outputs(0);
     std::vector<std::string> in;
     for (const auto& name : n.inputs()) in.push_back(OnChip(name));
     auto attr = [&](const char* key) -> const proto::Attribute* {
@@ -137,6 +134,13 @@ class Lowering {
       return it == n.attrs().end() ? nullptr : &it->second;
     };
     const std::string& op = n.op();
+    if (op == "aten.native_layer_norm" || op == "aten.native_layer_norm_backward") {
+      LowerLayerNorm(n, in, where, source);
+      return;
+    }
+    NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
+                 n.outputs_size(), " outputs)");
+    const proto::Value& out = n.outputs(0);
     if (op == "aten.mm" || op == "aten.addmm") {
       // addmm(bias, a, b) = a x b + bias: the matmul, then a vector add.
       const bool addmm = op == "aten.addmm";
@@ -254,6 +258,16 @@ class Lowering {
       steps_.back().instruction.set_operand_count(3);
       return;
     }
+    if (op == "aten.gelu_backward") {  // (grad, input)
+      NEURON_CHECK(in.size() == 2, where, ": takes two tensor inputs");
+      const auto* approximate = attr("approximate");
+      Elementwise(rp::VECTOR,
+                  approximate != nullptr && approximate->s() == "tanh"
+                      ? "gelu_backward"
+                      : "gelu_exact_backward",
+                  in, out.name(), source);
+      return;
+    }
     if (op == "aten.threshold_backward") {  // (grad, input, threshold)
       NEURON_CHECK(in.size() == 2, where, ": takes two tensor inputs");
       const auto* threshold = attr("threshold");
@@ -293,6 +307,46 @@ class Lowering {
       return;
     }
     throw InvalidUsage(StrCat(where, ": is not supported on the device"));
+  }
+
+  // native_layer_norm (x, weight, bias -> y, mean, rstd) and its backward
+  // (grad, x, mean, rstd, weight, bias -> grad x, grad weight, grad bias),
+  // normalising over the last dimension, with weight and bias.
+  void LowerLayerNorm(const proto::Node& n, const std::vector<std::string>& in,
+                      const std::string& where, const std::string& source) {
+    const bool forward = n.op() == "aten.native_layer_norm";
+    NEURON_CHECK(
+        in.size() == (forward ? 3u : 6u) && n.outputs_size() == 3, where,
+        ": supported with weight and bias (elementwise_affine) and all three outputs");
+    const auto& x = slots_.at(in[forward ? 0 : 1]).value.type();
+    auto it = n.attrs().find("normalized_shape");
+    NEURON_CHECK(it != n.attrs().end() && it->second.ints().values_size() == 1 &&
+                     x.shape_size() >= 1 &&
+                     it->second.ints().values(0) == x.shape(x.shape_size() - 1),
+                 where, ": supported over the last dimension only");
+    if (!forward) {
+      auto mask = n.attrs().find("output_mask");
+      bool all = mask != n.attrs().end() && mask->second.ints().values_size() == 3;
+      for (int k = 0; all && k < 3; ++k) all = mask->second.ints().values(k) != 0;
+      NEURON_CHECK(all, where, ": supported when all three gradients are wanted");
+    }
+    const std::int64_t cols = x.shape(x.shape_size() - 1);
+    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    Step s;
+    s.instruction.set_engine(rp::VECTOR);
+    s.instruction.set_op(forward ? "layer_norm_rows" : "layer_norm_backward_rows");
+    s.instruction.set_m(cols == 0 ? 0 : Elements(x) / cols);
+    s.instruction.set_n(cols);
+    s.instruction.set_elements(Elements(x));
+    s.instruction.set_operand_count(forward ? 3 : 5);  // passes over each row
+    if (forward) {
+      auto eps = n.attrs().find("eps");
+      s.instruction.set_scalar(eps == n.attrs().end() ? 1e-5 : eps->second.f());
+    }
+    s.instruction.set_source(source);
+    s.reads = forward ? in : std::vector<std::string>(in.begin(), in.begin() + 5);
+    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
+    steps_.push_back(std::move(s));
   }
 
   void Store(const std::string& name) {

@@ -19,6 +19,7 @@ op and the source line; so does NEURON_FALLBACK=0 for every graph.
 """
 
 import inspect
+import operator
 import re
 import threading
 import time
@@ -75,7 +76,7 @@ def _attribute(value):
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return "[" + ", ".join(str(int(v)) for v in value) + "]"  # bools as 0/1
     raise _Unsupported(f"attribute {value!r}")
 
 
@@ -110,7 +111,7 @@ def to_ir(gm, name, where=""):
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
     cannot express (then text is None)."""
-    inputs, lines, unsupported, names = [], [], [], {}
+    inputs, lines, unsupported, names, multi = [], [], [], {}, set()
     outputs = None
     for node in gm.graph.nodes:
         meta = node.meta.get("tensor_meta")
@@ -120,6 +121,11 @@ def to_ir(gm, name, where=""):
             except _Unsupported as e:
                 unsupported.append((f"input {node.name}", str(e)))
             names[node] = node.name
+        elif node.op == "call_function" and node.target is operator.getitem:
+            source, index = node.args
+            if source not in multi:
+                unsupported.append(("getitem", _source(node, where)))
+            names[node] = f"{names.get(source, source.name)}_{index}"
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             op = _op_name(node.target)
             try:
@@ -135,7 +141,17 @@ def to_ir(gm, name, where=""):
                         tensors.append("%" + names[arg])
                     elif arg is not None:
                         attrs.append(f"{key} = {_attribute(arg)}")
-                out = f"%{node.name}: {_type(meta, node.name)}"
+                if meta is None:  # several outputs: their types are on the getitem users
+                    items = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+                    count = len(node.target._schema.returns)
+                    if sorted(items) != list(range(count)):
+                        raise _Unsupported("an output that is never used")
+                    out = ", ".join(f"%{node.name}_{k}: "
+                                    f"{_type(items[k].meta.get('tensor_meta'), node.name)}"
+                                    for k in range(count))
+                    multi.add(node)
+                else:
+                    out = f"%{node.name}: {_type(meta, node.name)}"
                 attr_text = " {" + ", ".join(attrs) + "}" if attrs else ""
                 lines.append(f"  {out} = {op}({', '.join(tensors)}){attr_text}"
                              f"  # {_source(node, where)}")

@@ -149,3 +149,24 @@ TEST(Passes, TheyComposeIntoACleanGraph) {
 
 }  // namespace
 }  // namespace neuron::compiler
+
+namespace neuron::compiler {
+namespace {
+
+TEST(GraphText, BadNumbersAreParseErrorsWithAPosition) {
+  try {
+    ParseGraph(
+        "graph g(%x: f32[2]) {\n  %0: f32[2] = aten.neg(%x) {k = True}\n  return "
+        "%0\n}\n");
+    FAIL();
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("line 2, column 34: expected a number, found 'True"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ParseGraph("graph g(%x: f32[2x]) {\n return %x\n}"), InvalidUsage);
+}
+
+}  // namespace
+}  // namespace neuron::compiler

@@ -157,3 +157,22 @@ def test_new_shapes_compile_new_graphs_and_buckets_bound_them():
     assert seen == {8, 16}
     with pytest.raises(ValueError, match="exceeds the largest bucket 16"):
         torchneuron.compiler.pad_to_bucket(torch.ones(2, 17), [8, 16], dim=1)
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_a_layer_norm_gelu_block_compiles_forward_and_backward(approximate):
+    def block():
+        return nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(approximate=approximate),
+                             nn.Linear(16, 4))
+
+    torch.manual_seed(0)
+    net, ref = block(), block()
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(5, 8)
+    out = torchneuron.compile(net, fullgraph=True)(x)
+    out.sum().backward()
+    expected = ref(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)

@@ -80,8 +80,53 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                   i.accumulate());
 }
 
+// layer_norm_rows (x, w, b -> y, mean, rstd) and layer_norm_backward_rows
+// (g, x, mean, rstd, w -> gx, gw, gb) over [m, n].
+void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
+                  const std::vector<Placed>& out, const std::string& what) {
+  const bool forward = i.op() == "layer_norm_rows";
+  const std::size_t rows = static_cast<std::size_t>(i.m()),
+                    cols = static_cast<std::size_t>(i.n());
+  const std::vector<std::size_t> in_sizes =
+      forward ? std::vector<std::size_t>{rows * cols, cols, cols}
+              : std::vector<std::size_t>{rows * cols, rows * cols, rows, rows, cols};
+  const std::vector<std::size_t> out_sizes =
+      forward ? std::vector<std::size_t>{rows * cols, rows, rows}
+              : std::vector<std::size_t>{rows * cols, cols, cols};
+  bool fits = in.size() >= in_sizes.size() && out.size() == out_sizes.size();
+  for (std::size_t k = 0; fits && k < in_sizes.size(); ++k)
+    fits = in[k].elements() == in_sizes[k];
+  for (std::size_t k = 0; fits && k < out_sizes.size(); ++k)
+    fits = out[k].elements() == out_sizes[k];
+  NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols,
+               "]: the buffers do not have the sizes the op reads and writes");
+  std::vector<std::vector<float>> a;
+  for (std::size_t k = 0; k < in_sizes.size(); ++k) {
+    NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": input ",
+                 in[k].buffer->name(), " is not a float buffer");
+    a.push_back(kernels::ToFloat(in[k].data, in[k].buffer->dtype(), in_sizes[k]));
+  }
+  std::vector<std::vector<float>> r;
+  for (auto n : out_sizes) r.emplace_back(n);
+  if (forward) {
+    kernels::LayerNorm(a[0], a[1], a[2], i.m(), i.n(), i.scalar(), r[0], r[1], r[2]);
+  } else {
+    kernels::LayerNormBackward(a[0], a[1], a[2], a[3], a[4], i.m(), i.n(), r[0], r[1],
+                               r[2]);
+  }
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    NEURON_CHECK(kernels::IsFloat(out[k].buffer->dtype()), what, ": output ",
+                 out[k].buffer->name(), " is not a float buffer");
+    kernels::FromFloat(r[k], out[k].buffer->dtype(), out[k].data);
+  }
+}
+
 void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                     const std::vector<Placed>& out, const std::string& what) {
+  if (i.op() == "layer_norm_rows" || i.op() == "layer_norm_backward_rows") {
+    RunLayerNorm(i, in, out, what);
+    return;
+  }
   NEURON_CHECK((in.size() == 1 || in.size() == 2) && out.size() == 1, what,
                ": an elementwise op reads one or two buffers and writes one");
   const std::size_t n = static_cast<std::size_t>(i.elements());

@@ -94,6 +94,20 @@ bool Binary(const std::string& op, const std::vector<float>& a,
   if (op == "mul") return apply([](float x, float y) { return x * y; });
   if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
   if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
+  if (op == "gelu_backward") {  // a: the gradient, b: the input; tanh form
+    return apply([](float g, float x) {
+      const float c = 0.7978845608028654f, k = 0.044715f;
+      const float t = std::tanh(c * (x + k * x * x * x));
+      return g * (0.5f * (1 + t) + 0.5f * x * (1 - t * t) * c * (1 + 3 * k * x * x));
+    });
+  }
+  if (op == "gelu_exact_backward") {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+    return apply([](float g, float x) {
+      const float cdf = 0.5f * (1 + std::erf(x * 0.7071067811865476f));
+      const float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
+      return g * (cdf + x * pdf);
+    });
+  }
   if (op == "threshold_backward") {  // a: the gradient, b: the forward input
     const float t = static_cast<float>(scalar);
     return apply([t](float g, float x) { return x > t ? g : 0.0f; });
@@ -154,6 +168,54 @@ bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
     }
   }
   return true;
+}
+
+void LayerNorm(const std::vector<float>& x, const std::vector<float>& w,
+               const std::vector<float>& b, std::int64_t rows, std::int64_t cols,
+               double eps, std::vector<float>& y, std::vector<float>& mean,
+               std::vector<float>& rstd) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    float m = 0;
+    for (std::int64_t c = 0; c < cols; ++c) m += xr[c];
+    m /= static_cast<float>(cols);
+    float var = 0;
+    for (std::int64_t c = 0; c < cols; ++c) var += (xr[c] - m) * (xr[c] - m);
+    var /= static_cast<float>(cols);
+    const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
+    mean[r] = m;
+    rstd[r] = inv;
+    for (std::int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = (xr[c] - m) * inv * w[c] + b[c];
+  }
+}
+
+void LayerNormBackward(const std::vector<float>& g, const std::vector<float>& x,
+                       const std::vector<float>& mean, const std::vector<float>& rstd,
+                       const std::vector<float>& w, std::int64_t rows, std::int64_t cols,
+                       std::vector<float>& gx, std::vector<float>& gw,
+                       std::vector<float>& gb) {
+  std::fill(gw.begin(), gw.end(), 0.0f);
+  std::fill(gb.begin(), gb.end(), 0.0f);
+  std::vector<float> xhat(cols), gxhat(cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    const float* gr = g.data() + r * cols;
+    float mean_gxhat = 0, mean_gxhat_xhat = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      xhat[c] = (xr[c] - mean[r]) * rstd[r];
+      gxhat[c] = gr[c] * w[c];
+      gw[c] += gr[c] * xhat[c];
+      gb[c] += gr[c];
+      mean_gxhat += gxhat[c];
+      mean_gxhat_xhat += gxhat[c] * xhat[c];
+    }
+    mean_gxhat /= static_cast<float>(cols);
+    mean_gxhat_xhat /= static_cast<float>(cols);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      gx[r * cols + c] = rstd[r] * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
+    }
+  }
 }
 
 }  // namespace neuron::runtime::kernels

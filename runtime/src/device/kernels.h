@@ -38,4 +38,18 @@ std::size_t ShapedInputs(const std::string& op);
 bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
             std::int64_t rows, std::int64_t cols, std::vector<float>& out);
 
+// Layer norm over each row of [rows, cols] (torch.native_layer_norm):
+// forward (x, weight, bias -> y, mean [rows], rstd [rows]) and backward
+// (grad, x, mean, rstd, weight -> grad x, grad weight [cols], grad bias
+// [cols]).
+void LayerNorm(const std::vector<float>& x, const std::vector<float>& w,
+               const std::vector<float>& b, std::int64_t rows, std::int64_t cols,
+               double eps, std::vector<float>& y, std::vector<float>& mean,
+               std::vector<float>& rstd);
+void LayerNormBackward(const std::vector<float>& g, const std::vector<float>& x,
+                       const std::vector<float>& mean, const std::vector<float>& rstd,
+                       const std::vector<float>& w, std::int64_t rows, std::int64_t cols,
+                       std::vector<float>& gx, std::vector<float>& gw,
+                       std::vector<float>& gb);
+
 }  // namespace neuron::runtime::kernels

@@ -17,12 +17,15 @@
 // Supported ops (more come with the fusion and decomposition passes):
 //   aten.mm, aten.addmm (alpha and beta 1); aten.add, aten.sub (alpha 1),
 //   aten.mul, aten.maximum, aten.minimum (the second operand may be smaller
-//   and repeats: a bias); aten.relu, aten.neg, aten.threshold_backward;
+//   and repeats: a bias); aten.relu, aten.neg, aten.threshold_backward,
+//   aten.gelu_backward;
 //   aten.t and aten.sum.dim_IntList over dim [0] of 2-D tensors; aten.view,
 //   aten._unsafe_view, aten.reshape, aten.detach, aten.clone, aten.alias
 //   (vector engine); aten.exp, aten.tanh, aten.sigmoid, aten.gelu (scalar
 //   engine; approximate "tanh" or exact); aten._softmax, aten._log_softmax
-//   and their _backward_data over the last dimension (scalar engine).
+//   and their _backward_data over the last dimension (scalar engine);
+//   aten.native_layer_norm and its backward over the last dimension with
+//   weight and bias (vector engine; three outputs each).
 // Anything else, float64 values, and values that do not fit on chip are
 // InvalidUsage naming the node, its op and its source line.
 #pragma once

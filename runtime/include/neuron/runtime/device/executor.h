@@ -18,10 +18,15 @@
 //             torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar;
 //     binary  add sub mul max min, threshold_backward (input 0 where
-//             input 1 > scalar, else 0); input 1 may be shorter than
+//             input 1 > scalar, else 0), gelu_backward and
+//             gelu_exact_backward (grad, input); input 1 may be shorter than
 //             `elements` (it repeats: a bias row broadcast over rows);
-//     shaped  over an [m, n] input: transpose (writes [n, m]) and sum_rows
-//             (writes [n]: the sum over the rows, in row order).
+//     shaped  over [m, n] inputs, row by row: transpose (writes [n, m]),
+//             sum_rows (writes [n]), softmax_rows, log_softmax_rows and
+//             their _backward_rows (grad, output); layer_norm_rows (x,
+//             weight, bias -> y, mean, rstd; epsilon in `scalar`) and
+//             layer_norm_backward_rows (grad, x, mean, rstd, weight ->
+//             grad x, grad weight, grad bias).
 // Each error names the executable, the instruction and what is wrong; a
 // failed run leaves no outputs.
 #pragma once
