@@ -138,6 +138,10 @@ class Lowering {
       LowerLayerNorm(n, in, where, source);
       return;
     }
+    if (op == "aten.nll_loss_forward" || op == "aten.nll_loss_backward") {
+      LowerNllLoss(n, in, where, source);
+      return;
+    }
     NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
                  n.outputs_size(), " outputs)");
     const proto::Value& out = n.outputs(0);
@@ -345,6 +349,40 @@ class Lowering {
     }
     s.instruction.set_source(source);
     s.reads = forward ? in : std::vector<std::string>(in.begin(), in.begin() + 5);
+    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
+    steps_.push_back(std::move(s));
+  }
+
+  // nll_loss_forward (log-probabilities [N, C], targets [N] -> loss, total
+  // weight) and nll_loss_backward (grad, log-probabilities, targets, total
+  // weight -> grad [N, C]); no class weights, mean or sum reduction.
+  void LowerNllLoss(const proto::Node& n, const std::vector<std::string>& in,
+                    const std::string& where, const std::string& source) {
+    const bool forward = n.op() == "aten.nll_loss_forward";
+    NEURON_CHECK(
+        in.size() == (forward ? 2u : 4u) && n.outputs_size() == (forward ? 2 : 1), where,
+        ": supported without class weights");
+    auto attr_i = [&](const char* key, std::int64_t fallback) {
+      auto it = n.attrs().find(key);
+      return it == n.attrs().end() ? fallback : it->second.i();
+    };
+    const std::int64_t reduction = attr_i("reduction", 1);
+    NEURON_CHECK(reduction == 1 || reduction == 2, where,
+                 ": supported with reduction mean or sum, not ", reduction);
+    const auto& logp = slots_.at(in[forward ? 0 : 1]).value.type();
+    NEURON_CHECK(logp.shape_size() == 2, where, ": supported for [N, C] inputs");
+    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    Step s;
+    s.instruction.set_engine(rp::VECTOR);
+    s.instruction.set_op(forward ? "nll_loss_rows" : "nll_loss_backward_rows");
+    s.instruction.set_m(logp.shape(0));
+    s.instruction.set_n(logp.shape(1));
+    s.instruction.set_k(attr_i("ignore_index", -100));
+    s.instruction.set_scalar(static_cast<double>(reduction));
+    s.instruction.set_elements(Elements(logp));
+    s.instruction.set_operand_count(1);
+    s.instruction.set_source(source);
+    s.reads = forward ? in : std::vector<std::string>{in[0], in[2], in[3]};
     for (const auto& out : n.outputs()) s.writes.push_back(out.name());
     steps_.push_back(std::move(s));
   }

@@ -251,8 +251,9 @@ class _ByShape:
     def __init__(self, model, fullgraph):
         self.model = model
         self.fullgraph = fullgraph
-        self.label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
+        label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
             model, "__name__", "fn")
+        self.label = re.sub(r"\W", "_", label)  # "<lambda>" -> "_lambda_": an IR name
         self.where = _definition(model)
         self.compiled = {}
 

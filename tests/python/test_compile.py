@@ -176,3 +176,26 @@ def test_a_layer_norm_gelu_block_compiles_forward_and_backward(approximate):
     torch.testing.assert_close(out, expected)
     for p, q in zip(net.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_cross_entropy_compiles_forward_and_backward_with_ignored_targets():
+    torch.manual_seed(0)
+
+    def classifier():
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    net, ref = classifier(), classifier()
+    ref.load_state_dict(net.state_dict())
+    compiled = torchneuron.compile(net, fullgraph=True)
+    loss_fn = torchneuron.compile(lambda logits, t: nn.functional.cross_entropy(logits, t),
+                                  fullgraph=True)
+    x, t = torch.randn(6, 8), torch.tensor([1, 0, 4, 2, -100, 3])
+    loss = loss_fn(compiled(x), t)
+    loss.backward()
+    expected = nn.functional.cross_entropy(ref(x), t)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    with pytest.raises(torchneuron.NeuronError, match="target 7 of row 0 is not a class"):
+        loss_fn(compiled(x), torch.tensor([7, 0, 4, 2, 1, 3]))

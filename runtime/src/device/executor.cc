@@ -121,8 +121,62 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
   }
 }
 
+// nll_loss_rows (log-probabilities [m, n], int64 targets [m] -> loss,
+// total weight) and nll_loss_backward_rows (grad, targets, total weight ->
+// the log-probabilities' grad [m, n]); mean (scalar 1) or sum (scalar 2)
+// reduction; targets equal to `k` are ignored.
+void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
+                const std::vector<Placed>& out, const std::string& what) {
+  const bool forward = i.op() == "nll_loss_rows";
+  const std::size_t rows = static_cast<std::size_t>(i.m()),
+                    cols = static_cast<std::size_t>(i.n());
+  const bool mean = i.scalar() == 1.0;
+  const std::int64_t ignore = i.k();
+  const Placed& target = in.at(1);
+  NEURON_CHECK(in.size() == (forward ? 2u : 3u) && out.size() == (forward ? 2u : 1u) &&
+                   target.buffer->dtype() == proto::I64 && target.elements() == rows,
+               what, ": ", i.op(), " of [", rows, ", ", cols,
+               "] takes its inputs and int64 targets of ", rows);
+  const auto* t = reinterpret_cast<const std::int64_t*>(target.data);
+  for (std::size_t r = 0; r < rows; ++r) {
+    NEURON_CHECK(t[r] == ignore || (t[r] >= 0 && static_cast<std::size_t>(t[r]) < cols),
+                 what, ": target ", t[r], " of row ", r, " is not a class in 0..",
+                 cols - 1);
+  }
+  if (forward) {
+    NEURON_CHECK(in[0].elements() == rows * cols && out[0].elements() == 1 &&
+                     out[1].elements() == 1,
+                 what, ": buffer sizes do not match [", rows, ", ", cols, "]");
+    const auto logp = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
+    float loss = 0, weight = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (t[r] == ignore) continue;
+      loss -= logp[r * cols + t[r]];
+      weight += 1;
+    }
+    if (mean) loss /= weight;
+    kernels::FromFloat({loss}, out[0].buffer->dtype(), out[0].data);
+    kernels::FromFloat({weight}, out[1].buffer->dtype(), out[1].data);
+    return;
+  }
+  NEURON_CHECK(
+      in[0].elements() == 1 && in[2].elements() == 1 && out[0].elements() == rows * cols,
+      what, ": buffer sizes do not match [", rows, ", ", cols, "]");
+  const float grad = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), 1)[0];
+  const float total = kernels::ToFloat(in[2].data, in[2].buffer->dtype(), 1)[0];
+  std::vector<float> g(rows * cols, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (t[r] != ignore) g[r * cols + t[r]] = mean ? -grad / total : -grad;
+  }
+  kernels::FromFloat(g, out[0].buffer->dtype(), out[0].data);
+}
+
 void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                     const std::vector<Placed>& out, const std::string& what) {
+  if (i.op() == "nll_loss_rows" || i.op() == "nll_loss_backward_rows") {
+    RunNllLoss(i, in, out, what);
+    return;
+  }
   if (i.op() == "layer_norm_rows" || i.op() == "layer_norm_backward_rows") {
     RunLayerNorm(i, in, out, what);
     return;
@@ -303,7 +357,9 @@ ExecutionResult Executor::Run(const proto::Executable& e,
     HostTensor t;
     t.dtype = p.buffer->dtype();
     t.shape.assign(p.buffer->shape().begin(), p.buffer->shape().end());
-    if (t.shape.empty()) t.shape = {static_cast<std::int64_t>(p.elements())};
+    // No shape: a scalar when one element, else a flat vector.
+    if (t.shape.empty() && p.elements() != 1)
+      t.shape = {static_cast<std::int64_t>(p.elements())};
     t.data.assign(p.data, p.data + p.buffer->bytes());
     result.outputs[binding.name()] = std::move(t);
   }

@@ -25,7 +25,9 @@
 //   engine; approximate "tanh" or exact); aten._softmax, aten._log_softmax
 //   and their _backward_data over the last dimension (scalar engine);
 //   aten.native_layer_norm and its backward over the last dimension with
-//   weight and bias (vector engine; three outputs each).
+//   weight and bias (vector engine; three outputs each); aten.nll_loss_forward
+//   and aten.nll_loss_backward over [N, C] without class weights (mean or
+//   sum; ignore_index honoured).
 // Anything else, float64 values, and values that do not fit on chip are
 // InvalidUsage naming the node, its op and its source line.
 #pragma once
