@@ -4,6 +4,7 @@
 #include "neuron/compiler/lower.h"
 #include "neuron/compiler/passes.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
 
 namespace neuron::compiler {
 namespace {
@@ -65,6 +66,8 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
   runtime::ExecutionResult result = executor.Run(*executable_, bound);
   std::vector<runtime::HostTensor> out;
   for (const auto& name : info_.outputs) out.push_back(result.outputs.at(name));
+  // The rank's compute stream ran the graph for its modelled time.
+  runtime::ProcessClock()->AdvanceCompute(result.timing.total);
   std::lock_guard<std::mutex> lock(mutex_);
   info_.modelled_us = result.timing.total.count();
   info_.mfu = result.timing.mfu;

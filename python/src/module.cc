@@ -1,15 +1,16 @@
 // torchneuron._C: the "neuron" process group and the project's errors, for
 // Python. Thin: every behaviour lives in neuron::c10d and below.
 #include <pybind11/chrono.h>
-
-#include <cstring>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <cstring>
 
 #include "neuron/c10d/process_group_neuron.h"
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
 
 namespace py = pybind11;
 using neuron::c10d::ProcessGroupNeuron;
@@ -83,36 +84,54 @@ namespace rp = neuron::runtime::proto;
 
 rp::ElementType ElementTypeOf(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return rp::F32;
-    case at::kBFloat16: return rp::BF16;
-    case at::kHalf: return rp::F16;
-    case at::kLong: return rp::I64;
-    case at::kInt: return rp::I32;
-    case at::kChar: return rp::I8;
-    case at::kByte: return rp::U8;
-    case at::kBool: return rp::BOOL;
+    case at::kFloat:
+      return rp::F32;
+    case at::kBFloat16:
+      return rp::BF16;
+    case at::kHalf:
+      return rp::F16;
+    case at::kLong:
+      return rp::I64;
+    case at::kInt:
+      return rp::I32;
+    case at::kChar:
+      return rp::I8;
+    case at::kByte:
+      return rp::U8;
+    case at::kBool:
+      return rp::BOOL;
     default:
-      throw neuron::InvalidUsage(neuron::StrCat("compiled graph: dtype ", c10::toString(type),
+      throw neuron::InvalidUsage(neuron::StrCat("compiled graph: dtype ",
+                                                c10::toString(type),
                                                 " is not supported on the device"));
   }
 }
 
 at::ScalarType ScalarTypeOf(rp::ElementType type) {
   switch (type) {
-    case rp::F32: return at::kFloat;
-    case rp::BF16: return at::kBFloat16;
-    case rp::F16: return at::kHalf;
-    case rp::I64: return at::kLong;
-    case rp::I32: return at::kInt;
-    case rp::I8: return at::kChar;
-    case rp::U8: return at::kByte;
-    default: return at::kBool;
+    case rp::F32:
+      return at::kFloat;
+    case rp::BF16:
+      return at::kBFloat16;
+    case rp::F16:
+      return at::kHalf;
+    case rp::I64:
+      return at::kLong;
+    case rp::I32:
+      return at::kInt;
+    case rp::I8:
+      return at::kChar;
+    case rp::U8:
+      return at::kByte;
+    default:
+      return at::kBool;
   }
 }
 
 neuron::runtime::HostTensor ToHost(const at::Tensor& t) {
   NEURON_CHECK(t.device().is_cpu() && t.layout() == at::kStrided,
-               "compiled graph: inputs must be dense CPU tensors, got one on ", t.device().str());
+               "compiled graph: inputs must be dense CPU tensors, got one on ",
+               t.device().str());
   const at::Tensor c = t.contiguous();
   neuron::runtime::HostTensor h;
   h.dtype = ElementTypeOf(c.scalar_type());
@@ -225,7 +244,8 @@ PYBIND11_MODULE(_C, m) {
             for (const auto& h : out) result.push_back(FromHost(h));
             return result;
           },
-          py::arg("inputs"), "Runs the graph: real results, and the modelled time in info().")
+          py::arg("inputs"),
+          "Runs the graph: real results, and the modelled time in info().")
       .def("info", [](const CompiledGraph& g) {
         const auto i = g.info();
         py::dict d;
@@ -240,8 +260,8 @@ PYBIND11_MODULE(_C, m) {
         d["runs"] = i.runs;
         return d;
       });
-  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"), py::arg("options") = "",
-        py::call_guard<py::gil_scoped_release>(),
+  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
+        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
         "Compiles IR text (neuron::compiler's text form) through the compile cache.");
   m.def(
       "_fallback_allowed",
@@ -251,6 +271,17 @@ PYBIND11_MODULE(_C, m) {
                    .value_or("1") != "0";
       },
       "NEURON_FALLBACK, read through the configuration registry.");
+  m.def(
+      "_clock",
+      [] {
+        const auto clock = neuron::runtime::ProcessClock();
+        py::dict d;
+        d["compute_us"] = clock->compute().count();
+        d["collective_us"] = clock->collective().count();
+        return d;
+      },
+      "This rank's simulated clocks (microseconds).");
+  m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
   m.def("_cache_counters", [] {
     const auto c = CompiledGraph::Cache().counters();
     py::dict d;

@@ -9,13 +9,16 @@ on this machine and its modelled time on the simulated Trainium2 fabric
     print(torchneuron.fabric.totals())        # {'operations': 12, 'modelled_us': ...}
     torchneuron.fabric.export_chrome_trace("trace.json")
 
-Each function takes an optional ``group`` (default: the default group),
-which must be a neuron process group. The statistics are local to the rank
+``clock()`` gives this rank's two simulated clocks (compute, advanced by
+compiled graphs; collective, by the fabric model). The other functions take
+an optional ``group`` (default: the default group), which must be a neuron
+process group. The statistics are local to the rank
 and wait for the operations issued before the call to complete.
 """
 
 import torch.distributed as _dist
 
+from . import _C
 from ._C import ProcessGroupNeuron
 
 
@@ -50,3 +53,16 @@ def export_chrome_trace(path, group=None):
     """Writes the records to ``path`` as a Chrome trace (chrome://tracing,
     Perfetto): one track on the wall clock, one on the simulated clock."""
     _process_group(group).write_chrome_trace(str(path))
+
+
+def clock():
+    """This rank's simulated clocks in microseconds: ``compute_us`` (advanced
+    by compiled graphs, and by waiting for collectives) and
+    ``collective_us`` (advanced by the fabric model), shared by every neuron
+    process group of the process (docs/architecture.md, "Two clocks")."""
+    return _C._clock()
+
+
+def reset_clock():
+    """Sets both of this rank's simulated clocks back to 0."""
+    _C._reset_clock()

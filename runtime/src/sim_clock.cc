@@ -34,6 +34,11 @@ void SimClock::JoinCompute(SimDuration t) {
   compute_ = std::max(compute_, t);
 }
 
+std::shared_ptr<SimClock> ProcessClock() {
+  static const std::shared_ptr<SimClock> clock = std::make_shared<SimClock>();
+  return clock;
+}
+
 void SimClock::Reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   compute_ = collective_ = SimDuration(0);

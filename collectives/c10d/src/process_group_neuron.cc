@@ -21,6 +21,7 @@ collectives::CommunicatorOptions CommunicatorOptionsFor(
   collectives::CommunicatorOptions options;
   options.timeout = o.timeout;
   options.global_ranks.assign(o.global_ranks.begin(), o.global_ranks.end());
+  options.clock = o.clock;
   return options;
 }
 
@@ -234,8 +235,9 @@ void ProcessGroupNeuron::WriteChromeTrace(const std::string& path) {
 c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
-    std::string group_name) {
+    std::string group_name, std::shared_ptr<runtime::SimClock> clock) {
   ProcessGroupNeuronOptions options;
+  options.clock = std::move(clock);
   options.timeout = timeout;
   options.global_ranks = std::move(global_ranks);
   options.group_name = std::move(group_name);

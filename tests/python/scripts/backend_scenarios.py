@@ -64,6 +64,17 @@ def fabric_checks():
             events = json.load(f)
         events = events["traceEvents"] if isinstance(events, dict) else events
         assert any(e.get("name", "").startswith("allreduce #") for e in events), events[:3]
+    # Compiled graphs advance this rank's compute stream; the next collective
+    # arrives after it (the two clocks of docs/architecture.md).
+    torchneuron.fabric.reset_clock()
+    torchneuron.fabric.reset()
+    model = torchneuron.compile(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()))
+    model(torch.randn(8, 64))
+    compute = torchneuron.fabric.clock()["compute_us"]
+    assert compute > 0, torchneuron.fabric.clock()
+    dist.all_reduce(torch.ones(4))
+    arrival = torchneuron.fabric.records()[-1]["arrival_us"]
+    assert arrival >= compute, (arrival, compute)
     gloo = dist.new_group(backend="gloo")
     try:
         torchneuron.fabric.totals(gloo)

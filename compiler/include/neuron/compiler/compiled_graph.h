@@ -7,7 +7,9 @@
 //   std::vector<runtime::HostTensor> out = g->Run(inputs);   // graph input order
 //   g->info().modelled_us;  g->info().cache_key;
 //
-// Errors (unsupported ops, dtypes, sizes) are InvalidUsage naming the node.
+// Each run advances the process's simulated compute stream
+// (runtime::ProcessClock) by the plan's modelled time. Errors (unsupported
+// ops, dtypes, sizes) are InvalidUsage naming the node.
 #pragma once
 
 #include <memory>

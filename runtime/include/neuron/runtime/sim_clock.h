@@ -14,6 +14,7 @@
 // Thread-safe: a rank's compute thread and its progress thread share it.
 #pragma once
 
+#include <memory>
 #include <mutex>
 
 #include "neuron/runtime/sim_time.h"
@@ -40,5 +41,12 @@ class SimClock {
   SimDuration compute_{0};
   SimDuration collective_{0};
 };
+
+// The clock of the rank this process runs (one rank per process: under
+// neuronrun, mpirun or srun). The Python package hands it to the neuron
+// process groups it creates, and compiled graphs advance its compute
+// stream, so collectives see when compute reached them. Tests that run
+// several ranks as threads give each communicator a clock of its own.
+std::shared_ptr<SimClock> ProcessClock();
 
 }  // namespace neuron::runtime

@@ -39,6 +39,10 @@ class AsyncCommunicator;
 class Communicator;
 }  // namespace neuron::collectives
 
+namespace neuron::runtime {
+class SimClock;
+}  // namespace neuron::runtime
+
 namespace neuron::c10d {
 
 // Rethrows the exception being handled with `context` in front of its
@@ -53,6 +57,9 @@ struct ProcessGroupNeuronOptions {
   std::vector<std::int64_t> global_ranks;
   // For messages ("default_pg", torch's group names).
   std::string group_name;
+  // This rank's simulated clock (null: one of the group's own). The Python
+  // package passes runtime::ProcessClock(), which compiled graphs advance.
+  std::shared_ptr<runtime::SimClock> clock;
 };
 
 class ProcessGroupNeuron : public ::c10d::ProcessGroup {
@@ -156,6 +163,6 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
 c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
-    std::string group_name);
+    std::string group_name, std::shared_ptr<runtime::SimClock> clock = nullptr);
 
 }  // namespace neuron::c10d
