@@ -188,7 +188,9 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
   }
   if (options_.dir.empty()) {
     ++counters_.misses;
-    return Remember(key, compile());
+    runtime::proto::Executable executable = compile();
+    runtime::ValidateExecutable(executable, device);
+    return Remember(key, std::move(executable));
   }
   const std::string base = options_.dir + "/" + key.digest;
   FileLock file_lock(base + ".lock");  // one compile per key across processes
@@ -207,6 +209,7 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
   }
   ++counters_.misses;
   runtime::proto::Executable executable = compile();
+  runtime::ValidateExecutable(executable, device);
   runtime::SaveExecutable(executable, base + ".nexe");
   {
     std::ofstream out(base + ".key.tmp", std::ios::trunc);

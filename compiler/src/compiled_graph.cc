@@ -16,6 +16,8 @@ const runtime::DeviceSpec& Device() {
 
 }  // namespace
 
+CompiledGraph::CompiledGraph() : executor_(Device()) {}
+
 CompileCache& CompiledGraph::Cache() {
   static CompileCache cache(CompileCache::Options::FromEnvironment());
   return cache;
@@ -46,6 +48,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
         return std::move(lowered.executable);
       },
       Device());
+  compiled->timing_ =
+      runtime::TimePlan(*compiled->executable_, compiled->executor_.model());
+  info.modelled_us = compiled->timing_.total.count();
+  info.mfu = compiled->timing_.mfu;
   // The plan's SBUF extent, aligned as the planner aligns.
   for (const auto& b : compiled->executable_->buffers()) {
     if (b.space() == runtime::proto::SBUF) {
@@ -57,20 +63,19 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
 }
 
 std::vector<runtime::HostTensor> CompiledGraph::Run(
-    const std::vector<runtime::HostTensor>& inputs) {
+    std::vector<runtime::HostTensor> inputs) {
   NEURON_CHECK(inputs.size() == info_.inputs.size(), "compiled graph ", info_.name, ": ",
                inputs.size(), " inputs given, it takes ", info_.inputs.size());
   std::map<std::string, runtime::HostTensor> bound;
-  for (std::size_t i = 0; i < inputs.size(); ++i) bound[info_.inputs[i]] = inputs[i];
-  runtime::Executor executor(Device());
-  runtime::ExecutionResult result = executor.Run(*executable_, bound);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    bound[info_.inputs[i]] = std::move(inputs[i]);
+  // Validated when loaded or compiled; the timeline is the plan's.
+  auto outputs = executor_.Compute(*executable_, bound);
   std::vector<runtime::HostTensor> out;
-  for (const auto& name : info_.outputs) out.push_back(result.outputs.at(name));
+  for (const auto& name : info_.outputs) out.push_back(outputs.at(name));
   // The rank's compute stream ran the graph for its modelled time.
-  runtime::ProcessClock()->AdvanceCompute(result.timing.total);
+  runtime::ProcessClock()->AdvanceCompute(timing_.total);
   std::lock_guard<std::mutex> lock(mutex_);
-  info_.modelled_us = result.timing.total.count();
-  info_.mfu = result.timing.mfu;
   ++info_.runs;
   return out;
 }

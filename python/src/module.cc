@@ -238,7 +238,7 @@ PYBIND11_MODULE(_C, m) {
             std::vector<neuron::runtime::HostTensor> out;
             {
               py::gil_scoped_release release;
-              out = g.Run(host);
+              out = g.Run(std::move(host));
             }
             std::vector<at::Tensor> result;
             for (const auto& h : out) result.push_back(FromHost(h));

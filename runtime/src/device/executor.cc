@@ -287,6 +287,14 @@ Executor::Executor(DeviceSpec device, MemoryCounters* memory)
 ExecutionResult Executor::Run(const proto::Executable& e,
                               const std::map<std::string, HostTensor>& inputs) {
   ValidateExecutable(e, device_);
+  ExecutionResult result;
+  result.outputs = Compute(e, inputs);
+  result.timing = TimePlan(e, model_);
+  return result;
+}
+
+std::map<std::string, HostTensor> Executor::Compute(
+    const proto::Executable& e, const std::map<std::string, HostTensor>& inputs) {
   const std::string where = StrCat("executable '", e.name(), "'");
   // Host memory for each space, as far as the plan uses it.
   std::map<int, std::uint64_t> extent;
@@ -351,7 +359,7 @@ ExecutionResult Executor::Run(const proto::Executable& e,
     }
   }
 
-  ExecutionResult result;
+  std::map<std::string, HostTensor> outputs;
   for (const auto& binding : e.outputs()) {
     const Placed& p = placed.at(binding.buffer());
     HostTensor t;
@@ -361,10 +369,9 @@ ExecutionResult Executor::Run(const proto::Executable& e,
     if (t.shape.empty() && p.elements() != 1)
       t.shape = {static_cast<std::int64_t>(p.elements())};
     t.data.assign(p.data, p.data + p.buffer->bytes());
-    result.outputs[binding.name()] = std::move(t);
+    outputs[binding.name()] = std::move(t);
   }
-  result.timing = TimePlan(e, model_);
-  return result;
+  return outputs;
 }
 
 }  // namespace neuron::runtime

@@ -17,7 +17,8 @@
 // entry is <digest>.nexe (the framed executable file, saved atomically)
 // plus <digest>.key (its components, for explanations). A file lock per key
 // makes one process compile while the others wait and then read its
-// result. A corrupt or truncated entry is reported (counters, last_report),
+// result. Every executable it hands out was validated against the device
+// (compiled ones after compiling, disk ones when loaded). A corrupt or truncated entry is reported (counters, last_report),
 // recompiled and replaced, never executed. With NEURON_CACHE_EXPLAIN=1 a
 // miss says which components differ from the nearest entry on disk.
 // Thread-safe.

@@ -41,14 +41,16 @@ class CompiledGraph {
   static std::shared_ptr<CompiledGraph> Compile(const std::string& ir_text,
                                                 const std::string& options);
   // Inputs in the graph's input order; outputs in its output order.
-  std::vector<runtime::HostTensor> Run(const std::vector<runtime::HostTensor>& inputs);
+  std::vector<runtime::HostTensor> Run(std::vector<runtime::HostTensor> inputs);
   CompiledGraphInfo info() const;
   // The process's compile cache (NEURON_CACHE_DIR, NEURON_CACHE_EXPLAIN).
   static CompileCache& Cache();
 
  private:
-  CompiledGraph() = default;
+  CompiledGraph();
   std::shared_ptr<const runtime::proto::Executable> executable_;
+  runtime::Executor executor_;
+  runtime::PlanTiming timing_;  // of every run: the plan's, input-independent
   CompiledGraphInfo info_;
   mutable std::mutex mutex_;
 };

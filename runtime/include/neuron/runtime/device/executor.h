@@ -64,8 +64,16 @@ struct ExecutionResult {
 class Executor {
  public:
   explicit Executor(DeviceSpec device, MemoryCounters* memory = nullptr);
+  // Validates the executable, computes its outputs and its modelled
+  // timeline.
   ExecutionResult Run(const proto::Executable& executable,
                       const std::map<std::string, HostTensor>& inputs);
+  // Only the outputs, for an executable already validated against this
+  // device (its timeline does not depend on the inputs: TimePlan once).
+  std::map<std::string, HostTensor> Compute(const proto::Executable& executable,
+                                            const std::map<std::string, HostTensor>& inputs);
+  const DeviceSpec& device() const { return device_; }
+  const CostModel& model() const { return model_; }
 
  private:
   DeviceSpec device_;
