@@ -47,7 +47,13 @@ void RethrowWithContext(const std::string& context) {
 
 ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank,
                                        int size, ProcessGroupNeuronOptions options)
-    : ::c10d::ProcessGroup(rank, size), options_(std::move(options)), store_(store) {
+    : ::c10d::ProcessGroup(rank, size),
+      options_(std::move(options)),
+      prefix_(std::make_shared<const std::string>(
+          StrCat("neuron rank ", rank, " (group ",
+                 options_.group_name.empty() ? std::string("?") : options_.group_name,
+                 ", size ", size, "): "))),
+      store_(store) {
   NEURON_CHECK(store_, "neuron process group: the store is null");
   NEURON_CHECK(options_.global_ranks.empty() ||
                    options_.global_ranks.size() == static_cast<std::size_t>(size),
@@ -60,8 +66,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
     transport_name_ = communicator->transport_name();
     async_ = std::make_unique<collectives::AsyncCommunicator>(std::move(communicator));
   } catch (...) {
-    RethrowWithContext(StrCat("neuron rank ", rank, " (group ", options_.group_name,
-                              ", size ", size, "): creating the process group"));
+    RethrowWithContext(*prefix_ + "creating the process group");
   }
   init();
 }
@@ -69,32 +74,29 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
 ProcessGroupNeuron::~ProcessGroupNeuron() = default;
 
 std::string ProcessGroupNeuron::Context(const char* name, std::uint64_t sequence) const {
-  return StrCat("neuron rank ", rank_, " (group ",
-                options_.group_name.empty() ? std::string("?") : options_.group_name,
-                ", size ", size_, "): ", name, " #", sequence);
+  return StrCat(*prefix_, name, " #", sequence);
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
     ::c10d::OpType type, const char* name, Body body, Tensors outputs,
     bool point_to_point, std::shared_ptr<int> source_rank) {
-  return Checked("Enqueue", [&]() -> c10::intrusive_ptr<::c10d::Work> {
-    const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
-    std::string context = Context(name, sequence);
-    auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
-                                                std::move(source_rank));
-    auto wrapped = [body = std::move(body), context](Communicator& c) {
-      try {
-        body(c);
-      } catch (...) {
-        RethrowWithContext(context);
-      }
-    };
-    using Lane = collectives::AsyncCommunicator::Lane;
-    work->Attach(
-        async_->Enqueue(std::move(wrapped), context,
-                        point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
-    return work;
-  });
+  const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
+  auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
+                                              std::move(source_rank));
+  // The context of an error is formatted only when there is one.
+  auto wrapped = [body = std::move(body), prefix = prefix_, name,
+                  sequence](Communicator& c) {
+    try {
+      body(c);
+    } catch (...) {
+      RethrowWithContext(StrCat(*prefix, name, " #", sequence));
+    }
+  };
+  using Lane = collectives::AsyncCommunicator::Lane;
+  work->Attach(async_->Enqueue(
+      std::move(wrapped), std::string(name) + " #" + std::to_string(sequence),
+      point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
+  return work;
 }
 
 void ProcessGroupNeuron::RunLocal(const Body& body) {
@@ -135,15 +137,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int 
   return Checked(
       "recv",
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
-        CheckSingle(tensors, "recv");
         CheckPeer(src_rank, rank_, size_, "recv");
-        Output output(tensors[0]);
-        auto body = [output, src_rank, tag](Communicator& c) {
-          c.Recv(src_rank, output.data(), Bytes(output.buffer()),
-                 static_cast<std::uint64_t>(tag));
-          output.CopyBack();
-        };
-        return Enqueue(::c10d::OpType::RECV, "recv", std::move(body), tensors, true);
+        return Receive(tensors, src_rank, tag);
       },
       true);
 }
@@ -153,18 +148,24 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tens
   return Checked(
       "recvAnysource",
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
-        CheckSingle(tensors, "recv");
-        Output output(tensors[0]);
-        auto source = std::make_shared<int>(-1);
-        auto body = [output, tag, source](Communicator& c) {
-          *source = c.Recv(Communicator::kAnySource, output.data(),
-                           Bytes(output.buffer()), static_cast<std::uint64_t>(tag));
-          output.CopyBack();
-        };
-        return Enqueue(::c10d::OpType::RECVANYSOURCE, "recv", std::move(body), tensors,
-                       true, source);
+        return Receive(tensors, Communicator::kAnySource, tag);
       },
       true);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Receive(Tensors& tensors,
+                                                             int src_rank, int tag) {
+  CheckSingle(tensors, "recv");
+  Output output(tensors[0]);
+  auto source = std::make_shared<int>(-1);  // the sender, for recvAnysource
+  auto body = [output, src_rank, tag, source](Communicator& c) {
+    *source = c.Recv(src_rank, output.data(), Bytes(output.buffer()),
+                     static_cast<std::uint64_t>(tag));
+    output.CopyBack();
+  };
+  const auto type = src_rank == Communicator::kAnySource ? ::c10d::OpType::RECVANYSOURCE
+                                                         : ::c10d::OpType::RECV;
+  return Enqueue(type, "recv", std::move(body), tensors, true, source);
 }
 
 // --- barriers -----------------------------------------------------------------

@@ -144,12 +144,17 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
   Ptr<Work> Enqueue(::c10d::OpType type, const char* name, Body body, Tensors outputs,
                     bool point_to_point = false,
                     std::shared_ptr<int> source_rank = nullptr);
-  // The prefix of every error: "neuron rank R (group G): <op> #<seq>".
+  // The context of an error: "neuron rank R (group G, size S): <op> #<seq>".
   std::string Context(const char* name, std::uint64_t sequence) const;
+  // recv and recvAnysource (src_rank kAnySource): one receive on the
+  // point-to-point lane into tensors[0].
+  Ptr<Work> Receive(Tensors& tensors, int src_rank, int tag);
   // Runs a local function on the collectives lane after what is queued.
   void RunLocal(const Body& body);
 
   ProcessGroupNeuronOptions options_;
+  // "neuron rank R (group G, size S): ", the start of every error.
+  std::shared_ptr<const std::string> prefix_;
   Ptr<::c10d::Store> store_;
   std::unique_ptr<collectives::AsyncCommunicator> async_;
   std::string transport_name_;
