@@ -130,4 +130,31 @@ class RequestTable {
   std::vector<std::deque<RequestId>> recvs_;
 };
 
-}  // namespace neuron::collectives::transport
+// The bodies of Transport::Wait, TryWait and WaitAny, shared by the
+// transports: `wait_until(done, expired)` makes progress until done() holds
+// or the deadline passes (then it sets *expired when that is not null, and
+// throws TimeoutError otherwise).
+template <typename WaitUntil>
+void WaitAllOf(RequestTable& r, const std::vector<RequestId>& ids, WaitUntil wait_until) {
+  r.Guarded([&] { wait_until([&] { return r.AllComplete(ids); }, nullptr); });
+  r.CompactIfIdle();
+}
+
+template <typename WaitUntil>
+bool TryWaitAllOf(RequestTable& r, const std::vector<RequestId>& ids,
+                  WaitUntil wait_until) {
+  bool expired = false;
+  r.Guarded([&] { wait_until([&] { return r.AllComplete(ids); }, &expired); });
+  if (!expired) r.CompactIfIdle();
+  return !expired;
+}
+
+template <typename WaitUntil>
+std::size_t WaitAnyOf(RequestTable& r, const std::vector<RequestId>& ids,
+                      WaitUntil wait_until) {
+  r.Guarded(
+      [&] { wait_until([&] { return r.FirstComplete(ids) < ids.size(); }, nullptr); });
+  return r.FirstComplete(ids);
+}
+
+ }  // namespace neuron::collectives::transport

@@ -319,28 +319,23 @@ void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
 
 void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
+  WaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  requests_->CompactIfIdle();
 }
 
 bool ShmTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
                            const std::string& what) {
-  bool expired = false;
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what, &expired);
+  return TryWaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  if (!expired) requests_->CompactIfIdle();
-  return !expired;
 }
 
 std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                                   const std::string& what) {
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->FirstComplete(ids) < ids.size(); }, ids, deadline, what);
+  return WaitAnyOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  return requests_->FirstComplete(ids);
 }
 
 char* ShmTransport::Window(int rank) const {

@@ -268,28 +268,23 @@ bool TcpTransport::Progress(const std::string& what) {
 
 void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
                         const std::string& what) {
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what);
+  WaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  requests_->CompactIfIdle();
 }
 
 bool TcpTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
                            const std::string& what) {
-  bool expired = false;
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->AllComplete(ids); }, ids, deadline, what, &expired);
+  return TryWaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  if (!expired) requests_->CompactIfIdle();
-  return !expired;
 }
 
 std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
                                   const std::string& what) {
-  requests_->Guarded([&] {
-    WaitUntil([&] { return requests_->FirstComplete(ids) < ids.size(); }, ids, deadline, what);
+  return WaitAnyOf(*requests_, ids, [&](auto done, bool* expired) {
+    WaitUntil(done, ids, deadline, what, expired);
   });
-  return requests_->FirstComplete(ids);
 }
 
 template <typename Done>
