@@ -78,14 +78,18 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
   CacheKey key;
   // The name and source lines are labels, not part of what is compiled.
   // The structure is hashed as text; constants as their raw bytes (printing
-  // megabytes of weights as text would cost more than a compile).
-  proto::Graph anonymous = graph;
+  // megabytes of weights as text would cost more than a compile), so the
+  // copy printed leaves their data out.
+  proto::Graph anonymous;
   anonymous.set_name("g");
+  *anonymous.mutable_inputs() = graph.inputs();
+  *anonymous.mutable_nodes() = graph.nodes();
+  *anonymous.mutable_outputs() = graph.outputs();
   for (auto& n : *anonymous.mutable_nodes()) n.clear_source();
   std::string structure;
-  for (auto& c : *anonymous.mutable_constants()) {
+  for (const auto& c : graph.constants()) {
     structure += StrCat(c.value().name(), ":", Sha256(c.data()), ";");
-    c.clear_data();
+    *anonymous.add_constants()->mutable_value() = c.value();
   }
   structure += PrintGraph(anonymous);
   std::string inputs;

@@ -146,10 +146,7 @@ class Reader {
       }
       Expect("]");
     } else {
-      const std::size_t start = p_;
-      const std::string n = Number();
-      p_ = start;
-      if (n.find_first_of(".eEn") != std::string::npos) {
+      if (NextIsReal()) {
         a.set_f(Real());
       } else {
         a.set_i(Integer());
@@ -222,28 +219,34 @@ class Reader {
     return t_.substr(start, p_ - start);
   }
 
-  std::int64_t Integer() {
+  // The next number token as converted by `convert` (a std::stoll or
+  // std::stod), which must use all of it; else a parse error at the token.
+  template <typename T, typename Convert>
+  T NumberAs(const char* expected, Convert convert) {
     const std::string n = Number();
     try {
       std::size_t used = 0;
-      const std::int64_t v = std::stoll(n, &used);
+      const T v = convert(n, &used);
       if (used == n.size()) return v;
     } catch (const std::exception&) {
     }
     p_ -= n.size();
-    Fail("an integer");
+    Fail(expected);
   }
-
+  std::int64_t Integer() {
+    return NumberAs<std::int64_t>(
+        "an integer", [](const std::string& n, std::size_t* used) { return std::stoll(n, used); });
+  }
   double Real() {
-    const std::string n = Number();
-    try {
-      std::size_t used = 0;
-      const double v = std::stod(n, &used);
-      if (used == n.size()) return v;
-    } catch (const std::exception&) {
-    }
-    p_ -= n.size();
-    Fail("a number");
+    return NumberAs<double>(
+        "a number", [](const std::string& n, std::size_t* used) { return std::stod(n, used); });
+  }
+  // Whether the next number is written as a float ('.', exponent, nan, inf).
+  bool NextIsReal() {
+    const std::size_t start = p_;
+    const bool real = Number().find_first_of(".eEn") != std::string::npos;
+    p_ = start;
+    return real;
   }
 
   std::string Number() {

@@ -28,14 +28,25 @@ void CheckType(const proto::Value& v, const std::string& where) {
   }
 }
 
-// Replaces every use of value `from` by `to` (node inputs and outputs).
-void Rename(proto::Graph& g, const std::string& from, const std::string& to) {
-  for (auto& n : *g.mutable_nodes()) {
-    for (auto& in : *n.mutable_inputs()) {
+using Nodes = google::protobuf::RepeatedPtrField<proto::Node>;
+
+// Takes the nodes out of `g` (left with none), so a pass can move the ones
+// it keeps back without copying the rest of the graph.
+Nodes TakeNodes(proto::Graph& g) {
+  Nodes nodes;
+  nodes.Swap(g.mutable_nodes());
+  return nodes;
+}
+
+// Replaces the uses of value `from` by `to` in nodes[first..] and `outputs`.
+void RenameUses(Nodes& nodes, int first, google::protobuf::RepeatedPtrField<std::string>& outputs,
+                const std::string& from, const std::string& to) {
+  for (int j = first; j < nodes.size(); ++j) {
+    for (auto& in : *nodes.Mutable(j)->mutable_inputs()) {
       if (in == from) in = to;
     }
   }
-  for (auto& out : *g.mutable_outputs()) {
+  for (auto& out : outputs) {
     if (out == from) out = to;
   }
 }
@@ -168,32 +179,27 @@ int EliminateDeadCode(proto::Graph& g) {
     keep[i] = true;
     for (const auto& in : n.inputs()) live.insert(in);
   }
-  proto::Graph out = g;
-  out.clear_nodes();
-  out.clear_constants();
-  int removed = 0;
-  for (int i = 0; i < g.nodes_size(); ++i) {
-    if (keep[i])
-      *out.add_nodes() = g.nodes(i);
-    else
-      ++removed;
+  // Move the survivors back (constants carry their data: never copied).
+  Nodes nodes = TakeNodes(g);
+  for (int i = 0; i < nodes.size(); ++i) {
+    if (keep[i]) *g.add_nodes() = std::move(*nodes.Mutable(i));
   }
-  for (const auto& c : g.constants()) {
-    if (live.count(c.value().name())) *out.add_constants() = c;
+  google::protobuf::RepeatedPtrField<proto::Constant> constants;
+  constants.Swap(g.mutable_constants());
+  for (auto& c : constants) {
+    if (live.count(c.value().name())) *g.add_constants() = std::move(c);
   }
-  g = std::move(out);
-  return removed;
+  return nodes.size() - g.nodes_size();
 }
 
 int EliminateCommonSubexpressions(proto::Graph& g) {
-  std::unordered_map<std::string, int> seen;  // key -> index in the new graph
-  proto::Graph out = g;
-  out.clear_nodes();
+  std::unordered_map<std::string, int> seen;  // key -> index in g's nodes
+  Nodes nodes = TakeNodes(g);
   int removed = 0;
-  for (const auto& original : g.nodes()) {
-    // `original`'s inputs already name the survivors of earlier merges
-    // (Rename below rewrites the rest of `g`).
-    proto::Node n = original;
+  for (int i = 0; i < nodes.size(); ++i) {
+    // Its inputs already name the survivors of earlier merges (the renames
+    // below rewrite the nodes after a merged one and the outputs).
+    proto::Node& n = *nodes.Mutable(i);
     std::string key;
     if (!HasSideEffects(n)) {
       proto::Node canonical = n;
@@ -205,31 +211,27 @@ int EliminateCommonSubexpressions(proto::Graph& g) {
       for (const auto& [k, v] : sorted) key += "|" + k + "=" + v.SerializeAsString();
       auto it = seen.find(key);
       if (it != seen.end()) {
-        const proto::Node& earlier = out.nodes(it->second);
+        const proto::Node& earlier = g.nodes(it->second);
         for (int o = 0; o < n.outputs_size(); ++o) {
-          Rename(g, n.outputs(o).name(), earlier.outputs(o).name());
-          Rename(out, n.outputs(o).name(), earlier.outputs(o).name());
+          RenameUses(nodes, i + 1, *g.mutable_outputs(), n.outputs(o).name(),
+                     earlier.outputs(o).name());
         }
         ++removed;
         continue;
       }
     }
-    *out.add_nodes() = n;
-    if (!key.empty()) seen[key] = out.nodes_size() - 1;
+    *g.add_nodes() = std::move(n);
+    if (!key.empty()) seen[key] = g.nodes_size() - 1;
   }
-  out.mutable_outputs()->CopyFrom(g.outputs());
-  g = std::move(out);
   return removed;
 }
 
 int FoldConstants(proto::Graph& g) {
   int folded = 0;
-  proto::Graph out = g;
-  out.clear_nodes();
-  std::unordered_map<std::string, int> constant;  // name -> index in out.constants
-  for (int i = 0; i < out.constants_size(); ++i)
-    constant[out.constants(i).value().name()] = i;
-  for (const auto& n : g.nodes()) {
+  std::unordered_map<std::string, int> constant;  // name -> index in g.constants
+  for (int i = 0; i < g.constants_size(); ++i) constant[g.constants(i).value().name()] = i;
+  Nodes nodes = TakeNodes(g);
+  for (auto& n : nodes) {
     std::vector<const proto::Constant*> in;
     bool all = !HasSideEffects(n);
     for (const auto& name : n.inputs()) {
@@ -238,20 +240,19 @@ int FoldConstants(proto::Graph& g) {
         all = false;
         break;
       }
-      in.push_back(&out.constants(it->second));
+      in.push_back(&g.constants(it->second));
     }
     std::vector<float> value;
     if (all && !in.empty() && Evaluate(n, in, value)) {
-      auto* c = out.add_constants();
+      auto* c = g.add_constants();
       *c->mutable_value() = n.outputs(0);
       c->set_data(Bytes(value));
-      constant[n.outputs(0).name()] = out.constants_size() - 1;
+      constant[n.outputs(0).name()] = g.constants_size() - 1;
       ++folded;
       continue;
     }
-    *out.add_nodes() = n;
+    *g.add_nodes() = std::move(n);
   }
-  g = std::move(out);
   return folded;
 }
 
