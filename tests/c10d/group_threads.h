@@ -3,13 +3,10 @@
 // first exception a rank threw, after every thread finished.
 #pragma once
 
-#include <exception>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <vector>
 
+#include "../collectives/rank_threads.h"
 #include "neuron/c10d/process_group_neuron.h"
 
 namespace neuron::c10d::testing {
@@ -17,25 +14,13 @@ namespace neuron::c10d::testing {
 inline void RunGroup(int size, const std::function<void(ProcessGroupNeuron&, int)>& body,
                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   auto store = c10::make_intrusive<::c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::exception_ptr first;
-  std::mutex mutex;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroupNeuronOptions options;
-        options.timeout = timeout;
-        options.group_name = "test";
-        auto pg = c10::make_intrusive<ProcessGroupNeuron>(store, r, size, options);
-        body(*pg, r);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  collectives::testing::RunThreads(size, [&](int r) {
+    ProcessGroupNeuronOptions options;
+    options.timeout = timeout;
+    options.group_name = "test";
+    auto pg = c10::make_intrusive<ProcessGroupNeuron>(store, r, size, options);
+    body(*pg, r);
+  });
 }
 
 // Waits for `work` and returns its error message ("" when it succeeded).

@@ -19,6 +19,23 @@ import torch.nn as nn  # noqa: E402
 import torchneuron  # noqa: E402
 
 
+def assert_compiled_matches_eager(make, x, loss=lambda out: out.sum()):
+    """Builds two equal models with `make`, runs one compiled (fullgraph)
+    and one eager on `x`, and checks outputs and parameter gradients.
+    Returns the compiled model's original module."""
+    torch.manual_seed(0)
+    net, ref = make(), make()
+    ref.load_state_dict(net.state_dict())
+    out = torchneuron.compile(net, fullgraph=True)(x)
+    loss(out).backward()
+    expected = ref(x)
+    loss(expected).backward()
+    torch.testing.assert_close(out, expected)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    return net
+
+
 def mlp():
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
                          nn.Linear(32, 4))
@@ -123,17 +140,7 @@ def test_softmax_and_log_softmax_compile_forward_and_backward():
             z = self.fc(x)
             return torch.log_softmax(z, dim=1) + torch.softmax(z, dim=-1)
 
-    torch.manual_seed(0)
-    net, ref = Head(), Head()
-    ref.load_state_dict(net.state_dict())
-    x = torch.randn(5, 8)
-    out = torchneuron.compile(net, fullgraph=True)(x)
-    out.sum().backward()
-    expected = ref(x)
-    expected.sum().backward()
-    torch.testing.assert_close(out, expected)
-    for p, q in zip(net.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad)
+    assert_compiled_matches_eager(Head, torch.randn(5, 8))
     rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Head")]
     assert [r["compiled"] for r in rows] == [True, True]
 
@@ -165,17 +172,7 @@ def test_a_layer_norm_gelu_block_compiles_forward_and_backward(approximate):
         return nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(approximate=approximate),
                              nn.Linear(16, 4))
 
-    torch.manual_seed(0)
-    net, ref = block(), block()
-    ref.load_state_dict(net.state_dict())
-    x = torch.randn(5, 8)
-    out = torchneuron.compile(net, fullgraph=True)(x)
-    out.sum().backward()
-    expected = ref(x)
-    expected.sum().backward()
-    torch.testing.assert_close(out, expected)
-    for p, q in zip(net.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad)
+    assert_compiled_matches_eager(block, torch.randn(5, 8))
 
 
 def test_cross_entropy_compiles_forward_and_backward_with_ignored_targets():

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 
+#include "error_of.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/half.h"
 
@@ -125,14 +126,7 @@ TEST(Executor, AnMlpLayerComputesTheReferenceAndItsModelledTime) {
   EXPECT_GE(s.phases.at("step").reserved, s.phases.at("step").allocated);
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const neuron::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::ErrorOf;
 
 TEST(Executor, BadPlansAndInputsAreRefusedNamingWhere) {
   MemoryCounters memory;

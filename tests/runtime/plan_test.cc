@@ -9,6 +9,7 @@
 
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/plan_timing.h"
+#include "error_of.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::runtime {
@@ -74,14 +75,7 @@ proto::Executable SmallPlan() {
   return e;
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const neuron::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::ErrorOf;
 
 TEST(PlanTiming, InstructionsWaitForTheirEngineAndDependencies) {
   const CostModel model(DeviceSpec::Default());
