@@ -20,6 +20,17 @@ struct Placed {
   }
 };
 
+// "executable 'name': instruction 7 (matmul)", written only into the
+// message of an error (NEURON_CHECK formats its message when it fails).
+struct What {
+  const proto::Executable& executable;
+  const proto::Instruction& instruction;
+};
+std::ostream& operator<<(std::ostream& out, const What& w) {
+  return out << "executable '" << w.executable.name() << "': instruction "
+             << w.instruction.id() << " (" << w.instruction.op() << ")";
+}
+
 // Holds the run's device memory in the counters; gives it back however the
 // run ends.
 class MemoryHold {
@@ -46,7 +57,7 @@ class MemoryHold {
 };
 
 void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
-            const std::vector<Placed>& out, const std::string& what) {
+            const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(in.size() == 1 && out.size() == 1, what,
                ": a DMA reads one buffer and writes one");
   NEURON_CHECK(i.bytes() <= in[0].buffer->bytes() && i.bytes() <= out[0].buffer->bytes(),
@@ -56,7 +67,7 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
 }
 
 void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
-               const std::vector<Placed>& out, const std::string& what) {
+               const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(i.op() == "matmul", what, ": the tensor engine runs matmul only");
   NEURON_CHECK(in.size() == 2 && out.size() == 1, what,
                ": matmul reads two buffers, writes one");
@@ -83,7 +94,7 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
 // layer_norm_rows (x, w, b -> y, mean, rstd) and layer_norm_backward_rows
 // (g, x, mean, rstd, w -> gx, gw, gb) over [m, n].
 void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
-                  const std::vector<Placed>& out, const std::string& what) {
+                  const std::vector<Placed>& out, const What& what) {
   const bool forward = i.op() == "layer_norm_rows";
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
@@ -126,7 +137,7 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
 // the log-probabilities' grad [m, n]); mean (scalar 1) or sum (scalar 2)
 // reduction; targets equal to `k` are ignored.
 void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
-                const std::vector<Placed>& out, const std::string& what) {
+                const std::vector<Placed>& out, const What& what) {
   const bool forward = i.op() == "nll_loss_rows";
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
@@ -171,16 +182,35 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
   kernels::FromFloat(g, out[0].buffer->dtype(), out[0].data);
 }
 
+// The row-wise ops over [m, n] inputs (kernels::Shaped).
+void RunShaped(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(!in.empty() && out.size() == 1, what, ": a row-wise op writes one buffer");
+  for (const Placed* p : {&in[0], &in.back(), &out[0]}) {
+    NEURON_CHECK(kernels::IsFloat(p->buffer->dtype()), what, ": buffer ",
+                 p->buffer->name(), " is ", proto::ElementType_Name(p->buffer->dtype()),
+                 "; the engines compute F32, BF16 or F16");
+  }
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  std::vector<float> result(n);
+  const std::size_t rows = static_cast<std::size_t>(i.m()),
+                    cols = static_cast<std::size_t>(i.n());
+  const std::size_t writes = i.op() == "sum_rows" ? cols : rows * cols;
+  const std::size_t inputs = kernels::ShapedInputs(i.op());
+  bool fits = in.size() == inputs && n == writes;
+  for (const Placed& p : in) fits = fits && p.elements() >= rows * cols;
+  NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols, "] takes ", inputs,
+               " input(s) of ", rows * cols, " elements and writes ", writes, "; got ",
+               in.size(), " input(s) of ", in[0].elements(), " and ", n);
+  std::vector<std::vector<float>> operands;
+  for (const Placed& p : in)
+    operands.push_back(kernels::ToFloat(p.data, p.buffer->dtype(), rows * cols));
+  kernels::Shaped(i.op(), operands, i.m(), i.n(), result);
+  kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+}
+
 void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
-                    const std::vector<Placed>& out, const std::string& what) {
-  if (i.op() == "nll_loss_rows" || i.op() == "nll_loss_backward_rows") {
-    RunNllLoss(i, in, out, what);
-    return;
-  }
-  if (i.op() == "layer_norm_rows" || i.op() == "layer_norm_backward_rows") {
-    RunLayerNorm(i, in, out, what);
-    return;
-  }
+                    const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK((in.size() == 1 || in.size() == 2) && out.size() == 1, what,
                ": an elementwise op reads one or two buffers and writes one");
   const std::size_t n = static_cast<std::size_t>(i.elements());
@@ -193,23 +223,6 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                out[0].elements(), " elements, the op ", n);
   std::vector<float> result(n);
   bool known;
-  if (kernels::IsShaped(i.op())) {  // over [m, n] inputs, row by row
-    const std::size_t rows = static_cast<std::size_t>(i.m()),
-                      cols = static_cast<std::size_t>(i.n());
-    const std::size_t writes = i.op() == "sum_rows" ? cols : rows * cols;
-    const std::size_t inputs = kernels::ShapedInputs(i.op());
-    bool fits = in.size() == inputs && n == writes;
-    for (const Placed& p : in) fits = fits && p.elements() >= rows * cols;
-    NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols, "] takes ", inputs,
-                 " input(s) of ", rows * cols, " elements and writes ", writes, "; got ",
-                 in.size(), " input(s) of ", in[0].elements(), " and ", n);
-    std::vector<std::vector<float>> operands;
-    for (const Placed& p : in)
-      operands.push_back(kernels::ToFloat(p.data, p.buffer->dtype(), rows * cols));
-    kernels::Shaped(i.op(), operands, i.m(), i.n(), result);
-    kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
-    return;
-  }
   NEURON_CHECK(in[0].elements() >= n, what, ": buffer ", in[0].buffer->name(), " has ",
                in[0].elements(), " elements, the op ", n);
   const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
@@ -228,6 +241,20 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(known, what, ": unknown ", in.size() == 1 ? "unary" : "binary", " op '",
                i.op(), "'");
   kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+}
+
+using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
+                        const std::vector<Placed>&, const What&);
+
+// The kernel family of an instruction, by engine and op.
+Runner RunnerFor(const proto::Instruction& i) {
+  if (i.engine() == proto::DMA) return RunDma;
+  if (i.engine() == proto::TENSOR) return RunMatmul;
+  const std::string& op = i.op();
+  if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;
+  if (op == "layer_norm_rows" || op == "layer_norm_backward_rows") return RunLayerNorm;
+  if (kernels::IsShaped(op)) return RunShaped;
+  return RunElementwise;
 }
 
 }  // namespace
@@ -343,20 +370,10 @@ std::map<std::string, HostTensor> Executor::Compute(
                " inputs given, the plan takes ", bound);
 
   for (const auto& i : e.instructions()) {
-    const std::string what = StrCat(where, ": instruction ", i.id(), " (", i.op(), ")");
     std::vector<Placed> in, out;
     for (auto b : i.inputs()) in.push_back(placed.at(b));
     for (auto b : i.outputs()) out.push_back(placed.at(b));
-    switch (i.engine()) {
-      case proto::DMA:
-        RunDma(i, in, out, what);
-        break;
-      case proto::TENSOR:
-        RunMatmul(i, in, out, what);
-        break;
-      default:
-        RunElementwise(i, in, out, what);
-    }
+    RunnerFor(i)(i, in, out, What{e, i});
   }
 
   std::map<std::string, HostTensor> outputs;
