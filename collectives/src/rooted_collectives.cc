@@ -51,52 +51,50 @@ void Communicator::Reduce(const ReduceOptions& o) {
 }
 
 void Communicator::Gather(const GatherOptions& o) {
-  CheckRoot(o.root, "gather");
-  NEURON_CHECK(
-      o.count == 0 || (o.input != nullptr && (rank_ != o.root || o.output != nullptr)),
-      "gather: input or output is null");
-  Header h = NewHeader(OpCode::kGather, o.dtype, o.count, ReduceOp::kSum, o.root);
-  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
-  const Agreed agreed = Handshake(h);
-  const OpScope scope(*this, h, agreed);
-  const std::size_t block = o.count * ElementSize(o.dtype);
-  if (block == 0) return;
-  const std::string what = Describe(h);
-  if (rank_ != o.root) {
-    transport_->Wait({transport_->Isend(o.root, o.input, block)}, NewDeadline(), what);
-    return;
-  }
-  char* out = static_cast<char*>(o.output);
-  std::vector<transport::RequestId> ids;
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) ids.push_back(transport_->Irecv(r, out + r * block, block));
-  }
-  std::memmove(out + rank_ * block, o.input, block);
-  transport_->Wait(ids, NewDeadline(), what);
+  Linear(OpCode::kGather, o.input, o.output, o.count, o.dtype, o.root);
 }
 
 void Communicator::Scatter(const ScatterOptions& o) {
-  CheckRoot(o.root, "scatter");
-  NEURON_CHECK(
-      o.count == 0 || (o.output != nullptr && (rank_ != o.root || o.input != nullptr)),
-      "scatter: input or output is null");
-  Header h = NewHeader(OpCode::kScatter, o.dtype, o.count, ReduceOp::kSum, o.root);
-  h.model_bytes = static_cast<double>(o.count * ElementSize(o.dtype));
+  Linear(OpCode::kScatter, o.input, o.output, o.count, o.dtype, o.root);
+}
+
+// Gather and scatter, linear (as MPICH for small groups): the root
+// exchanges one block with every other rank at once and copies its own.
+void Communicator::Linear(OpCode op, const void* input, void* output, std::size_t count,
+                          DataType dtype, int root) {
+  const bool gather = op == OpCode::kGather;
+  const char* name = gather ? "gather" : "scatter";
+  CheckRoot(root, name);
+  // The root needs both buffers; the others only the one they send or fill.
+  const void* theirs = gather ? input : output;
+  const void* roots = gather ? output : input;
+  NEURON_CHECK(count == 0 || (theirs != nullptr && (rank_ != root || roots != nullptr)),
+               name, ": input or output is null");
+  Header h = NewHeader(op, dtype, count, ReduceOp::kSum, root);
+  h.model_bytes = static_cast<double>(count * ElementSize(dtype));
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
-  const std::size_t block = o.count * ElementSize(o.dtype);
+  const std::size_t block = count * ElementSize(dtype);
   if (block == 0) return;
   const std::string what = Describe(h);
-  if (rank_ != o.root) {
-    transport_->Wait({transport_->Irecv(o.root, o.output, block)}, NewDeadline(), what);
+  if (rank_ != root) {
+    const auto id = gather ? transport_->Isend(root, input, block)
+                           : transport_->Irecv(root, output, block);
+    transport_->Wait({id}, NewDeadline(), what);
     return;
   }
-  const char* in = static_cast<const char*>(o.input);
   std::vector<transport::RequestId> ids;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_) ids.push_back(transport_->Isend(r, in + r * block, block));
+    if (r == rank_) continue;
+    ids.push_back(gather ? transport_->Irecv(r, static_cast<char*>(output) + r * block, block)
+                         : transport_->Isend(r, static_cast<const char*>(input) + r * block,
+                                             block));
   }
-  std::memmove(o.output, in + rank_ * block, block);
+  if (gather) {
+    std::memmove(static_cast<char*>(output) + rank_ * block, input, block);
+  } else {
+    std::memmove(output, static_cast<const char*>(input) + rank_ * block, block);
+  }
   transport_->Wait(ids, NewDeadline(), what);
 }
 

@@ -271,6 +271,9 @@ class Communicator {
   class OpScope;
   struct PointToPoint;  // point_to_point.cc
   void StartPointToPoint(bool one_host);
+  // Gather (op kGather) or Scatter (kScatter).
+  void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
+              DataType dtype, int root);
   void AbortPointToPoint(const std::string& reason);
   // Drops buffered sends that completed, making progress until `until`.
   void ReapSends(std::chrono::steady_clock::time_point until);
