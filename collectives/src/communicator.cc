@@ -645,6 +645,36 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
   shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
 }
 
+// The ranks beyond the largest power of two p of the power-of-two
+// allreduces: rank p + i hands its data to rank i, which reduces it in
+// (rank i's data first), and waits for the result. Returns p, or 0 on the
+// ranks folded in (their data then holds the result).
+int Communicator::FoldExtraRanks(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                 const std::string& what) {
+  const std::size_t bytes = count * ElementSize(dtype);
+  int p = 1;
+  while (p * 2 <= size_) p *= 2;
+  scratch_.resize(bytes);
+  if (rank_ >= p) {
+    transport_->Wait({transport_->Isend(rank_ - p, data, bytes)}, NewDeadline(), what);
+    transport_->Wait({transport_->Irecv(rank_ - p, data, bytes)}, NewDeadline(), what);
+    return 0;
+  }
+  if (rank_ < size_ - p) {
+    transport_->Wait({transport_->Irecv(rank_ + p, scratch_.data(), bytes)}, NewDeadline(), what);
+    Accumulate(dtype, op, data, scratch_.data(), count);
+  }
+  return p;
+}
+
+// After the power-of-two algorithm: rank i sends the result to rank p + i.
+void Communicator::ServeExtraRanks(const char* data, std::size_t bytes, int p,
+                                   const std::string& what) {
+  if (rank_ < size_ - p) {
+    transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
+  }
+}
+
 // Recursive doubling (Thakur, Rabenseifner & Gropp, "Optimization of
 // collective communication operations in MPICH", 2005), with the ranks
 // beyond the largest power of two folded in first and served last. Each
@@ -653,19 +683,8 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
 void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype,
                                               ReduceOp op, const std::string& what) {
   const std::size_t bytes = count * ElementSize(dtype);
-  int p = 1;
-  while (p * 2 <= size_) p *= 2;
-  const int extra = size_ - p;
-  scratch_.resize(bytes);
-  if (rank_ >= p) {
-    transport_->Wait({transport_->Isend(rank_ - p, data, bytes)}, NewDeadline(), what);
-    transport_->Wait({transport_->Irecv(rank_ - p, data, bytes)}, NewDeadline(), what);
-    return;
-  }
-  if (rank_ < extra) {
-    transport_->Wait({transport_->Irecv(rank_ + p, scratch_.data(), bytes)}, NewDeadline(), what);
-    Accumulate(dtype, op, data, scratch_.data(), count);
-  }
+  const int p = FoldExtraRanks(data, count, dtype, op, what);
+  if (p == 0) return;  // folded in: the result came back
   for (int d = 1; d < p; d *= 2) {
     const int partner = rank_ ^ d;
     Exchange(partner, data, bytes, partner, scratch_.data(), bytes, what);
@@ -677,9 +696,7 @@ void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, Dat
     }
   }
   if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
-  if (rank_ < extra) {
-    transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
-  }
+  ServeExtraRanks(data, bytes, p, what);
 }
 
 // Rabenseifner's allreduce (Rabenseifner, "Optimization of collective
@@ -690,19 +707,8 @@ void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, Dat
 void Communicator::RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype,
                                          ReduceOp op, const std::string& what) {
   const std::size_t esize = ElementSize(dtype), bytes = count * esize;
-  int p = 1;
-  while (p * 2 <= size_) p *= 2;
-  const int extra = size_ - p;
-  scratch_.resize(bytes);
-  if (rank_ >= p) {
-    transport_->Wait({transport_->Isend(rank_ - p, data, bytes)}, NewDeadline(), what);
-    transport_->Wait({transport_->Irecv(rank_ - p, data, bytes)}, NewDeadline(), what);
-    return;
-  }
-  if (rank_ < extra) {
-    transport_->Wait({transport_->Irecv(rank_ + p, scratch_.data(), bytes)}, NewDeadline(), what);
-    Accumulate(dtype, op, data, scratch_.data(), count);
-  }
+  const int p = FoldExtraRanks(data, count, dtype, op, what);
+  if (p == 0) return;  // folded in: the result came back
   // Halving: keep the half on my side of the partner, reduce it, pass on the other.
   std::size_t lo = 0, hi = count;
   std::vector<std::pair<std::size_t, std::size_t>> kept;  // segment before each step
@@ -741,9 +747,7 @@ void Communicator::RabenseifnerAllReduce(char* data, std::size_t count, DataType
     lo = seg_lo;
     hi = seg_hi;
   }
-  if (rank_ < extra) {
-    transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
-  }
+  ServeExtraRanks(data, bytes, p, what);
 }
 
 // Bruck's allgather (Bruck et al., "Efficient algorithms for all-to-all

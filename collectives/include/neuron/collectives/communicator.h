@@ -271,6 +271,11 @@ class Communicator {
   class OpScope;
   struct PointToPoint;  // point_to_point.cc
   void StartPointToPoint(bool one_host);
+  // Recursive doubling's and Rabenseifner's handling of the ranks beyond the
+  // largest power of two (communicator.cc).
+  int FoldExtraRanks(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                     const std::string& what);
+  void ServeExtraRanks(const char* data, std::size_t bytes, int p, const std::string& what);
   // Gather (op kGather) or Scatter (kScatter).
   void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
               DataType dtype, int root);
