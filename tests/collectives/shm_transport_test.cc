@@ -11,18 +11,14 @@
 #include "neuron/collectives/store/file_store.h"
 #include "neuron/runtime/error.h"
 #include "rank_threads.h"
+#include "transport_checks.h"
 
 namespace neuron::collectives::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::RunRanks;
-
-std::vector<unsigned char> Pattern(int from, int to, std::size_t bytes) {
-  std::vector<unsigned char> v(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(from * 31 + to * 7 + i);
-  return v;
-}
+using collectives::testing::RunRanks;
+using testing::ExchangeWithEveryRank;
 
 int ShmSegments() {
   int n = 0;
@@ -38,21 +34,7 @@ TEST(ShmTransport, AllPairsStreamsArriveIntact) {
   for (int size : {1, 2, 3, 5}) {
     RunRanks(size, [size](int rank, Store& store) {
       ShmTransport t(store, rank, size, {.ring_bytes = 4096});
-      for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
-                                std::size_t{100003}}) {
-        std::vector<std::vector<unsigned char>> out(size), in(size);
-        std::vector<RequestId> ids;
-        for (int p = 0; p < size; ++p) {
-          out[p] = Pattern(rank, p, bytes);
-          in[p].resize(bytes);
-          ids.push_back(t.Isend(p, out[p].data(), bytes));
-          ids.push_back(t.Irecv(p, in[p].data(), bytes));
-        }
-        t.Wait(ids, Deadline::After(30s), "all-pairs test");
-        for (int p = 0; p < size; ++p) {
-          ASSERT_EQ(in[p], Pattern(p, rank, bytes)) << "from " << p << " to " << rank;
-        }
-      }
+      ExchangeWithEveryRank(t, rank, size, {0, 1, 4097, 100003}, 30s);
     });
   }
   EXPECT_EQ(ShmSegments(), 0) << "segments left in /dev/shm";

@@ -13,37 +13,21 @@
 #include "neuron/collectives/store/file_store.h"
 #include "neuron/runtime/error.h"
 #include "rank_threads.h"
+#include "transport_checks.h"
 
 namespace neuron::collectives::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::RunRanks;
-
-std::vector<unsigned char> Pattern(int from, int to, std::size_t bytes) {
-  std::vector<unsigned char> v(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(from * 31 + to * 7 + i);
-  return v;
-}
+using collectives::testing::RunRanks;
+using testing::ExchangeWithEveryRank;
 
 TEST(TcpTransport, AllPairsStreamsArriveIntact) {
   for (int size : {1, 2, 3, 5}) {
     RunRanks(size, [size](int rank, Store& store) {
       TcpTransport t(store, rank, size);
       // 8 MiB outruns the socket buffers, so sends really wait for receives.
-      for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{100003},
-                                std::size_t{8} << 20}) {
-        std::vector<std::vector<unsigned char>> out(size), in(size);
-        std::vector<RequestId> ids;
-        for (int p = 0; p < size; ++p) {
-          out[p] = Pattern(rank, p, bytes);
-          in[p].resize(bytes);
-          ids.push_back(t.Isend(p, out[p].data(), bytes));
-          ids.push_back(t.Irecv(p, in[p].data(), bytes));
-        }
-        t.Wait(ids, Deadline::After(60s), "all-pairs test");
-        for (int p = 0; p < size; ++p) ASSERT_EQ(in[p], Pattern(p, rank, bytes)) << p << "->" << rank;
-      }
+      ExchangeWithEveryRank(t, rank, size, {0, 1, 100003, std::size_t{8} << 20}, 60s);
     });
   }
 }
