@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "neuron/collectives/communicator.h"
+#include "neuron/runtime/fnv.h"
 #include "neuron/collectives/transport/transport.h"
 
 namespace neuron::collectives {
@@ -87,14 +88,7 @@ struct Communicator::Header {
 
 // FNV-1a over block sizes: equal vectors give equal fingerprints.
 inline std::uint64_t Fingerprint(const std::vector<std::size_t>& counts) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t c : counts) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (static_cast<std::uint64_t>(c) >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return counts.empty() ? 0 : h;
+  return counts.empty() ? 0 : runtime::Fnv1a(counts.data(), counts.size() * sizeof(std::size_t));
 }
 
 // Accounts one operation on both clocks once it completed on this rank.

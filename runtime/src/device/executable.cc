@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fnv.h"
 
 namespace neuron::runtime {
 namespace {
@@ -24,14 +25,7 @@ struct FileHeader {
   std::uint64_t checksum;
 };
 
-std::uint64_t Fnv1a(const std::string& bytes) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+std::uint64_t Checksum(const std::string& bytes) { return Fnv1a(bytes.data(), bytes.size()); }
 
 std::uint64_t Capacity(proto::MemorySpace space, const DeviceSpec& device) {
   switch (space) {
@@ -125,7 +119,7 @@ proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& devi
                ": truncated or padded (", bytes.size() - sizeof(h),
                " payload bytes, the header says ", h.size, ")");
   const std::string payload = bytes.substr(sizeof(h));
-  NEURON_CHECK(Fnv1a(payload) == h.checksum, "executable ", path,
+  NEURON_CHECK(Checksum(payload) == h.checksum, "executable ", path,
                ": corrupt (checksum mismatch)");
   proto::Executable e;
   NEURON_CHECK(e.ParseFromString(payload), "executable ", path,
@@ -140,7 +134,7 @@ void SaveExecutable(const proto::Executable& executable, const std::string& path
   std::memcpy(h.magic, kMagic, 4);
   h.version = kExecutableFormatVersion;
   h.size = payload.size();
-  h.checksum = Fnv1a(payload);
+  h.checksum = Checksum(payload);
   const std::string temp = StrCat(path, ".tmp.", ::getpid());
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
