@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -192,16 +193,26 @@ transport::Deadline Communicator::NewDeadline() const {
   return transport::Deadline::After(options_.timeout);
 }
 
+// Called once or twice per operation, so built with appends rather than
+// StrCat's stream (whose construction alone costs a small allreduce's time).
 std::string Communicator::Describe(const Header& h) const {
-  std::string text = StrCat(OpName(h.op), " #", h.sequence);
-  if (h.op != OpCode::kBarrier) text += StrCat(" of ", h.count, " ", Name(h.dtype));
-  if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter || h.op == OpCode::kReduce) {
-    text += StrCat(" (", Name(h.reduce), ")");
+  std::string text;
+  text.reserve(96);
+  text.append(OpName(h.op)).append(" #").append(std::to_string(h.sequence));
+  if (h.op != OpCode::kBarrier) {
+    text.append(" of ").append(std::to_string(h.count)).append(" ").append(Name(h.dtype));
   }
-  if (h.root >= 0) text += StrCat(" with root ", h.root);
-  if (h.fingerprint != 0) text += StrCat(" (block sizes ", std::hex, h.fingerprint, std::dec, ")");
+  if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter || h.op == OpCode::kReduce) {
+    text.append(" (").append(Name(h.reduce)).append(")");
+  }
+  if (h.root >= 0) text.append(" with root ").append(std::to_string(h.root));
+  if (h.fingerprint != 0) {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%llx", static_cast<unsigned long long>(h.fingerprint));
+    text.append(" (block sizes ").append(hex).append(")");
+  }
   if (h.op == OpCode::kAllReduce) {
-    text += StrCat(" by ", Name(static_cast<Algorithm>(h.algorithm)));
+    text.append(" by ").append(Name(static_cast<Algorithm>(h.algorithm)));
   }
   return text;
 }
@@ -429,8 +440,10 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   const std::string what = Describe(h);
   const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&
                      bytes <= std::min(options_.small_message_bytes, WindowDataBytes());
+  // Data that fits the windows is staged with the header: one phase fewer.
+  const bool staged = algorithm == Algorithm::kDirect && size_ > 1 && bytes <= WindowDataBytes();
   h.model_bytes = static_cast<double>(bytes);
-  const Agreed agreed = Handshake(h, small ? data : nullptr, small ? bytes : 0);
+  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0);
   const OpScope scope(*this, h, agreed);
   if (size_ == 1 || o.count == 0) {
     if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
@@ -461,7 +474,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       if (small) {
         SmallDirectAllReduce(data, o.count, o.dtype, o.op);
       } else {
-        DirectAllReduce(data, o.count, o.dtype, o.op, what);
+        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged);
       }
       return;
   }
@@ -564,19 +577,22 @@ void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
 // phase flags order it; each element is reduced exactly once, over all ranks
 // in rank order, so the result is the naive reference's, bitwise.
 void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                   const std::string& what) {
+                                   const std::string& what, bool staged) {
   const std::size_t esize = ElementSize(dtype);
   const std::size_t chunk = WindowDataBytes() / esize;
   std::vector<const void*> inputs(size_);
   for (std::size_t start = 0; start < count; start += chunk) {
     const std::size_t n = std::min(chunk, count - start);
     char* mine = data + start * esize;
-    // The data areas are free once every rank collected their last use.
-    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
-    const std::uint64_t seq = ++window_sequence_;
-    std::memcpy(WindowData(rank_), mine, n * esize);
-    shm_->PublishPhase(kStagedPhase, seq);
-    shm_->WaitPhase(kStagedPhase, seq, NewDeadline(), what);
+    const std::uint64_t seq = window_sequence_ + 1;
+    if (!staged) {  // else the handshake staged everything and all ranks saw it
+      // The data areas are free once every rank collected their last use.
+      shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+      std::memcpy(WindowData(rank_), mine, n * esize);
+      shm_->PublishPhase(kStagedPhase, seq);
+      shm_->WaitPhase(kStagedPhase, seq, NewDeadline(), what);
+    }
+    window_sequence_ = seq;
     const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
     for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + b * esize;
     if (e > b) {

@@ -311,8 +311,9 @@ class Communicator {
   void RingReduceScatter(char* data, const std::vector<std::size_t>& chunks, DataType dtype,
                          ReduceOp op, const std::string& what);
   void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
+  // `staged`: the handshake already staged all of `data` (it fits the windows).
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                       const std::string& what);
+                       const std::string& what, bool staged);
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op);
   void DirectReduceScatter(const char* input, char* output,
                            const std::vector<std::size_t>& chunks, DataType dtype,
