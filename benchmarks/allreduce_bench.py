@@ -4,8 +4,9 @@ in one run, with ratios and the issue's targets checked.
 
     /usr/bin/python3 benchmarks/allreduce_bench.py --build build [--ranks 2 4 8 16]
 
-Every figure is float32 sum, the slowest rank's average over 5 timed
-iterations after 2 warm-up ones (8 bytes: 1000 after 100, Gloo 200 after 20); busbw follows nccl-tests (2(n-1)/n x algbw).
+Every figure is float32 sum, the slowest rank's average over 256 MiB worth
+of timed iterations (5 to 50) after 2 warm-up ones (8 bytes: 1000 after 100,
+Gloo 200 after 20); busbw follows nccl-tests (2(n-1)/n x algbw).
 Targets (issue #3): for 1-64 MiB at 2, 4, 8 and 16 ranks busbw >= 2x Gloo and
 >= 1.5x Open MPI; 8-byte latency at 2 ranks <= Open MPI's; 64 MiB at 2 ranks
 >= 40% of memcpy bandwidth.
@@ -40,7 +41,8 @@ def parse(prefix, text):
 def ours(build, n):
     out = {}
     for size in SIZES:
-        iterations, warmup = ("1000", "100") if size <= 64 << 10 else ("5", "2")
+        iterations, warmup = (("1000", "100") if size <= 64 << 10 else
+                              (str(min(50, max(5, (256 << 20) // size))), "2"))
         text = run([f"{build}/launcher/neuronrun", "-n", str(n),
                     f"{build}/collectives/neuron-cc-perf", "-b", str(size), "-e", str(size),
                     "-n", iterations, "-w", warmup])

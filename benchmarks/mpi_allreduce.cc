@@ -2,9 +2,10 @@
 //   mpirun -n 4 --oversubscribe --mca btl self,vader build/benchmarks/mpi_allreduce 8 1048576
 // Prints one line per size: "mpi <bytes> <microseconds per op> <busbw GB/s>",
 // the slowest rank's average over the iterations (1000 after 100 warm-up for
-// sizes up to 64 KiB, else 5 after 2), float32 sum.
+// sizes up to 64 KiB, else 256 MiB worth, 5 to 50, after 2), float32 sum.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -17,7 +18,9 @@ int main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) {
     const std::size_t bytes = std::strtoull(argv[a], nullptr, 10);
     const bool small = bytes <= (64u << 10);
-    const int iterations = small ? 1000 : 5, warmup = small ? 100 : 2;
+    const int iterations =
+        small ? 1000 : static_cast<int>(std::clamp<std::size_t>((256u << 20) / bytes, 5, 50));
+    const int warmup = small ? 100 : 2;
     const std::size_t count = bytes < 4 ? 1 : bytes / 4;
     std::vector<float> data(count, static_cast<float>(rank + 1));
     for (int i = 0; i < warmup; ++i) {

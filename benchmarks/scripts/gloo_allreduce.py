@@ -1,7 +1,7 @@
 """torch.distributed Gloo allreduce timing (the Gloo peer), run under neuronrun:
 prints "gloo <bytes> <microseconds per op> <busbw GB/s>" per size given,
-the slowest rank's average, float32 sum, 5 iterations after 2 warm-up (200
-after 20 for sizes up to 64 KiB)."""
+the slowest rank's average, float32 sum; 200 iterations after 20 warm-up for
+sizes up to 64 KiB, else 256 MiB worth (5 to 50) after 2."""
 import datetime
 import sys
 import time
@@ -13,7 +13,8 @@ dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta
 n = dist.get_world_size()
 for bytes_ in map(int, sys.argv[1:]):
     t = torch.ones(max(bytes_ // 4, 1))
-    iterations, warmup = (200, 20) if bytes_ <= 64 << 10 else (5, 2)
+    iterations, warmup = ((200, 20) if bytes_ <= 64 << 10 else
+                          (min(50, max(5, (256 << 20) // bytes_)), 2))
     for _ in range(warmup):
         dist.all_reduce(t)
     dist.barrier()

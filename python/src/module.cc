@@ -11,6 +11,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
+#include "parallel_bindings.h"
 
 namespace py = pybind11;
 using neuron::c10d::ProcessGroupNeuron;
@@ -178,6 +179,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchneuron's C++ core: the neuron process group and its errors.";
   py::module_::import("torch.distributed");  // registers c10d's Python types
   RegisterErrors(m);
+  BindParallel(m);
 
   py::class_<ProcessGroupNeuron, ::c10d::ProcessGroup, NoGilHolder<ProcessGroupNeuron>>(
       m, "ProcessGroupNeuron",

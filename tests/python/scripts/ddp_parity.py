@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""DDP parity: unchanged DistributedDataParallel on a backend against a
-single-process reference computed on every rank.
+"""DDP parity: unchanged DistributedDataParallel (or torchneuron's own, with
+--ddp torchneuron) on a backend against a single-process reference computed
+on every rank.
 
     neuronrun -n 4 tests/python/scripts/ddp_parity.py [--backend neuron] [--tolerance bitwise|close]
+                                                       [--ddp torch|torchneuron]
 
 Each case builds a small fp32 model on every rank (from seed + rank, so DDP's
 initial broadcast of rank 0's state matters), wraps it in DDP on the default
@@ -15,6 +17,8 @@ accumulation), scales each as DDP 1.13's reducer does (x (1/W) while copying
 into the bucket; an in-place / W when the grad already is the bucket view),
 sums them in rank order 0, 1, ..., W-1 (a left fold in fp32: what a backend
 whose allreduce reduces in rank order computes) and takes the SGD step.
+torchneuron.parallel.DistributedDataParallel sums the unscaled gradients and
+divides the sum by W once; with --ddp torchneuron the reference does so too.
 Checked per step: the rank's loss against the reference's loss for shard r,
 every gradient against the reference's; at the end every parameter, and
 that all replicas are identical. Cases:
@@ -43,6 +47,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 SEED, BATCH, STEPS, LR, MOMENTUM = 1234, 48, 5, 0.1, 0.9
+SUM_THEN_DIVIDE = False  # how the DDP under test averages (set by --ddp)
 IN, HIDDEN, OUT = 16, 32, 8
 
 
@@ -182,9 +187,10 @@ class Reference:
             total = None
             for r in range(self.world):
                 g = local[r][i] if local[r][i] is not None else torch.zeros_like(p)
-                g = g / self.world if alias else g * (1.0 / self.world)
+                if not SUM_THEN_DIVIDE:
+                    g = g / self.world if alias else g * (1.0 / self.world)
                 total = g if total is None else total + g  # rank order: the backend's fold
-            p.grad = total
+            p.grad = total / self.world if SUM_THEN_DIVIDE else total
         return losses, seen, after_fwd
 
     def forward(self, x, step):
@@ -196,6 +202,8 @@ def run_case(case, tolerance, rank, world):
     torch.manual_seed(SEED + rank)  # a different initial state per rank: DDP broadcasts rank 0's
     model = make()
     ddp = DDP(model, **kwargs)
+    if SUM_THEN_DIVIDE:  # our DDP creates no grads before the first backward either
+        assert all(p.grad is None for p in model.parameters())
     perturb_buffers(model, rank)  # after DDP's initial sync: ranks now differ
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM)
     ref = Reference(make, world, case)
@@ -248,7 +256,13 @@ def main():
     p.add_argument("--backend", default="neuron", help="torch.distributed backend (default neuron)")
     p.add_argument("--tolerance", choices=["bitwise", "close"], default="bitwise")
     p.add_argument("--cases", default="abcde", help="which cases to run (default abcde)")
+    p.add_argument("--ddp", choices=["torch", "torchneuron"], default="torch",
+                   help="whose DistributedDataParallel (default torch's)")
     args = p.parse_args()
+    global DDP, SUM_THEN_DIVIDE
+    if args.ddp == "torchneuron":
+        import torchneuron.parallel
+        DDP, SUM_THEN_DIVIDE = torchneuron.parallel.DistributedDataParallel, True
     if args.backend == "neuron":
         import torchneuron  # noqa: F401  registers the "neuron" backend
     torch.set_num_threads(1)  # the same kernels on every rank as in the reference
@@ -260,7 +274,7 @@ def main():
     for case in args.cases:
         name, checks = run_case(case, args.tolerance, rank, world)
         if rank == 0:
-            print(f"ddp parity ({case}) {name}: {STEPS} steps x {world} ranks, backend "
+            print(f"{args.ddp} ddp parity ({case}) {name}: {STEPS} steps x {world} ranks, backend "
                   f"{args.backend}: ok, {checks} checks {how} the reference", flush=True)
     return 0
 

@@ -1,0 +1,117 @@
+// torchneuron._C's parallel part: thin bindings of neuron::parallel for
+// torchneuron.parallel (the Python face). Process groups arrive as torch's
+// own Python objects (any backend).
+#include "parallel_bindings.h"
+
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include "neuron/parallel/distributed_sampler.h"
+#include "neuron/parallel/gradient_reducer.h"
+#include "neuron/parallel/mesh_layout.h"
+#include "neuron/parallel/token_data.h"
+#include "neuron/runtime/error.h"
+
+namespace py = pybind11;
+namespace np = neuron::parallel;
+
+namespace {
+
+c10::intrusive_ptr<::c10d::ProcessGroup> Owned(::c10d::ProcessGroup& group) {
+  return c10::intrusive_ptr<::c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(&group);
+}
+
+np::Axis ParseAxis(const std::string& axis) {
+  if (axis == "tensor") return np::Axis::kTensor;
+  if (axis == "data") return np::Axis::kData;
+  if (axis == "pipeline") return np::Axis::kPipeline;
+  throw neuron::InvalidUsage("parallel layout: axis must be tensor, data or pipeline, got '" +
+                             axis + "'");
+}
+
+np::SamplerOptions Sampler(std::int64_t size, int replicas, int rank, bool shuffle,
+                           std::uint64_t seed, bool drop_last) {
+  return {size, replicas, rank, shuffle, seed, drop_last};
+}
+
+}  // namespace
+
+void BindParallel(py::module_& m) {
+  py::class_<np::MeshLayout>(m, "_MeshLayout")
+      .def(py::init([](int world, int tp, int pp, int dp) {
+             return np::MeshLayout::Create(world, {tp, pp, dp});
+           }),
+           py::arg("world"), py::arg("tp"), py::arg("pp"), py::arg("dp"))
+      .def("size", [](const np::MeshLayout& l, const std::string& axis) {
+        return l.size(ParseAxis(axis));
+      })
+      .def("coordinates",
+           [](const np::MeshLayout& l, int rank) {
+             const np::MeshCoordinates c = l.Coordinates(rank);
+             return py::make_tuple(c.tp, c.dp, c.pp);
+           })
+      .def("rank", [](const np::MeshLayout& l, int tp, int dp,
+                      int pp) { return l.Rank({tp, dp, pp}); })
+      .def("group", [](const np::MeshLayout& l, const std::string& axis,
+                       int rank) { return l.Group(ParseAxis(axis), rank); })
+      .def("groups", [](const np::MeshLayout& l,
+                        const std::string& axis) { return l.Groups(ParseAxis(axis)); })
+      .def("describe", &np::MeshLayout::Describe);
+
+  m.def(
+      "_samples_per_rank",
+      [](std::int64_t size, int replicas, int rank, bool shuffle, std::uint64_t seed,
+         bool drop_last) {
+        return np::SamplesPerRank(Sampler(size, replicas, rank, shuffle, seed, drop_last));
+      },
+      py::arg("size"), py::arg("replicas"), py::arg("rank"), py::arg("shuffle"),
+      py::arg("seed"), py::arg("drop_last"));
+  m.def(
+      "_shard_indices",
+      [](std::int64_t size, int replicas, int rank, bool shuffle, std::uint64_t seed,
+         bool drop_last, std::uint64_t epoch) {
+        return np::ShardIndices(Sampler(size, replicas, rank, shuffle, seed, drop_last), epoch);
+      },
+      py::arg("size"), py::arg("replicas"), py::arg("rank"), py::arg("shuffle"),
+      py::arg("seed"), py::arg("drop_last"), py::arg("epoch"));
+  m.def(
+      "_synthetic_tokens",
+      [](std::int64_t sequences, std::int64_t length, std::int64_t vocab, std::uint64_t seed) {
+        return np::SyntheticTokens({sequences, length, vocab, seed});
+      },
+      py::arg("sequences"), py::arg("length"), py::arg("vocab"), py::arg("seed"));
+
+  py::class_<np::GradientReducer>(m, "_GradientReducer")
+      .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group,
+                       std::int64_t bucket_cap_bytes, std::int64_t first_bucket_bytes,
+                       bool find_unused, bool bucket_view, std::vector<std::string> names) {
+             np::ReducerOptions o;
+             o.bucket_cap_bytes = bucket_cap_bytes;
+             o.first_bucket_bytes = first_bucket_bytes;
+             o.find_unused_parameters = find_unused;
+             o.gradient_as_bucket_view = bucket_view;
+             o.names = std::move(names);
+             return std::make_unique<np::GradientReducer>(std::move(params), Owned(group), o);
+           }),
+           py::arg("params"), py::arg("group"), py::arg("bucket_cap_bytes"),
+           py::arg("first_bucket_bytes"), py::arg("find_unused_parameters"),
+           py::arg("gradient_as_bucket_view"), py::arg("names"))
+      .def("prepare_for_backward", &np::GradientReducer::PrepareForBackward)
+      .def("buckets",
+           [](const np::GradientReducer& r) {
+             std::vector<std::vector<std::size_t>> out;
+             for (const auto& b : r.buckets()) out.push_back(b.parameters);
+             return out;
+           })
+      .def("allreduces", &np::GradientReducer::allreduces);
+
+  m.def(
+      "_broadcast_coalesced",
+      [](std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,
+         std::int64_t bucket_bytes) {
+        np::BroadcastCoalesced(std::move(tensors), group, root, bucket_bytes);
+      },
+      py::arg("tensors"), py::arg("group"), py::arg("root"), py::arg("bucket_bytes"),
+      py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,38 @@
+"""torchneuron.parallel: what users train with on the "neuron" backend.
+
+The layout of a job's ranks (tensor x data x pipeline parallel), data
+sharding and data parallelism. The cores are C++ (neuron::parallel, usable
+from libtorch trainers); this package is their Python face.
+
+    import torchneuron.parallel as tp
+    tp.initialize(tp=2, pp=2)                     # dp = world / 4
+    sampler = tp.DistributedSampler(dataset)      # shards over the data-parallel group
+    model = tp.DistributedDataParallel(model)     # averages grads over it
+"""
+from .data import DistributedSampler, SyntheticTokenDataset
+from .ddp import DistributedDataParallel
+from .mesh import (
+    Layout,
+    destroy,
+    get_data_parallel_group,
+    get_data_parallel_rank,
+    get_data_parallel_world_size,
+    get_layout,
+    get_pipeline_parallel_group,
+    get_pipeline_parallel_rank,
+    get_pipeline_parallel_world_size,
+    get_tensor_parallel_group,
+    get_tensor_parallel_rank,
+    get_tensor_parallel_world_size,
+    initialize,
+    is_initialized,
+)
+
+__all__ = [
+    "DistributedDataParallel", "DistributedSampler", "Layout", "SyntheticTokenDataset",
+    "destroy", "get_data_parallel_group", "get_data_parallel_rank",
+    "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",
+    "get_pipeline_parallel_rank", "get_pipeline_parallel_world_size",
+    "get_tensor_parallel_group", "get_tensor_parallel_rank", "get_tensor_parallel_world_size",
+    "initialize", "is_initialized",
+]
