@@ -1,0 +1,93 @@
+"""torchneuron.parallel: the layout, the sampler, the synthetic data and the
+package's own DistributedDataParallel. In-process checks first; then three
+real jobs under neuronrun (few and purposeful: a Python rank spends ~1.5 s
+of CPU importing torch)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.utils.data
+
+NEURONRUN = os.environ["NEURONRUN"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python"))
+import torchneuron  # noqa: E402
+import torchneuron.parallel as parallel  # noqa: E402
+from torchneuron import _C  # noqa: E402
+
+SCRIPTS = os.path.join(os.environ["NEURON_SOURCE_DIR"], "tests/python/scripts")
+
+
+def run(n, script, *args, timeout=300):
+    return subprocess.run([NEURONRUN, "-n", str(n), os.path.join(SCRIPTS, script), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_sampler_yields_torchs_indices(shuffle, drop_last):
+    dataset = list(range(103))
+    for replicas in (1, 2, 3, 8, 200):
+        for rank in {0, replicas // 2, replicas - 1}:
+            ours = parallel.DistributedSampler(dataset, replicas, rank, shuffle, 9, drop_last)
+            theirs = torch.utils.data.DistributedSampler(dataset, replicas, rank, shuffle, 9,
+                                                         drop_last)
+            for epoch in (0, 1, 5):
+                ours.set_epoch(epoch)
+                theirs.set_epoch(epoch)
+                assert list(ours) == list(theirs), (replicas, rank, epoch)
+                assert len(ours) == len(theirs)
+
+
+def test_layout_errors_name_the_sizes():
+    with pytest.raises(torchneuron.InvalidUsageError,
+                       match=r"world size 6 is not divisible by tp x pp = 4 x 1 = 4"):
+        _C._MeshLayout(6, 4, 1, 0)
+    with pytest.raises(torchneuron.InvalidUsageError, match=r"but the world size is 16"):
+        _C._MeshLayout(16, 2, 2, 3)
+    layout = parallel.Layout(16, 2, 2, None or 0, 5)
+    assert (layout.tp, layout.dp, layout.pp) == (2, 4, 2)
+    assert layout.group_ranks("data") == [1, 3, 5, 7]
+    assert layout.group_ranks("pipeline") == [5, 13]
+    with pytest.raises(RuntimeError, match="call torch.distributed.init_process_group first"):
+        parallel.initialize(tp=2)
+    with pytest.raises(RuntimeError, match="not initialized"):
+        parallel.get_data_parallel_group()
+
+
+def test_synthetic_tokens_are_deterministic_shifted_pairs():
+    a = parallel.SyntheticTokenDataset(sequences=16, length=12, vocab=50, seed=4)
+    b = parallel.SyntheticTokenDataset(sequences=16, length=12, vocab=50, seed=4)
+    assert torch.equal(a.tokens, b.tokens) and len(a) == 16
+    x, y = a[3]
+    assert x.shape == y.shape == (12,) and torch.equal(x[1:], y[:-1])
+    assert 0 <= int(a.tokens.min()) and int(a.tokens.max()) < 50
+    assert not torch.equal(a.tokens, parallel.SyntheticTokenDataset(16, 12, 50, seed=5).tokens)
+
+
+def test_layout_groups_sampler_and_ddp_on_a_3d_job():
+    proc = run(8, "parallel_layout.py", "--tp", "2", "--pp", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[rank 0]: parallel layout tp=2 dp=2 pp=2: groups, sampler and DDP ok on 8 ranks" \
+        in proc.stdout, proc.stdout
+
+
+def test_own_ddp_trains_bitwise_like_a_single_process():
+    proc = run(4, "ddp_parity.py", "--backend", "neuron", "--ddp", "torchneuron")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "ddp parity" in line]
+    assert len(lines) == 5, proc.stdout
+    for case, line in zip("abcde", lines):
+        assert re.fullmatch(rf"\[rank 0\]: torchneuron ddp parity \({case}\) .*: 5 steps x 4 "
+                            r"ranks, backend neuron: ok, \d+ checks bitwise equal to the "
+                            r"reference", line), line
+
+
+def test_own_ddp_works_over_gloo_too():
+    proc = run(3, "ddp_parity.py", "--backend", "gloo", "--ddp", "torchneuron",
+               "--tolerance", "close", "--cases", "ac")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(re.findall(r"torchneuron ddp parity \([ac]\) .*backend gloo: ok", proc.stdout)) \
+        == 2, proc.stdout
