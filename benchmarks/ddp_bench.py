@@ -18,7 +18,9 @@ step: compute / Gloo step (the "floor" column) must be well below 0.5. With
 this machine's torch (generic BLAS, 2 cores) a batch of 8 per rank costs
 ~80 ms of compute per step against ~50 ms of Gloo allreduce at 2 ranks (floor
 0.63-0.75 at 2-8 ranks), so the default batch is 1 per rank (floor ~0.35-0.4).
---backends names the two columns (gloo,gloo tries the driver without neuron).
+--backends names the two columns (gloo,gloo tries the driver without neuron);
+a column BACKEND/torchneuron trains with torchneuron.parallel's own
+DistributedDataParallel instead of torch's (e.g. gloo,neuron/torchneuron).
 """
 import argparse
 import contextlib
@@ -40,8 +42,11 @@ def worker(args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if args.backend == "neuron":
+    if args.backend == "neuron" or args.ddp == "torchneuron":
         import torchneuron  # noqa: F401  registers the "neuron" backend
+    if args.ddp == "torchneuron":
+        import torchneuron.parallel
+        DDP = torchneuron.parallel.DistributedDataParallel  # noqa: N806
     dist.init_process_group(args.backend, init_method="env://",
                             timeout=datetime.timedelta(seconds=600))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -72,7 +77,8 @@ def worker(args):
     step_ms = median_step_ms(sync=True)
     compute_ms = median_step_ms(sync=False)  # the same step without gradient allreduce
     if rank == 0:
-        print(f"ddp_bench {args.backend} {world} {step_ms:.3f} {compute_ms:.3f}", flush=True)
+        print(f"ddp_bench {args.backend}/{args.ddp} {world} {step_ms:.3f} {compute_ms:.3f}",
+              flush=True)
     # torch 1.13: destroying a Gloo process group (in destroy_process_group(), or at exit
     # from DDP's Reducer) joins its worker threads while holding the GIL, and a worker just
     # freeing a finished Work's tensor needs the GIL: a deadlock. End without destructors.
@@ -80,12 +86,15 @@ def worker(args):
     os._exit(0)
 
 
-def measure(neuronrun, python, n, backend, args):
+def measure(neuronrun, python, n, column, args):
+    backend, _, ddp = column.partition("/")
+    ddp = ddp or "torch"
     cmd = [neuronrun, "-n", str(n), "--python", python, os.path.abspath(__file__), "--worker",
-           "--backend", backend, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--backend", backend, "--ddp", ddp, "--steps", str(args.steps),
+           "--warmup", str(args.warmup),
            "--batch", str(args.batch)] + (["--bucket-view"] if args.bucket_view else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(rf"ddp_bench {re.escape(backend)} {n} ([\d.]+) ([\d.]+)", proc.stdout)
+    m = re.search(rf"ddp_bench {re.escape(backend)}/{ddp} {n} ([\d.]+) ([\d.]+)", proc.stdout)
     if proc.returncode != 0 or not m:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
     return float(m.group(1)), float(m.group(2))
@@ -105,6 +114,7 @@ def main():
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
+    p.add_argument("--ddp", default="torch", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)

@@ -166,10 +166,12 @@ struct GradientReducer::State {
       std::vector<at::Tensor> tensors{used_anywhere};
       group->allreduce(tensors)->wait();
     }
-    const double world = group->getSize();
+    // The sums become averages in the pass that writes them to .grad (a
+    // division, as the reference's sum / world; in place for bucket views).
+    const at::Tensor world = at::scalar_tensor(group->getSize(), at::kDouble);
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       works[b]->wait();
-      flat[b].div_(world);
+      if (options.gradient_as_bucket_view) flat[b].div_(world);
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (used_anywhere.defined() && used_anywhere[static_cast<std::int64_t>(i)].item<int>() == 0) {
@@ -180,9 +182,9 @@ struct GradientReducer::State {
       if (options.gradient_as_bucket_view) {
         if (!grad.defined() || grad.data_ptr() != view.data_ptr()) grad = view;
       } else if (grad.defined()) {
-        grad.copy_(view);
+        at::div_out(grad, view, world);
       } else {
-        grad = view.clone();
+        grad = view.div(world);
       }
     }
     Reset();
