@@ -1,0 +1,99 @@
+// ZeRO / FSDP-style sharding of one wrapped unit of a model (a module and
+// the parameters it owns) over a data-parallel process group.
+//
+// The unit's parameters are flattened, in order, into one fp32 vector padded
+// to a multiple of the group size n; rank r keeps slice r of it, the master
+// shard, which is what the optimizer updates (so optimizer state is sharded
+// at every stage). The module computes with full parameters: each parameter
+// is a view into the unit's full buffer, filled by an all-gather of the
+// shards (cast to param_dtype first: bf16 compute over fp32 master weights).
+//
+//   stage 1: full gradients are all-reduced; the shard's slice is kept.
+//   stage 2: gradients are reduce-scattered: each rank only ever holds its
+//            shard's averaged gradient after the unit's backward.
+//   stage 3: as 2, and the full buffer is freed after the unit's forward and
+//            after its backward; the module re-gathers before each.
+//
+// Gradients are reduced in reduce_dtype, summed in rank order and divided
+// by n (with fp32 throughout, ZeRO's results equal DDP's bitwise), cast to
+// fp32 and accumulated into shard().grad. A hook on each parameter's
+// gradient accumulator moves its gradient into the unit's flat gradient (and
+// drops .grad); once the unit has every gradient its reduction starts
+// asynchronously, and the end of backward waits for it. Parameters that get
+// no gradient in a backward count as zeros.
+//
+//   ShardedUnit unit(params, group, {.stage = 3});
+//   unit.Gather();  ... forward ...  unit.Free();
+//   unit.PrepareForBackward();  loss.backward();  // shard().grad() is set
+//   optimizer over {unit.shard()}
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace neuron::parallel {
+
+struct ShardingOptions {
+  int stage = 3;  // 1, 2 or 3
+  at::ScalarType param_dtype = at::kFloat;   // of the gathered parameters (compute)
+  at::ScalarType reduce_dtype = at::kFloat;  // of the gradient reduction
+  std::string name = "unit";                 // for messages
+};
+
+class ShardedUnit {
+ public:
+  // `params`: dense fp32 leaves that require grad. Their values become the
+  // shards (rank r's slice of every rank's copy: pass equal values, e.g.
+  // after a broadcast); from then on they are views of the full buffer.
+  ShardedUnit(std::vector<at::Tensor> params, c10::intrusive_ptr<::c10d::ProcessGroup> group,
+              ShardingOptions options);
+  ~ShardedUnit();
+  ShardedUnit(const ShardedUnit&) = delete;
+  ShardedUnit& operator=(const ShardedUnit&) = delete;
+
+  // The fp32 master shard (a leaf requiring grad, padded_numel() / n elements).
+  at::Tensor shard() const;
+  std::int64_t numel() const;         // of the parameters, unpadded
+  std::int64_t padded_numel() const;  // a multiple of the group size
+  int stage() const;
+
+  // Full parameters: StartGather launches the all-gather (a no-op when the
+  // buffer is current or a gather is in flight), WaitGather completes it.
+  void StartGather();
+  void WaitGather();
+  void Gather();
+  // Releases the full buffer (using a parameter before the next Gather is an error).
+  void Free();
+  bool gathered() const;
+  // The shard changed (an optimizer step): the next Gather must fetch it.
+  void MarkStale();
+
+  // Arms the next backward to reduce this unit's gradients.
+  void PrepareForBackward();
+
+  // Collective: the unit's parameters in full, fp32, in order (for state
+  // dicts and checkpoints); and the inverse, from full values on every rank.
+  std::vector<at::Tensor> FullParameters();
+  void LoadFullParameters(const std::vector<at::Tensor>& values);
+  // Local: [begin, end) of the unpadded flat vector that this rank's shard
+  // holds (sharded checkpoints).
+  std::pair<std::int64_t, std::int64_t> ShardRange() const;
+
+  // Sum over this rank's shard of grad^2 (for clipping across shards).
+  double LocalGradSquaredNorm() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace neuron::parallel

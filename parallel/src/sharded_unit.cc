@@ -1,0 +1,312 @@
+#include "neuron/parallel/sharded_unit.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <mutex>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// Gives a freed storage `bytes` of fresh memory (views of it stay valid).
+void Allocate(const at::Tensor& t, std::size_t bytes) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == bytes) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+void Release(const at::Tensor& t) { t.storage().unsafeGetStorageImpl()->reset(); }
+
+}  // namespace
+
+struct ShardedUnit::State {
+  std::vector<at::Tensor> params;
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<std::int64_t> offsets, numels;
+  c10::intrusive_ptr<::c10d::ProcessGroup> group;
+  ShardingOptions options;
+  int n = 1, rank = 0;
+  std::int64_t total = 0, padded = 0, shard_numel = 0;
+
+  at::Tensor master;       // fp32 [shard_numel], the optimizer's parameter
+  at::Tensor full;         // param_dtype [padded]; storage freed when not gathered
+  at::Tensor gather_input;  // alive while a gather is in flight
+  c10::intrusive_ptr<::c10d::Work> gather_work;
+  bool full_valid = false;
+
+  at::Tensor grad_full;  // reduce_dtype [padded]
+  at::Tensor grad_shard;
+  c10::intrusive_ptr<::c10d::Work> reduce_work;
+
+  std::vector<std::shared_ptr<Node>> accumulators;
+  std::vector<std::uintptr_t> hooks;
+  std::mutex mu;
+  bool armed = false;
+  bool finalize_queued = false;
+  std::vector<char> ready;
+  std::size_t remaining = 0;
+
+  std::string What() const {
+    return StrCat("sharded unit '", options.name, "' (ZeRO stage ", options.stage, ", rank ",
+                  rank, " of ", n, ")");
+  }
+
+  void PointParametersAtFull() {
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(shapes[i]));
+    }
+  }
+  void EmptyParameters() {
+    at::NoGradGuard no_grad;
+    for (auto& p : params) p.set_data(at::empty({0}, full.options()));
+  }
+
+  void StartGather() {
+    if (full_valid || gather_work) return;
+    Allocate(full, static_cast<std::size_t>(padded) * full.element_size());
+    gather_input = master.detach().to(options.param_dtype).contiguous();
+    gather_work = group->_allgather_base(full, gather_input);
+  }
+  void WaitGather() {
+    StartGather();
+    if (gather_work) {
+      gather_work->wait();
+      gather_work.reset();
+      gather_input.reset();
+      full_valid = true;
+      PointParametersAtFull();
+    }
+  }
+  void Free() {
+    if (gather_work) WaitGather();
+    EmptyParameters();
+    Release(full);
+    full_valid = false;
+  }
+
+  void ResetBackward() {
+    armed = false;
+    finalize_queued = false;
+    std::fill(ready.begin(), ready.end(), 0);
+    remaining = params.size();
+  }
+
+  void LaunchReduce() {
+    if (options.stage == 1) {
+      std::vector<at::Tensor> tensors{grad_full};
+      reduce_work = group->allreduce(tensors);
+    } else {
+      grad_shard = at::empty({shard_numel}, grad_full.options());
+      reduce_work = group->_reduce_scatter_base(grad_shard, grad_full);
+    }
+    if (options.stage == 3) Free();  // every use of the parameters in backward is done
+  }
+
+  // Moves parameter i's gradient (or zeros) into the flat gradient.
+  void TakeGradient(std::size_t i) {
+    if (!grad_full.defined()) {
+      grad_full = at::zeros({padded}, at::TensorOptions(options.reduce_dtype));
+    }
+    at::Tensor slot = grad_full.narrow(0, offsets[i], numels[i]);
+    at::Tensor& grad = params[i].mutable_grad();
+    if (grad.defined()) {
+      slot.copy_(grad.reshape(-1));
+      grad.reset();  // sharded from here on: the full gradient is not kept
+    } else {
+      slot.zero_();
+    }
+    ready[i] = 1;
+    if (--remaining == 0) LaunchReduce();
+  }
+
+  void OnGradient(std::size_t i, const std::weak_ptr<State>& self) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!armed) return;
+    NEURON_CHECK(!ready[i], What(), ": parameter ", i,
+                 " received a gradient twice in one backward (reentrant backward is not "
+                 "supported)");
+    if (!finalize_queued) {
+      finalize_queued = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([self] {
+        if (auto state = self.lock()) state->Finalize();
+      });
+    }
+    TakeGradient(i);
+  }
+
+  void Finalize() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!armed) return;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!ready[i]) TakeGradient(i);  // unused in this backward: zeros
+    }
+    reduce_work->wait();
+    reduce_work.reset();
+    at::Tensor sum = options.stage == 1 ? grad_full.narrow(0, rank * shard_numel, shard_numel)
+                                        : grad_shard;
+    at::Tensor g = sum.div(at::scalar_tensor(n, at::kDouble)).to(at::kFloat);
+    at::Tensor& master_grad = master.mutable_grad();
+    if (master_grad.defined()) {
+      master_grad.add_(g);
+    } else {
+      master_grad = g;
+    }
+    grad_shard.reset();
+    if (options.stage == 1) {
+      grad_full.zero_();  // kept: stage 1 holds full gradients
+    } else {
+      grad_full.reset();
+    }
+    if (options.stage != 3) full_valid = false;  // the optimizer step comes next
+    ResetBackward();
+  }
+};
+
+ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
+                         c10::intrusive_ptr<::c10d::ProcessGroup> group, ShardingOptions options)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  NEURON_CHECK(group, "sharded unit '", options.name, "': no process group");
+  NEURON_CHECK(options.stage >= 1 && options.stage <= 3, "sharded unit '", options.name,
+               "': ZeRO stage must be 1, 2 or 3, got ", options.stage);
+  s.params = std::move(params);
+  s.group = std::move(group);
+  s.options = std::move(options);
+  s.n = s.group->getSize();
+  s.rank = s.group->getRank();
+  std::vector<at::Tensor> flat;
+  for (std::size_t i = 0; i < s.params.size(); ++i) {
+    const at::Tensor& p = s.params[i];
+    NEURON_CHECK(p.defined() && p.layout() == at::kStrided && p.requires_grad() && p.is_leaf() &&
+                     p.scalar_type() == at::kFloat,
+                 s.What(), ": parameter ", i, " must be a dense float32 leaf that requires grad");
+    s.shapes.emplace_back(p.sizes().begin(), p.sizes().end());
+    s.offsets.push_back(s.total);
+    s.numels.push_back(p.numel());
+    s.total += p.numel();
+    flat.push_back(p.detach().reshape(-1));
+  }
+  s.padded = (s.total + s.n - 1) / s.n * s.n;
+  s.shard_numel = s.padded / s.n;
+  at::Tensor values = at::zeros({s.padded}, at::kFloat);
+  if (!flat.empty()) values.narrow(0, 0, s.total).copy_(at::cat(flat));
+  s.master = values.narrow(0, s.rank * s.shard_numel, s.shard_numel).clone().requires_grad_(true);
+  s.full = at::empty({s.padded}, at::TensorOptions(s.options.param_dtype));
+  // The gradient accumulators record their parameter's shape and dtype when
+  // created: create them while the parameters are full views.
+  s.PointParametersAtFull();
+  s.ready.resize(s.params.size());
+  s.ResetBackward();
+  std::weak_ptr<State> weak = state_;
+  for (std::size_t i = 0; i < s.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    s.hooks.push_back(accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [weak, i](const variable_list& outputs, const variable_list&) {
+              if (auto state = weak.lock()) state->OnGradient(i, weak);
+              return outputs;
+            })));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+  s.Free();
+}
+
+ShardedUnit::~ShardedUnit() {
+  for (std::size_t i = 0; i < state_->accumulators.size(); ++i) {
+    state_->accumulators[i]->del_post_hook(state_->hooks[i]);
+  }
+  if (state_->gather_work) state_->gather_work->wait();
+}
+
+at::Tensor ShardedUnit::shard() const { return state_->master; }
+std::int64_t ShardedUnit::numel() const { return state_->total; }
+std::int64_t ShardedUnit::padded_numel() const { return state_->padded; }
+int ShardedUnit::stage() const { return state_->options.stage; }
+
+void ShardedUnit::StartGather() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->StartGather();
+}
+
+void ShardedUnit::WaitGather() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->WaitGather();
+}
+
+void ShardedUnit::Gather() { WaitGather(); }
+
+void ShardedUnit::Free() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->Free();
+}
+
+bool ShardedUnit::gathered() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->full_valid;
+}
+
+void ShardedUnit::MarkStale() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->gather_work) state_->WaitGather();
+  state_->full_valid = false;
+}
+
+void ShardedUnit::PrepareForBackward() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  NEURON_CHECK(!state_->finalize_queued, state_->What(),
+               ": the previous backward has not finished");
+  state_->ResetBackward();
+  state_->armed = true;
+}
+
+std::vector<at::Tensor> ShardedUnit::FullParameters() {
+  State& s = *state_;
+  at::Tensor full = at::empty({s.padded}, at::kFloat);
+  at::Tensor mine = s.master.detach().contiguous();
+  s.group->_allgather_base(full, mine)->wait();
+  std::vector<at::Tensor> out;
+  for (std::size_t i = 0; i < s.params.size(); ++i) {
+    out.push_back(full.narrow(0, s.offsets[i], s.numels[i]).view(s.shapes[i]).clone());
+  }
+  return out;
+}
+
+void ShardedUnit::LoadFullParameters(const std::vector<at::Tensor>& values) {
+  State& s = *state_;
+  NEURON_CHECK(values.size() == s.params.size(), s.What(), ": loading ", values.size(),
+               " tensors into ", s.params.size(), " parameters");
+  at::Tensor flat = at::zeros({s.padded}, at::kFloat);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    NEURON_CHECK(values[i].sizes().vec() == s.shapes[i], s.What(), ": parameter ", i,
+                 " has shape ", at::IntArrayRef(s.shapes[i]), " but the value loaded has ",
+                 values[i].sizes());
+    flat.narrow(0, s.offsets[i], s.numels[i]).copy_(values[i].reshape(-1));
+  }
+  at::NoGradGuard no_grad;
+  s.master.copy_(flat.narrow(0, s.rank * s.shard_numel, s.shard_numel));
+  MarkStale();
+}
+
+std::pair<std::int64_t, std::int64_t> ShardedUnit::ShardRange() const {
+  const State& s = *state_;
+  const std::int64_t begin = std::min(s.total, s.rank * s.shard_numel);
+  return {begin, std::min(s.total, begin + s.shard_numel)};
+}
+
+double ShardedUnit::LocalGradSquaredNorm() const {
+  const at::Tensor& g = state_->master.grad();
+  return g.defined() ? g.to(at::kDouble).pow(2).sum().item<double>() : 0.0;
+}
+
+}  // namespace neuron::parallel
