@@ -10,6 +10,7 @@
 #include "neuron/parallel/distributed_sampler.h"
 #include "neuron/parallel/gradient_reducer.h"
 #include "neuron/parallel/mesh_layout.h"
+#include "neuron/parallel/sharded_unit.h"
 #include "neuron/parallel/token_data.h"
 #include "neuron/runtime/error.h"
 
@@ -28,6 +29,15 @@ np::Axis ParseAxis(const std::string& axis) {
   if (axis == "pipeline") return np::Axis::kPipeline;
   throw neuron::InvalidUsage("parallel layout: axis must be tensor, data or pipeline, got '" +
                              axis + "'");
+}
+
+// torch dtypes arrive by name (str(torch.bfloat16) without "torch.").
+at::ScalarType ParseFloatType(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw neuron::InvalidUsage("sharding: a compute or reduce dtype must be float32, bfloat16 or "
+                             "float16, got '" + name + "'");
 }
 
 np::SamplerOptions Sampler(std::int64_t size, int replicas, int rank, bool shuffle,
@@ -105,6 +115,35 @@ void BindParallel(py::module_& m) {
              return out;
            })
       .def("allreduces", &np::GradientReducer::allreduces);
+
+  using np::ShardedUnit;
+  py::class_<ShardedUnit>(m, "_ShardedUnit")
+      .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group, int stage,
+                       const std::string& param_dtype, const std::string& reduce_dtype,
+                       std::string name) {
+             return std::make_unique<ShardedUnit>(
+                 std::move(params), Owned(group),
+                 np::ShardingOptions{stage, ParseFloatType(param_dtype),
+                                     ParseFloatType(reduce_dtype), std::move(name)});
+           }),
+           py::arg("params"), py::arg("group"), py::arg("stage"), py::arg("param_dtype"),
+           py::arg("reduce_dtype"), py::arg("name"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("shard", &ShardedUnit::shard)
+      .def_property_readonly("numel", &ShardedUnit::numel)
+      .def_property_readonly("padded_numel", &ShardedUnit::padded_numel)
+      .def_property_readonly("stage", &ShardedUnit::stage)
+      .def_property_readonly("gathered", &ShardedUnit::gathered)
+      .def("start_gather", &ShardedUnit::StartGather, py::call_guard<py::gil_scoped_release>())
+      .def("gather", &ShardedUnit::Gather, py::call_guard<py::gil_scoped_release>())
+      .def("free", &ShardedUnit::Free, py::call_guard<py::gil_scoped_release>())
+      .def("mark_stale", &ShardedUnit::MarkStale, py::call_guard<py::gil_scoped_release>())
+      .def("prepare_for_backward", &ShardedUnit::PrepareForBackward)
+      .def("full_parameters", &ShardedUnit::FullParameters,
+           py::call_guard<py::gil_scoped_release>())
+      .def("load_full_parameters", &ShardedUnit::LoadFullParameters,
+           py::call_guard<py::gil_scoped_release>())
+      .def("shard_range", &ShardedUnit::ShardRange)
+      .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm);
 
   m.def(
       "_broadcast_coalesced",

@@ -91,3 +91,13 @@ def test_own_ddp_works_over_gloo_too():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(re.findall(r"torchneuron ddp parity \([ac]\) .*backend gloo: ok", proc.stdout)) \
         == 2, proc.stdout
+
+
+def test_zero_stages_train_bitwise_like_a_single_process():
+    proc = run(3, "zero_parity.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for stage in (1, 2, 3):
+        assert (f"[rank 0]: zero parity stage {stage}: 10 steps x 3 ranks: losses and 8 tensors "
+                "bitwise equal to the reference") in proc.stdout, proc.stdout
+    assert "zero extras: clip_grad_norm_, bf16 mixed precision, full state dict round trip: ok" \
+        in proc.stdout, proc.stdout

@@ -8,9 +8,11 @@ from libtorch trainers); this package is their Python face.
     tp.initialize(tp=2, pp=2)                     # dp = world / 4
     sampler = tp.DistributedSampler(dataset)      # shards over the data-parallel group
     model = tp.DistributedDataParallel(model)     # averages grads over it
+    # or ZeRO: model = tp.FullyShardedDataParallel(model, stage=3)
 """
 from .data import DistributedSampler, SyntheticTokenDataset
 from .ddp import DistributedDataParallel
+from .fsdp import FullyShardedDataParallel, MixedPrecision, module_type_policy, size_policy
 from .mesh import (
     Layout,
     destroy,
@@ -29,7 +31,8 @@ from .mesh import (
 )
 
 __all__ = [
-    "DistributedDataParallel", "DistributedSampler", "Layout", "SyntheticTokenDataset",
+    "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel", "Layout",
+    "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",
     "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",
     "get_pipeline_parallel_rank", "get_pipeline_parallel_world_size",

@@ -1,0 +1,252 @@
+"""ZeRO stages 1, 2 and 3: FSDP-style sharded data parallelism.
+
+Each wrapped unit (chosen by `wrap_policy`; the rest of the model is the
+root unit) is a neuron::parallel::ShardedUnit: its parameters flattened into
+one fp32 vector, padded to a multiple of the data-parallel size, of which
+each rank keeps and optimizes its slice. Before a unit's forward its full
+parameters are all-gathered (the next unit's gather is started early:
+prefetch); stage 3 frees them after the forward and gathers them again when
+the gradient reaches the unit's outputs. Gradients are all-reduced (stage 1)
+or reduce-scattered (stages 2, 3) from hooks as soon as a unit's backward is
+done, summed in rank order on "neuron" and divided by the group size: with
+fp32 throughout, training matches DDP (and a single process summing the
+same way) bitwise.
+
+    model = FullyShardedDataParallel(model, stage=3,
+                                     wrap_policy=module_type_policy(Block),
+                                     mixed_precision=MixedPrecision(torch.bfloat16))
+    opt = torch.optim.AdamW(model.parameters())   # the shards: optimizer state is sharded
+"""
+import dataclasses
+import functools
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from .. import _C
+from .ddp import _default_group
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPrecision:
+    """param_dtype: the gathered parameters and the computation (inputs are cast
+    to it); reduce_dtype: the gradient reduction. Master weights, optimizer
+    state and the gradients the optimizer sees stay fp32."""
+    param_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype = torch.float32
+
+
+def module_type_policy(*types):
+    """Wrap every submodule that is an instance of one of `types`."""
+    return lambda m: isinstance(m, types)
+
+
+def size_policy(min_params):
+    """Wrap every outermost submodule with at least `min_params` parameters."""
+    return lambda m: sum(p.numel() for p in m.parameters()) >= min_params
+
+
+def _name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def _cast(value, dtype):
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+class _Unit:
+    def __init__(self, name, module, named_params, group, stage, precision):
+        self.name, self.module = name, module
+        self.param_names = [n for n, _ in named_params]
+        self.shapes = [tuple(p.shape) for _, p in named_params]
+        self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
+                                    _name(precision.param_dtype), _name(precision.reduce_dtype),
+                                    name or "<root>")
+
+
+class FullyShardedDataParallel(nn.Module):
+    """Shards `module`'s parameters, gradients (stage >= 2) and optimizer state
+    over `process_group` (default: torchneuron.parallel's data-parallel group,
+    else the default group; the backend needs _allgather_base and
+    _reduce_scatter_base, as "neuron" has).
+
+    parameters() yields the fp32 shards, one per unit: build the optimizer
+    from them. full_state_dict() / load_full_state_dict() give and take the
+    module's ordinary state dict (collective). clip_grad_norm_() clips over
+    all shards. At construction every rank's module is made equal to the
+    group's rank 0's.
+    """
+
+    def __init__(self, module, stage=3, process_group=None, wrap_policy=None,
+                 mixed_precision=None, prefetch=True):
+        super().__init__()
+        if stage not in (1, 2, 3):
+            raise ValueError(f"FullyShardedDataParallel: stage must be 1, 2 or 3, got {stage!r}")
+        self.module = module
+        self.stage = stage
+        self.process_group = process_group if process_group is not None else _default_group()
+        self.mixed_precision = mixed_precision or MixedPrecision()
+        self.prefetch = prefetch
+        self._state_keys = list(module.state_dict().keys())
+        state = [p.detach() for p in module.parameters()] + list(module.buffers())
+        if state:
+            _C._broadcast_coalesced(state, self.process_group, 0, 25 << 20)
+        names = {id(p): n for n, p in module.named_parameters()}
+        claimed = set()
+        units = []
+
+        def claim(m):
+            out = []
+            for p in m.parameters():
+                if p.requires_grad and id(p) not in claimed:
+                    claimed.add(id(p))
+                    out.append((names[id(p)], p))
+            return out
+
+        def visit(prefix, m):
+            for child_name, child in m.named_children():
+                full = prefix + child_name
+                if wrap_policy is not None and wrap_policy(child):
+                    units.append(_Unit(full, child, claim(child), self.process_group, stage,
+                                       self.mixed_precision))
+                else:
+                    visit(full + ".", child)
+
+        visit("", module)
+        self._root = _Unit("", module, claim(module), self.process_group, stage,
+                           self.mixed_precision)
+        self._units = units
+        self._order = []  # non-root units in forward order, learnt on the first forward
+        self._order_known = False
+        for unit in units:
+            unit.module.register_forward_pre_hook(functools.partial(self._pre_forward, unit))
+            unit.module.register_forward_hook(functools.partial(self._post_forward, unit))
+
+    # -- the hooks ------------------------------------------------------------
+    def _neighbour(self, unit, step):
+        if not (self.prefetch and self._order_known) or unit not in self._order:
+            return None
+        i = self._order.index(unit) + step
+        return self._order[i] if 0 <= i < len(self._order) else None
+
+    def _pre_forward(self, unit, module, inputs):
+        unit.core.gather()
+        if not self._order_known:
+            self._order.append(unit)
+        following = self._neighbour(unit, +1)
+        if following is not None:
+            following.core.start_gather()
+
+    def _post_forward(self, unit, module, inputs, output):
+        if self.stage == 3:
+            unit.core.free()
+        self._hook_outputs(unit, output)
+
+    def _hook_outputs(self, unit, output):
+        if not torch.is_grad_enabled():
+            return
+        for t in _tensors(output):
+            if t.requires_grad:
+                t.register_hook(functools.partial(self._pre_backward, unit))
+
+    def _pre_backward(self, unit, grad):
+        unit.core.gather()
+        previous = self._neighbour(unit, -1)  # the next unit backward reaches
+        if previous is not None:
+            previous.core.start_gather()
+
+    # -- nn.Module ------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if torch.is_grad_enabled():
+            for unit in self._units + [self._root]:
+                unit.core.prepare_for_backward()
+        dtype = self.mixed_precision.param_dtype
+        if dtype != torch.float32:
+            args, kwargs = _cast(args, dtype), _cast(kwargs, dtype)
+        self._root.core.gather()
+        out = self.module(*args, **kwargs)
+        self._order_known = True
+        if self.stage == 3:
+            self._root.core.free()
+        self._hook_outputs(self._root, out)
+        return out
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        for unit in self._units + [self._root]:
+            name = unit.name + ".flat_shard" if unit.name else "flat_shard"
+            yield (prefix + ("." if prefix else "") + name, unit.core.shard)
+
+    def units(self):
+        """(name, parameter names, padded flat size) of each unit, the root last."""
+        return [(u.name, list(u.param_names), u.core.padded_numel)
+                for u in self._units + [self._root]]
+
+    # -- state ----------------------------------------------------------------
+    def full_state_dict(self):
+        """The wrapped module's state dict with full fp32 parameters (collective:
+        every rank of the group calls it and gets it)."""
+        values = {}
+        for unit in self._units + [self._root]:
+            values.update(zip(unit.param_names, unit.core.full_parameters()))
+        full = self.module.state_dict()
+        return {k: values[k] if k in values else full[k].detach().clone()
+                for k in self._state_keys}
+
+    def load_full_state_dict(self, state_dict):
+        """Loads a full state dict (as full_state_dict() or the unwrapped module's
+        state_dict() gives) on every rank; the shards take their slices."""
+        missing = [k for k in self._state_keys if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in self._state_keys]
+        if missing or unexpected:
+            raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}, unexpected keys "
+                           f"{unexpected[:5]}")
+        for unit in self._units + [self._root]:
+            for name, shape in zip(unit.param_names, unit.shapes):
+                got = tuple(state_dict[name].shape)
+                if got != shape:
+                    raise ValueError(f"load_full_state_dict: {name} has shape {list(shape)} in "
+                                     f"the model but {list(got)} in the state dict")
+            unit.core.load_full_parameters(
+                [state_dict[n].detach().to(torch.float32) for n in unit.param_names])
+        sharded = {n for u in self._units + [self._root] for n in u.param_names}
+        with torch.no_grad():
+            own = self.module.state_dict(keep_vars=True)
+            for k in self._state_keys:
+                if k not in sharded:
+                    own[k].copy_(state_dict[k])
+
+    def clip_grad_norm_(self, max_norm):
+        """Scales every shard's gradient so that the global gradient's 2-norm is
+        at most max_norm; returns the norm before clipping (collective)."""
+        total = torch.tensor([sum(u.core.local_grad_squared_norm()
+                                  for u in self._units + [self._root])], dtype=torch.float64)
+        dist.all_reduce(total, group=self.process_group)
+        norm = total.sqrt()
+        coef = max_norm / (norm.item() + 1e-6)
+        if coef < 1:
+            for p in self.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(coef)
+        return norm.to(torch.float32)[0]
