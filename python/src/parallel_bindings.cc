@@ -11,6 +11,7 @@
 #include "neuron/parallel/gradient_reducer.h"
 #include "neuron/parallel/mesh_layout.h"
 #include "neuron/parallel/sharded_unit.h"
+#include "neuron/parallel/tensor_parallel_ops.h"
 #include "neuron/parallel/token_data.h"
 #include "neuron/runtime/error.h"
 
@@ -144,6 +145,31 @@ void BindParallel(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("shard_range", &ShardedUnit::ShardRange)
       .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm);
+
+  // Tensor / sequence parallel collectives (autograd functions).
+  m.def("_copy_to_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {
+    return np::CopyToGroup(x, Owned(g));
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_reduce_from_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {
+    return np::ReduceFromGroup(x, Owned(g));
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_gather_from_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g,
+                                 std::int64_t dim) { return np::GatherFromGroup(x, Owned(g), dim); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_scatter_to_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g,
+                                std::int64_t dim) { return np::ScatterToGroup(x, Owned(g), dim); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_gather_sequence", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {
+    return np::GatherSequence(x, Owned(g));
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_reduce_scatter_sequence", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {
+    return np::ReduceScatterSequence(x, Owned(g));
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_vocab_parallel_cross_entropy",
+        [](const at::Tensor& logits, const at::Tensor& target, ::c10d::ProcessGroup& g,
+           std::int64_t vocab_size) {
+          return np::VocabParallelCrossEntropy(logits, target, Owned(g), vocab_size);
+        }, py::call_guard<py::gil_scoped_release>());
 
   m.def(
       "_broadcast_coalesced",

@@ -101,3 +101,11 @@ def test_zero_stages_train_bitwise_like_a_single_process():
                 "bitwise equal to the reference") in proc.stdout, proc.stdout
     assert "zero extras: clip_grad_norm_, bf16 mixed precision, full state dict round trip: ok" \
         in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("tp,sp", [(2, False), (4, True)])
+def test_tensor_and_sequence_parallel_gpt_matches_one_device(tp, sp):
+    proc = run(4, "tp_parity.py", "--tp", str(tp), *(["--sp"] if sp else []))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (f"[rank 0]: tp parity tp={tp} sp={sp}: 3 steps, losses and 87 gradients close to "
+            "one device; rng tracker ok") in proc.stdout, proc.stdout

@@ -12,6 +12,13 @@ from libtorch trainers); this package is their Python face.
 """
 from .data import DistributedSampler, SyntheticTokenDataset
 from .ddp import DistributedDataParallel
+from . import tensor_parallel
+from .tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
 from .fsdp import FullyShardedDataParallel, MixedPrecision, module_type_policy, size_policy
 from .mesh import (
     Layout,
@@ -31,6 +38,8 @@ from .mesh import (
 )
 
 __all__ = [
+    "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
+    "tensor_parallel", "vocab_parallel_cross_entropy",
     "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",

@@ -1,0 +1,1 @@
+"""Models used by the examples, tests and benchmarks."""
