@@ -10,6 +10,7 @@
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/device/cost_model.h"
 #include "neuron/runtime/sim_clock.h"
 #include "parallel_bindings.h"
 
@@ -188,9 +189,11 @@ PYBIND11_MODULE(_C, m) {
           py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                       std::chrono::milliseconds timeout,
                       std::vector<std::int64_t> global_ranks, std::string group_name) {
+            // Every group of the process shares its clock, which compiled
+            // graphs and pipeline stages advance (docs/architecture.md).
             return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
-                store, rank, size, timeout, std::move(global_ranks),
-                std::move(group_name)));
+                store, rank, size, timeout, std::move(global_ranks), std::move(group_name),
+                neuron::runtime::ProcessClock()));
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
           py::arg("global_ranks") = std::vector<std::int64_t>{},
@@ -284,6 +287,22 @@ PYBIND11_MODULE(_C, m) {
       },
       "This rank's simulated clocks (microseconds).");
   m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
+  m.def(
+      "_advance_compute",
+      [](double us) {
+        NEURON_CHECK(us >= 0, "advance_compute: a duration must be >= 0 us, got ", us);
+        neuron::runtime::ProcessClock()->AdvanceCompute(neuron::runtime::SimDuration(us));
+      },
+      py::arg("us"), "Charges `us` of modelled device time to this rank's compute stream.");
+  m.def(
+      "_matmul_us",
+      [](std::int64_t m, std::int64_t k, std::int64_t n, bool fp32) {
+        static const neuron::runtime::CostModel model(
+            neuron::runtime::DeviceSpec::FromEnvironment());
+        return model.Matmul(m, k, n, fp32).time.count();
+      },
+      py::arg("m"), py::arg("k"), py::arg("n"), py::arg("fp32"),
+      "The device model's time (us) of an [m,k] x [k,n] matmul on one NeuronCore.");
   m.def("_cache_counters", [] {
     const auto c = CompiledGraph::Cache().counters();
     py::dict d;

@@ -10,6 +10,8 @@
 #include "neuron/parallel/distributed_sampler.h"
 #include "neuron/parallel/gradient_reducer.h"
 #include "neuron/parallel/mesh_layout.h"
+#include "neuron/parallel/pipeline_p2p.h"
+#include "neuron/parallel/pipeline_schedule.h"
 #include "neuron/parallel/sharded_unit.h"
 #include "neuron/parallel/tensor_parallel_ops.h"
 #include "neuron/parallel/token_data.h"
@@ -45,6 +47,15 @@ np::SamplerOptions Sampler(std::int64_t size, int replicas, int rank, bool shuff
                            std::uint64_t seed, bool drop_last) {
   return {size, replicas, rank, shuffle, seed, drop_last};
 }
+
+// Sends in flight (their works), waited for before the tensors may change.
+struct PendingSends {
+  std::vector<c10::intrusive_ptr<::c10d::Work>> works;
+  void Wait() {
+    for (auto& w : works) w->wait();
+    works.clear();
+  }
+};
 
 }  // namespace
 
@@ -170,6 +181,49 @@ void BindParallel(py::module_& m) {
            std::int64_t vocab_size) {
           return np::VocabParallelCrossEntropy(logits, target, Owned(g), vocab_size);
         }, py::call_guard<py::gil_scoped_release>());
+
+  // Pipeline parallelism.
+  m.def(
+      "_make_schedule",
+      [](const std::string& kind, int stages, int microbatches, int chunks) {
+        const np::PipelinePlan plan =
+            np::MakeSchedule(np::ParseScheduleKind(kind), stages, microbatches, chunks);
+        std::vector<std::vector<std::tuple<bool, int, int>>> order;
+        for (const auto& stage : plan.order) {
+          order.emplace_back();
+          for (const auto& t : stage) order.back().emplace_back(t.forward, t.microbatch, t.chunk);
+        }
+        py::dict d;
+        d["order"] = order;
+        d["makespan"] = plan.makespan;
+        d["ideal"] = plan.ideal;
+        d["bubble"] = plan.bubble();
+        d["max_in_flight"] = plan.max_in_flight;
+        return d;
+      },
+      py::arg("kind"), py::arg("stages"), py::arg("microbatches"), py::arg("chunks"));
+  m.def("_balanced_partition", &np::BalancedPartition, py::arg("costs"), py::arg("parts"));
+  py::class_<PendingSends>(m, "_PendingSends")
+      .def(py::init<>())
+      .def("wait", &PendingSends::Wait, py::call_guard<py::gil_scoped_release>())
+      .def("__len__", [](const PendingSends& p) { return p.works.size(); });
+  m.def(
+      "_send_stage_tensor",
+      [](PendingSends& pending, const at::Tensor& t, ::c10d::ProcessGroup& g, int dst,
+         bool gradient, int microbatch, int virtual_stage) {
+        auto works = np::SendStageTensor(g, dst, t, {gradient, microbatch, virtual_stage});
+        pending.works.insert(pending.works.end(), works.begin(), works.end());
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_recv_stage_tensor",
+      [](::c10d::ProcessGroup& g, int src, bool gradient, int microbatch, int virtual_stage,
+         std::optional<at::Tensor> like) {
+        return np::RecvStageTensor(g, src, {gradient, microbatch, virtual_stage}, like);
+      },
+      py::arg("group"), py::arg("src"), py::arg("gradient"), py::arg("microbatch"),
+      py::arg("virtual_stage"), py::arg("like") = py::none(),
+      py::call_guard<py::gil_scoped_release>());
 
   m.def(
       "_broadcast_coalesced",

@@ -109,3 +109,15 @@ def test_tensor_and_sequence_parallel_gpt_matches_one_device(tp, sp):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (f"[rank 0]: tp parity tp={tp} sp={sp}: 3 steps, losses and 87 gradients close to "
             "one device; rng tracker ok") in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--pp", "2", "--schedule", "1f1b", "--microbatches", "3"],
+    ["--pp", "2", "--tp", "2", "--schedule", "gpipe", "--microbatches", "4"],
+    ["--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "5"],
+])
+def test_pipeline_schedules_match_one_device(args):
+    proc = run(4, "pp_parity.py", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"\[rank 0\]: pp parity .*: ok, \d+ checks close to one device; stage 0 "
+                     r"modelled bubble 0\.\d+", proc.stdout), proc.stdout

@@ -19,6 +19,8 @@ from .tensor_parallel import (
     VocabParallelEmbedding,
     vocab_parallel_cross_entropy,
 )
+from . import pipeline
+from .pipeline import PipelineEngine
 from .fsdp import FullyShardedDataParallel, MixedPrecision, module_type_policy, size_policy
 from .mesh import (
     Layout,
@@ -39,7 +41,7 @@ from .mesh import (
 
 __all__ = [
     "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
-    "tensor_parallel", "vocab_parallel_cross_entropy",
+    "tensor_parallel", "vocab_parallel_cross_entropy", "pipeline", "PipelineEngine",
     "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",
