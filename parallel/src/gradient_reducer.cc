@@ -252,6 +252,39 @@ std::int64_t GradientReducer::allreduces() const {
   return state_->allreduces;
 }
 
+void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::ProcessGroup& group,
+                      std::int64_t bucket_bytes) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& p : parameters) {
+    if (!p.requires_grad()) continue;
+    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(p);
+    params.push_back(p);
+  }
+  const at::Tensor world = at::scalar_tensor(group.getSize(), at::kDouble);
+  std::size_t start = 0;
+  while (start < params.size()) {
+    std::size_t end = start;
+    std::int64_t bytes = 0;
+    while (end < params.size() && params[end].scalar_type() == params[start].scalar_type() &&
+           (end == start || bytes + Bytes(params[end]) <= bucket_bytes)) {
+      bytes += Bytes(params[end++]);
+    }
+    std::vector<at::Tensor> pieces;
+    for (std::size_t k = start; k < end; ++k) pieces.push_back(params[k].grad().reshape(-1));
+    std::vector<at::Tensor> flat{at::cat(pieces)};
+    group.allreduce(flat)->wait();
+    std::int64_t offset = 0;
+    for (std::size_t k = start; k < end; ++k) {
+      at::Tensor grad = params[k].grad();
+      at::div_out(grad, flat[0].narrow(0, offset, grad.numel()).view(grad.sizes()), world);
+      offset += grad.numel();
+    }
+    start = end;
+  }
+}
+
 void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,
                         std::int64_t bucket_bytes) {
   at::NoGradGuard no_grad;

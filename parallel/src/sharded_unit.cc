@@ -51,7 +51,7 @@ struct ShardedUnit::State {
   std::vector<std::shared_ptr<Node>> accumulators;
   std::vector<std::uintptr_t> hooks;
   std::mutex mu;
-  bool armed = false;
+  int armed = 0;  // forwards whose backward is still to come
   bool finalize_queued = false;
   std::vector<char> ready;
   std::size_t remaining = 0;
@@ -96,7 +96,6 @@ struct ShardedUnit::State {
   }
 
   void ResetBackward() {
-    armed = false;
     finalize_queued = false;
     std::fill(ready.begin(), ready.end(), 0);
     remaining = params.size();
@@ -132,7 +131,7 @@ struct ShardedUnit::State {
 
   void OnGradient(std::size_t i, const std::weak_ptr<State>& self) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!armed) return;
+    if (armed == 0) return;
     NEURON_CHECK(!ready[i], What(), ": parameter ", i,
                  " received a gradient twice in one backward (reentrant backward is not "
                  "supported)");
@@ -147,7 +146,7 @@ struct ShardedUnit::State {
 
   void Finalize() {
     std::lock_guard<std::mutex> lock(mu);
-    if (!armed) return;
+    if (armed == 0) return;
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!ready[i]) TakeGradient(i);  // unused in this backward: zeros
     }
@@ -168,7 +167,9 @@ struct ShardedUnit::State {
     } else {
       grad_full.reset();
     }
-    if (options.stage != 3) full_valid = false;  // the optimizer step comes next
+    --armed;
+    // With every backward done the optimizer step comes next.
+    if (options.stage != 3 && armed == 0) full_valid = false;
     ResetBackward();
   }
 };
@@ -265,15 +266,18 @@ void ShardedUnit::MarkStale() {
 void ShardedUnit::PrepareForBackward() {
   std::lock_guard<std::mutex> lock(state_->mu);
   NEURON_CHECK(!state_->finalize_queued, state_->What(),
-               ": the previous backward has not finished");
-  state_->ResetBackward();
-  state_->armed = true;
+               ": a forward ran while a backward was in progress (activation checkpointing "
+               "with sharded units is not supported)");
+  ++state_->armed;
 }
 
-std::vector<at::Tensor> ShardedUnit::FullParameters() {
+std::vector<at::Tensor> ShardedUnit::Unshard(const at::Tensor& shard_like) {
   State& s = *state_;
-  at::Tensor full = at::empty({s.padded}, at::kFloat);
-  at::Tensor mine = s.master.detach().contiguous();
+  NEURON_CHECK(shard_like.dim() == 1 && shard_like.numel() == s.shard_numel, s.What(),
+               ": unsharding a tensor of shape ", shard_like.sizes(), ", not the shard's [",
+               s.shard_numel, "]");
+  at::Tensor mine = shard_like.detach().contiguous();
+  at::Tensor full = at::empty({s.padded}, mine.options());
   s.group->_allgather_base(full, mine)->wait();
   std::vector<at::Tensor> out;
   for (std::size_t i = 0; i < s.params.size(); ++i) {
@@ -282,19 +286,30 @@ std::vector<at::Tensor> ShardedUnit::FullParameters() {
   return out;
 }
 
-void ShardedUnit::LoadFullParameters(const std::vector<at::Tensor>& values) {
-  State& s = *state_;
+at::Tensor ShardedUnit::Shard(const std::vector<at::Tensor>& values) const {
+  const State& s = *state_;
   NEURON_CHECK(values.size() == s.params.size(), s.What(), ": loading ", values.size(),
                " tensors into ", s.params.size(), " parameters");
-  at::Tensor flat = at::zeros({s.padded}, at::kFloat);
+  at::Tensor flat = at::zeros({s.padded}, values.empty() ? at::kFloat : values[0].scalar_type());
   for (std::size_t i = 0; i < values.size(); ++i) {
     NEURON_CHECK(values[i].sizes().vec() == s.shapes[i], s.What(), ": parameter ", i,
                  " has shape ", at::IntArrayRef(s.shapes[i]), " but the value loaded has ",
                  values[i].sizes());
     flat.narrow(0, s.offsets[i], s.numels[i]).copy_(values[i].reshape(-1));
   }
-  at::NoGradGuard no_grad;
-  s.master.copy_(flat.narrow(0, s.rank * s.shard_numel, s.shard_numel));
+  return flat.narrow(0, s.rank * s.shard_numel, s.shard_numel).clone();
+}
+
+std::vector<at::Tensor> ShardedUnit::FullParameters() { return Unshard(state_->master); }
+
+void ShardedUnit::LoadFullParameters(const std::vector<at::Tensor>& values) {
+  std::vector<at::Tensor> as_float;
+  for (const auto& v : values) as_float.push_back(v.to(at::kFloat));
+  const at::Tensor shard = Shard(as_float);
+  {
+    at::NoGradGuard no_grad;
+    state_->master.copy_(shard);
+  }
   MarkStale();
 }
 

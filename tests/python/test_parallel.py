@@ -121,3 +121,52 @@ def test_pipeline_schedules_match_one_device(args):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"\[rank 0\]: pp parity .*: ok, \d+ checks close to one device; stage 0 "
                      r"modelled bubble 0\.\d+", proc.stdout), proc.stdout
+
+
+def _tiny_gpt(seed, dim=16):
+    from torchneuron.models.gpt import GPT, GPTConfig
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=20, seq_len=4, dim=dim, heads=2, layers=1), tp_group=False)
+
+
+def test_checkpoint_round_trip_and_refusals(tmp_path):
+    model = _tiny_gpt(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    tokens = torch.randint(0, 20, (2, 4))
+    model(tokens, tokens).backward()
+    opt.step()
+    parallel.save_checkpoint(str(tmp_path), model, optimizer=opt, step=7)
+    other = _tiny_gpt(2)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    assert parallel.load_checkpoint(str(tmp_path), other, optimizer=other_opt) == 7
+    for (n, a), b in zip(model.state_dict().items(), other.state_dict().values()):
+        assert torch.equal(a, b), n
+    for p, q in zip(model.parameters(), other.parameters()):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt.state[p][key], other_opt.state[q][key]), key
+    full = parallel.load_full_state_dict(str(tmp_path))
+    assert set(full) == set(model.state_dict()) and torch.equal(
+        full["head.out.weight"], model.state_dict()["head.out.weight"])
+
+    with pytest.raises(ValueError, match=r"tensor 'embed.tokens.weight' has shape \[20, 16\] in "
+                                         r"the checkpoint but \[20, 24\] in the model"):
+        parallel.load_checkpoint(str(tmp_path), _tiny_gpt(3, dim=24))
+
+    shard = tmp_path / "shard-00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(torchneuron.PeerError, match=r"shard-00000.bin has .* checksum .* the "
+                                                    r"file changed or is truncated"):
+        parallel.load_checkpoint(str(tmp_path), other)
+    (tmp_path / "manifest.textproto").unlink()
+    with pytest.raises(torchneuron.InvalidUsageError,
+                       match=r"no complete checkpoint in .*manifest.textproto is missing"):
+        parallel.load_checkpoint(str(tmp_path), other)
+
+
+def test_save_in_one_layout_load_in_another_and_continue(tmp_path):
+    proc = run(4, "reshard_parity.py", "--dir", str(tmp_path / "ckpt"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2: 6 losses close" \
+        in proc.stdout, proc.stdout

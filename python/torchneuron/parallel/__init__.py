@@ -11,7 +11,7 @@ from libtorch trainers); this package is their Python face.
     # or ZeRO: model = tp.FullyShardedDataParallel(model, stage=3)
 """
 from .data import DistributedSampler, SyntheticTokenDataset
-from .ddp import DistributedDataParallel
+from .ddp import DistributedDataParallel, average_gradients
 from . import tensor_parallel
 from .tensor_parallel import (
     ColumnParallelLinear,
@@ -19,7 +19,8 @@ from .tensor_parallel import (
     VocabParallelEmbedding,
     vocab_parallel_cross_entropy,
 )
-from . import pipeline
+from . import checkpoint, pipeline
+from .checkpoint import load_checkpoint, load_full_state_dict, save_checkpoint
 from .pipeline import PipelineEngine
 from .fsdp import FullyShardedDataParallel, MixedPrecision, module_type_policy, size_policy
 from .mesh import (
@@ -42,7 +43,8 @@ from .mesh import (
 __all__ = [
     "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
     "tensor_parallel", "vocab_parallel_cross_entropy", "pipeline", "PipelineEngine",
-    "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel", "Layout",
+    "checkpoint", "load_checkpoint", "load_full_state_dict", "save_checkpoint",
+    "DistributedDataParallel", "DistributedSampler", "average_gradients", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",
     "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",

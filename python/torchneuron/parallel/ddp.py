@@ -75,3 +75,14 @@ class DistributedDataParallel(nn.Module):
     def bucket_indices(self):
         """Parameter indices (among those requiring grad) of each bucket, in launch order."""
         return self._reducer.buckets()
+
+
+def average_gradients(parameters, process_group=None, bucket_cap_mb=25):
+    """Averages the .grad of `parameters` over `process_group` (default: the
+    data-parallel group, else the default group) in place: for training
+    loops without DistributedDataParallel's hooks, such as pipeline stages.
+    Summed in rank order and divided by the group size; a missing .grad
+    counts as zeros."""
+    group = process_group if process_group is not None else _default_group()
+    _C._average_gradients([p for p in parameters if p.requires_grad], group,
+                          int(bucket_cap_mb * (1 << 20)))

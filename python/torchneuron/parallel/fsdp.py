@@ -76,6 +76,7 @@ class _Unit:
     def __init__(self, name, module, named_params, group, stage, precision):
         self.name, self.module = name, module
         self.param_names = [n for n, _ in named_params]
+        self.params = [p for _, p in named_params]
         self.shapes = [tuple(p.shape) for _, p in named_params]
         self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),

@@ -86,6 +86,14 @@ class GradientReducer {
   std::shared_ptr<State> state_;
 };
 
+// Averages the .grad of `parameters` over `group` after a backward that ran
+// without a reducer (pipeline stages, explicit accumulation): packed into
+// per-dtype messages of up to `bucket_bytes`, summed in rank order, divided
+// by the group size. A parameter without .grad counts as zeros and gets the
+// average.
+void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::ProcessGroup& group,
+                      std::int64_t bucket_bytes = 25 << 20);
+
 // Makes `tensors` equal to rank `root`'s on every rank of `group`, packed
 // into flat per-dtype messages of up to `bucket_bytes` (DDP's start).
 void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group,

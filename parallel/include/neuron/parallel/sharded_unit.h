@@ -77,13 +77,20 @@ class ShardedUnit {
   // The shard changed (an optimizer step): the next Gather must fetch it.
   void MarkStale();
 
-  // Arms the next backward to reduce this unit's gradients.
+  // Called by each forward whose backward must reduce this unit's gradients:
+  // that many backwards (pipeline microbatches, gradient accumulation) each
+  // reduce theirs, and the reductions add up in shard().grad.
   void PrepareForBackward();
 
   // Collective: the unit's parameters in full, fp32, in order (for state
   // dicts and checkpoints); and the inverse, from full values on every rank.
   std::vector<at::Tensor> FullParameters();
   void LoadFullParameters(const std::vector<at::Tensor>& values);
+  // The same for any tensor shaped like the shard (optimizer state):
+  // Unshard all-gathers it and splits it per parameter; Shard (local) is the
+  // inverse, this rank's slice of per-parameter full values.
+  std::vector<at::Tensor> Unshard(const at::Tensor& shard_like);
+  at::Tensor Shard(const std::vector<at::Tensor>& values) const;
   // Local: [begin, end) of the unpadded flat vector that this rank's shard
   // holds (sharded checkpoints).
   std::pair<std::int64_t, std::int64_t> ShardRange() const;

@@ -1,0 +1,188 @@
+#include "neuron/parallel/checkpoint_io.h"
+
+#include <ATen/ATen.h>
+#include <google/protobuf/text_format.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fnv.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+constexpr char kMagic[8] = {'N', 'C', 'K', 'P', 'T', 'v', '1', '\n'};
+constexpr const char* kManifest = "manifest.textproto";
+
+std::string DtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: throw InvalidUsage(StrCat("checkpoint: dtype ", t, " is not supported"));
+  }
+}
+
+at::ScalarType DtypeOf(const std::string& name, const std::string& where) {
+  for (auto t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt,
+                 at::kChar, at::kByte, at::kBool}) {
+    if (DtypeName(t) == name) return t;
+  }
+  throw InvalidUsage(StrCat(where, ": unknown dtype '", name, "'"));
+}
+
+// temp + fsync + rename: `path` is either absent or complete.
+void WriteAtomically(const std::string& path, const std::string& bytes) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(errno)));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      std::remove(temp.c_str());
+      throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(e)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(temp.c_str());
+    throw IoError(StrCat("cannot move ", temp, " to ", path, ": ", std::strerror(e)));
+  }
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) throw IoError(StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+}  // namespace
+
+FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces) {
+  proto::ShardFile file;
+  for (const TensorPiece& p : pieces) {
+    proto::TensorPiece* out = file.add_pieces();
+    out->set_name(p.name);
+    for (std::int64_t d : p.full_shape) out->add_full_shape(d);
+    out->set_dim(p.dim);
+    out->set_begin(p.begin);
+    out->set_length(p.dim >= 0 ? p.data.size(p.dim) : 0);
+    out->set_dtype(DtypeName(p.data.scalar_type()));
+    const at::Tensor c = p.data.detach().contiguous();
+    out->set_data(std::string(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+  }
+  std::string bytes(kMagic, sizeof(kMagic));
+  bytes += file.SerializeAsString();
+  WriteAtomically(path, bytes);
+  return {bytes.size(), runtime::Fnv1a(bytes.data(), bytes.size())};
+}
+
+std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& entry) {
+  const std::string path = dir + "/" + entry.name();
+  const std::string bytes = ReadAll(path);
+  if (bytes.size() != entry.bytes() ||
+      runtime::Fnv1a(bytes.data(), bytes.size()) != entry.checksum()) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " has ", bytes.size(),
+                         " bytes and checksum ", runtime::Fnv1a(bytes.data(), bytes.size()),
+                         " but the manifest says ", entry.bytes(), " and ", entry.checksum(),
+                         ": the file changed or is truncated"));
+  }
+  proto::ShardFile file;
+  if (bytes.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0 ||
+      !file.ParseFromArray(bytes.data() + sizeof(kMagic),
+                           static_cast<int>(bytes.size() - sizeof(kMagic)))) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " is not a shard file"));
+  }
+  std::vector<TensorPiece> pieces;
+  for (const proto::TensorPiece& p : file.pieces()) {
+    const std::string where = StrCat("checkpoint ", path, ", tensor '", p.name(), "'");
+    TensorPiece out;
+    out.name = p.name();
+    out.full_shape.assign(p.full_shape().begin(), p.full_shape().end());
+    out.dim = p.dim();
+    out.begin = p.begin();
+    std::vector<std::int64_t> shape = out.full_shape;
+    NEURON_CHECK(out.dim < static_cast<int>(shape.size()), where, ": dim ", out.dim,
+                 " outside shape");
+    if (out.dim >= 0) shape[out.dim] = p.length();
+    const at::ScalarType dtype = DtypeOf(p.dtype(), where);
+    out.data = at::empty(shape, at::TensorOptions(dtype));
+    NEURON_CHECK(out.data.nbytes() == p.data().size(), where, ": ", p.data().size(),
+                 " bytes of data for shape ", at::IntArrayRef(shape));
+    std::memcpy(out.data.data_ptr(), p.data().data(), p.data().size());
+    pieces.push_back(std::move(out));
+  }
+  return pieces;
+}
+
+void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(manifest, &text);
+  WriteAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
+}
+
+proto::Manifest ReadManifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  std::ifstream probe(path);
+  NEURON_CHECK(probe.good(), "no complete checkpoint in ", dir, ": ", kManifest,
+               " is missing (a save that did not finish leaves none)");
+  proto::Manifest manifest;
+  NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(ReadAll(path), &manifest),
+               "checkpoint ", dir, ": ", kManifest, " does not parse");
+  NEURON_CHECK(manifest.version() == 1, "checkpoint ", dir, ": format version ",
+               manifest.version(), " is not supported (1 is)");
+  return manifest;
+}
+
+void RemoveManifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
+    throw IoError(StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+  }
+}
+
+at::Tensor AssembleFull(const std::string& name, const std::vector<std::int64_t>& full_shape,
+                        const std::vector<const TensorPiece*>& pieces,
+                        const std::string& checkpoint) {
+  const std::string where = StrCat("checkpoint ", checkpoint, ", tensor '", name, "'");
+  NEURON_CHECK(!pieces.empty(), where, ": not in the checkpoint");
+  at::Tensor full = at::empty(full_shape, pieces[0]->data.options());
+  at::Tensor covered = at::zeros(full_shape, at::kInt);
+  for (const TensorPiece* p : pieces) {
+    NEURON_CHECK(p->full_shape == full_shape, where, ": a piece has full shape ",
+                 at::IntArrayRef(p->full_shape), ", another ", at::IntArrayRef(full_shape));
+    at::Tensor region = full, mark = covered;
+    if (p->dim >= 0) {
+      region = full.narrow(p->dim, p->begin, p->data.size(p->dim));
+      mark = covered.narrow(p->dim, p->begin, p->data.size(p->dim));
+    }
+    region.copy_(p->data);
+    mark.add_(1);
+  }
+  NEURON_CHECK(covered.eq(1).all().item<bool>(), where,
+               ": its pieces do not cover it exactly once");
+  return full;
+}
+
+}  // namespace neuron::parallel
