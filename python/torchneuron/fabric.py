@@ -66,3 +66,10 @@ def clock():
 def reset_clock():
     """Sets both of this rank's simulated clocks back to 0."""
     _C._reset_clock()
+
+
+def advance_compute(us):
+    """Charges `us` microseconds of modelled device time to this rank's compute
+    clock (work that ran eagerly on the CPU but would run on the device: the
+    pipeline engine and the examples charge the device model's estimate)."""
+    _C._advance_compute(float(us))

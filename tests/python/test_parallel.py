@@ -170,3 +170,20 @@ def test_save_in_one_layout_load_in_another_and_continue(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2: 6 losses close" \
         in proc.stdout, proc.stdout
+
+
+def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():
+    example = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/04_train_gpt.py")
+
+    def losses(n, *args):
+        proc = subprocess.run([NEURONRUN, "-n", str(n), example, "--steps", "2", *args],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = re.findall(r"\[rank 0\]: step \d: loss (\d+\.\d+) \| wall [\d.]+ ms, [\d,]+ "
+                           r"tokens/s \| modelled [\d.]+ us, [\d,]+ tokens/s \| max RSS \d+ MiB",
+                           proc.stdout)
+        assert len(found) == 2, proc.stdout
+        return found
+
+    # Both have 2 data-parallel ranks, so the same global batches.
+    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3") == losses(2)

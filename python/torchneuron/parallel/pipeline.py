@@ -51,9 +51,18 @@ def partition(layers, chunks_per_stage=1, group=None, costs=None):
 
 
 def _linear_shapes(module):
+    """(in, out, fp32) of each Linear layer, this rank's part of split ones
+    (from the layers' sizes: ZeRO-3 may have freed the weights)."""
+    from .tensor_parallel import _size_rank
     for m in module.modules():
-        if isinstance(m, (nn.Linear, ColumnParallelLinear, RowParallelLinear)):
-            yield m.weight.shape[1], m.weight.shape[0], m.weight.dtype == torch.float32
+        fp32 = getattr(m, "weight", None) is None or m.weight.dtype == torch.float32
+        if isinstance(m, nn.Linear):
+            yield m.in_features, m.out_features, fp32
+        elif isinstance(m, ColumnParallelLinear):
+            t = _size_rank(m.group)[0]
+            yield m.in_features, -(-m.out_features // t), fp32
+        elif isinstance(m, RowParallelLinear):
+            yield m.in_features // _size_rank(m.group)[0], m.out_features, fp32
 
 
 def device_forward_us(chunk, x):

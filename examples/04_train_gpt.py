@@ -1,0 +1,141 @@
+"""Example 04: a small GPT trained with data, ZeRO, tensor and pipeline
+parallelism at once (what `make demo` runs).
+
+    neuronrun -n 16 examples/04_train_gpt.py --tp 2 --pp 2 --zero 3    # dp = 16 / 4 = 4
+    neuronrun -n 4 examples/04_train_gpt.py --dp 4                      # plain data parallel
+    neuronrun -n 8 examples/04_train_gpt.py --tp 2 --pp 2 --sp          # + sequence parallel
+    neuronrun -n 2 examples/04_train_gpt.py --compile                   # compiled blocks (tp 1)
+
+Ranks: tensor-parallel groups of --tp contiguous ranks, --pp pipeline
+stages (1F1B over --microbatches), data parallel over the rest (--dp, if
+given, must agree): torchneuron.parallel.initialize. The data is a
+synthetic token dataset sharded over the data-parallel ranks by
+torchneuron.parallel.DistributedSampler. --zero 1/2/3 shards optimizer
+state / gradients / parameters over data parallel
+(FullyShardedDataParallel, a unit per transformer block); --zero 0
+averages gradients (DistributedDataParallel, or after the pipeline step).
+
+Rank 0 prints per step: the loss; wall time per step and tokens/s on this
+machine; the modelled step time and tokens/s on Trainium2 (device model for
+the matmuls, fabric model for every collective and transfer, the slowest
+rank's clock); and the largest resident memory of any rank.
+"""
+import argparse
+import contextlib
+import datetime
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import torchneuron
+import torchneuron.parallel as parallel
+from torchneuron import fabric
+from torchneuron.models.gpt import GPT, Block, GPTConfig
+from torchneuron.parallel import pipeline
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dp", type=int, default=0, help="data parallel (default: the rest)")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--sp", action="store_true", help="sequence parallel (needs --tp > 1)")
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
+    p.add_argument("--microbatches", type=int, default=4, help="pipeline microbatches")
+    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    p.add_argument("--compile", action="store_true",
+                   help="torchneuron.compile each block's MLP (tensor parallel 1 only)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch", type=int, default=8, help="sequences per data-parallel rank")
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def slowest(value):
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def main():
+    args = parse()
+    torch.set_num_threads(1)
+    torchneuron.init(timeout=datetime.timedelta(seconds=300))
+    layout = parallel.initialize(tp=args.tp, pp=args.pp, dp=args.dp or None)
+    if args.compile and args.tp > 1:
+        sys.exit("--compile needs --tp 1: tensor-parallel layers are not compiled yet")
+    cfg = GPTConfig(vocab_size=args.vocab, seq_len=args.seq, dim=args.dim, heads=args.heads,
+                    layers=args.layers)
+    parallel.tensor_parallel.manual_seed(args.seed)  # equal on tensor-parallel ranks
+    model = GPT(cfg, sequence_parallel=args.sp)
+    if args.compile:
+        for block in model.blocks:
+            block.mlp = torchneuron.compile(block.mlp)
+
+    # This rank's part of the model, and how its gradients are averaged.
+    chunks = pipeline.partition(model.stages()) if args.pp > 1 else [model]
+    if args.zero:
+        parts = [parallel.FullyShardedDataParallel(
+            c, stage=args.zero, wrap_policy=parallel.module_type_policy(Block)) for c in chunks]
+    elif args.pp == 1:
+        parts = [parallel.DistributedDataParallel(model)]
+    else:
+        parts = chunks
+    params = [p for part in parts for p in part.parameters()]
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    engine = None
+    if args.pp > 1:
+        engine = parallel.PipelineEngine(parts, model.loss, args.microbatches, args.schedule)
+
+    data = parallel.SyntheticTokenDataset(sequences=args.batch * layout.dp * args.steps,
+                                          length=args.seq, vocab=args.vocab, seed=args.seed)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch,
+                                         sampler=parallel.DistributedSampler(data, seed=args.seed))
+    tokens_per_step = args.batch * layout.dp * args.seq
+    if dist.get_rank() == 0:
+        print(f"GPT {cfg.parameters() / 1e6:.2f}M parameters, {layout._layout.describe()}, "
+              f"ZeRO {args.zero}, sp={args.sp}, compile={args.compile}; "
+              f"{tokens_per_step} tokens per step", flush=True)
+    for step, (x, y) in enumerate(loader):
+        dist.barrier()
+        clock0, start = fabric.clock()["compute_us"], time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        if engine is not None:
+            loss = engine.step(x, y)
+        else:
+            loss = parts[0](x, y)
+            loss.backward()
+            # The device model's estimate of the forward and backward.
+            fabric.advance_compute(3 * pipeline.device_forward_us(model, x))
+        if args.sp:
+            parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
+        if args.pp > 1 and not args.zero:
+            parallel.average_gradients(params)
+        opt.step()
+        wall = slowest(time.perf_counter() - start)
+        modelled_us = slowest(fabric.clock()["compute_us"] - clock0)
+        # The loss lives on the last stage; average it over data parallel there.
+        value = torch.tensor([loss.item() if loss is not None else 0.0])
+        dist.all_reduce(value)
+        value /= layout.dp * layout.tp
+        rss = slowest(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        if dist.get_rank() == 0:
+            print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
+                  f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
+                  f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
+                  f"max RSS {rss:.0f} MiB", flush=True)
+    dist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
