@@ -1,0 +1,45 @@
+#include "neuron/parallel/process_groups.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+
+#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+// This rank's group of `axis`, on a store prefix of its own ("tensor/4": the
+// tensor group whose lowest member is rank 4).
+c10::intrusive_ptr<::c10d::ProcessGroup> GroupOf(const MeshLayout& layout, Axis axis, int rank,
+                                                 const c10::intrusive_ptr<::c10d::Store>& store,
+                                                 std::chrono::milliseconds timeout) {
+  const std::vector<int> members = layout.Group(axis, rank);
+  const std::string name = StrCat(Name(axis), "/", members.front());
+  const int group_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  return c10d::CreateProcessGroupNeuron(
+      c10::make_intrusive<::c10d::PrefixStore>(name, store), group_rank,
+      static_cast<int>(members.size()), timeout,
+      std::vector<std::int64_t>(members.begin(), members.end()), name,
+      runtime::ProcessClock());
+}
+
+}  // namespace
+
+ParallelGroups InitializeParallel(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                                  int world, MeshShape shape, std::chrono::milliseconds timeout) {
+  ParallelGroups g{MeshLayout::Create(world, shape), rank, {}, {}, {}, {}};
+  g.world = c10d::CreateProcessGroupNeuron(
+      c10::make_intrusive<::c10d::PrefixStore>("world", store), rank, world, timeout, {},
+      "world", runtime::ProcessClock());
+  g.tensor = GroupOf(g.layout, Axis::kTensor, rank, store, timeout);
+  g.data = GroupOf(g.layout, Axis::kData, rank, store, timeout);
+  g.pipeline = GroupOf(g.layout, Axis::kPipeline, rank, store, timeout);
+  return g;
+}
+
+}  // namespace neuron::parallel
