@@ -5,7 +5,7 @@ synthetic regression task, and rank 0 reports the loss and what the
 gradient allreduces cost on both clocks: wall time on this machine and the
 modelled time on the simulated Trainium2 fabric (torchneuron.fabric).
 
-    neuronrun -n 16 examples/02_ddp_train.py            # what `make demo` runs
+    neuronrun -n 16 examples/02_ddp_train.py
     neuronrun -n 4 examples/02_ddp_train.py --steps 50
     mpirun -n 4 python3 examples/02_ddp_train.py        # torchneuron.init() reads Open MPI's variables
 
