@@ -187,3 +187,21 @@ def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():
 
     # Both have 2 data-parallel ranks, so the same global batches.
     assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3") == losses(2)
+
+
+def test_a_pipeline_stage_that_dies_mid_step_ends_the_job_naming_it():
+    import time
+    start = time.monotonic()
+    proc = run(2, "pipeline_rank_dies.py", timeout=120)
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    assert "unreachable" not in proc.stdout
+    assert re.search(r"job failed: rank 1 .* exited with code 7", proc.stderr), proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_a_pipeline_shape_mismatch_names_the_stage_and_microbatch():
+    proc = run(2, "pipeline_rank_dies.py", "--shape", timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert re.search(r"RuntimeError: pipeline stage 1 \(virtual stage 1\), microbatch 0, "
+                     r"forward: mat1 and mat2 shapes cannot be multiplied \(2x4 and 5x4\)",
+                     proc.stderr), proc.stderr
