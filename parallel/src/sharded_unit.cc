@@ -6,6 +6,10 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "neuron/runtime/error.h"
@@ -27,7 +31,46 @@ void Allocate(const at::Tensor& t, std::size_t bytes) {
 
 void Release(const at::Tensor& t) { t.storage().unsafeGetStorageImpl()->reset(); }
 
+std::uint64_t Bytes(const at::Tensor& t) { return t.defined() ? t.nbytes() : 0; }
+
+// The process's model-state memory: every unit's bytes, the optimizer's.
+struct Memory {
+  std::mutex mu;
+  std::int64_t units = 0;
+  std::uint64_t optimizer = 0;
+  std::uint64_t peak = 0;
+  void Change(std::int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu);
+    units += delta;
+    peak = std::max(peak, static_cast<std::uint64_t>(units) + optimizer);
+  }
+};
+
+Memory& ProcessMemory() {
+  static Memory memory;
+  return memory;
+}
+
 }  // namespace
+
+ModelStateMemory ShardedModelStateMemory() {
+  Memory& m = ProcessMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return {static_cast<std::uint64_t>(m.units) + m.optimizer, m.peak};
+}
+
+void SetOptimizerStateBytes(std::uint64_t bytes) {
+  Memory& m = ProcessMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.optimizer = bytes;
+  m.peak = std::max(m.peak, static_cast<std::uint64_t>(m.units) + m.optimizer);
+}
+
+void ResetModelStatePeak() {
+  Memory& m = ProcessMemory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.peak = static_cast<std::uint64_t>(m.units) + m.optimizer;
+}
 
 struct ShardedUnit::State {
   std::vector<at::Tensor> params;
@@ -51,10 +94,19 @@ struct ShardedUnit::State {
   std::vector<std::shared_ptr<Node>> accumulators;
   std::vector<std::uintptr_t> hooks;
   std::mutex mu;
+  std::uint64_t counted = 0;  // this unit's bytes in ProcessMemory()
   int armed = 0;  // forwards whose backward is still to come
   bool finalize_queued = false;
   std::vector<char> ready;
   std::size_t remaining = 0;
+
+  // Brings ProcessMemory() up to date with this unit's buffers.
+  void Recount() {
+    const std::uint64_t now = Bytes(master) + Bytes(master.grad()) + full.storage().nbytes() +
+                              Bytes(gather_input) + Bytes(grad_full) + Bytes(grad_shard);
+    ProcessMemory().Change(static_cast<std::int64_t>(now) - static_cast<std::int64_t>(counted));
+    counted = now;
+  }
 
   std::string What() const {
     return StrCat("sharded unit '", options.name, "' (ZeRO stage ", options.stage, ", rank ",
@@ -77,6 +129,7 @@ struct ShardedUnit::State {
     Allocate(full, static_cast<std::size_t>(padded) * full.element_size());
     gather_input = master.detach().to(options.param_dtype).contiguous();
     gather_work = group->_allgather_base(full, gather_input);
+    Recount();
   }
   void WaitGather() {
     StartGather();
@@ -86,6 +139,7 @@ struct ShardedUnit::State {
       gather_input.reset();
       full_valid = true;
       PointParametersAtFull();
+      Recount();
     }
   }
   void Free() {
@@ -93,6 +147,7 @@ struct ShardedUnit::State {
     EmptyParameters();
     Release(full);
     full_valid = false;
+    Recount();
   }
 
   void ResetBackward() {
@@ -108,14 +163,80 @@ struct ShardedUnit::State {
     } else {
       grad_shard = at::empty({shard_numel}, grad_full.options());
       reduce_work = group->_reduce_scatter_base(grad_shard, grad_full);
+      BoundInFlight();
     }
+    Recount();
     if (options.stage == 3) Free();  // every use of the parameters in backward is done
+  }
+
+  // Stages 2 and 3 hold a unit's full gradient only until its reduction is
+  // done: with more than two reductions in flight on a group (a rank's
+  // units share it), the oldest completes.
+  static std::mutex& InFlightMutex() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::map<::c10d::ProcessGroup*, std::deque<State*>>& InFlight() {
+    static std::map<::c10d::ProcessGroup*, std::deque<State*>> in_flight;
+    return in_flight;
+  }
+  void BoundInFlight() {
+    State* oldest = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(InFlightMutex());
+      auto& q = InFlight()[group.get()];
+      q.push_back(this);
+      if (q.size() > 2) {
+        oldest = q.front();
+        q.pop_front();
+      }
+    }
+    if (oldest != nullptr && oldest != this) {
+      std::lock_guard<std::mutex> lock(oldest->mu);
+      oldest->Complete();
+    }
+  }
+  void LeaveInFlight() {
+    std::lock_guard<std::mutex> lock(InFlightMutex());
+    auto it = InFlight().find(group.get());
+    if (it == InFlight().end()) return;
+    auto& q = it->second;
+    q.erase(std::remove(q.begin(), q.end(), this), q.end());
+    if (q.empty()) InFlight().erase(it);
+  }
+
+  // Waits for the reduction and adds the averaged shard gradient to the
+  // master's .grad (in reduce_dtype: ZeRO keeps gradients at that
+  // precision, 2 bytes a parameter in bf16); frees the full gradient
+  // (stages 2, 3). Called with mu held.
+  void Complete() {
+    if (!reduce_work) return;
+    reduce_work->wait();
+    reduce_work.reset();
+    LeaveInFlight();
+    at::Tensor sum = options.stage == 1 ? grad_full.narrow(0, rank * shard_numel, shard_numel)
+                                        : grad_shard;
+    at::Tensor g = sum.div(at::scalar_tensor(n, at::kDouble));
+    at::Tensor& master_grad = master.mutable_grad();
+    if (master_grad.defined()) {
+      master_grad.add_(g);
+    } else {
+      master_grad = g;
+    }
+    grad_shard.reset();
+    if (options.stage == 1) {
+      grad_full.zero_();  // kept: stage 1 holds full gradients
+    } else {
+      grad_full.reset();
+    }
+    Recount();
   }
 
   // Moves parameter i's gradient (or zeros) into the flat gradient.
   void TakeGradient(std::size_t i) {
     if (!grad_full.defined()) {
       grad_full = at::zeros({padded}, at::TensorOptions(options.reduce_dtype));
+      Recount();
     }
     at::Tensor slot = grad_full.narrow(0, offsets[i], numels[i]);
     at::Tensor& grad = params[i].mutable_grad();
@@ -150,23 +271,7 @@ struct ShardedUnit::State {
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!ready[i]) TakeGradient(i);  // unused in this backward: zeros
     }
-    reduce_work->wait();
-    reduce_work.reset();
-    at::Tensor sum = options.stage == 1 ? grad_full.narrow(0, rank * shard_numel, shard_numel)
-                                        : grad_shard;
-    at::Tensor g = sum.div(at::scalar_tensor(n, at::kDouble)).to(at::kFloat);
-    at::Tensor& master_grad = master.mutable_grad();
-    if (master_grad.defined()) {
-      master_grad.add_(g);
-    } else {
-      master_grad = g;
-    }
-    grad_shard.reset();
-    if (options.stage == 1) {
-      grad_full.zero_();  // kept: stage 1 holds full gradients
-    } else {
-      grad_full.reset();
-    }
+    Complete();
     --armed;
     // With every backward done the optimizer step comes next.
     if (options.stage != 3 && armed == 0) full_valid = false;
@@ -220,7 +325,7 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
             })));
     s.accumulators.push_back(std::move(accumulator));
   }
-  s.Free();
+  s.Free();  // counts the master too
 }
 
 ShardedUnit::~ShardedUnit() {
@@ -228,6 +333,9 @@ ShardedUnit::~ShardedUnit() {
     state_->accumulators[i]->del_post_hook(state_->hooks[i]);
   }
   if (state_->gather_work) state_->gather_work->wait();
+  if (state_->reduce_work) state_->reduce_work->wait();
+  state_->LeaveInFlight();
+  ProcessMemory().Change(-static_cast<std::int64_t>(state_->counted));
 }
 
 at::Tensor ShardedUnit::shard() const { return state_->master; }

@@ -312,6 +312,12 @@ void BindParallel(py::module_& m) {
       },
       py::arg("params"), py::arg("group"), py::arg("bucket_bytes"),
       py::call_guard<py::gil_scoped_release>());
+  m.def("_model_state_memory", [] {
+    const np::ModelStateMemory m = np::ShardedModelStateMemory();
+    return std::make_pair(m.current, m.peak);
+  });
+  m.def("_set_optimizer_state_bytes", &np::SetOptimizerStateBytes);
+  m.def("_reset_model_state_peak", &np::ResetModelStatePeak);
   m.def(
       "_broadcast_coalesced",
       [](std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,

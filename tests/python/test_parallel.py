@@ -205,3 +205,16 @@ def test_a_pipeline_shape_mismatch_names_the_stage_and_microbatch():
     assert re.search(r"RuntimeError: pipeline stage 1 \(virtual stage 1\), microbatch 0, "
                      r"forward: mat1 and mat2 shapes cannot be multiplied \(2x4 and 5x4\)",
                      proc.stderr), proc.stderr
+
+
+def test_zero_model_state_memory_is_within_ten_percent_of_the_formulas():
+    bench = os.path.join(os.environ["NEURON_SOURCE_DIR"], "benchmarks/zero_memory.py")
+    build = os.path.dirname(os.path.dirname(NEURONRUN))
+    proc = subprocess.run([sys.executable, bench, "--build", build, "--ranks", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = re.findall(r"^\s+4\s+([123])\s+\d+ \|\s+[\d.]+\s+[\d.]+\s+([\d.]+)$", proc.stdout,
+                      re.MULTILINE)
+    assert [stage for stage, _ in rows] == ["1", "2", "3"], proc.stdout
+    for stage, ratio in rows:
+        assert abs(float(ratio) - 1) <= 0.10, f"stage {stage}: {ratio}\n{proc.stdout}"

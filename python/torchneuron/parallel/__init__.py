@@ -22,7 +22,15 @@ from .tensor_parallel import (
 from . import checkpoint, pipeline
 from .checkpoint import load_checkpoint, load_full_state_dict, save_checkpoint
 from .pipeline import PipelineEngine
-from .fsdp import FullyShardedDataParallel, MixedPrecision, module_type_policy, size_policy
+from .fsdp import (
+    FullyShardedDataParallel,
+    MixedPrecision,
+    model_state_memory,
+    module_type_policy,
+    record_optimizer_state,
+    reset_model_state_peak,
+    size_policy,
+)
 from .mesh import (
     Layout,
     destroy,
@@ -46,6 +54,7 @@ __all__ = [
     "checkpoint", "load_checkpoint", "load_full_state_dict", "save_checkpoint",
     "DistributedDataParallel", "DistributedSampler", "average_gradients", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
+    "model_state_memory", "record_optimizer_state", "reset_model_state_peak",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",
     "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",
     "get_pipeline_parallel_rank", "get_pipeline_parallel_world_size",

@@ -19,6 +19,7 @@ same way) bitwise.
 """
 import dataclasses
 import functools
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -74,7 +75,7 @@ def _cast(value, dtype):
 
 class _Unit:
     def __init__(self, name, module, named_params, group, stage, precision):
-        self.name, self.module = name, module
+        self.name = name
         self.param_names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
         self.shapes = [tuple(p.shape) for _, p in named_params]
@@ -112,7 +113,7 @@ class FullyShardedDataParallel(nn.Module):
             _C._broadcast_coalesced(state, self.process_group, 0, 25 << 20)
         names = {id(p): n for n, p in module.named_parameters()}
         claimed = set()
-        units = []
+        units, unit_modules = [], []
 
         def claim(m):
             out = []
@@ -128,6 +129,7 @@ class FullyShardedDataParallel(nn.Module):
                 if wrap_policy is not None and wrap_policy(child):
                     units.append(_Unit(full, child, claim(child), self.process_group, stage,
                                        self.mixed_precision))
+                    unit_modules.append(child)
                 else:
                     visit(full + ".", child)
 
@@ -137,9 +139,15 @@ class FullyShardedDataParallel(nn.Module):
         self._units = units
         self._order = []  # non-root units in forward order, learnt on the first forward
         self._order_known = False
-        for unit in units:
-            unit.module.register_forward_pre_hook(functools.partial(self._pre_forward, unit))
-            unit.module.register_forward_hook(functools.partial(self._post_forward, unit))
+        # The hooks hold the wrapper weakly: the wrapped module outlives it
+        # without keeping its units (and their memory) alive.
+        me = weakref.ref(self)
+        for i, (unit, unit_module) in enumerate(zip(units, unit_modules)):
+            unit_module.register_forward_pre_hook(
+                lambda m, inputs, i=i: me() and me()._pre_forward(me()._units[i], m, inputs))
+            unit_module.register_forward_hook(
+                lambda m, inputs, out, i=i: me() and me()._post_forward(me()._units[i], m,
+                                                                        inputs, out))
 
     # -- the hooks ------------------------------------------------------------
     def _neighbour(self, unit, step):
@@ -251,3 +259,26 @@ class FullyShardedDataParallel(nn.Module):
                 if p.grad is not None:
                     p.grad.mul_(coef)
         return norm.to(torch.float32)[0]
+
+
+def model_state_memory():
+    """This process's model-state memory in bytes, as ZeRO's formulas count it:
+    every sharded unit's parameters (master shard, gathered full parameters)
+    and gradients (full while being reduced, shard) plus the optimizer state
+    last reported with record_optimizer_state; not activations. Returns
+    {"current": ..., "peak": ...} (peak since reset_model_state_peak())."""
+    current, peak = _C._model_state_memory()
+    return {"current": current, "peak": peak}
+
+
+def record_optimizer_state(optimizer):
+    """Reports the bytes of `optimizer`'s state tensors (call after each step:
+    they appear at the first)."""
+    total = sum(v.numel() * v.element_size() for state in optimizer.state.values()
+                for v in state.values() if torch.is_tensor(v))
+    _C._set_optimizer_state_bytes(total)
+    return total
+
+
+def reset_model_state_peak():
+    _C._reset_model_state_peak()

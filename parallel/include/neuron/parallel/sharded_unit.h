@@ -103,4 +103,17 @@ class ShardedUnit {
   std::shared_ptr<State> state_;
 };
 
+// Model-state memory: what device memory ZeRO's formulas count (parameters,
+// gradients, optimizer state; not activations), over every sharded unit of
+// the process plus the optimizer state bytes the trainer reports, with the
+// peak since ResetModelStatePeak. Stages 2 and 3 keep at most two units'
+// full gradients alive (a third reduction completes the oldest).
+struct ModelStateMemory {
+  std::uint64_t current = 0;
+  std::uint64_t peak = 0;
+};
+ModelStateMemory ShardedModelStateMemory();
+void SetOptimizerStateBytes(std::uint64_t bytes);
+void ResetModelStatePeak();
+
 }  // namespace neuron::parallel

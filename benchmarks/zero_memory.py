@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""ZeRO model-state memory per rank against the ZeRO paper's formulas.
+
+    /usr/bin/python3 benchmarks/zero_memory.py [--build build] [--ranks 4 8]
+
+For each data-parallel size N the driver runs `neuronrun -n N` on this
+script in worker mode: a GPT of 32 blocks (hidden 64, vocabulary 256; psi
+parameters) wrapped in FullyShardedDataParallel with a unit per block, bf16
+parameters and gradients over fp32 master weights (MixedPrecision(bfloat16,
+bfloat16)), AdamW; per ZeRO stage, the peak model-state memory of rank 0
+during its second step (torchneuron.parallel.model_state_memory: master
+shard, gathered parameters, full and shard gradients, optimizer state; not
+activations) against the formulas with K = 12 bytes of optimizer state per
+parameter: stage 1 4psi + 12psi/N, stage 2 2psi + 14psi/N, stage 3 16psi/N.
+"""
+import argparse
+import datetime
+import gc
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FORMULA = {1: lambda psi, n: 4 * psi + 12 * psi / n,
+           2: lambda psi, n: 2 * psi + 14 * psi / n,
+           3: lambda psi, n: 16 * psi / n}
+
+
+def worker():
+    import torch
+    import torch.distributed as dist
+
+    import torchneuron
+    import torchneuron.parallel as parallel
+    from torchneuron.models.gpt import GPT, Block, GPTConfig
+
+    torch.set_num_threads(1)
+    torchneuron.init(timeout=datetime.timedelta(seconds=600))
+    n = dist.get_world_size()
+    cfg = GPTConfig(vocab_size=256, seq_len=16, dim=64, heads=4, layers=32)
+    for stage in (1, 2, 3):
+        torch.manual_seed(0)
+        model = GPT(cfg, tp_group=False)
+        psi = sum(p.numel() for p in model.parameters())
+        zero = parallel.FullyShardedDataParallel(
+            model, stage=stage, wrap_policy=parallel.module_type_policy(Block),
+            mixed_precision=parallel.MixedPrecision(torch.bfloat16, torch.bfloat16))
+        opt = torch.optim.AdamW(zero.parameters(), lr=1e-3)
+        x = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
+        for step in range(2):
+            if step == 1:
+                parallel.reset_model_state_peak()
+            opt.zero_grad(set_to_none=True)
+            zero(x, x).backward()
+            opt.step()
+            parallel.record_optimizer_state(opt)
+        peak = parallel.model_state_memory()["peak"]
+        if dist.get_rank() == 0:
+            print(f"zero_memory {n} {stage} {psi} {peak} {FORMULA[stage](psi, n):.0f}", flush=True)
+        del zero, opt, model
+        gc.collect()
+        dist.barrier()
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker()
+    print(f"{'N':>3} {'stage':>5} {'psi':>9} | {'measured MiB':>12} {'formula MiB':>11} "
+          f"{'ratio':>6}")
+    worst = 0.0
+    for n in args.ranks:
+        proc = subprocess.run([os.path.join(args.build, "launcher", "neuronrun"), "-n", str(n),
+                               os.path.abspath(__file__), "--worker"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"failed: {proc.stdout}\n{proc.stderr}")
+        for line in proc.stdout.splitlines():
+            if "zero_memory " not in line:
+                continue
+            size, stage, psi, peak, formula = line.split("zero_memory ", 1)[1].split()
+            ratio = float(peak) / float(formula)
+            worst = max(worst, abs(ratio - 1))
+            print(f"{size:>3} {stage:>5} {int(psi):>9} | {int(peak) / 2**20:>12.3f} "
+                  f"{float(formula) / 2**20:>11.3f} {ratio:>6.3f}")
+    print(f"\nlargest deviation from the formulas: {worst:.1%} (target: within 10%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
