@@ -99,8 +99,8 @@ def test_zero_stages_train_bitwise_like_a_single_process():
     for stage in (1, 2, 3):
         assert (f"[rank 0]: zero parity stage {stage}: 10 steps x 3 ranks: losses and 8 tensors "
                 "bitwise equal to the reference") in proc.stdout, proc.stdout
-    assert "zero extras: clip_grad_norm_, bf16 mixed precision, full state dict round trip: ok" \
-        in proc.stdout, proc.stdout
+    assert ("zero extras: clip_grad_norm_, bf16 mixed precision, activation checkpointing, full "
+            "state dict round trip: ok") in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("tp,sp", [(2, False), (4, True)])

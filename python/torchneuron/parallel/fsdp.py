@@ -78,6 +78,7 @@ class _Unit:
         self.name = name
         self.param_names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
+        self.in_backward = False  # the gradient reached the unit's outputs
         self.shapes = [tuple(p.shape) for _, p in named_params]
         self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),
@@ -165,6 +166,8 @@ class FullyShardedDataParallel(nn.Module):
             following.core.start_gather()
 
     def _post_forward(self, unit, module, inputs, output):
+        if unit.in_backward:
+            return  # recomputed by activation checkpointing: backward needs the parameters
         if self.stage == 3:
             unit.core.free()
         self._hook_outputs(unit, output)
@@ -177,6 +180,7 @@ class FullyShardedDataParallel(nn.Module):
                 t.register_hook(functools.partial(self._pre_backward, unit))
 
     def _pre_backward(self, unit, grad):
+        unit.in_backward = True
         unit.core.gather()
         previous = self._neighbour(unit, -1)  # the next unit backward reaches
         if previous is not None:
@@ -184,8 +188,9 @@ class FullyShardedDataParallel(nn.Module):
 
     # -- nn.Module ------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        if torch.is_grad_enabled():
-            for unit in self._units + [self._root]:
+        for unit in self._units + [self._root]:
+            unit.in_backward = False
+            if torch.is_grad_enabled():
                 unit.core.prepare_for_backward()
         dtype = self.mixed_precision.param_dtype
         if dtype != torch.float32:
@@ -204,6 +209,8 @@ class FullyShardedDataParallel(nn.Module):
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         for unit in self._units + [self._root]:
+            if unit.core.numel == 0:
+                continue  # a root without parameters of its own
             name = unit.name + ".flat_shard" if unit.name else "flat_shard"
             yield (prefix + ("." if prefix else "") + name, unit.core.shard)
 

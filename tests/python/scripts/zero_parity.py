@@ -14,7 +14,8 @@ sharded reduction computes) and steps its own AdamW. Checked, bitwise in
 fp32: every step's loss on every rank against the reference's for that
 rank's shard, and the full state dict after the last step. Then, stage 3:
 clip_grad_norm_ against the reference's global norm; bf16 compute over fp32
-masters within bf16 tolerance of the fp32 loss; load_full_state_dict round
+masters within bf16 tolerance of the fp32 loss; activation checkpointing
+inside units leaves the gradients bitwise unchanged; load_full_state_dict round
 trip and its error naming a mismatched tensor. Rank 0 prints one line per
 check.
 """
@@ -24,6 +25,7 @@ import datetime
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.utils.checkpoint
 
 import torchneuron  # noqa: F401  registers "neuron"
 import torchneuron.parallel as parallel
@@ -134,6 +136,31 @@ def extras(rank, world):
                                msg=lambda m: f"bf16 loss: {m}")
     assert all(p.dtype == torch.float32 and p.grad is not None for p in mixed.parameters())
 
+    # Activation checkpointing (non-reentrant) inside ZeRO-3 units: the
+    # recomputed forwards run during backward; gradients are unchanged.
+    class Checkpointed(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            for layer in self.inner:
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) \
+                    if isinstance(layer, nn.Linear) else layer(x)
+            return x
+
+    grads = []
+    for checkpointed in (False, True):
+        torch.manual_seed(SEED)
+        inner = make()
+        net = parallel.FullyShardedDataParallel(
+            Checkpointed(inner) if checkpointed else inner, stage=3,
+            wrap_policy=parallel.module_type_policy(nn.Linear))
+        nn.functional.mse_loss(net(shard(x, rank, world)), shard(y, rank, world)).backward()
+        grads.append([q.grad for q in net.parameters()])
+    for a, b in zip(*grads):
+        same(b, a, "activation checkpointing: shard gradient")
+
     # Round trip of a full state dict, and a mismatch named.
     target = Reference(world).model.state_dict()
     other = wrapped(2, rank)
@@ -166,8 +193,8 @@ def main():
     extras(rank, world)
     dist.barrier()
     if rank == 0:
-        print("zero extras: clip_grad_norm_, bf16 mixed precision, full state dict round trip: ok",
-              flush=True)
+        print("zero extras: clip_grad_norm_, bf16 mixed precision, activation checkpointing, "
+              "full state dict round trip: ok", flush=True)
 
 
 if __name__ == "__main__":
