@@ -2,20 +2,17 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <mutex>
 
+#include "accumulator_hooks.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
 
 namespace {
 
-using torch::autograd::Node;
-using torch::autograd::variable_list;
 
 std::int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<std::int64_t>(t.element_size()); }
 
@@ -62,8 +59,7 @@ struct GradientReducer::State {
   std::vector<Bucket> buckets;
   std::vector<at::Tensor> flat;  // one per bucket
   std::vector<std::pair<std::size_t, std::size_t>> where;  // param -> (bucket, slot)
-  std::vector<std::shared_ptr<Node>> accumulators;
-  std::vector<std::uintptr_t> hooks;
+  detail::AccumulatorHooks hooks;
 
   std::mutex mu;
   bool armed = false;
@@ -218,24 +214,10 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
   s.used.resize(s.params.size());
   s.pending.resize(s.buckets.size());
   s.Reset();
-  std::weak_ptr<State> weak = state_;
-  for (std::size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    s.hooks.push_back(accumulator->add_post_hook(
-        std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [weak, i](const variable_list& outputs, const variable_list&) {
-              if (auto state = weak.lock()) state->OnGradient(i, weak);
-              return outputs;
-            })));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  s.hooks.Add(s.params, std::weak_ptr<State>(state_), &State::OnGradient);
 }
 
-GradientReducer::~GradientReducer() {
-  for (std::size_t i = 0; i < state_->accumulators.size(); ++i) {
-    state_->accumulators[i]->del_post_hook(state_->hooks[i]);
-  }
-}
+GradientReducer::~GradientReducer() = default;  // the state's hooks go with it
 
 void GradientReducer::PrepareForBackward() {
   std::lock_guard<std::mutex> lock(state_->mu);

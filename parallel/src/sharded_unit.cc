@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
@@ -12,14 +10,13 @@
 #include <map>
 #include <mutex>
 
+#include "accumulator_hooks.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
 
 namespace {
 
-using torch::autograd::Node;
-using torch::autograd::variable_list;
 
 // Gives a freed storage `bytes` of fresh memory (views of it stay valid).
 void Allocate(const at::Tensor& t, std::size_t bytes) {
@@ -91,8 +88,7 @@ struct ShardedUnit::State {
   at::Tensor grad_shard;
   c10::intrusive_ptr<::c10d::Work> reduce_work;
 
-  std::vector<std::shared_ptr<Node>> accumulators;
-  std::vector<std::uintptr_t> hooks;
+  detail::AccumulatorHooks hooks;
   std::mutex mu;
   std::uint64_t counted = 0;  // this unit's bytes in ProcessMemory()
   int armed = 0;  // forwards whose backward is still to come
@@ -314,24 +310,11 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   s.PointParametersAtFull();
   s.ready.resize(s.params.size());
   s.ResetBackward();
-  std::weak_ptr<State> weak = state_;
-  for (std::size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    s.hooks.push_back(accumulator->add_post_hook(
-        std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [weak, i](const variable_list& outputs, const variable_list&) {
-              if (auto state = weak.lock()) state->OnGradient(i, weak);
-              return outputs;
-            })));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  s.hooks.Add(s.params, std::weak_ptr<State>(state_), &State::OnGradient);
   s.Free();  // counts the master too
 }
 
 ShardedUnit::~ShardedUnit() {
-  for (std::size_t i = 0; i < state_->accumulators.size(); ++i) {
-    state_->accumulators[i]->del_post_hook(state_->hooks[i]);
-  }
   if (state_->gather_work) state_->gather_work->wait();
   if (state_->reduce_work) state_->reduce_work->wait();
   state_->LeaveInFlight();

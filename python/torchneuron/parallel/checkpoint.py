@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from .. import _C
 from . import mesh
+from . import tensor_parallel
 from .fsdp import FullyShardedDataParallel
 
 
@@ -57,13 +58,7 @@ class _Entry:
         """This rank's part of the assembled full tensor (padded like the local one)."""
         if self.dim is None:
             return full
-        part = self.local.shape[self.dim]
-        n = full.shape[self.dim]
-        if part * (tp_rank + 1) > n:
-            pad = list(full.shape)
-            pad[self.dim] = part * (tp_rank + 1) - n
-            full = torch.cat([full, full.new_zeros(pad)], self.dim)
-        return full.narrow(self.dim, tp_rank * part, part)
+        return tensor_parallel.slice_padded(full, self.dim, self.local.shape[self.dim], tp_rank)
 
 
 def _plain_entries(name_of, part, optimizer):

@@ -102,6 +102,25 @@ def _split(full, dim, group, name):
     return p
 
 
+def slice_padded(full, dim, part, index):
+    """Block `index` of `part` elements along `dim` of `full`, zero-padded past
+    full's end (the split of a size the group does not divide)."""
+    if part * (index + 1) > full.shape[dim]:
+        pad = list(full.shape)
+        pad[dim] = part * (index + 1) - full.shape[dim]
+        full = torch.cat([full, full.new_zeros(pad)], dim)
+    return full.narrow(dim, index * part, part)
+
+
+def local_part(full, param, group=None):
+    """This rank's part of `full`, the unsplit value of split parameter `param`;
+    `full` itself for a parameter that is not split."""
+    dim = getattr(param, "tensor_parallel_dim", None)
+    if dim is None:
+        return full
+    return slice_padded(full, dim, param.shape[dim], _size_rank(_group(group))[1])
+
+
 def _check_divides(what, n, group):
     size, _ = _size_rank(group)
     if n % size:

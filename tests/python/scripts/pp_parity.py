@@ -65,7 +65,7 @@ def main():
             torch.testing.assert_close(loss, want.detach(), msg=lambda m: f"step {step}: loss: {m}")
             checks += 1
         for name, q, r in pairs:
-            torch.testing.assert_close(q.grad, slice_of(r.grad, q),
+            torch.testing.assert_close(q.grad, tp.local_part(r.grad, q),
                                        msg=lambda m: f"step {step}: {name}.grad: {m}")
             checks += 1
         opt.step()
@@ -79,19 +79,6 @@ def main():
               f"microbatches={args.microbatches}: ok, {int(counts)} checks close to one device; "
               f"stage 0 modelled bubble {b['bubble']:.3f} (schedule {b['schedule_bubble']:.3f}, "
               f"formula {b['formula_bubble']:.3f})", flush=True)
-
-
-def slice_of(full, q):
-    dim = getattr(q, "tensor_parallel_dim", None)
-    if dim is None:
-        return full
-    size, r = tp._size_rank(parallel.get_tensor_parallel_group())
-    part = q.shape[dim]
-    if part * size != full.shape[dim]:
-        pad = list(full.shape)
-        pad[dim] = part * size - full.shape[dim]
-        full = torch.cat([full, full.new_zeros(pad)], dim)
-    return full.narrow(dim, r * part, part)
 
 
 if __name__ == "__main__":

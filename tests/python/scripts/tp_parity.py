@@ -28,21 +28,6 @@ from torchneuron.parallel import tensor_parallel as tp
 CFG = GPTConfig(vocab_size=51, seq_len=8, dim=32, heads=4, layers=2)
 
 
-def slice_of(full, p):
-    """The part of reference tensor `full` that split parameter p holds."""
-    dim = getattr(p, "tensor_parallel_dim", None)
-    if dim is None:
-        return full
-    size, rank = tp._size_rank(parallel.get_tensor_parallel_group())
-    n = full.shape[dim]
-    part = p.shape[dim]
-    if part * size != n:
-        pad = list(full.shape)
-        pad[dim] = part * size - n
-        full = torch.cat([full, full.new_zeros(pad)], dim)
-    return full.narrow(dim, rank * part, part)
-
-
 def close(got, want, what):
     torch.testing.assert_close(got, want, msg=lambda m: f"{what}: {m}")
 
@@ -64,7 +49,7 @@ def main():
     pairs = list(zip(model.named_parameters(), ref.parameters()))
     assert len(pairs) == len(list(ref.parameters()))
     for (name, mine), full in pairs:
-        close(mine.detach(), slice_of(full.detach(), mine), f"initial {name}")
+        close(mine.detach(), tp.local_part(full.detach(), mine), f"initial {name}")
 
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, CFG.vocab_size, (3, CFG.seq_len), generator=g)
@@ -80,7 +65,7 @@ def main():
         want.backward()
         tp.allreduce_sequence_parallel_grads(model)
         for (name, mine), full in pairs:
-            close(mine.grad, slice_of(full.grad, mine), f"step {step}: {name}.grad")
+            close(mine.grad, tp.local_part(full.grad, mine), f"step {step}: {name}.grad")
             checks += 1
         opt.step()
         ref_opt.step()
