@@ -234,45 +234,16 @@ std::int64_t GradientReducer::allreduces() const {
   return state_->allreduces;
 }
 
-void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::ProcessGroup& group,
-                      std::int64_t bucket_bytes) {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> params;
-  for (const at::Tensor& p : parameters) {
-    if (!p.requires_grad()) continue;
-    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
-    if (!grad.defined()) grad = at::zeros_like(p);
-    params.push_back(p);
-  }
-  const at::Tensor world = at::scalar_tensor(group.getSize(), at::kDouble);
-  std::size_t start = 0;
-  while (start < params.size()) {
-    std::size_t end = start;
-    std::int64_t bytes = 0;
-    while (end < params.size() && params[end].scalar_type() == params[start].scalar_type() &&
-           (end == start || bytes + Bytes(params[end]) <= bucket_bytes)) {
-      bytes += Bytes(params[end++]);
-    }
-    std::vector<at::Tensor> pieces;
-    for (std::size_t k = start; k < end; ++k) pieces.push_back(params[k].grad().reshape(-1));
-    std::vector<at::Tensor> flat{at::cat(pieces)};
-    group.allreduce(flat)->wait();
-    std::int64_t offset = 0;
-    for (std::size_t k = start; k < end; ++k) {
-      at::Tensor grad = params[k].grad();
-      at::div_out(grad, flat[0].narrow(0, offset, grad.numel()).view(grad.sizes()), world);
-      offset += grad.numel();
-    }
-    start = end;
-  }
-}
+namespace {
 
-void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,
-                        std::int64_t bucket_bytes) {
-  at::NoGradGuard no_grad;
+// Runs `collective` on each flat message of `tensors`: runs of one dtype of
+// up to `bucket_bytes` (at least one tensor each), concatenated; then
+// `scatter(k, piece)` for each tensor k with its piece of the result.
+template <typename Collective, typename Scatter>
+void Coalesced(const std::vector<at::Tensor>& tensors, std::int64_t bucket_bytes,
+               Collective collective, Scatter scatter) {
   std::size_t start = 0;
   while (start < tensors.size()) {
-    // A run of one dtype up to bucket_bytes (at least one tensor).
     std::size_t end = start;
     std::int64_t bytes = 0;
     while (end < tensors.size() && tensors[end].scalar_type() == tensors[start].scalar_type() &&
@@ -280,19 +251,47 @@ void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& g
       bytes += Bytes(tensors[end++]);
     }
     std::vector<at::Tensor> pieces;
-    for (std::size_t k = start; k < end; ++k) pieces.push_back(tensors[k].detach().reshape(-1));
+    for (std::size_t k = start; k < end; ++k) pieces.push_back(tensors[k].reshape(-1));
     std::vector<at::Tensor> flat{at::cat(pieces)};
-    ::c10d::BroadcastOptions options;
-    options.rootRank = root;
-    group.broadcast(flat, options)->wait();
+    collective(flat);
     std::int64_t offset = 0;
     for (std::size_t k = start; k < end; ++k) {
       const std::int64_t n = tensors[k].numel();
-      tensors[k].detach().copy_(flat[0].narrow(0, offset, n).view(tensors[k].sizes()));
+      scatter(k, flat[0].narrow(0, offset, n).view(tensors[k].sizes()));
       offset += n;
     }
     start = end;
   }
+}
+
+}  // namespace
+
+void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::ProcessGroup& group,
+                      std::int64_t bucket_bytes) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : parameters) {
+    if (!p.requires_grad()) continue;
+    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(p);
+    grads.push_back(grad);
+  }
+  const at::Tensor world = at::scalar_tensor(group.getSize(), at::kDouble);
+  Coalesced(
+      grads, bucket_bytes, [&](std::vector<at::Tensor>& flat) { group.allreduce(flat)->wait(); },
+      [&](std::size_t k, const at::Tensor& sum) { at::div_out(grads[k], sum, world); });
+}
+
+void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,
+                        std::int64_t bucket_bytes) {
+  at::NoGradGuard no_grad;
+  for (auto& t : tensors) t = t.detach();
+  ::c10d::BroadcastOptions options;
+  options.rootRank = root;
+  Coalesced(
+      tensors, bucket_bytes,
+      [&](std::vector<at::Tensor>& flat) { group.broadcast(flat, options)->wait(); },
+      [&](std::size_t k, const at::Tensor& value) { tensors[k].copy_(value); });
 }
 
 }  // namespace neuron::parallel
