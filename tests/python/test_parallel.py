@@ -123,6 +123,13 @@ def test_pipeline_schedules_match_one_device(args):
                      r"modelled bubble 0\.\d+", proc.stdout), proc.stdout
 
 
+def test_3d_tensor_pipeline_and_zero_data_parallel_match_one_device():
+    proc = run(8, "pp_parity.py", "--pp", "2", "--tp", "2", "--zero", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"\[rank 0\]: pp parity .*: ok, \d+ checks close to one device; stage 0 "
+                     r"modelled bubble 0\.\d+", proc.stdout), proc.stdout
+
+
 def _tiny_gpt(seed, dim=16):
     from torchneuron.models.gpt import GPT, GPTConfig
     torch.manual_seed(seed)

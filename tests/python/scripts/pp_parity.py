@@ -3,13 +3,19 @@
 stages (and tensor-parallel within them) against the same GPT on one device.
 
     neuronrun -n 4 tests/python/scripts/pp_parity.py --pp 2 [--tp 2] [--schedule 1f1b]
-                                                      [--chunks 1] [--microbatches 3]
+                                                      [--chunks 1] [--microbatches 3] [--zero S]
+    neuronrun -n 8 tests/python/scripts/pp_parity.py --pp 2 --tp 2 --zero 1   # 3D: dp 2
 
 Both models come from the same seed; the pipeline engine runs the batch as
 microbatches (a count that need not divide the batch evenly, nor be a
-multiple of the stages) and the reference the whole batch. For 3 SGD steps,
-within the fp32 assert_close defaults: the loss (last stage) and the
-gradient of every parameter a rank holds. Rank 0 prints one line, with the
+multiple of the stages) and the reference the whole batch. Data-parallel
+ranks each take their share of the batch; their gradients are averaged
+(average_gradients), or with --zero each chunk is a FullyShardedDataParallel
+unit of that stage. For 3 SGD steps, within the fp32 assert_close defaults:
+the loss (last stage, averaged over data parallel) and the gradient of every
+parameter a rank holds (without --zero: ZeRO's shards hold no per-parameter
+gradients, so then the losses are compared, and the parameters after the
+last step). Rank 0 prints one line, with the
 first stage's modelled bubble next to the schedule's and the formula's.
 """
 import argparse
@@ -34,6 +40,7 @@ def main():
     p.add_argument("--schedule", default="1f1b")
     p.add_argument("--chunks", type=int, default=1)
     p.add_argument("--microbatches", type=int, default=3)
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
@@ -45,38 +52,58 @@ def main():
     torch.manual_seed(11)
     model = GPT(CFG)
     chunks = pipeline.partition(model.stages(), args.chunks)
-    engine = parallel.PipelineEngine(chunks, model.loss, args.microbatches, args.schedule)
+    layout = parallel.get_layout()
+    parts = [parallel.FullyShardedDataParallel(c, stage=args.zero) for c in chunks] \
+        if args.zero else chunks
+    engine = parallel.PipelineEngine(parts, model.loss, args.microbatches, args.schedule)
     mine = {id(q) for c in chunks for q in c.parameters()}
     pairs = [(n, q, r) for (n, q), r in zip(model.named_parameters(), ref.parameters())
              if id(q) in mine]
-    opt = torch.optim.SGD([q for _, q, _ in pairs], lr=0.5)
+    opt = torch.optim.SGD([q for part in parts for q in part.parameters()], lr=0.5)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
     g = torch.Generator().manual_seed(5)
-    tokens = torch.randint(0, CFG.vocab_size, (BATCH, CFG.seq_len), generator=g)
-    targets = torch.randint(0, CFG.vocab_size, (BATCH, CFG.seq_len), generator=g)
+    batch = BATCH * layout.dp
+    tokens = torch.randint(0, CFG.vocab_size, (batch, CFG.seq_len), generator=g)
+    targets = torch.randint(0, CFG.vocab_size, (batch, CFG.seq_len), generator=g)
+    share = slice(layout.dp_rank * BATCH, (layout.dp_rank + 1) * BATCH)
     checks = 0
     for step in range(3):
         opt.zero_grad()
         ref_opt.zero_grad()
-        loss = engine.step(tokens, targets)
+        loss = engine.step(tokens[share], targets[share])
+        if not args.zero:
+            parallel.average_gradients([q for _, q, _ in pairs])
         want = ref(tokens, targets)
         want.backward()
         if engine.is_last:
-            torch.testing.assert_close(loss, want.detach(), msg=lambda m: f"step {step}: loss: {m}")
+            mean = loss.detach().reshape(1)
+            dist.all_reduce(mean, group=parallel.get_data_parallel_group())
+            torch.testing.assert_close(mean[0] / layout.dp, want.detach(),
+                                       msg=lambda m: f"step {step}: loss: {m}")
             checks += 1
-        for name, q, r in pairs:
-            torch.testing.assert_close(q.grad, tp.local_part(r.grad, q),
-                                       msg=lambda m: f"step {step}: {name}.grad: {m}")
-            checks += 1
+        if not args.zero:
+            for name, q, r in pairs:
+                torch.testing.assert_close(q.grad, tp.local_part(r.grad, q),
+                                           msg=lambda m: f"step {step}: {name}.grad: {m}")
+                checks += 1
         opt.step()
         ref_opt.step()
+    if args.zero:
+        for part in parts:
+            state = part.full_state_dict()
+            full = dict(ref.named_parameters())
+            prefix = {id(q): n for n, q in model.named_parameters()}
+            for (key, value), q in zip(state.items(), part.module.parameters()):
+                torch.testing.assert_close(value, tp.local_part(full[prefix[id(q)]].detach(), q),
+                                           msg=lambda m: f"after 3 steps: {key}: {m}")
+                checks += 1
     counts = torch.tensor([checks])
     dist.all_reduce(counts)
     dist.barrier()
     if rank == 0:
         b = engine.last
-        print(f"pp parity pp={args.pp} tp={args.tp} {args.schedule} chunks={args.chunks} "
-              f"microbatches={args.microbatches}: ok, {int(counts)} checks close to one device; "
+        print(f"pp parity pp={args.pp} tp={args.tp} dp={layout.dp} zero={args.zero} "
+              f"{args.schedule} chunks={args.chunks} microbatches={args.microbatches}: ok, {int(counts)} checks close to one device; "
               f"stage 0 modelled bubble {b['bubble']:.3f} (schedule {b['schedule_bubble']:.3f}, "
               f"formula {b['formula_bubble']:.3f})", flush=True)
 
