@@ -10,7 +10,8 @@ data-parallel rank's DistributedSampler indices equal
 torch.utils.data.DistributedSampler's for (dp size, dp rank); after one step
 of torchneuron.parallel.DistributedDataParallel over the data-parallel group
 the replicas of a data-parallel group are equal and the gradient equals the
-mean of the group's local gradients. Rank 0 prints one summary line.
+mean of the group's local gradients; a GPT whose heads or hidden size tp
+does not divide is refused naming the sizes. Rank 0 prints one summary line.
 """
 import argparse
 import datetime
@@ -81,6 +82,16 @@ def main():
     weights = [torch.zeros_like(model.weight) for _ in range(dp)]
     dist.all_gather(weights, model.weight.detach(), group=groups["data"])
     assert all(torch.equal(w, weights[0]) for w in weights), f"rank {rank}: replicas differ"
+    # A model the tensor-parallel size does not fit is refused, naming the sizes.
+    from torchneuron.models.gpt import GPT, GPTConfig
+    for cfg, message in ((GPTConfig(heads=3, dim=48), f"tensor-parallel size {tp} does not "
+                          "divide the 3 attention heads"),
+                         (GPTConfig(heads=4, dim=30), "4 heads do not divide the hidden size 30")):
+        try:
+            GPT(cfg)
+            raise AssertionError(f"rank {rank}: {cfg} was accepted")
+        except ValueError as e:
+            assert message in str(e), e
     dist.barrier()
     if rank == 0:
         print(f"parallel layout tp={tp} dp={dp} pp={pp}: groups, sampler and DDP ok "
