@@ -11,7 +11,10 @@ bfloat16)), AdamW; per ZeRO stage, the peak model-state memory of rank 0
 during its second step (torchneuron.parallel.model_state_memory: master
 shard, gathered parameters, full and shard gradients, optimizer state; not
 activations) against the formulas with K = 12 bytes of optimizer state per
-parameter: stage 1 4psi + 12psi/N, stage 2 2psi + 14psi/N, stage 3 16psi/N.
+parameter: stage 1 4psi + 12psi/N, stage 2 2psi + 14psi/N, stage 3 16psi/N;
+and stage 3 with CPUOffload ("3o": master shards, their gradients and the
+optimizer state in host memory; no formula: what stays on the device is the
+working set of gathered parameters and gradients in flight).
 """
 import argparse
 import datetime
@@ -21,9 +24,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FORMULA = {1: lambda psi, n: 4 * psi + 12 * psi / n,
-           2: lambda psi, n: 2 * psi + 14 * psi / n,
-           3: lambda psi, n: 16 * psi / n}
+FORMULA = {"1": lambda psi, n: 4 * psi + 12 * psi / n,
+           "2": lambda psi, n: 2 * psi + 14 * psi / n,
+           "3": lambda psi, n: 16 * psi / n,
+           "3o": lambda psi, n: 0}
 
 
 def worker():
@@ -38,13 +42,15 @@ def worker():
     torchneuron.init(timeout=datetime.timedelta(seconds=600))
     n = dist.get_world_size()
     cfg = GPTConfig(vocab_size=256, seq_len=16, dim=64, heads=4, layers=32)
-    for stage in (1, 2, 3):
+    for case in FORMULA:
+        offload = case.endswith("o")
         torch.manual_seed(0)
         model = GPT(cfg, tp_group=False)
         psi = sum(p.numel() for p in model.parameters())
         zero = parallel.FullyShardedDataParallel(
-            model, stage=stage, wrap_policy=parallel.module_type_policy(Block),
-            mixed_precision=parallel.MixedPrecision(torch.bfloat16, torch.bfloat16))
+            model, stage=int(case[0]), wrap_policy=parallel.module_type_policy(Block),
+            mixed_precision=parallel.MixedPrecision(torch.bfloat16, torch.bfloat16),
+            cpu_offload=parallel.CPUOffload() if offload else None)
         opt = torch.optim.AdamW(zero.parameters(), lr=1e-3)
         x = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
         for step in range(2):
@@ -53,10 +59,10 @@ def worker():
             opt.zero_grad(set_to_none=True)
             zero(x, x).backward()
             opt.step()
-            parallel.record_optimizer_state(opt)
+            parallel.record_optimizer_state(opt, offloaded=offload)
         peak = parallel.model_state_memory()["peak"]
         if dist.get_rank() == 0:
-            print(f"zero_memory {n} {stage} {psi} {peak} {FORMULA[stage](psi, n):.0f}", flush=True)
+            print(f"zero_memory {n} {case} {psi} {peak} {FORMULA[case](psi, n):.0f}", flush=True)
         del zero, opt, model
         gc.collect()
         dist.barrier()
@@ -84,6 +90,10 @@ def main():
             if "zero_memory " not in line:
                 continue
             size, stage, psi, peak, formula = line.split("zero_memory ", 1)[1].split()
+            if float(formula) == 0:  # no formula for offload
+                print(f"{size:>3} {stage:>5} {int(psi):>9} | {int(peak) / 2**20:>12.3f} "
+                      f"{'-':>11} {'-':>6}")
+                continue
             ratio = float(peak) / float(formula)
             worst = max(worst, abs(ratio - 1))
             print(f"{size:>3} {stage:>5} {int(psi):>9} | {int(peak) / 2**20:>12.3f} "

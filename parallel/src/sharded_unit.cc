@@ -98,8 +98,9 @@ struct ShardedUnit::State {
 
   // Brings ProcessMemory() up to date with this unit's buffers.
   void Recount() {
-    const std::uint64_t now = Bytes(master) + Bytes(master.grad()) + full.storage().nbytes() +
-                              Bytes(gather_input) + Bytes(grad_full) + Bytes(grad_shard);
+    const std::uint64_t host = options.offload ? 0 : Bytes(master) + Bytes(master.grad());
+    const std::uint64_t now = host + full.storage().nbytes() + Bytes(gather_input) +
+                              Bytes(grad_full) + Bytes(grad_shard);
     ProcessMemory().Change(static_cast<std::int64_t>(now) - static_cast<std::int64_t>(counted));
     counted = now;
   }

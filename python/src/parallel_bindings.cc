@@ -144,14 +144,17 @@ void BindParallel(py::module_& m) {
   py::class_<ShardedUnit>(m, "_ShardedUnit")
       .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group, int stage,
                        const std::string& param_dtype, const std::string& reduce_dtype,
-                       std::string name) {
+                       std::string name, bool offload) {
              return std::make_unique<ShardedUnit>(
                  std::move(params), Owned(group),
                  np::ShardingOptions{stage, ParseFloatType(param_dtype),
-                                     ParseFloatType(reduce_dtype), std::move(name)});
+                                     ParseFloatType(reduce_dtype), std::move(name), offload});
            }),
            py::arg("params"), py::arg("group"), py::arg("stage"), py::arg("param_dtype"),
-           py::arg("reduce_dtype"), py::arg("name"), py::call_guard<py::gil_scoped_release>())
+           py::arg("reduce_dtype"), py::arg("name"), py::arg("offload") = false,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("shard_numel",
+                             [](const ShardedUnit& u) { return u.shard().numel(); })
       .def_property_readonly("shard", &ShardedUnit::shard)
       .def_property_readonly("numel", &ShardedUnit::numel)
       .def_property_readonly("padded_numel", &ShardedUnit::padded_numel)

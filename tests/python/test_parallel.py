@@ -99,8 +99,8 @@ def test_zero_stages_train_bitwise_like_a_single_process():
     for stage in (1, 2, 3):
         assert (f"[rank 0]: zero parity stage {stage}: 10 steps x 3 ranks: losses and 8 tensors "
                 "bitwise equal to the reference") in proc.stdout, proc.stdout
-    assert ("zero extras: clip_grad_norm_, bf16 mixed precision, activation checkpointing, full "
-            "state dict round trip: ok") in proc.stdout, proc.stdout
+    assert ("zero extras: clip_grad_norm_, bf16 mixed precision, cpu offload, activation "
+            "checkpointing, full state dict round trip: ok") in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("tp,sp", [(2, False), (4, True)])
@@ -223,5 +223,10 @@ def test_zero_model_state_memory_is_within_ten_percent_of_the_formulas():
     rows = re.findall(r"^\s+4\s+([123])\s+\d+ \|\s+[\d.]+\s+[\d.]+\s+([\d.]+)$", proc.stdout,
                       re.MULTILINE)
     assert [stage for stage, _ in rows] == ["1", "2", "3"], proc.stdout
+    offload = re.search(r"^\s+4\s+3o\s+\d+ \|\s+([\d.]+)\s+-", proc.stdout, re.MULTILINE)
+    stage3 = re.search(r"^\s+4\s+3\s+\d+ \|\s+([\d.]+)", proc.stdout, re.MULTILINE)
+    # Offload leaves the master, its gradient and AdamW's state (14 of 16
+    # bytes a parameter over N) off the device.
+    assert offload and float(offload.group(1)) < 0.25 * float(stage3.group(1)), proc.stdout
     for stage, ratio in rows:
         assert abs(float(ratio) - 1) <= 0.10, f"stage {stage}: {ratio}\n{proc.stdout}"

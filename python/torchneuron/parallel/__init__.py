@@ -23,6 +23,7 @@ from . import checkpoint, pipeline
 from .checkpoint import load_checkpoint, load_full_state_dict, save_checkpoint
 from .pipeline import PipelineEngine
 from .fsdp import (
+    CPUOffload,
     FullyShardedDataParallel,
     MixedPrecision,
     model_state_memory,
@@ -53,7 +54,7 @@ __all__ = [
     "tensor_parallel", "vocab_parallel_cross_entropy", "pipeline", "PipelineEngine",
     "checkpoint", "load_checkpoint", "load_full_state_dict", "save_checkpoint",
     "DistributedDataParallel", "DistributedSampler", "average_gradients", "FullyShardedDataParallel", "Layout",
-    "MixedPrecision", "SyntheticTokenDataset", "module_type_policy", "size_policy",
+    "MixedPrecision", "CPUOffload", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "model_state_memory", "record_optimizer_state", "reset_model_state_peak",
     "destroy", "get_data_parallel_group", "get_data_parallel_rank",
     "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",

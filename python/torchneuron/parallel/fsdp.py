@@ -38,6 +38,16 @@ class MixedPrecision:
     reduce_dtype: torch.dtype = torch.float32
 
 
+@dataclasses.dataclass(frozen=True)
+class CPUOffload:
+    """Keep the fp32 master shards, their gradients and the optimizer state in
+    host memory (ZeRO-Offload): they leave the device's model-state memory,
+    and every step charges the rank's modelled time with moving the shard
+    gradients to the host and the updated shards back over a host link of
+    `host_gbps` GB/s (an assumption: the device spec has no host link yet)."""
+    host_gbps: float = 32.0
+
+
 def module_type_policy(*types):
     """Wrap every submodule that is an instance of one of `types`."""
     return lambda m: isinstance(m, types)
@@ -74,7 +84,7 @@ def _cast(value, dtype):
 
 
 class _Unit:
-    def __init__(self, name, module, named_params, group, stage, precision):
+    def __init__(self, name, module, named_params, group, stage, precision, offload=False):
         self.name = name
         self.param_names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
@@ -82,7 +92,7 @@ class _Unit:
         self.shapes = [tuple(p.shape) for _, p in named_params]
         self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),
-                                    name or "<root>")
+                                    name or "<root>", offload)
 
 
 class FullyShardedDataParallel(nn.Module):
@@ -99,7 +109,7 @@ class FullyShardedDataParallel(nn.Module):
     """
 
     def __init__(self, module, stage=3, process_group=None, wrap_policy=None,
-                 mixed_precision=None, prefetch=True):
+                 mixed_precision=None, prefetch=True, cpu_offload=None):
         super().__init__()
         if stage not in (1, 2, 3):
             raise ValueError(f"FullyShardedDataParallel: stage must be 1, 2 or 3, got {stage!r}")
@@ -108,6 +118,8 @@ class FullyShardedDataParallel(nn.Module):
         self.process_group = process_group if process_group is not None else _default_group()
         self.mixed_precision = mixed_precision or MixedPrecision()
         self.prefetch = prefetch
+        self.cpu_offload = cpu_offload
+        self._offload_steps = 0
         self._state_keys = list(module.state_dict().keys())
         state = [p.detach() for p in module.parameters()] + list(module.buffers())
         if state:
@@ -129,14 +141,14 @@ class FullyShardedDataParallel(nn.Module):
                 full = prefix + child_name
                 if wrap_policy is not None and wrap_policy(child):
                     units.append(_Unit(full, child, claim(child), self.process_group, stage,
-                                       self.mixed_precision))
+                                       self.mixed_precision, cpu_offload is not None))
                     unit_modules.append(child)
                 else:
                     visit(full + ".", child)
 
         visit("", module)
         self._root = _Unit("", module, claim(module), self.process_group, stage,
-                           self.mixed_precision)
+                           self.mixed_precision, cpu_offload is not None)
         self._units = units
         self._order = []  # non-root units in forward order, learnt on the first forward
         self._order_known = False
@@ -187,7 +199,21 @@ class FullyShardedDataParallel(nn.Module):
             previous.core.start_gather()
 
     # -- nn.Module ------------------------------------------------------------
+    def _charge_offload(self):
+        """Modelled time of one step's host traffic: shard gradients to the
+        host after backward, updated shards back before the gathers."""
+        if self.cpu_offload is None or not torch.is_grad_enabled():
+            return
+        if self._offload_steps > 0:
+            grad_size = torch.empty(0, dtype=self.mixed_precision.reduce_dtype).element_size()
+            param_size = torch.empty(0, dtype=self.mixed_precision.param_dtype).element_size()
+            elements = sum(u.core.shard_numel for u in self._units + [self._root])
+            _C._advance_compute(elements * (grad_size + param_size) /
+                                (self.cpu_offload.host_gbps * 1e3))
+        self._offload_steps += 1
+
     def forward(self, *args, **kwargs):
+        self._charge_offload()
         for unit in self._units + [self._root]:
             unit.in_backward = False
             if torch.is_grad_enabled():
@@ -278,12 +304,13 @@ def model_state_memory():
     return {"current": current, "peak": peak}
 
 
-def record_optimizer_state(optimizer):
-    """Reports the bytes of `optimizer`'s state tensors (call after each step:
-    they appear at the first)."""
+def record_optimizer_state(optimizer, offloaded=False):
+    """Reports the bytes of `optimizer`'s state tensors as device memory (call
+    after each step: they appear at the first); 0 when `offloaded` (CPUOffload:
+    the state lives in host memory). Returns the state's bytes."""
     total = sum(v.numel() * v.element_size() for state in optimizer.state.values()
                 for v in state.values() if torch.is_tensor(v))
-    _C._set_optimizer_state_bytes(total)
+    _C._set_optimizer_state_bytes(0 if offloaded else total)
     return total
 
 

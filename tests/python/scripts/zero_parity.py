@@ -14,7 +14,8 @@ sharded reduction computes) and steps its own AdamW. Checked, bitwise in
 fp32: every step's loss on every rank against the reference's for that
 rank's shard, and the full state dict after the last step. Then, stage 3:
 clip_grad_norm_ against the reference's global norm; bf16 compute over fp32
-masters within bf16 tolerance of the fp32 loss; activation checkpointing
+masters within bf16 tolerance of the fp32 loss; CPU offload trains bitwise
+alike and charges its host traffic to the modelled time; activation checkpointing
 inside units leaves the gradients bitwise unchanged; load_full_state_dict round
 trip and its error naming a mismatched tensor. Rank 0 prints one line per
 check.
@@ -27,7 +28,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.utils.checkpoint
 
-import torchneuron  # noqa: F401  registers "neuron"
+import torchneuron  # registers "neuron"
+import torchneuron.fabric
 import torchneuron.parallel as parallel
 
 SEED, BATCH, IN, HIDDEN, OUT, LR = 7, 24, 12, 20, 6, 0.01
@@ -136,6 +138,27 @@ def extras(rank, world):
                                msg=lambda m: f"bf16 loss: {m}")
     assert all(p.dtype == torch.float32 and p.grad is not None for p in mixed.parameters())
 
+    # CPU offload changes where the master and optimizer state live (and the
+    # modelled time), not the arithmetic: the same losses bitwise, and each
+    # step after the first charges the host traffic to the compute clock.
+    losses, charged = [], []
+    for offload in (None, parallel.CPUOffload(host_gbps=1.0)):
+        model = wrapped(3, rank, cpu_offload=offload)
+        opt = optimizer(model.parameters())
+        run_losses = []
+        for step in range(2):
+            opt.zero_grad(set_to_none=True)
+            before = torchneuron.fabric.clock()["compute_us"]
+            loss = nn.functional.mse_loss(model(shard(x, rank, world)), shard(y, rank, world))
+            charged.append(torchneuron.fabric.clock()["compute_us"] - before)
+            loss.backward()
+            opt.step()
+            run_losses.append(loss.detach())
+        losses.append(run_losses)
+    for a, b in zip(*losses):
+        same(b, a, "cpu offload: loss")
+    assert charged[3] > charged[1], charged
+
     # Activation checkpointing (non-reentrant) inside ZeRO-3 units: the
     # recomputed forwards run during backward; gradients are unchanged.
     class Checkpointed(nn.Module):
@@ -193,8 +216,8 @@ def main():
     extras(rank, world)
     dist.barrier()
     if rank == 0:
-        print("zero extras: clip_grad_norm_, bf16 mixed precision, activation checkpointing, "
-              "full state dict round trip: ok", flush=True)
+        print("zero extras: clip_grad_norm_, bf16 mixed precision, cpu offload, activation "
+              "checkpointing, full state dict round trip: ok", flush=True)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ struct ShardingOptions {
   at::ScalarType param_dtype = at::kFloat;   // of the gathered parameters (compute)
   at::ScalarType reduce_dtype = at::kFloat;  // of the gradient reduction
   std::string name = "unit";                 // for messages
+  // CPU offload: the fp32 master shard and its gradient (and the optimizer
+  // state, which the trainer reports) live in host memory, so they are not
+  // counted as device model-state memory.
+  bool offload = false;
 };
 
 class ShardedUnit {
