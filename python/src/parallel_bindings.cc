@@ -3,6 +3,7 @@
 // own Python objects (any backend).
 #include "parallel_bindings.h"
 
+#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
@@ -11,6 +12,7 @@
 #include "neuron/parallel/distributed_sampler.h"
 #include "neuron/parallel/gradient_reducer.h"
 #include "neuron/parallel/mesh_layout.h"
+#include "neuron/parallel/pipeline_engine.h"
 #include "neuron/parallel/pipeline_p2p.h"
 #include "neuron/parallel/pipeline_schedule.h"
 #include "neuron/parallel/sharded_unit.h"
@@ -285,6 +287,41 @@ void BindParallel(py::module_& m) {
         return d;
       },
       py::arg("kind"), py::arg("stages"), py::arg("microbatches"), py::arg("chunks"));
+  py::class_<np::PipelineEngine>(m, "_PipelineEngine")
+      .def(py::init([](int chunks, int microbatches, const std::string& schedule,
+                       std::int64_t batch_dim, np::PipelineEngine::Chunk chunk,
+                       np::PipelineEngine::Loss loss, ::c10d::ProcessGroup& group,
+                       std::optional<np::PipelineEngine::Cost> cost) {
+             return std::make_unique<np::PipelineEngine>(
+                 np::PipelineOptions{chunks, microbatches, np::ParseScheduleKind(schedule),
+                                     batch_dim},
+                 std::move(chunk), std::move(loss), Owned(group),
+                 cost ? std::move(*cost) : np::PipelineEngine::Cost());
+           }),
+           py::arg("chunks"), py::arg("microbatches"), py::arg("schedule"), py::arg("batch_dim"),
+           py::arg("chunk"), py::arg("loss"), py::arg("group"), py::arg("cost"))
+      .def(
+          "step",
+          [](np::PipelineEngine& e, std::optional<at::Tensor> inputs,
+             std::optional<at::Tensor> targets) -> std::optional<at::Tensor> {
+            at::Tensor loss =
+                e.Step(inputs.value_or(at::Tensor()), targets.value_or(at::Tensor()));
+            if (!loss.defined()) return std::nullopt;
+            return loss;
+          },
+          py::arg("inputs"), py::arg("targets"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("is_first", &np::PipelineEngine::first)
+      .def_property_readonly("is_last", &np::PipelineEngine::last)
+      .def("stats", [](const np::PipelineEngine& e) {
+        const auto& s = e.stats();
+        py::dict d;
+        d["modelled_step_us"] = s.modelled_step_us;
+        d["compute_us"] = s.compute_us;
+        d["bubble"] = s.bubble;
+        d["schedule_bubble"] = s.schedule_bubble;
+        d["formula_bubble"] = s.formula_bubble;
+        return d;
+      });
   m.def("_balanced_partition", &np::BalancedPartition, py::arg("costs"), py::arg("parts"));
   py::class_<PendingSends>(m, "_PendingSends")
       .def(py::init<>())

@@ -230,3 +230,18 @@ def test_zero_model_state_memory_is_within_ten_percent_of_the_formulas():
     assert offload and float(offload.group(1)) < 0.25 * float(stage3.group(1)), proc.stdout
     for stage, ratio in rows:
         assert abs(float(ratio) - 1) <= 0.10, f"stage {stage}: {ratio}\n{proc.stdout}"
+
+
+def test_cpp_trainer_trains_the_same_in_3d_as_in_plain_data_parallel():
+    trainer = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "examples", "cpp_trainer")
+
+    def losses(n, *args):
+        proc = subprocess.run([NEURONRUN, "-n", str(n), trainer, "--steps", "3", *args],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = re.findall(r"\[rank 0\]: step \d: loss (\d+\.\d+) \|", proc.stdout)
+        assert len(found) == 3, proc.stdout
+        return found
+
+    # tp 2 x pp 2 x dp 2 (1F1B over 4 microbatches) against dp 2: the same global batches.
+    assert losses(8, "--tp", "2", "--pp", "2") == losses(2)

@@ -74,7 +74,9 @@ def device_forward_us(chunk, x):
 
 class PipelineEngine:
     """Runs this rank's chunks of a pipeline over `group` (default:
-    torchneuron.parallel's pipeline group).
+    torchneuron.parallel's pipeline group); the engine is C++
+    (neuron::parallel::PipelineEngine), the chunks and the loss are called
+    back in Python.
 
     loss_fn(output, targets) -> mean loss of a microbatch, on the last stage.
     step(inputs, targets): inputs on the first stage, targets on the last
@@ -82,94 +84,44 @@ class PipelineEngine:
     (any count; sizes may differ by one). Runs every forward and backward
     of the schedule; gradients accumulate in the chunks' parameters, scaled
     so they are the gradient of the whole batch's mean loss. Returns that
-    loss on the last stage, None elsewhere.
+    loss on the last stage, None elsewhere. `last` holds the step's modelled
+    time, charged compute and bubble (measured, schedule's, formula's).
     """
 
     def __init__(self, chunks, loss_fn, microbatches, schedule="1f1b", group=None,
                  batch_dim=0, cost_fn=device_forward_us, charge_compute=True):
         self.chunks = list(chunks) if isinstance(chunks, (list, tuple)) else [chunks]
-        self.loss_fn, self.m, self.batch_dim = loss_fn, microbatches, batch_dim
-        self.group = _pipeline_group(group)
-        self.p = dist.get_world_size(self.group) if self.group is not None else 1
-        self.s = dist.get_rank(self.group) if self.group is not None else 0
-        self.v = len(self.chunks)
-        if schedule != "interleaved" and self.v != 1:
-            raise ValueError(f"PipelineEngine: {self.v} chunks per stage need "
+        group = _pipeline_group(group)
+        if group is None:
+            group = dist.distributed_c10d._get_default_group()
+        if schedule != "interleaved" and len(self.chunks) != 1:
+            raise ValueError(f"PipelineEngine: {len(self.chunks)} chunks per stage need "
                              "schedule='interleaved'")
-        plan = _C._make_schedule(schedule, self.p, microbatches, self.v)
-        self.schedule = schedule
-        self.order = plan["order"][self.s]
-        self.schedule_bubble = plan["bubble"]
-        self.formula_bubble = (self.p - 1) / (self.v * microbatches + self.p - 1) \
-            if self.v == 1 else (self.p - 1) / (self.v * microbatches)
-        self.cost_fn = cost_fn if charge_compute else None
+        self.stage, self.stages = dist.get_rank(group), dist.get_world_size(group)
+        cost = None
+        if charge_compute and cost_fn is not None:
+            cost = lambda c, x: float(cost_fn(self.chunks[c], x))  # noqa: E731
+        self._engine = _C._PipelineEngine(len(self.chunks), microbatches, schedule, batch_dim,
+                                          self._run_chunk, loss_fn, group, cost)
         self.last = {}
+
+    def _run_chunk(self, c, microbatch, x):
+        try:
+            return self.chunks[c](x)
+        except Exception as e:
+            vs = c * self.stages + self.stage
+            where = f"pipeline stage {self.stage} (virtual stage {vs}), microbatch {microbatch}"
+            raise type(e)(f"{where}, forward: {e}") from e
 
     @property
     def is_first(self):
-        return self.s == 0
+        return self._engine.is_first
 
     @property
     def is_last(self):
-        return self.s == self.p - 1
-
-    def _send(self, pending, t, vs, gradient, mb):
-        _C._send_stage_tensor(pending, t, self.group, vs % self.p, gradient, mb, vs)
+        return self._engine.is_last
 
     def step(self, inputs=None, targets=None):
-        V = self.p * self.v
-        clock0 = _C._clock()["compute_us"]
-        charged = 0.0
-        micro_in = torch.tensor_split(inputs, self.m, self.batch_dim) if self.is_first else None
-        micro_t = torch.tensor_split(targets, self.m, self.batch_dim) if self.is_last else None
-        total = None if targets is None else targets.shape[self.batch_dim]
-        saved, pending = {}, _C._PendingSends()
-        loss_sum = None
-        for forward, mb, c in self.order:
-            vs = c * self.p + self.s
-            where = f"pipeline stage {self.s} (virtual stage {vs}), microbatch {mb}"
-            if forward:
-                if vs == 0:
-                    x = micro_in[mb]
-                else:
-                    x = _C._recv_stage_tensor(self.group, (vs - 1) % self.p, False, mb, vs)
-                    if x.is_floating_point():
-                        x.requires_grad_(True)
-                try:
-                    y = self.chunks[c](x)
-                except Exception as e:
-                    raise type(e)(f"{where}, forward: {e}") from e
-                if self.cost_fn is not None:
-                    us = self.cost_fn(self.chunks[c], x)
-                    _C._advance_compute(us)
-                    charged += us
-                if vs == V - 1:
-                    weight = micro_t[mb].shape[self.batch_dim] / total
-                    y = self.loss_fn(y, micro_t[mb]) * weight
-                    loss_sum = y.detach() if loss_sum is None else loss_sum + y.detach()
-                else:
-                    self._send(pending, y, vs + 1, False, mb)
-                saved[(mb, c)] = (x, y)
-            else:
-                x, y = saved.pop((mb, c))
-                if vs == V - 1:
-                    y.backward()
-                else:
-                    g = _C._recv_stage_tensor(self.group, (vs + 1) % self.p, True, mb, vs, y)
-                    torch.autograd.backward(y, g)
-                if self.cost_fn is not None:
-                    us = 2 * self.cost_fn(self.chunks[c], x)
-                    _C._advance_compute(us)
-                    charged += us
-                if vs > 0:
-                    if x.grad is None:
-                        raise RuntimeError(f"{where}, backward: the stage's input got no "
-                                           "gradient (does the chunk use its input?)")
-                    self._send(pending, x.grad, vs - 1, True, mb)
-        pending.wait()
-        step_us = _C._clock()["compute_us"] - clock0
-        self.last = {"modelled_step_us": step_us, "compute_us": charged,
-                     "bubble": 1 - charged / step_us if step_us > 0 else 0.0,
-                     "schedule_bubble": self.schedule_bubble,
-                     "formula_bubble": self.formula_bubble}
-        return loss_sum
+        loss = self._engine.step(inputs, targets)
+        self.last = self._engine.stats()
+        return loss

@@ -1,0 +1,95 @@
+#include "neuron/parallel/pipeline_engine.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <map>
+
+#include "neuron/parallel/pipeline_p2p.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
+
+namespace neuron::parallel {
+
+PipelineEngine::PipelineEngine(PipelineOptions options, Chunk chunk, Loss loss, GroupPtr group,
+                               Cost cost)
+    : options_(options), chunk_(std::move(chunk)), loss_(std::move(loss)),
+      group_(std::move(group)), cost_(std::move(cost)) {
+  NEURON_CHECK(group_, "pipeline engine: no pipeline group");
+  stages_ = group_->getSize();
+  stage_ = group_->getRank();
+  const PipelinePlan plan =
+      MakeSchedule(options_.schedule, stages_, options_.microbatches, options_.chunks);
+  order_ = plan.order[stage_];
+  stats_.schedule_bubble = plan.bubble();
+  const double p = stages_, m = options_.microbatches, v = options_.chunks;
+  stats_.formula_bubble = v == 1 ? (p - 1) / (m + p - 1) : (p - 1) / (v * m);
+}
+
+at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targets) {
+  const int p = stages_, vstages = stages_ * options_.chunks;
+  const std::int64_t dim = options_.batch_dim;
+  const auto clock = runtime::ProcessClock();
+  const double clock0 = clock->compute().count();
+  double charged = 0;
+  auto charge = [&](double us) {
+    clock->AdvanceCompute(runtime::SimDuration(us));
+    charged += us;
+  };
+  std::vector<at::Tensor> micro_in, micro_t;
+  if (first()) micro_in = inputs.tensor_split(options_.microbatches, dim);
+  if (last()) micro_t = targets.tensor_split(options_.microbatches, dim);
+  const double total = last() ? static_cast<double>(targets.size(dim)) : 1;
+  std::map<std::pair<int, int>, std::pair<at::Tensor, at::Tensor>> saved;  // (mb, chunk) -> x, y
+  std::vector<c10::intrusive_ptr<::c10d::Work>> sends;
+  auto send = [&](const at::Tensor& t, int vs, bool gradient, int mb) {
+    for (auto& w : SendStageTensor(*group_, vs % p, t, {gradient, mb, vs})) sends.push_back(w);
+  };
+  at::Tensor loss_sum;
+  for (const PipelineTask& task : order_) {
+    const int mb = task.microbatch, c = task.chunk, vs = c * p + stage_;
+    if (task.forward) {
+      at::Tensor x;
+      if (vs == 0) {
+        x = micro_in[mb];
+      } else {
+        x = RecvStageTensor(*group_, (vs - 1) % p, {false, mb, vs}, std::nullopt);
+        if (x.is_floating_point()) x.requires_grad_(true);
+      }
+      at::Tensor y = chunk_(c, mb, x);
+      if (cost_) charge(cost_(c, x));
+      if (vs == vstages - 1) {
+        y = loss_(y, micro_t[mb]) * (static_cast<double>(micro_t[mb].size(dim)) / total);
+        loss_sum = loss_sum.defined() ? loss_sum + y.detach() : y.detach();
+      } else {
+        send(y, vs + 1, false, mb);
+      }
+      saved[{mb, c}] = {x, y};
+    } else {
+      auto node = saved.extract({mb, c});
+      NEURON_ASSERT(!node.empty(), "pipeline: backward before forward");
+      const at::Tensor x = node.mapped().first, y = node.mapped().second;
+      if (vs == vstages - 1) {
+        torch::autograd::backward({y});
+      } else {
+        const at::Tensor g = RecvStageTensor(*group_, (vs + 1) % p, {true, mb, vs}, y);
+        torch::autograd::backward({y}, {g});
+      }
+      if (cost_) charge(2 * cost_(c, x));
+      if (vs > 0) {
+        NEURON_CHECK(x.grad().defined(), "pipeline stage ", stage_, " (virtual stage ", vs,
+                     "), microbatch ", mb, ", backward: the stage's input got no gradient "
+                     "(does the chunk use its input?)");
+        send(x.grad(), vs - 1, true, mb);
+      }
+    }
+  }
+  for (auto& w : sends) w->wait();
+  stats_.modelled_step_us = clock->compute().count() - clock0;
+  stats_.compute_us = charged;
+  stats_.bubble = stats_.modelled_step_us > 0 ? 1 - charged / stats_.modelled_step_us : 0;
+  return loss_sum;
+}
+
+}  // namespace neuron::parallel
