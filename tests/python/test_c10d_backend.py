@@ -37,5 +37,5 @@ def test_unchanged_ddp_trains_bitwise_like_a_single_process():
     lines = [line for line in proc.stdout.splitlines() if "ddp parity" in line]
     assert len(lines) == 5, proc.stdout
     for case, line in zip("abcde", lines):
-        assert re.fullmatch(rf"\[rank 0\]: torch ddp parity \({case}\) .*: 5 steps x 4 ranks, backend "
+        assert re.fullmatch(rf"\[rank 0\]: torch ddp parity \({case}\) .*: 10 steps x 4 ranks, backend "
                             r"neuron: ok, \d+ checks bitwise equal to the reference", line), line

@@ -30,7 +30,12 @@ class GPTConfig:
     heads: int = 4
     layers: int = 2
     mlp_ratio: int = 4
-    dropout: float = 0.0
+    dropout: float = 0.0  # on the residual branches (outside tensor-parallel regions)
+    attention_dropout: float = None  # on the attention probabilities; None: `dropout`
+
+    def __post_init__(self):
+        if self.attention_dropout is None:
+            self.attention_dropout = self.dropout
 
     def parameters(self):
         """Parameter count (unpadded vocabulary)."""
@@ -57,7 +62,8 @@ class Attention(nn.Module):
                              f"{cfg.heads} attention heads")
         if cfg.dim % cfg.heads:
             raise ValueError(f"GPT: {cfg.heads} heads do not divide the hidden size {cfg.dim}")
-        self.heads, self.head_dim, self.dropout = cfg.heads // t, cfg.dim // cfg.heads, cfg.dropout
+        self.heads, self.head_dim = cfg.heads // t, cfg.dim // cfg.heads
+        self.dropout = cfg.attention_dropout
         # Output features per head: (q, k, v) x head_dim, so a column split keeps heads whole.
         self.qkv = tp.ColumnParallelLinear(cfg.dim, 3 * cfg.dim, group=group,
                                            sequence_parallel=sequence_parallel)

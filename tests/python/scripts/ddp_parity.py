@@ -46,7 +46,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-SEED, BATCH, STEPS, LR, MOMENTUM = 1234, 48, 5, 0.1, 0.9
+SEED, BATCH, STEPS, LR, MOMENTUM = 1234, 48, 10, 0.1, 0.9
 SUM_THEN_DIVIDE = False  # how the DDP under test averages (set by --ddp)
 IN, HIDDEN, OUT = 16, 32, 8
 

@@ -12,7 +12,8 @@ against the matching slice of the reference's, the vocabulary padded).
 The vocabulary (51) is not divisible by the tensor-parallel size, so the
 padded vocab-parallel cross-entropy is exercised. Also: the RNG tracker's
 default stream is equal on the ranks of a tensor-parallel group and its
-fork differs. Rank 0 prints one summary line.
+fork differs, and dropout outside the tensor-parallel regions drops what
+the one-device model drops. Rank 0 prints one summary line.
 """
 import argparse
 import datetime
@@ -70,6 +71,23 @@ def main():
         opt.step()
         ref_opt.step()
 
+    # Dropout outside the tensor-parallel regions draws from the default RNG,
+    # equal on the tensor-parallel ranks: with the same seed the split model
+    # drops exactly what the one-device model drops.
+    import dataclasses
+    cfg = dataclasses.replace(CFG, dropout=0.2, attention_dropout=0.0)
+    torch.manual_seed(11)
+    ref = GPT(cfg, tp_group=False)
+    torch.manual_seed(11)
+    model = GPT(cfg, sequence_parallel=False)
+    ref.train()
+    model.train()
+    for step in range(2):
+        torch.manual_seed(100 + step)
+        want = ref(tokens, targets)
+        torch.manual_seed(100 + step)
+        close(model(tokens, targets), want, f"dropout step {step}: loss")
+
     tp.manual_seed(5)
     group = parallel.get_tensor_parallel_group()
     default = torch.rand(4)
@@ -83,7 +101,7 @@ def main():
     dist.barrier()
     if rank == 0:
         print(f"tp parity tp={args.tp} sp={args.sp}: 3 steps, losses and {checks} gradients "
-              f"close to one device; rng tracker ok", flush=True)
+              f"close to one device; rng tracker and dropout ok", flush=True)
 
 
 if __name__ == "__main__":
