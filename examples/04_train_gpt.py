@@ -18,7 +18,8 @@ averages gradients (DistributedDataParallel, or after the pipeline step).
 Rank 0 prints per step: the loss; wall time per step and tokens/s on this
 machine; the modelled step time and tokens/s on Trainium2 (device model for
 the matmuls, fabric model for every collective and transfer, the slowest
-rank's clock); and the largest resident memory of any rank.
+rank's clock); and the largest resident memory of any rank. --metrics-out
+FILE writes the run's figures (key = value lines) for `neuronrun matrix`.
 """
 import argparse
 import contextlib
@@ -57,6 +58,8 @@ def parse():
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metrics-out", help="write the run's figures to this file (key = value "
+                   "lines; rank 0): what `neuronrun matrix` collects")
     return p.parse_args()
 
 
@@ -64,6 +67,24 @@ def slowest(value):
     t = torch.tensor([float(value)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else 0.0
+
+
+def collective_bytes(groups, steps):
+    """Bytes per step by collective op over this rank's neuron groups."""
+    out = {}
+    for group in groups:
+        try:
+            recs = fabric.records(group)
+        except TypeError:  # not a neuron group
+            continue
+        for r in recs:
+            out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
+    return out
 
 
 def main():
@@ -105,17 +126,21 @@ def main():
         print(f"GPT {cfg.parameters() / 1e6:.2f}M parameters, {layout._layout.describe()}, "
               f"ZeRO {args.zero}, sp={args.sp}, compile={args.compile}; "
               f"{tokens_per_step} tokens per step", flush=True)
+    history = []  # per step: wall s, modelled us, compute us, bubble us, loss
     for step, (x, y) in enumerate(loader):
         dist.barrier()
         clock0, start = fabric.clock()["compute_us"], time.perf_counter()
         opt.zero_grad(set_to_none=True)
         if engine is not None:
             loss = engine.step(x, y)
+            compute_us = engine.last["compute_us"]
+            bubble_us = engine.last["bubble"] * engine.last["modelled_step_us"]
         else:
             loss = parts[0](x, y)
             loss.backward()
             # The device model's estimate of the forward and backward.
-            fabric.advance_compute(3 * pipeline.device_forward_us(model, x))
+            compute_us, bubble_us = 3 * pipeline.device_forward_us(model, x), 0.0
+            fabric.advance_compute(compute_us)
         if args.sp:
             parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
         if args.pp > 1 and not args.zero:
@@ -128,13 +153,49 @@ def main():
         dist.all_reduce(value)
         value /= layout.dp * layout.tp
         rss = slowest(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        history.append((wall, modelled_us, slowest(compute_us), slowest(bubble_us),
+                        value.item()))
         if dist.get_rank() == 0:
             print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
                   f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
                   f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
                   f"max RSS {rss:.0f} MiB", flush=True)
+    if args.metrics_out:
+        write_metrics(args, layout, history, tokens_per_step, rss)
     dist.barrier()
     return 0
+
+
+def write_metrics(args, layout, history, tokens_per_step, rss):
+    """The figures `neuronrun matrix` collects, from rank 0 (steps after the
+    first; the slowest rank's times)."""
+    groups = [None, parallel.get_tensor_parallel_group(), parallel.get_data_parallel_group(),
+              parallel.get_pipeline_parallel_group()]
+    volume = collective_bytes(groups, len(history))
+    state = torch.tensor([parallel.model_state_memory()["peak"] / 2**20], dtype=torch.float64)
+    dist.all_reduce(state, op=dist.ReduceOp.MAX)
+    if dist.get_rank() != 0:
+        return
+    warm = history[1:] or history
+    modelled = median([h[1] for h in warm])
+    compute = median([h[2] for h in warm])
+    bubble = median([h[3] for h in warm])
+    figures = {
+        "world": layout.world_size, "tp": layout.tp, "pp": layout.pp, "dp": layout.dp,
+        "steps": len(history), "loss": history[-1][4], "tokens_per_step": tokens_per_step,
+        "first_step_ms": history[0][0] * 1e3, "wall_step_ms": median([h[0] for h in warm]) * 1e3,
+        "modelled_step_us": modelled, "compute_us": compute, "bubble_us": bubble,
+        "exposed_comm_us": max(0.0, modelled - compute - bubble),
+        "wall_tokens_per_s": tokens_per_step / median([h[0] for h in warm]),
+        "modelled_tokens_per_s": tokens_per_step / modelled * 1e6,
+        "modelled_tokens_per_s_per_device": tokens_per_step / modelled * 1e6 / layout.world_size,
+        "max_rss_mib": rss, "model_state_mib": state.item(),
+    }
+    for op, nbytes in sorted(volume.items()):
+        figures[f"bytes_per_step_{op}"] = nbytes
+    with open(args.metrics_out, "w") as f:
+        for key, val in figures.items():
+            f.write(f"{key} = {val}\n")
 
 
 if __name__ == "__main__":

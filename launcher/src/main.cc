@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "child_process.h"
 #include "neuron/collectives/store/auth.h"
+#include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -75,7 +76,56 @@ JobConfig Resolve(LaunchOptions o) {
   return c;
 }
 
+constexpr const char* kMatrixHelp =
+    "usage: neuronrun matrix FILE [--out DIR]\n"
+    "Runs the scaling test matrix FILE (configs/scaling/*.textproto): every cell a real\n"
+    "neuronrun job of the trainer; DIR (default: matrix-NAME) gets cells/ID/ (output.log,\n"
+    "metrics.txt, result.txt), results.csv and report.md. A rerun skips completed cells;\n"
+    "a failing cell is reported and the matrix goes on. The file is checked before any\n"
+    "job starts. Exit status: 0 every cell completed, 1 some failed, 2 a bad file.\n";
+
+// neuronrun matrix FILE [--out DIR]
+int MatrixMain(int argc, char** argv) {
+  std::string file, out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kMatrixHelp;
+      return 0;
+    }
+    if (a == "--out" && i + 1 < argc) {
+      out = argv[++i];
+    } else if (file.empty() && a.rfind("-", 0) != 0) {
+      file = a;
+    } else {
+      std::cerr << "neuronrun matrix: error: unexpected argument '" << a << "'\n"
+                << kMatrixHelp;
+      return kUsageError;
+    }
+  }
+  if (file.empty()) {
+    std::cerr << "neuronrun matrix: error: no matrix file\n" << kMatrixHelp;
+    return kUsageError;
+  }
+  MatrixSpec spec;
+  try {
+    spec = LoadMatrix(file);
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun matrix: error: " << e.what() << std::endl;
+    return kUsageError;
+  }
+  if (out.empty()) out = "matrix-" + spec.matrix.name();
+  const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+  try {
+    return RunMatrix(spec, out, self, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun matrix: error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
 int Main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "matrix") return MatrixMain(argc - 2, argv + 2);
   LaunchOptions options;
   std::unique_ptr<Agent> agent;
   try {

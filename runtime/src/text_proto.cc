@@ -1,4 +1,4 @@
-#include "text_proto.h"
+#include "neuron/runtime/text_proto.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>

@@ -4,7 +4,7 @@
 
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
-#include "text_proto.h"
+#include "neuron/runtime/text_proto.h"
 
 namespace neuron::runtime {
 

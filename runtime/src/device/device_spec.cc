@@ -1,6 +1,6 @@
 #include "neuron/runtime/device/device_spec.h"
 
-#include "../text_proto.h"
+#include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 

@@ -1,0 +1,53 @@
+// The scaling test matrix (`neuronrun matrix FILE [--out DIR]`,
+// docs/scaling.md): a grid of layouts and model sizes from a text protobuf
+// file (launcher/proto/neuron/launcher/matrix.proto), each cell run as a
+// real neuronrun job of a few training steps, results gathered into a CSV
+// and a Markdown report.
+//
+//   MatrixSpec spec = LoadMatrix("configs/scaling/smoke.textproto");  // validated
+//   int status = RunMatrix(spec, "out/smoke", "/path/to/neuronrun", std::cout);
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "neuron/launcher/matrix.pb.h"
+
+namespace neuron::launcher {
+
+struct MatrixCell {
+  std::string id;  // unique, file-name safe: "n1x4-tp2-pp1-z0-small-eager-default"
+  int nodes = 1;
+  int ranks_per_node = 1;
+  proto::Strategy strategy;
+  proto::Model model;
+  bool compile = false;
+  std::string topology;  // a file, or "" for the embedded trn2 node
+  int world() const { return nodes * ranks_per_node; }
+  int dp() const { return world() / (strategy.tp() * strategy.pp()); }
+  int batch_per_dp = 8;  // sequences per data-parallel rank per step
+};
+
+struct MatrixSpec {
+  std::string path;
+  std::string script;  // absolute
+  proto::ScalingMatrix matrix;  // defaults filled in
+  std::vector<MatrixCell> cells;
+};
+
+// Parses and validates `path` before anything runs: an unknown field, an
+// impossible layout (tp x pp not dividing the ranks, tp not dividing the
+// heads, a batch data parallel does not divide), a missing topology file
+// or trainer throw InvalidUsage naming the file, line and field.
+MatrixSpec LoadMatrix(const std::string& path);
+
+// Runs every cell that has no result in `out_dir` yet (a rerun skips
+// finished cells), one at a time, printing a progress line per cell; a
+// failing cell is recorded with its error and the matrix goes on. Then
+// writes out_dir/results.csv and out_dir/report.md over all cells. Returns
+// 0 when every cell completed, 1 otherwise.
+int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::string& neuronrun,
+              std::ostream& progress);
+
+}  // namespace neuron::launcher

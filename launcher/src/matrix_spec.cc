@@ -1,0 +1,201 @@
+// LoadMatrix: parsing, defaults, validation with locations, expansion.
+#include <google/protobuf/text_format.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "neuron/launcher/matrix.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/text_proto.h"
+#include "neuron/runtime/topology.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+namespace fs = std::filesystem;
+using google::protobuf::TextFormat;
+
+// Where fields sit in the file, for messages: "FILE:LINE: field: ...".
+class Locator {
+ public:
+  Locator(std::string path, const TextFormat::ParseInfoTree* tree)
+      : path_(std::move(path)), tree_(tree) {}
+
+  // `field` of the message, or of its repeated `parent` element `index`.
+  std::string At(const google::protobuf::Message& m, const std::string& field,
+                 const std::string& parent = "", int index = -1) const {
+    const auto* descriptor = proto::ScalingMatrix::descriptor();
+    const TextFormat::ParseInfoTree* tree = tree_;
+    std::string name = field;
+    if (!parent.empty()) {
+      tree = tree->GetTreeForNested(descriptor->FindFieldByName(parent), index);
+      descriptor = descriptor->FindFieldByName(parent)->message_type();
+      name = StrCat(parent, "[", index, "].", field);
+    }
+    int line = -1;
+    if (tree != nullptr) {
+      const auto* f = descriptor->FindFieldByName(field);
+      if (f != nullptr) {
+        line = tree->GetLocation(f, f->is_repeated() ? 0 : -1).line;
+        if (line < 0 && !parent.empty()) {
+          line = tree_->GetLocation(proto::ScalingMatrix::descriptor()->FindFieldByName(parent),
+                                    index).line;
+        }
+      }
+    }
+    (void)m;
+    return line >= 0 ? StrCat(path_, ":", line + 1, ": ", name) : StrCat(path_, ": ", name);
+  }
+
+ private:
+  std::string path_;
+  const TextFormat::ParseInfoTree* tree_;
+};
+
+// A relative path from a matrix file: next to the file, else in the current
+// directory, else in the source tree neuronrun was built from.
+fs::path Resolve(const std::string& name, const std::string& matrix_path) {
+  const fs::path p(name);
+  if (p.is_absolute()) return p;
+  for (const fs::path& base : {fs::absolute(matrix_path).parent_path(), fs::current_path(),
+                               fs::path(NEURON_SOURCE_DIR)}) {
+    if (fs::exists(base / p)) return fs::absolute(base / p);
+  }
+  return p;
+}
+
+std::string Slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out.empty() ? "default" : out;
+}
+
+}  // namespace
+
+MatrixSpec LoadMatrix(const std::string& path) {
+  MatrixSpec spec;
+  spec.path = path;
+  const std::string text = runtime::ReadTextFile(path, "scaling matrix");
+  TextFormat::Parser parser;
+  TextFormat::ParseInfoTree tree;
+  parser.WriteLocationsTo(&tree);
+  // Syntax errors (unknown fields included) name the line: ParseTextProto's.
+  runtime::ParseTextProto(text, path, "scaling matrix", &spec.matrix);
+  parser.ParseFromString(text, &spec.matrix);
+  proto::ScalingMatrix& m = spec.matrix;
+  const Locator at(path, &tree);
+
+  if (m.script().empty()) m.set_script("examples/04_train_gpt.py");
+  const fs::path script = Resolve(m.script(), path);
+  NEURON_CHECK(fs::exists(script), at.At(m, "script"), ": no trainer ", m.script(),
+               " (next to the matrix, in the current directory or in ", NEURON_SOURCE_DIR, ")");
+  spec.script = script.string();
+  if (m.steps() == 0) m.set_steps(3);
+  NEURON_CHECK(m.steps() >= 2, at.At(m, "steps"), ": needs at least 2 steps (the first one "
+               "compiles and warms up), got ", m.steps());
+  if (m.batch() == 0) m.set_batch(8);
+  NEURON_CHECK(m.batch() >= 1, at.At(m, "batch"), ": must be >= 1, got ", m.batch());
+  if (m.nodes().empty()) m.add_nodes(1);
+  if (m.compile().empty()) m.add_compile(false);
+  if (m.topologies().empty()) m.add_topologies("");
+  NEURON_CHECK(!m.ranks_per_node().empty(), path, ": ranks_per_node: at least one value needed");
+  NEURON_CHECK(!m.strategies().empty(), path, ": strategies: at least one needed");
+  NEURON_CHECK(!m.models().empty(), path, ": models: at least one needed");
+  for (int i = 0; i < m.nodes_size(); ++i) {
+    NEURON_CHECK(m.nodes(i) >= 1, at.At(m, "nodes"), ": must be >= 1, got ", m.nodes(i));
+  }
+  for (int i = 0; i < m.ranks_per_node_size(); ++i) {
+    NEURON_CHECK(m.ranks_per_node(i) >= 1, at.At(m, "ranks_per_node"), ": must be >= 1, got ",
+                 m.ranks_per_node(i));
+  }
+  for (int s = 0; s < m.strategies_size(); ++s) {
+    proto::Strategy& st = *m.mutable_strategies(s);
+    if (st.tp() == 0) st.set_tp(1);
+    if (st.pp() == 0) st.set_pp(1);
+    if (st.microbatches() == 0) st.set_microbatches(4);
+    if (st.name().empty()) st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero()));
+    NEURON_CHECK(st.tp() >= 1 && st.pp() >= 1, at.At(st, "tp", "strategies", s),
+                 ": tp and pp must be >= 1");
+    NEURON_CHECK(st.zero() >= 0 && st.zero() <= 3, at.At(st, "zero", "strategies", s),
+                 ": ZeRO stage must be 0-3, got ", st.zero());
+    NEURON_CHECK(!st.sp() || st.tp() > 1, at.At(st, "sp", "strategies", s),
+                 ": sequence parallelism needs tp > 1");
+  }
+  for (int k = 0; k < m.models_size(); ++k) {
+    proto::Model& md = *m.mutable_models(k);
+    if (md.seq() == 0) md.set_seq(32);
+    if (md.vocab() == 0) md.set_vocab(256);
+    if (md.heads() == 0) md.set_heads(4);
+    if (md.name().empty()) md.set_name(StrCat("d", md.dim(), "-l", md.layers()));
+    NEURON_CHECK(md.dim() >= 1 && md.layers() >= 1, at.At(md, "dim", "models", k),
+                 ": dim and layers must be >= 1");
+    NEURON_CHECK(md.dim() % md.heads() == 0, at.At(md, "heads", "models", k), ": ",
+                 md.heads(), " heads do not divide dim ", md.dim());
+  }
+  for (int t = 0; t < m.topologies_size(); ++t) {
+    if (m.topologies(t).empty()) continue;
+    const fs::path file = Resolve(m.topologies(t), path);
+    NEURON_CHECK(fs::exists(file), at.At(m, "topologies"), ": no topology file ",
+                 m.topologies(t), " (next to the matrix, in the current directory or in ",
+                 NEURON_SOURCE_DIR, ")");
+    m.set_topologies(t, file.string());
+  }
+
+  // Every combination, each checked as a layout.
+  for (int n : m.nodes()) {
+    for (int r : m.ranks_per_node()) {
+      for (int s = 0; s < m.strategies_size(); ++s) {
+        const proto::Strategy& st = m.strategies(s);
+        const int world = n * r;
+        NEURON_CHECK(world % (st.tp() * st.pp()) == 0, at.At(st, "tp", "strategies", s),
+                     ": tp x pp = ", st.tp(), " x ", st.pp(), " does not divide ", world,
+                     " ranks (", n, " nodes x ", r, " ranks per node)");
+        const int dp = world / (st.tp() * st.pp());
+        for (int k = 0; k < m.models_size(); ++k) {
+          const proto::Model& md = m.models(k);
+          NEURON_CHECK(md.heads() % st.tp() == 0, at.At(md, "heads", "models", k), ": ",
+                       md.heads(), " heads are not divisible by strategy ", st.name(),
+                       "'s tp ", st.tp());
+          NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At(md, "layers", "models", k),
+                       ": too few layers for strategy ", st.name(), "'s ", st.pp(),
+                       " pipeline stages");
+          NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At(md, "seq", "models", k),
+                       ": sequence ", md.seq(), " not divisible by tp ", st.tp());
+          int per_dp = m.batch();
+          if (m.scaling() == proto::STRONG) {
+            NEURON_CHECK(m.batch() % dp == 0, at.At(m, "batch"), ": strong scaling's global "
+                         "batch ", m.batch(), " is not divisible by ", dp,
+                         " data-parallel ranks (strategy ", st.name(), ", ", world, " ranks)");
+            per_dp = m.batch() / dp;
+          }
+          for (bool compile : m.compile()) {
+            NEURON_CHECK(!compile || st.tp() == 1, at.At(st, "tp", "strategies", s),
+                         ": compile needs tp 1 (strategy ", st.name(), ")");
+            for (const std::string& topology : m.topologies()) {
+              if (!topology.empty()) {
+                runtime::Topology::FromFile(topology).CheckFits(n, {r});
+              }
+              MatrixCell cell;
+              cell.nodes = n;
+              cell.ranks_per_node = r;
+              cell.strategy = st;
+              cell.model = md;
+              cell.compile = compile;
+              cell.topology = topology;
+              cell.batch_per_dp = per_dp;
+              cell.id = StrCat("n", n, "x", r, "-", Slug(st.name()), "-", Slug(md.name()), "-",
+                               compile ? "compiled" : "eager", "-",
+                               topology.empty() ? "default"
+                                                : Slug(fs::path(topology).stem().string()));
+              spec.cells.push_back(std::move(cell));
+            }
+          }
+        }
+      }
+    }
+  }
+  return spec;
+}
+
+}  // namespace neuron::launcher

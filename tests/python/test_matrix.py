@@ -1,0 +1,82 @@
+"""neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), and
+bad matrix files refused before any job starts, naming file, line and field."""
+import csv
+import os
+import subprocess
+
+NEURONRUN = os.environ["NEURONRUN"]
+SOURCE = os.environ["NEURON_SOURCE_DIR"]
+
+
+def matrix(path, out, timeout=600):
+    return subprocess.run([NEURONRUN, "matrix", str(path), "--out", str(out)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
+    smoke = os.path.join(SOURCE, "configs/scaling/smoke.textproto")
+    proc = matrix(smoke, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[matrix smoke] 6 cells: 6 completed (0 from an earlier run), 0 failed" in proc.stdout
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert len(rows) == 6 and all(r["status"] == "completed" for r in rows), rows
+    for r in rows:
+        assert float(r["modelled_step_us"]) > 0 and float(r["wall_step_ms"]) > 0, r
+        assert float(r["compute_us"]) > 0 and r["scaling_efficiency"], r
+        assert int(r["world"]) == int(r["dp"]), r
+    base = {r["zero"]: r for r in rows if r["world"] == "1"}
+    assert set(base) == {"0", "3"} and all(float(b["scaling_efficiency"]) == 1 for b in
+                                           base.values())
+    # ZeRO-3 loses what plain data parallel loses at every size (the same batches).
+    by_size = {}
+    for r in rows:
+        by_size.setdefault(r["world"], {})[r["zero"]] = r["loss"]
+    assert all(v["0"] == v["3"] for v in by_size.values()), by_size
+    report = (tmp_path / "report.md").read_text()
+    assert "# Scaling matrix: smoke" in report and report.count("| completed |") == 6
+
+    again = matrix(smoke, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "6 cells: 6 completed (6 from an earlier run), 0 failed" in again.stdout
+    assert "running" not in again.stdout
+
+
+def test_a_failing_cell_is_reported_and_the_matrix_goes_on(tmp_path):
+    spec = tmp_path / "m.textproto"
+    # The matrix accepts a vocabulary of 1 but the trainer's dataset refuses it.
+    spec.write_text('name: "f" steps: 2 batch: 2 ranks_per_node: [1]\n'
+                    'strategies { name: "dp" }\n'
+                    'models { name: "ok" dim: 16 layers: 1 heads: 2 seq: 8 vocab: 32 }\n'
+                    'models { name: "bad" dim: 16 layers: 1 heads: 2 seq: 8 vocab: 1 }\n')
+    proc = matrix(spec, tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 cells: 1 completed (0 from an earlier run), 1 failed" in proc.stdout
+    rows = {r["model"]: r for r in csv.DictReader(open(tmp_path / "out" / "results.csv"))}
+    assert rows["ok"]["status"] == "completed" and rows["bad"]["status"] == "failed", rows
+    assert "InvalidUsageError: synthetic tokens: need sequences >= 0, length >= 1, vocab >= 2" \
+        in rows["bad"]["error"], rows
+    assert "## Failed cells" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
+    cases = [
+        ('name: "x"\nranks_per_node: [4]\nstrategies { name: "a" }\nmodels { dim: 16 layers: 1 '
+         'heads: 2 }\nbogus: 3\n', r"line 5, column \d+: .*bogus"),
+        ('name: "x"\nranks_per_node: [6]\nstrategies { name: "a" tp: 4 }\nmodels { dim: 16 '
+         'layers: 1 heads: 4 }\n', r"m.textproto:3: strategies\[0\].tp: tp x pp = 4 x 1 does "
+                                   r"not divide 6 ranks"),
+        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 2 }\nmodels { dim: 18 '
+         'layers: 1 heads: 3 }\n', r"m.textproto:4: models\[0\].heads: 3 heads are not "
+                                   r"divisible by strategy a's tp 2"),
+        ('name: "x"\nranks_per_node: [2]\ntopologies: "configs/topologies/nope.textproto"\n'
+         'strategies { name: "a" }\nmodels { dim: 16 layers: 1 heads: 2 }\n',
+         r"m.textproto:3: topologies: no topology file .*nope.textproto"),
+    ]
+    import re
+    for text, pattern in cases:
+        spec = tmp_path / "m.textproto"
+        spec.write_text(text)
+        proc = matrix(spec, tmp_path / "out")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert re.search(pattern, proc.stderr), (pattern, proc.stderr)
+        assert not (tmp_path / "out").exists()
