@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake make pkg-config ccache git
-  libtorch-dev python3-torch python3-pytest python3-numpy
+  libtorch-dev python3-torch python3-pytest python3-numpy python3-matplotlib
   libgloo-dev libopenmpi-dev openmpi-bin
   libprotobuf-dev protobuf-compiler
   libboost-dev libssl-dev

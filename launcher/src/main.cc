@@ -80,7 +80,8 @@ constexpr const char* kMatrixHelp =
     "usage: neuronrun matrix FILE [--out DIR]\n"
     "Runs the scaling test matrix FILE (configs/scaling/*.textproto): every cell a real\n"
     "neuronrun job of the trainer; DIR (default: matrix-NAME) gets cells/ID/ (output.log,\n"
-    "metrics.txt, result.txt), results.csv and report.md. A rerun skips completed cells;\n"
+    "metrics.txt, result.txt), results.csv, report.md and the plots efficiency.png,\n"
+    "breakdown.png and memory.png. A rerun skips completed cells;\n"
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
     "job starts. Exit status: 0 every cell completed, 1 some failed, 2 a bad file.\n";
 
@@ -116,8 +117,14 @@ int MatrixMain(int argc, char** argv) {
   }
   if (out.empty()) out = "matrix-" + spec.matrix.name();
   const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+  // The plots: torchneuron.matrix_plots under the Python with torch and matplotlib.
+  const std::string python = ResolveProgram(
+      runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython));
+  const std::vector<std::string> plotter = {
+      "/usr/bin/env", "PYTHONPATH=" NEURON_PYTHON_PACKAGE_DIR, python, "-m",
+      "torchneuron.matrix_plots"};
   try {
-    return RunMatrix(spec, out, self, std::cout);
+    return RunMatrix(spec, out, self, plotter, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "neuronrun matrix: error: " << e.what() << std::endl;
     return 1;

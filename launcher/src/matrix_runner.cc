@@ -205,7 +205,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
   }
   const bool weak = spec.matrix.scaling() == proto::WEAK;
   std::ofstream csv(out / "results.csv");
-  csv << "cell,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,topology,"
+  csv << "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,topology,"
          "status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,compute_us,"
          "exposed_comm_us,bubble_us,wall_tokens_per_s,modelled_tokens_per_s_per_device,"
          "scaling_efficiency,max_rss_mib,model_state_mib";
@@ -232,7 +232,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
                        Number(b, "modelled_tokens_per_s_per_device");
     const double diff = Number(f, "loss") - Number(b, "loss");
     const std::string error = f.count("error") ? f.at("error") : "";
-    csv << Csv(c.id) << "," << c.nodes << "," << c.ranks_per_node << "," << c.world() << ","
+    csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << "," << c.ranks_per_node << "," << c.world() << ","
         << c.strategy.tp() << "," << c.strategy.pp() << "," << c.dp() << ","
         << c.strategy.zero() << "," << (c.strategy.sp() ? 1 : 0) << ","
         << c.strategy.microbatches() << "," << Csv(c.model.name()) << ","
@@ -261,6 +261,8 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
        << Fixed(Number(f, "max_rss_mib"), 0) << " |\n";
     if (!ok) failures.push_back(c.id + ": " + error);
   }
+  md << "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
+        "(breakdown.png)\n\n![memory per rank](memory.png)\n";
   if (!failures.empty()) {
     md << "\n## Failed cells\n\n";
     for (const auto& f : failures) md << "- " << f << "\n";
@@ -271,7 +273,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
 }  // namespace
 
 int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::string& neuronrun,
-              std::ostream& progress) {
+              const std::vector<std::string>& plotter, std::ostream& progress) {
   const fs::path out(out_dir);
   fs::create_directories(out / "cells");
   std::vector<Figures> results(spec.cells.size());
@@ -301,6 +303,20 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
     results[i] = f;
   }
   WriteReports(spec, results, out);
+  if (!plotter.empty()) {
+    std::vector<std::string> argv = plotter;
+    argv.push_back((out / "results.csv").string());
+    argv.push_back(out.string());
+    const fs::path log = out / "plots.log";
+    fs::remove(log);
+    int status = 0;
+    ::waitpid(Start(argv, log, {}), &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      progress << "[matrix " << spec.matrix.name() << "] plots failed: " << ErrorOf(log)
+               << std::endl;
+      return 1;
+    }
+  }
   progress << "[matrix " << spec.matrix.name() << "] " << total << " cells: " << done
            << " completed (" << skipped << " from an earlier run), " << failed << " failed; "
            << (out / "results.csv").string() << ", " << (out / "report.md").string()

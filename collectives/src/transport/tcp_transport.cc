@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "neuron/collectives/store/auth.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "request_table.h"
 
@@ -58,9 +59,44 @@ bool WriteExact(int fd, const void* data, std::size_t n) {
   return true;
 }
 
+// This host's address on the route to `host` (a UDP "connect" sends
+// nothing); empty when `host` does not resolve or is a loopback address.
+std::string AddressTowards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &result) != 0 || result == nullptr) return "";
+  std::string out;
+  const auto* target = reinterpret_cast<sockaddr_in*>(result->ai_addr);
+  if ((ntohl(target->sin_addr.s_addr) >> 24) != 127) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (fd >= 0 && ::connect(fd, result->ai_addr, result->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+      out = text;
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  ::freeaddrinfo(result);
+  return out;
+}
+
+// The address peers reach this rank at: the given one; loopback when every
+// rank is on this machine; else the address on the route to the job's store
+// (neuronrun's agent on node 0: right even with several interfaces or
+// network namespaces); else the host name's; else loopback.
 std::string HostAddress(const TcpOptions& o) {
   if (!o.address.empty()) return o.address;
   if (o.loopback) return "127.0.0.1";
+  if (const auto endpoint =
+          runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kStoreEndpoint)) {
+    const std::string towards = AddressTowards(endpoint->substr(0, endpoint->rfind(':')));
+    if (!towards.empty()) return towards;
+  }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   addrinfo hints{};

@@ -5,7 +5,7 @@
 // and a Markdown report.
 //
 //   MatrixSpec spec = LoadMatrix("configs/scaling/smoke.textproto");  // validated
-//   int status = RunMatrix(spec, "out/smoke", "/path/to/neuronrun", std::cout);
+//   int status = RunMatrix(spec, "out/smoke", "/path/to/neuronrun", plotter, std::cout);
 #pragma once
 
 #include <ostream>
@@ -45,9 +45,11 @@ MatrixSpec LoadMatrix(const std::string& path);
 // Runs every cell that has no result in `out_dir` yet (a rerun skips
 // finished cells), one at a time, printing a progress line per cell; a
 // failing cell is recorded with its error and the matrix goes on. Then
-// writes out_dir/results.csv and out_dir/report.md over all cells. Returns
-// 0 when every cell completed, 1 otherwise.
+// writes out_dir/results.csv and out_dir/report.md over all cells, and runs
+// `plotter` (argv; the CSV and out_dir are appended; empty: none) for the
+// PNG plots. Returns 0 when every cell completed and the plots were made, 1
+// otherwise.
 int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::string& neuronrun,
-              std::ostream& progress);
+              const std::vector<std::string>& plotter, std::ostream& progress);
 
 }  // namespace neuron::launcher

@@ -27,7 +27,9 @@ class RequestTable;
 
 struct TcpOptions {
   // The address to listen on and publish; empty: 127.0.0.1 when
-  // `loopback`, else the first address this host's name resolves to.
+  // `loopback`, else this host's address on the route to the job's store
+  // (NEURON_STORE_ENDPOINT, set by neuronrun), else the first address this
+  // host's name resolves to.
   std::string address;
   bool loopback = true;
   std::chrono::milliseconds setup_timeout = std::chrono::minutes(5);

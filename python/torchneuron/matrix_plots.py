@@ -1,0 +1,98 @@
+"""PNG plots of a scaling matrix's results; `neuronrun matrix` runs it after
+the cells:
+
+    /usr/bin/python3 -m torchneuron.matrix_plots OUT/results.csv OUT
+
+Writes OUT/efficiency.png (modelled scaling efficiency against ranks, one
+line per strategy and model), OUT/breakdown.png (each cell's modelled step:
+compute, exposed communication, pipeline bubble) and OUT/memory.png (each
+cell's model-state memory and largest resident memory per rank). Cells
+that failed are left out.
+"""
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _float(row, key):
+    try:
+        return float(row[key])
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def efficiency(rows, out):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    lines = {}
+    for r in rows:
+        lines.setdefault((r["strategy"], r["model"]), []).append(
+            (int(r["world"]), _float(r, "scaling_efficiency")))
+    for (strategy, model), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                label=f"{strategy} / {model}")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("scaling efficiency (modelled tokens/s per device)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "efficiency.png"), dpi=100)
+    plt.close(fig)
+
+
+def breakdown(rows, out):
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows)), 4))
+    names = [r["cell"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, label in (("compute_us", "compute"), ("exposed_comm_us", "exposed communication"),
+                       ("bubble_us", "pipeline bubble")):
+        values = [_float(r, key) for r in rows]
+        ax.bar(names, values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("modelled step time (us)")
+    ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "breakdown.png"), dpi=100)
+    plt.close(fig)
+
+
+def memory(rows, out):
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows)), 4))
+    names = [r["cell"] for r in rows]
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [_float(r, "model_state_mib") for r in rows], width=0.4,
+           label="model-state memory (device, MiB)")
+    ax2 = ax.twinx()
+    ax2.bar([i + 0.2 for i in x], [_float(r, "max_rss_mib") for r in rows], width=0.4,
+            color="tab:orange", label="max resident memory (host process, MiB)")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, rotation=90, fontsize=6)
+    ax.set_ylabel("model-state MiB per rank")
+    ax2.set_ylabel("max RSS MiB per rank")
+    fig.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "memory.png"), dpi=100)
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit(__doc__)
+    with open(argv[1]) as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "completed"]
+    if not rows:
+        return 0
+    for plot in (efficiency, breakdown, memory):
+        plot(rows, argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,94 @@
+"""A real two-node job on one machine: two network namespaces joined by a
+veth pair, one neuronrun agent in each, the GPT example across both (the
+nodes' collectives over TCP through the veth, hierarchical). Then a node's
+agent is killed mid-run: the other node's job ends with a summary naming
+it. Skipped, with the reason, where the machine forbids namespaces (needs
+root and iproute2)."""
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+NEURONRUN = os.environ["NEURONRUN"]
+EXAMPLE = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/04_train_gpt.py")
+
+
+def _sh(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_nodes():
+    """Two namespaces with 10.77.X.1 and 10.77.X.2 on a veth pair."""
+    tag = uuid.uuid4().hex[:6]
+    ns = [f"tn{i}-{tag}" for i in range(2)]
+    veth = [f"vt{i}-{tag}" for i in range(2)]
+    subnet = 100 + int(tag[:2], 16) % 100
+    probe = _sh("ip", "netns", "add", ns[0])
+    if probe.returncode != 0:
+        pytest.skip(f"network namespaces are not available here: {probe.stderr.strip()}")
+    try:
+        steps = [("ip", "netns", "add", ns[1]),
+                 ("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1])]
+        for i in range(2):
+            steps += [("ip", "link", "set", veth[i], "netns", ns[i]),
+                      ("ip", "-n", ns[i], "addr", "add", f"10.77.{subnet}.{i + 1}/24", "dev",
+                       veth[i]),
+                      ("ip", "-n", ns[i], "link", "set", veth[i], "up"),
+                      ("ip", "-n", ns[i], "link", "set", "lo", "up")]
+        for step in steps:
+            r = _sh(*step)
+            if r.returncode != 0:
+                pytest.skip(f"cannot set up the namespaces ({' '.join(step)}): {r.stderr.strip()}")
+        yield ns, [f"10.77.{subnet}.{i + 1}" for i in range(2)]
+    finally:
+        for n in ns:
+            _sh("ip", "netns", "del", n)
+
+
+def _agents(ns, addresses, steps, port=29611):
+    env = dict(os.environ, NEURON_RDZV_SECRET=uuid.uuid4().hex)
+    procs = []
+    for node in range(2):
+        cmd = ["ip", "netns", "exec", ns[node], NEURONRUN, "--nnodes", "2", "--node-rank",
+               str(node), "--rdzv-endpoint", f"{addresses[0]}:{port}", "-n", "2", EXAMPLE,
+               "--steps", str(steps), "--batch", "2", "--seq", "16", "--dim", "32",
+               "--layers", "2", "--vocab", "64"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, start_new_session=True))
+    return procs
+
+
+def test_a_job_across_two_network_namespaces_trains(two_nodes):
+    ns, addresses = two_nodes
+    procs = _agents(ns, addresses, steps=3)
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    losses = re.findall(r"\[rank 0\]: step \d: loss (\d+\.\d+)", outs[0][0])
+    assert len(losses) == 3, outs[0]
+    assert "tp=1 x dp=4 x pp=1 (4 ranks)" in outs[0][0], outs[0][0]
+
+
+def test_a_killed_node_ends_the_job_on_the_other_naming_it(two_nodes):
+    ns, addresses = two_nodes
+    procs = _agents(ns, addresses, steps=100000, port=29613)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while time.monotonic() < deadline and "step 1:" not in seen:
+        line = procs[0].stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "step 1:" in seen, seen
+    os.killpg(procs[1].pid, signal.SIGKILL)  # node 1's agent and its ranks
+    start = time.monotonic()
+    out, err = procs[0].communicate(timeout=120)
+    procs[1].communicate(timeout=30)
+    assert procs[0].returncode != 0
+    assert time.monotonic() - start < 90
+    assert re.search(r"node 1", err), err[-2000:]
