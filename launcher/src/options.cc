@@ -173,6 +173,7 @@ bool IsPythonScript(const std::string& program) {
 
 std::string HelpText() {
   return R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
+       neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
        neuronrun --help
 
 Starts the ranks of a distributed job on this node, gives each the
