@@ -195,5 +195,51 @@ TEST(ProcessGroupNeuron, TensorFormsOfReductionsMatchTheReference) {
   });
 }
 
+TEST(ProcessGroupNeuron, PreMulSumScalesEveryInputByItsFactorThenSums) {
+  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
+    auto input = [](int r) { return at::linspace(-1, 2, 12) * (r + 1) + r; };
+    // Reference: the inputs times the factor, summed in rank order.
+    auto want = [&](double factor) {
+      at::Tensor sum = input(0) * factor;
+      for (int r = 1; r < 3; ++r) sum = sum + input(r) * factor;
+      return sum;
+    };
+    for (const auto& op : {::c10d::makeNCCLPreMulSum<double>(0.25),
+                           ::c10d::makeNCCLPreMulSum<std::vector<at::Tensor>>(
+                               {at::scalar_tensor(0.25)})}) {
+      std::vector<at::Tensor> t{input(rank)};
+      ::c10d::AllreduceOptions ao;
+      ao.reduceOp = op;
+      pg.allreduce(t, ao)->wait();
+      EXPECT_TRUE(at::equal(t[0], want(0.25))) << "allreduce on rank " << rank;
+
+      std::vector<at::Tensor> r{input(rank)};
+      ::c10d::ReduceOptions ro;
+      ro.reduceOp = op;
+      ro.rootRank = 1;
+      pg.reduce(r, ro)->wait();
+      EXPECT_TRUE(at::equal(r[0], rank == 1 ? want(0.25) : input(rank))) << "reduce";
+
+      at::Tensor in = input(rank), out = at::empty({4});
+      ::c10d::ReduceScatterOptions so;
+      so.reduceOp = op;
+      pg._reduce_scatter_base(out, in, so)->wait();
+      EXPECT_TRUE(at::equal(out, want(0.25).narrow(0, 4 * rank, 4))) << "reduce-scatter";
+      EXPECT_TRUE(at::equal(in, input(rank))) << "the input is left as it was";
+    }
+    std::vector<at::Tensor> ints{at::ones({3}, at::kInt)};
+    ::c10d::AllreduceOptions ao;
+    ao.reduceOp = ::c10d::makeNCCLPreMulSum<double>(2.0);
+    try {
+      pg.allreduce(ints, ao);
+      ADD_FAILURE() << "an integer PREMUL_SUM was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("PREMUL_SUM multiplies by a factor: it needs a "
+                                           "floating-point dtype, got Int"),
+                std::string::npos) << e.what();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace neuron::c10d

@@ -107,9 +107,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce(
     CheckSingle(tensors, "allreduce");
     const auto op = ToReduceOp(opts.reduceOp, "allreduce");
     const DataType dtype = ReduceType(tensors[0], op, "allreduce");
+    const auto factor = PreMulFactor(opts.reduceOp, tensors[0].scalar_type(), "allreduce");
     Output io(tensors[0]);
     const std::size_t count = Count(tensors[0]);
-    auto body = [io, dtype, op, count](Communicator& c) {
+    const auto type = tensors[0].scalar_type();
+    auto body = [io, dtype, op, count, factor, type](Communicator& c) {
+      if (factor) Scale(io.data(), count, type, *factor);
       c.AllReduce({io.data(), count, dtype, op});
       io.CopyBack();
     };
@@ -126,9 +129,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     CheckSameType(tensors, tensors[0].scalar_type(), name);
     const auto op = ToReduceOp(opts.reduceOp, name);
     const DataType dtype = ReduceType(tensors[0], op, name);
+    const auto factor = PreMulFactor(opts.reduceOp, tensors[0].scalar_type(), name);
     at::Tensor packed = PackBytes(tensors);
     const std::size_t count = Bytes(packed) / tensors[0].element_size();
-    auto body = [packed, tensors, dtype, op, count](Communicator& c) {
+    const auto type = tensors[0].scalar_type();
+    auto body = [packed, tensors, dtype, op, count, factor, type](Communicator& c) {
+      if (factor) Scale(packed.data_ptr(), count, type, *factor);
       c.AllReduce({packed.data_ptr(), count, dtype, op});
       UnpackBytes(packed, 0, tensors);
     };
@@ -144,11 +150,23 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce(
     CheckRootTensor(opts.rootTensor, "reduce");
     const auto op = ToReduceOp(opts.reduceOp, "reduce");
     const DataType dtype = ReduceType(tensors[0], op, "reduce");
+    const auto factor = PreMulFactor(opts.reduceOp, tensors[0].scalar_type(), "reduce");
     Output io(tensors[0]);
     const int root = static_cast<int>(opts.rootRank);
     const std::size_t count = Count(tensors[0]);
     const bool is_root = root == rank_;
-    auto body = [io, dtype, op, root, count, is_root](Communicator& c) {
+    const auto type = tensors[0].scalar_type();
+    // PREMUL_SUM scales a copy (the other ranks' tensors keep their values).
+    const at::Tensor scaled = factor ? tensors[0].contiguous().clone() : at::Tensor();
+    const at::Tensor target = tensors[0];
+    auto body = [io, dtype, op, root, count, is_root, factor, type, scaled,
+                 target](Communicator& c) {
+      if (factor) {
+        Scale(scaled.data_ptr(), count, type, *factor);
+        c.Reduce({scaled.data_ptr(), count, dtype, op, root});
+        if (is_root) const_cast<at::Tensor&>(target).copy_(scaled.view(target.sizes()));
+        return;
+      }
       c.Reduce({io.data(), count, dtype, op, root});
       if (is_root) io.CopyBack();
     };
@@ -324,10 +342,15 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce_scatter(
     NEURON_CHECK(counts[rank_] == Count(outputs[0]), name,
                  ": this rank's input tensor has ", counts[rank_],
                  " elements but its output has ", Count(outputs[0]));
+    const auto factor = PreMulFactor(opts.reduceOp, outputs[0].scalar_type(), name);
     at::Tensor packed = PackBytes(inputs[0]);
     Output out(outputs[0]);
     const bool equal = AllEqual(counts);
-    auto body = [packed, out, dtype, op, counts, equal](Communicator& c) {
+    const auto type = outputs[0].scalar_type();
+    std::size_t total = 0;
+    for (auto n : counts) total += n;
+    auto body = [packed, out, dtype, op, counts, equal, factor, type, total](Communicator& c) {
+      if (factor) Scale(packed.data_ptr(), total, type, *factor);  // a copy: inputs stay
       collectives::ReduceScatterOptions o{packed.data_ptr(), out.data(), counts[0], dtype,
                                           op};
       if (!equal) o.counts = counts;
@@ -348,10 +371,15 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
                  Count(input), " elements; expected ", size_, " x ", Count(output));
     const auto op = ToReduceOp(opts.reduceOp, name);
     const DataType dtype = ReduceType(input, op, name);
-    const at::Tensor in = input.contiguous();
+    const auto factor = PreMulFactor(opts.reduceOp, input.scalar_type(), name);
+    // PREMUL_SUM scales a copy: the caller's input stays as it was.
+    const at::Tensor in = factor ? input.contiguous().clone() : input.contiguous();
     Output out(output);
     const std::size_t count = Count(output);
-    auto body = [in, out, dtype, op, count](Communicator& c) {
+    const auto type = input.scalar_type();
+    const std::size_t total = Count(input);
+    auto body = [in, out, dtype, op, count, factor, type, total](Communicator& c) {
+      if (factor) Scale(in.data_ptr(), total, type, *factor);
       c.ReduceScatter({in.data_ptr(), out.data(), count, dtype, op});
       out.CopyBack();
     };

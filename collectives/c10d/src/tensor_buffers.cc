@@ -64,6 +64,7 @@ void CheckSameType(const std::vector<at::Tensor>& tensors, at::ScalarType type,
 ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op) {
   switch (reduce_op.op_) {
     case ::c10d::ReduceOp::SUM:
+    case ::c10d::ReduceOp::PREMUL_SUM:
       return ReduceOp::kSum;
     case ::c10d::ReduceOp::AVG:
       return ReduceOp::kAvg;
@@ -81,8 +82,28 @@ ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op) {
       return ReduceOp::kBxor;
     default:
       throw InvalidUsage(StrCat(op, ": reduce op ", static_cast<int>(reduce_op.op_),
-                                " (PREMUL_SUM) is not supported by the neuron backend"));
+                                " is not supported by the neuron backend"));
   }
+}
+
+std::optional<double> PreMulFactor(const ::c10d::ReduceOp& reduce_op, at::ScalarType dtype,
+                                   const char* op) {
+  if (reduce_op.op_ != ::c10d::ReduceOp::PREMUL_SUM) return std::nullopt;
+  NEURON_CHECK(at::isFloatingType(dtype), op, ": PREMUL_SUM multiplies by a factor: it needs a "
+               "floating-point dtype, got ", c10::toString(dtype));
+  const auto* s = dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(
+      reduce_op.supplement_.get());
+  NEURON_CHECK(s != nullptr, op, ": PREMUL_SUM without its factor (make it with "
+               "torch.distributed._make_nccl_premul_sum)");
+  if (s->tensor_factors.empty()) return s->double_factor;
+  NEURON_CHECK(s->tensor_factors.size() == 1 && s->tensor_factors[0].numel() == 1, op,
+               ": PREMUL_SUM's factor must be one number or one one-element tensor");
+  return s->tensor_factors[0].item<double>();
+}
+
+void Scale(void* data, std::size_t count, at::ScalarType dtype, double factor) {
+  at::from_blob(data, {static_cast<std::int64_t>(count)}, at::TensorOptions(dtype))
+      .mul_(factor);
 }
 
 DataType ReduceType(const at::Tensor& tensor, ReduceOp reduce_op, const char* op) {

@@ -30,8 +30,16 @@ void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op);
 void CheckSameType(const std::vector<at::Tensor>& tensors, at::ScalarType type,
                    const char* op);
 
-// The reduce op (PREMUL_SUM and others throw, naming `op`).
+// The reduce op; PREMUL_SUM is a SUM of the inputs multiplied by
+// PreMulFactor first.
 collectives::ReduceOp ToReduceOp(const ::c10d::ReduceOp& reduce_op, const char* op);
+// PREMUL_SUM's factor (dist._make_nccl_premul_sum: a number, or a one-element
+// tensor), nullopt for other ops. InvalidUsage naming `op` for a factor that
+// is missing or not one element, or a `dtype` that is not floating point.
+std::optional<double> PreMulFactor(const ::c10d::ReduceOp& reduce_op, at::ScalarType dtype,
+                                   const char* op);
+// Multiplies `count` elements of `dtype` at `data` by `factor` in place.
+void Scale(void* data, std::size_t count, at::ScalarType dtype, double factor);
 // The element type of a reduction over `tensor`; throws InvalidUsage naming
 // the op, dtype and reduce op when the pair cannot be reduced.
 collectives::DataType ReduceType(const at::Tensor& tensor,
