@@ -189,8 +189,24 @@ Communicator::Header Communicator::NewHeader(OpCode op, DataType dtype, std::uin
   return h;
 }
 
+namespace {
+// ScopedOpTimeout's override on this thread; negative: none.
+thread_local std::chrono::milliseconds t_op_timeout{-1};
+}  // namespace
+
+ScopedOpTimeout::ScopedOpTimeout(std::chrono::milliseconds timeout)
+    : previous_(t_op_timeout) {
+  t_op_timeout = timeout;
+}
+
+ScopedOpTimeout::~ScopedOpTimeout() { t_op_timeout = previous_; }
+
+std::chrono::milliseconds ScopedOpTimeout::Current(std::chrono::milliseconds fallback) {
+  return t_op_timeout.count() >= 0 ? t_op_timeout : fallback;
+}
+
 transport::Deadline Communicator::NewDeadline() const {
-  return transport::Deadline::After(options_.timeout);
+  return transport::Deadline::After(ScopedOpTimeout::Current(options_.timeout));
 }
 
 // Called once or twice per operation, so built with appends rather than

@@ -167,5 +167,24 @@ TEST(ProcessGroupNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
       1500ms);
 }
 
+TEST(ProcessGroupNeuron, APerCallTimeoutBoundsThatOperationOnly) {
+  RunGroup(
+      2,
+      [](ProcessGroupNeuron& pg, int rank) {
+        if (rank == 1) return;  // never arrives
+        std::vector<at::Tensor> t = {at::ones({4})};
+        ::c10d::AllreduceOptions opts;
+        opts.timeout = 300ms;
+        const auto start = std::chrono::steady_clock::now();
+        const std::string m = ErrorOf(pg.allreduce(t, opts));
+        const auto took = std::chrono::steady_clock::now() - start;
+        EXPECT_NE(m.find("allreduce #0"), std::string::npos) << m;
+        EXPECT_NE(m.find("timed out"), std::string::npos) << m;
+        // The group's own timeout is a minute: the call's 300 ms applied.
+        EXPECT_LT(took, 10s) << m;
+      },
+      60s);
+}
+
 }  // namespace
 }  // namespace neuron::c10d

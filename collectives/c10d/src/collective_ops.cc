@@ -97,7 +97,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::broadcast(
       c.Broadcast({io.data(), count, m.dtype, root});
       io.CopyBack();
     };
-    return Enqueue(::c10d::OpType::BROADCAST, "broadcast", std::move(body), tensors);
+    return Enqueue(::c10d::OpType::BROADCAST, "broadcast", std::move(body), tensors,
+                   opts.timeout);
   });
 }
 
@@ -116,7 +117,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce(
       c.AllReduce({io.data(), count, dtype, op});
       io.CopyBack();
     };
-    return Enqueue(::c10d::OpType::ALLREDUCE, "allreduce", std::move(body), tensors);
+    return Enqueue(::c10d::OpType::ALLREDUCE, "allreduce", std::move(body), tensors,
+                   opts.timeout);
   });
 }
 
@@ -138,7 +140,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
       c.AllReduce({packed.data_ptr(), count, dtype, op});
       UnpackBytes(packed, 0, tensors);
     };
-    return Enqueue(::c10d::OpType::ALLREDUCE_COALESCED, name, std::move(body), tensors);
+    return Enqueue(::c10d::OpType::ALLREDUCE_COALESCED, name, std::move(body), tensors,
+                   opts.timeout);
   });
 }
 
@@ -170,12 +173,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce(
       c.Reduce({io.data(), count, dtype, op, root});
       if (is_root) io.CopyBack();
     };
-    return Enqueue(::c10d::OpType::REDUCE, "reduce", std::move(body), tensors);
+    return Enqueue(::c10d::OpType::REDUCE, "reduce", std::move(body), tensors, opts.timeout);
   });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather(
-    TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions&) {
+    TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return Checked("allgather", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather";
     CheckSingle(inputs, name);
@@ -201,12 +204,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather(
       }
       UnpackBytes(packed, 0, list);
     };
-    return Enqueue(::c10d::OpType::ALLGATHER, name, std::move(body), outputs[0]);
+    return Enqueue(::c10d::OpType::ALLGATHER, name, std::move(body), outputs[0], opts.timeout);
   });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const ::c10d::AllgatherOptions&) {
+    at::Tensor& output, at::Tensor& input, const ::c10d::AllgatherOptions& opts) {
   return Checked("_allgather_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "_allgather_base";
     CheckCpuTensors({output, input}, name);
@@ -221,12 +224,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_allgather_base(
       c.AllGather({in.data_ptr(), out.data(), count, m.dtype});
       out.CopyBack();
     };
-    return Enqueue(::c10d::OpType::_ALLGATHER_BASE, name, std::move(body), {output});
+    return Enqueue(::c10d::OpType::_ALLGATHER_BASE, name, std::move(body), {output},
+                   opts.timeout);
   });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
-    TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions&) {
+    TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return Checked("allgather_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather_coalesced";
     CheckCpuTensors(inputs, name);
@@ -255,7 +259,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     };
     Tensors all;
     for (const auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
-    return Enqueue(::c10d::OpType::ALLGATHER_COALESCED, name, std::move(body), all);
+    return Enqueue(::c10d::OpType::ALLGATHER_COALESCED, name, std::move(body), all,
+                   opts.timeout);
   });
 }
 
@@ -290,7 +295,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::gather(
       c.Gather({input.data_ptr(), packed.data_ptr(), count, m.dtype, root});
       UnpackBytes(packed, 0, list);
     };
-    return Enqueue(::c10d::OpType::GATHER, name, std::move(body), list);
+    return Enqueue(::c10d::OpType::GATHER, name, std::move(body), list, opts.timeout);
   });
 }
 
@@ -324,7 +329,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::scatter(
       c.Scatter({packed.data_ptr(), out.data(), count, m.dtype, root});
       out.CopyBack();
     };
-    return Enqueue(::c10d::OpType::SCATTER, name, std::move(body), outputs);
+    return Enqueue(::c10d::OpType::SCATTER, name, std::move(body), outputs, opts.timeout);
   });
 }
 
@@ -357,7 +362,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce_scatter(
       c.ReduceScatter(o);
       out.CopyBack();
     };
-    return Enqueue(::c10d::OpType::REDUCE_SCATTER, name, std::move(body), outputs);
+    return Enqueue(::c10d::OpType::REDUCE_SCATTER, name, std::move(body), outputs,
+                   opts.timeout);
   });
 }
 
@@ -383,13 +389,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
       c.ReduceScatter({in.data_ptr(), out.data(), count, dtype, op});
       out.CopyBack();
     };
-    return Enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, name, std::move(body), {output});
+    return Enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, name, std::move(body), {output},
+                   opts.timeout);
   });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const ::c10d::AllToAllOptions&) {
+    std::vector<int64_t>& input_split_sizes, const ::c10d::AllToAllOptions& opts) {
   return Checked("alltoall_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "alltoall_base";
     CheckCpuTensors({output, input}, name);
@@ -411,12 +418,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall_base(
       c.AllToAll(o);
       out.CopyBack();
     };
-    return Enqueue(::c10d::OpType::ALLTOALL_BASE, name, std::move(body), {output});
+    return Enqueue(::c10d::OpType::ALLTOALL_BASE, name, std::move(body), {output},
+                   opts.timeout);
   });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall(
-    Tensors& outputs, Tensors& inputs, const ::c10d::AllToAllOptions&) {
+    Tensors& outputs, Tensors& inputs, const ::c10d::AllToAllOptions& opts) {
   return Checked("alltoall", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "alltoall";
     NEURON_CHECK(!inputs.empty(), name, ": no input tensors");
@@ -434,7 +442,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall(
       c.AllToAll(o);
       UnpackBytes(packed_out, 0, outputs);
     };
-    return Enqueue(::c10d::OpType::ALLTOALL, name, std::move(body), outputs);
+    return Enqueue(::c10d::OpType::ALLTOALL, name, std::move(body), outputs, opts.timeout);
   });
 }
 

@@ -79,14 +79,16 @@ std::string ProcessGroupNeuron::Context(const char* name, std::uint64_t sequence
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
     ::c10d::OpType type, const char* name, Body body, Tensors outputs,
-    bool point_to_point, std::shared_ptr<int> source_rank) {
+    std::chrono::milliseconds timeout, bool point_to_point, std::shared_ptr<int> source_rank) {
   const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
                                               std::move(source_rank));
   // The context of an error is formatted only when there is one.
-  auto wrapped = [body = std::move(body), prefix = prefix_, name,
-                  sequence](Communicator& c) {
+  if (timeout == ::c10d::kUnsetTimeout) timeout = options_.timeout;
+  auto wrapped = [body = std::move(body), prefix = prefix_, name, sequence,
+                  timeout](Communicator& c) {
     try {
+      const collectives::ScopedOpTimeout scope(timeout);
       body(c);
     } catch (...) {
       RethrowWithContext(StrCat(*prefix, name, " #", sequence));
@@ -127,7 +129,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int 
           c.Send(dst_rank, input.data_ptr(), Bytes(input),
                  static_cast<std::uint64_t>(tag));
         };
-        return Enqueue(::c10d::OpType::SEND, "send", std::move(body), {}, true);
+        return Enqueue(::c10d::OpType::SEND, "send", std::move(body), {},
+                       ::c10d::kUnsetTimeout, true);
       },
       true);
 }
@@ -165,16 +168,16 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Receive(Tensors& tensors,
   };
   const auto type = src_rank == Communicator::kAnySource ? ::c10d::OpType::RECVANYSOURCE
                                                          : ::c10d::OpType::RECV;
-  return Enqueue(type, "recv", std::move(body), tensors, true, source);
+  return Enqueue(type, "recv", std::move(body), tensors, ::c10d::kUnsetTimeout, true, source);
 }
 
 // --- barriers -----------------------------------------------------------------
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(
-    const ::c10d::BarrierOptions&) {
+    const ::c10d::BarrierOptions& opts) {
   return Checked("barrier", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     return Enqueue(::c10d::OpType::BARRIER, "barrier",
-                   [](Communicator& c) { c.Barrier(); }, {});
+                   [](Communicator& c) { c.Barrier(); }, {}, opts.timeout);
   });
 }
 

@@ -101,6 +101,21 @@ struct CommunicatorOptions {
   std::size_t max_records = 100000;
 };
 
+// Overrides CommunicatorOptions::timeout for the operations this thread
+// runs while it exists (a c10d call's per-operation timeout); nests.
+class ScopedOpTimeout {
+ public:
+  explicit ScopedOpTimeout(std::chrono::milliseconds timeout);
+  ~ScopedOpTimeout();
+  ScopedOpTimeout(const ScopedOpTimeout&) = delete;
+  ScopedOpTimeout& operator=(const ScopedOpTimeout&) = delete;
+  // The override in effect on this thread, or `fallback`.
+  static std::chrono::milliseconds Current(std::chrono::milliseconds fallback);
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
 struct AllReduceOptions {
   void* data = nullptr;  // in place
   std::size_t count = 0;

@@ -139,10 +139,10 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
     }
   }
   // Queues `body` on the collectives (or point-to-point) lane; the returned
-  // work completes with `outputs` once it ran. `finish` (may be empty) runs
-  // on the progress thread after `body`: copies out of staging buffers.
+  // work completes with `outputs` once it ran. `timeout` (the c10d call's
+  // options; kUnsetTimeout: the group's) bounds every wait of the operation.
   Ptr<Work> Enqueue(::c10d::OpType type, const char* name, Body body, Tensors outputs,
-                    bool point_to_point = false,
+                    std::chrono::milliseconds timeout, bool point_to_point = false,
                     std::shared_ptr<int> source_rank = nullptr);
   // The context of an error: "neuron rank R (group G, size S): <op> #<seq>".
   std::string Context(const char* name, std::uint64_t sequence) const;
