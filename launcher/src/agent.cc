@@ -1,5 +1,6 @@
 #include "agent.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +134,22 @@ int Agent::Run() {
   }
 }
 
+int Agent::CpuFor(std::uint32_t local) const {
+  const std::string& bind = config_.options.bind_to;
+  if (bind == "none") return -1;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.empty()) return -1;
+  // auto: as Open MPI, pin only when every rank can have a CPU of its own.
+  if (bind == "auto" && config_.options.nproc_per_node > cpus.size()) return -1;
+  return cpus[local % cpus.size()];
+}
+
 std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
                                             const World& world) const {
   const auto& o = config_.options;
@@ -163,6 +180,7 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
     launch.spawn.path = config_.program_path;
     launch.spawn.argv = config_.program_argv;
     launch.spawn.env = ToEnvp(RankEnvironment(base, id));
+    launch.spawn.cpu = CpuFor(local);
     launches.push_back(std::move(launch));
   }
   return launches;

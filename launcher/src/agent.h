@@ -63,6 +63,8 @@ class Agent {
   void AgreeOnRunId();
   Result RunAttempt(std::uint32_t round, const World& world, Attempt& attempt);
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
+  // The CPU local rank `local` is pinned to (--bind-to), or -1.
+  int CpuFor(std::uint32_t local) const;
   void WaitSignals(Attempt& attempt);
   void OnSignal(Attempt& attempt, int sig);
   void OnRankExit(Attempt& attempt, const RankExit& exit);

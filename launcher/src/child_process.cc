@@ -1,6 +1,7 @@
 #include "child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -43,8 +44,14 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecChild(pid_t parent, const Pipe& out, const Pipe& err,
                             const Pipe& status, const char* path, char** argv,
-                            char** envp) {
+                            char** envp, int cpu) {
   ::setpgid(0, 0);
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ::sched_setaffinity(0, sizeof(set), &set);
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // parent died before prctl
   // Signals are blocked since before fork: reset the parent's handlers
@@ -113,7 +120,7 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ExecChild(parent, out, err, status, request.path.c_str(), argv.data(),
-              envp.data());
+              envp.data(), request.cpu);
   }
   const int fork_errno = errno;
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);

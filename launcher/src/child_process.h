@@ -14,6 +14,7 @@ struct SpawnRequest {
   std::string path;               // absolute or relative path to execute
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value" entries, the whole environment
+  int cpu = -1;                   // >= 0: the child runs on this CPU only
 };
 
 struct SpawnedChild {

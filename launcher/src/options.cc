@@ -95,6 +95,11 @@ const std::map<std::string, Setter>& ValueOptions() {
     m["--python"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
       o.python = v;
     };
+    m["--bind-to"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+      NEURON_CHECK(v == "core" || v == "none" || v == "auto", f,
+                   " expects core, none or auto, got '", v, "'");
+      o.bind_to = v;
+    };
     m["--grace-period"] = [](const std::string& f, const std::string& v,
                              LaunchOptions& o) {
       o.grace_period = std::chrono::milliseconds(
@@ -206,6 +211,9 @@ Fault handling:
                            failure (TORCHELASTIC_RESTART_COUNT counts them)
   --grace-period SECONDS   time between SIGTERM and SIGKILL when stopping
                            ranks (default 5)
+  --bind-to core|none|auto pin each rank to one of this node's CPUs (rank i
+                           to the i-th allowed CPU, modulo) or not; auto
+                           (default): core when the ranks fit the CPUs
 
 Output:
   --log-dir DIR            write each rank's output to

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -69,6 +70,40 @@ TEST(Neuronrun, EveryRankGetsTheLauncherContract) {
   }
   // The secret is the ranks' to use; neuronrun itself never prints it.
   EXPECT_EQ(job.Stderr().find(ranks.at(0).at("NEURON_JOB_SECRET")), std::string::npos);
+}
+
+// --bind-to: ranks pinned to one CPU each (auto: when they fit the CPUs).
+TEST(Neuronrun, RanksArePinnedToCpusWhenTheyFitOrWhenAsked) {
+  auto allowed = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+    LauncherProcess job(args);
+    EXPECT_EQ(job.Wait(), 0) << job.Stderr();
+    std::map<std::string, std::string> by_rank;
+    std::istringstream in(job.Stdout());
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto colon = line.find("]:");
+      const auto tab = line.rfind('\t');
+      if (colon != std::string::npos && tab != std::string::npos) {
+        by_rank[line.substr(0, colon + 1)] = line.substr(tab + 1);
+      }
+    }
+    return by_rank;
+  };
+  const unsigned cpus = std::thread::hardware_concurrency();
+  const auto pinned = allowed({"-n", "2", "--bind-to", "core"});
+  ASSERT_EQ(pinned.size(), 2u);
+  for (const auto& [rank, list] : pinned) {
+    EXPECT_EQ(list.find_first_of(",-"), std::string::npos) << rank << " runs on " << list;
+  }
+  if (cpus >= 2) EXPECT_NE(pinned.at("[rank 0]"), pinned.at("[rank 1]"));
+  const auto free = allowed({"-n", std::to_string(cpus + 1), "--bind-to", "auto"});
+  for (const auto& [rank, list] : free) {
+    if (cpus > 1) EXPECT_NE(list.find_first_of(",-"), std::string::npos) << rank << ": " << list;
+  }
+  for (const auto& [rank, list] : allowed({"-n", "1", "--bind-to", "none"})) {
+    if (cpus > 1) EXPECT_NE(list.find_first_of(",-"), std::string::npos) << rank << ": " << list;
+  }
 }
 
 TEST(Neuronrun, UserSettingsAndTopologyPlacement) {

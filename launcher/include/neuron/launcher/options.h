@@ -32,6 +32,10 @@ struct LaunchOptions {
   std::string run_id;                    // empty: random
   std::string python;                    // empty: NEURON_PYTHON or default
   std::chrono::milliseconds grace_period{5000};
+  // Rank placement on this node's CPUs: "core" (rank i on the i-th allowed
+  // CPU, modulo), "none", or "auto": core when the ranks fit the CPUs (as
+  // Open MPI binds small jobs), else none.
+  std::string bind_to = "auto";
   bool help = false;
 
   std::string program;                   // SCRIPT.py or EXECUTABLE
