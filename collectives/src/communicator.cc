@@ -512,14 +512,21 @@ void Communicator::BuildHierarchy(const std::vector<std::string>& hosts) {
     ++count[host_of[r]];
   }
   if (*std::max_element(count.begin(), count.end()) < 2) return;
+  host_of_ = host_of;
+  host_ranks_.assign(distinct.size(), {});
+  for (int r = 0; r < size_; ++r) host_ranks_[host_of[r]].push_back(r);
   const bool leader = std::find(host_of.begin(), host_of.end(), host_of[rank_]) -
                           host_of.begin() == rank_;
   // The levels keep clocks of their own: the fabric model accounts the
   // whole operation on this communicator's clock.
   CommunicatorOptions level = options_;
   level.clock = std::make_shared<runtime::SimClock>();
-  local_ = Split(host_of[rank_], rank_, level);
-  leaders_ = Split(leader ? 0 : kNoColor, host_of[rank_], level);
+  // Both splits run flat (their allgathers must not take the hierarchy
+  // that is being built).
+  auto local = Split(host_of[rank_], rank_, level);
+  auto leaders = Split(leader ? 0 : kNoColor, host_of[rank_], level);
+  local_ = std::move(local);
+  leaders_ = std::move(leaders);
   ResetStats();  // the splits' own allgathers are not the caller's
 }
 
@@ -538,6 +545,48 @@ void Communicator::HierarchicalAllReduce(void* data, std::size_t count, DataType
     if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
   }
   local_->Broadcast({data, count, dtype, 0});
+}
+
+// Hierarchical broadcast: within the root's host from the root (shared
+// memory), among the hosts' leaders from the root's host's (TCP, once per
+// host rather than once per rank), then within every other host from its
+// leader.
+void Communicator::HierarchicalBroadcast(void* data, std::size_t count, DataType dtype,
+                                         int root) {
+  const int root_host = host_of_[root], my_host = host_of_[rank_];
+  const auto& local = host_ranks_[root_host];
+  if (my_host == root_host) {
+    const int local_root = static_cast<int>(std::find(local.begin(), local.end(), root) -
+                                            local.begin());
+    local_->Broadcast({data, count, dtype, local_root});
+  }
+  if (leaders_ != nullptr) leaders_->Broadcast({data, count, dtype, root_host});
+  if (my_host != root_host) local_->Broadcast({data, count, dtype, 0});
+}
+
+// Hierarchical allgather: within each host (shared memory), then the hosts'
+// blocks among the leaders (TCP), then the whole from each leader within its
+// host; the blocks are put in rank order at the end (hosts need not hold
+// consecutive ranks).
+void Communicator::HierarchicalAllGather(char* out, const void* in, std::size_t count,
+                                         DataType dtype) {
+  const std::size_t block = count * ElementSize(dtype);
+  const auto& mine = host_ranks_[host_of_[rank_]];
+  std::vector<char> host(mine.size() * block), all(size_ * block);
+  local_->AllGather({in, host.data(), count, dtype});
+  if (leaders_ != nullptr) {
+    std::vector<std::size_t> counts;
+    for (const auto& ranks : host_ranks_) counts.push_back(ranks.size() * count);
+    leaders_->AllGatherV({host.data(), all.data(), counts, dtype});
+  }
+  local_->Broadcast({all.data(), count * size_, dtype, 0});
+  std::size_t offset = 0;
+  for (const auto& ranks : host_ranks_) {
+    for (int r : ranks) {
+      std::memcpy(out + r * block, all.data() + offset, block);
+      offset += block;
+    }
+  }
 }
 
 std::vector<std::size_t> Communicator::EvenChunks(std::size_t count) const {
@@ -812,6 +861,10 @@ void Communicator::Broadcast(const BroadcastOptions& o) {
   const OpScope scope(*this, h, agreed);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   if (size_ == 1 || bytes == 0) return;
+  if (local_ != nullptr) {
+    HierarchicalBroadcast(o.data, o.count, o.dtype, o.root);
+    return;
+  }
   const std::string what = Describe(h);
   const int v = Mod(rank_ - o.root, size_);
   int mask = 1;
@@ -840,11 +893,21 @@ void Communicator::AllGather(const AllGatherOptions& o) {
   const std::size_t block = o.count * ElementSize(o.dtype);
   char* out = static_cast<char*>(o.output);
   if (block == 0) return;
-  const Algorithm algorithm = o.algorithm == Algorithm::kAuto
-                                  ? (block <= 4096 ? Algorithm::kBruck : Algorithm::kRing)
-                                  : o.algorithm;
-  NEURON_CHECK(algorithm == Algorithm::kRing || algorithm == Algorithm::kBruck,
+  Algorithm algorithm = o.algorithm;
+  if (algorithm == Algorithm::kAuto) {
+    algorithm = local_ != nullptr ? Algorithm::kHierarchical
+                                  : block <= 4096 ? Algorithm::kBruck : Algorithm::kRing;
+  }
+  NEURON_CHECK(algorithm == Algorithm::kRing || algorithm == Algorithm::kBruck ||
+                   algorithm == Algorithm::kHierarchical,
                "allgather: algorithm ", Name(algorithm), " does not implement it");
+  NEURON_CHECK(algorithm != Algorithm::kHierarchical || local_ != nullptr,
+               "allgather: the hierarchical algorithm needs ranks on several hosts, several "
+               "on one host at least (automatic transport)");
+  if (algorithm == Algorithm::kHierarchical) {
+    HierarchicalAllGather(out, o.input, o.count, o.dtype);
+    return;
+  }
   if (algorithm == Algorithm::kBruck && size_ > 1) {
     BruckAllGather(out, o.input, block, Describe(h));
     return;

@@ -618,6 +618,44 @@ TEST(Communicator, HierarchicalAllReduceAcrossHostsMatchesTheReference) {
 namespace neuron::collectives {
 namespace {
 
+// Broadcast and allgather across (simulated) hosts take the hierarchical
+// path, hosts holding consecutive ranks or not.
+TEST(Communicator, HierarchicalBroadcastAndAllGatherMatchTheReference) {
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1, 1}, {0, 1, 1, 2, 2, 2}};
+  for (const auto& host_of : layouts) {
+    const int size = static_cast<int>(host_of.size());
+    RunRanks(size, [&](int rank, Store& store) {
+      CommunicatorOptions options;
+      options.host = "host" + std::to_string(host_of[rank]);
+      options.tcp_address = "127.0.0.1";
+      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
+      ASSERT_TRUE(comm.hierarchical());
+      auto value = [](int r, std::size_t i) { return static_cast<std::int64_t>(r * 100000 + i); };
+      for (std::size_t count : {std::size_t{1}, std::size_t{1001}}) {
+        for (int root = 0; root < size; ++root) {
+          std::vector<std::int64_t> data(count);
+          for (std::size_t i = 0; i < count; ++i) data[i] = rank == root ? value(root, i) : -1;
+          comm.Broadcast({data.data(), count, DataType::kInt64, root});
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(data[i], value(root, i)) << "broadcast from " << root << " to " << rank;
+          }
+        }
+        std::vector<std::int64_t> mine(count), all(count * size, -1);
+        for (std::size_t i = 0; i < count; ++i) mine[i] = value(rank, i);
+        comm.AllGather({mine.data(), all.data(), count, DataType::kInt64});
+        for (int r = 0; r < size; ++r) {
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(all[r * count + i], value(r, i)) << "allgather block " << r << " on "
+                                                       << rank;
+          }
+        }
+      }
+      EXPECT_EQ(comm.records().back().op, "allgather");
+    });
+  }
+}
+
 // Uneven block sizes that differ across ranks (equal totals) are caught by
 // the header's fingerprint; with NEURON_CC_DEBUG=1 on TCP every rank sees
 // every header and names all the ranks that differ.

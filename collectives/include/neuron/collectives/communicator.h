@@ -136,7 +136,8 @@ struct AllGatherOptions {
   void* output = nullptr;       // size x count elements, rank order
   std::size_t count = 0;
   DataType dtype = DataType::kFloat32;
-  Algorithm algorithm = Algorithm::kAuto;  // kAuto: Bruck up to 4 KiB a block, ring above
+  // kAuto: hierarchical across hosts, else Bruck up to 4 KiB a block, ring above.
+  Algorithm algorithm = Algorithm::kAuto;
 };
 
 struct ReduceScatterOptions {
@@ -366,8 +367,12 @@ class Communicator {
   // keep clocks of their own: the parent accounts the whole operation.
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> leaders_;
+  std::vector<int> host_of_;                 // host index of every rank
+  std::vector<std::vector<int>> host_ranks_;  // the ranks of every host, ascending
   void BuildHierarchy(const std::vector<std::string>& hosts);
   void HierarchicalAllReduce(void* data, std::size_t count, DataType dtype, ReduceOp op);
+  void HierarchicalBroadcast(void* data, std::size_t count, DataType dtype, int root);
+  void HierarchicalAllGather(char* out, const void* in, std::size_t count, DataType dtype);
   bool buffered_sends_ = false;
 };
 
