@@ -562,6 +562,15 @@ TEST(Communicator, MissingRankTimesOutNamingIt) {
 namespace neuron::collectives {
 namespace {
 
+// Rank `rank` of a group whose rank r runs on simulated host host_of[r].
+Communicator OnHost(Store& store, int rank, const std::vector<int>& host_of) {
+  CommunicatorOptions options;
+  options.host = "host" + std::to_string(host_of[rank]);
+  options.tcp_address = "127.0.0.1";
+  return Communicator(std::shared_ptr<Store>(&store, [](Store*) {}), rank,
+                      static_cast<int>(host_of.size()), options);
+}
+
 // Ranks on several (simulated) hosts: within a host shared memory, across
 // TCP, and the hierarchical allreduce chosen by default. Layouts: ranks per
 // host, hosts in rank order.
@@ -572,10 +581,7 @@ TEST(Communicator, HierarchicalAllReduceAcrossHostsMatchesTheReference) {
     for (std::size_t h = 0; h < layout.size(); ++h) host_of.insert(host_of.end(), layout[h], h);
     const int size = static_cast<int>(host_of.size());
     RunRanks(size, [&](int rank, Store& store) {
-      CommunicatorOptions options;
-      options.host = "host" + std::to_string(host_of[rank]);
-      options.tcp_address = "127.0.0.1";
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
+      Communicator comm = OnHost(store, rank, host_of);
       EXPECT_STREQ(comm.transport_name(), "tcp");
       EXPECT_TRUE(comm.hierarchical());
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
@@ -626,10 +632,7 @@ TEST(Communicator, HierarchicalBroadcastAndAllGatherMatchTheReference) {
   for (const auto& host_of : layouts) {
     const int size = static_cast<int>(host_of.size());
     RunRanks(size, [&](int rank, Store& store) {
-      CommunicatorOptions options;
-      options.host = "host" + std::to_string(host_of[rank]);
-      options.tcp_address = "127.0.0.1";
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
+      Communicator comm = OnHost(store, rank, host_of);
       ASSERT_TRUE(comm.hierarchical());
       auto value = [](int r, std::size_t i) { return static_cast<std::int64_t>(r * 100000 + i); };
       for (std::size_t count : {std::size_t{1}, std::size_t{1001}}) {
