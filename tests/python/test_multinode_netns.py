@@ -92,3 +92,26 @@ def test_a_killed_node_ends_the_job_on_the_other_naming_it(two_nodes):
     assert procs[0].returncode != 0
     assert time.monotonic() - start < 90
     assert re.search(r"node 1", err), err[-2000:]
+
+
+def test_a_cut_link_ends_the_job_on_both_nodes(two_nodes):
+    ns, addresses = two_nodes
+    procs = _agents(ns, addresses, steps=100000, port=29615)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while time.monotonic() < deadline and "step 1:" not in seen:
+        line = procs[0].stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "step 1:" in seen, seen
+    veth = _sh("ip", "-n", ns[1], "-o", "link", "show", "type", "veth").stdout.split(":")[1]
+    _sh("ip", "-n", ns[1], "link", "set", veth.strip().split("@")[0], "down")  # the cable
+    start = time.monotonic()
+    results = [p.communicate(timeout=120) for p in procs]
+    took = time.monotonic() - start
+    assert all(p.returncode != 0 for p in procs), results
+    assert took < 60, took
+    # Node 0 names the node it lost; node 1 says it lost node 0's store.
+    assert re.search(r"node 1", results[0][1]), results[0][1][-2000:]
+    assert re.search(r"store|node 0", results[1][1]), results[1][1][-2000:]

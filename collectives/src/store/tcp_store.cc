@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 
 #include "framing.h"
+#include "keepalive.h"
 #include "neuron/collectives/store.pb.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/error.h"
@@ -90,6 +91,7 @@ void TcpStore::Connection::Connect() {
       }
       if (done && !ec) {
         socket_.set_option(tcp::no_delay(true));
+        EnableKeepAlive(socket_.native_handle());
         return;
       }
     }

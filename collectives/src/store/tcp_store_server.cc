@@ -12,6 +12,7 @@
 #include <boost/asio.hpp>
 
 #include "framing.h"
+#include "keepalive.h"
 #include "neuron/collectives/store.pb.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/collectives/store/key_value_table.h"
@@ -351,6 +352,7 @@ void TcpStoreServer::Impl::Accept() {
       return;
     }
     socket.set_option(tcp::no_delay(true));
+    EnableKeepAlive(socket.native_handle());
     std::make_shared<Session>(*this, std::move(socket))->Start();
     Accept();
   });
