@@ -213,6 +213,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
   csv << "\n";
   std::ostringstream md;
   md << "# Scaling matrix: " << spec.matrix.name() << "\n\n"
+     << "Made by `neuronrun matrix " << spec.path << " --out " << out.string() << "`. "
      << "From `" << spec.path << "`: " << spec.cells.size() << " cells, "
      << (weak ? "weak" : "strong") << " scaling (" << spec.matrix.batch() << " sequences "
      << (weak ? "per data-parallel rank" : "per step") << "), " << spec.matrix.steps()

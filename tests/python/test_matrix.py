@@ -34,6 +34,7 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     assert all(v["0"] == v["3"] for v in by_size.values()), by_size
     report = (tmp_path / "report.md").read_text()
     assert "# Scaling matrix: smoke" in report and report.count("| completed |") == 6
+    assert f"Made by `neuronrun matrix {smoke} --out {tmp_path}`" in report
     for png in ("efficiency.png", "breakdown.png", "memory.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in report
