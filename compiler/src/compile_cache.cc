@@ -18,6 +18,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::compiler {
 namespace {
@@ -215,11 +216,7 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
   runtime::proto::Executable executable = compile();
   runtime::ValidateExecutable(executable, device);
   runtime::SaveExecutable(executable, base + ".nexe");
-  {
-    std::ofstream out(base + ".key.tmp", std::ios::trunc);
-    out << KeyText(key);
-  }
-  std::filesystem::rename(base + ".key.tmp", base + ".key");
+  runtime::WriteFileAtomically(base + ".key", KeyText(key));
   return Remember(key, std::move(executable));
 }
 

@@ -18,6 +18,7 @@
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 #include "ports.h"
 
 namespace neuron::launcher {
@@ -40,12 +41,9 @@ Figures ReadFigures(const fs::path& file) {
 }
 
 void WriteFigures(const fs::path& file, const Figures& figures) {
-  const fs::path temp = file.string() + ".tmp";
-  {
-    std::ofstream out(temp);
-    for (const auto& [k, v] : figures) out << k << " = " << v << "\n";
-  }
-  fs::rename(temp, file);
+  std::string text;
+  for (const auto& [k, v] : figures) text += k + " = " + v + "\n";
+  runtime::WriteFileAtomically(file.string(), text);
 }
 
 // Starts `argv` with stdout and stderr appended to `log`; it dies with us.

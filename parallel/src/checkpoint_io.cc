@@ -2,16 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <google/protobuf/text_format.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 #include "neuron/runtime/fnv.h"
 
 namespace neuron::parallel {
@@ -44,39 +42,6 @@ at::ScalarType DtypeOf(const std::string& name, const std::string& where) {
   throw InvalidUsage(StrCat(where, ": unknown dtype '", name, "'"));
 }
 
-// temp + fsync + rename: `path` is either absent or complete.
-void WriteAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      std::remove(temp.c_str());
-      throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(e)));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(temp.c_str());
-    throw IoError(StrCat("cannot move ", temp, " to ", path, ": ", std::strerror(e)));
-  }
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) throw IoError(StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  std::stringstream all;
-  all << in.rdbuf();
-  return all.str();
-}
-
 }  // namespace
 
 FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces) {
@@ -94,13 +59,13 @@ FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece
   }
   std::string bytes(kMagic, sizeof(kMagic));
   bytes += file.SerializeAsString();
-  WriteAtomically(path, bytes);
+  runtime::WriteFileAtomically(path, bytes);
   return {bytes.size(), runtime::Fnv1a(bytes.data(), bytes.size())};
 }
 
 std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& entry) {
   const std::string path = dir + "/" + entry.name();
-  const std::string bytes = ReadAll(path);
+  const std::string bytes = runtime::ReadFile(path, "checkpoint");
   if (bytes.size() != entry.bytes() ||
       runtime::Fnv1a(bytes.data(), bytes.size()) != entry.checksum()) {
     throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " has ", bytes.size(),
@@ -139,7 +104,7 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
-  WriteAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
+  runtime::WriteFileAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
 }
 
 proto::Manifest ReadManifest(const std::string& dir) {
@@ -148,7 +113,7 @@ proto::Manifest ReadManifest(const std::string& dir) {
   NEURON_CHECK(probe.good(), "no complete checkpoint in ", dir, ": ", kManifest,
                " is missing (a save that did not finish leaves none)");
   proto::Manifest manifest;
-  NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(ReadAll(path), &manifest),
+  NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(runtime::ReadFile(path, "checkpoint"), &manifest),
                "checkpoint ", dir, ": ", kManifest, " does not parse");
   NEURON_CHECK(manifest.version() == 1, "checkpoint ", dir, ": format version ",
                manifest.version(), " is not supported (1 is)");

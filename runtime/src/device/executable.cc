@@ -1,14 +1,12 @@
 #include "neuron/runtime/device/executable.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 #include "neuron/runtime/fnv.h"
 
 namespace neuron::runtime {
@@ -101,11 +99,8 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
 }
 
 proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
-  std::ifstream in(path, std::ios::binary);
-  NEURON_CHECK(in.good(), "cannot read executable file ", path);
-  std::stringstream all;
-  all << in.rdbuf();
-  const std::string bytes = all.str();
+  NEURON_CHECK(std::ifstream(path).good(), "cannot read executable file ", path);
+  const std::string bytes = ReadFile(path, "executable");
   FileHeader h;
   NEURON_CHECK(bytes.size() >= sizeof(h), "executable ", path, ": truncated (",
                bytes.size(), " bytes, shorter than the header)");
@@ -135,22 +130,9 @@ void SaveExecutable(const proto::Executable& executable, const std::string& path
   h.version = kExecutableFormatVersion;
   h.size = payload.size();
   h.checksum = Checksum(payload);
-  const std::string temp = StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    NEURON_CHECK(out.good(), "cannot write executable file ", temp);
-    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
-    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
-    out.flush();
-    if (!out.good()) {
-      std::remove(temp.c_str());
-      throw IoError(StrCat("writing executable file ", temp, " failed"));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw IoError(StrCat("cannot move ", temp, " to ", path, ": ", std::strerror(errno)));
-  }
+  std::string bytes(reinterpret_cast<const char*>(&h), sizeof(h));
+  bytes += payload;
+  WriteFileAtomically(path, bytes);
 }
 
 }  // namespace neuron::runtime
