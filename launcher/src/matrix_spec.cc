@@ -22,9 +22,9 @@ class Locator {
   Locator(std::string path, const TextFormat::ParseInfoTree* tree)
       : path_(std::move(path)), tree_(tree) {}
 
-  // `field` of the message, or of its repeated `parent` element `index`.
-  std::string At(const google::protobuf::Message& m, const std::string& field,
-                 const std::string& parent = "", int index = -1) const {
+  // `field` of the matrix, or of its repeated `parent` element `index`.
+  std::string At(const std::string& field, const std::string& parent = "",
+                 int index = -1) const {
     const auto* descriptor = proto::ScalingMatrix::descriptor();
     const TextFormat::ParseInfoTree* tree = tree_;
     std::string name = field;
@@ -44,7 +44,6 @@ class Locator {
         }
       }
     }
-    (void)m;
     return line >= 0 ? StrCat(path_, ":", line + 1, ": ", name) : StrCat(path_, ": ", name);
   }
 
@@ -77,25 +76,23 @@ MatrixSpec LoadMatrix(const std::string& path) {
   MatrixSpec spec;
   spec.path = path;
   const std::string text = runtime::ReadTextFile(path, "scaling matrix");
-  TextFormat::Parser parser;
   TextFormat::ParseInfoTree tree;
-  parser.WriteLocationsTo(&tree);
-  // Syntax errors (unknown fields included) name the line: ParseTextProto's.
-  runtime::ParseTextProto(text, path, "scaling matrix", &spec.matrix);
-  parser.ParseFromString(text, &spec.matrix);
+  // Syntax errors (unknown fields included) name the line; `tree` keeps
+  // every field's for the checks below.
+  runtime::ParseTextProto(text, path, "scaling matrix", &spec.matrix, &tree);
   proto::ScalingMatrix& m = spec.matrix;
   const Locator at(path, &tree);
 
   if (m.script().empty()) m.set_script("examples/04_train_gpt.py");
   const fs::path script = Resolve(m.script(), path);
-  NEURON_CHECK(fs::exists(script), at.At(m, "script"), ": no trainer ", m.script(),
+  NEURON_CHECK(fs::exists(script), at.At("script"), ": no trainer ", m.script(),
                " (next to the matrix, in the current directory or in ", NEURON_SOURCE_DIR, ")");
   spec.script = script.string();
   if (m.steps() == 0) m.set_steps(3);
-  NEURON_CHECK(m.steps() >= 2, at.At(m, "steps"), ": needs at least 2 steps (the first one "
+  NEURON_CHECK(m.steps() >= 2, at.At("steps"), ": needs at least 2 steps (the first one "
                "compiles and warms up), got ", m.steps());
   if (m.batch() == 0) m.set_batch(8);
-  NEURON_CHECK(m.batch() >= 1, at.At(m, "batch"), ": must be >= 1, got ", m.batch());
+  NEURON_CHECK(m.batch() >= 1, at.At("batch"), ": must be >= 1, got ", m.batch());
   if (m.nodes().empty()) m.add_nodes(1);
   if (m.compile().empty()) m.add_compile(false);
   if (m.topologies().empty()) m.add_topologies("");
@@ -103,10 +100,10 @@ MatrixSpec LoadMatrix(const std::string& path) {
   NEURON_CHECK(!m.strategies().empty(), path, ": strategies: at least one needed");
   NEURON_CHECK(!m.models().empty(), path, ": models: at least one needed");
   for (int i = 0; i < m.nodes_size(); ++i) {
-    NEURON_CHECK(m.nodes(i) >= 1, at.At(m, "nodes"), ": must be >= 1, got ", m.nodes(i));
+    NEURON_CHECK(m.nodes(i) >= 1, at.At("nodes"), ": must be >= 1, got ", m.nodes(i));
   }
   for (int i = 0; i < m.ranks_per_node_size(); ++i) {
-    NEURON_CHECK(m.ranks_per_node(i) >= 1, at.At(m, "ranks_per_node"), ": must be >= 1, got ",
+    NEURON_CHECK(m.ranks_per_node(i) >= 1, at.At("ranks_per_node"), ": must be >= 1, got ",
                  m.ranks_per_node(i));
   }
   for (int s = 0; s < m.strategies_size(); ++s) {
@@ -115,11 +112,11 @@ MatrixSpec LoadMatrix(const std::string& path) {
     if (st.pp() == 0) st.set_pp(1);
     if (st.microbatches() == 0) st.set_microbatches(4);
     if (st.name().empty()) st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero()));
-    NEURON_CHECK(st.tp() >= 1 && st.pp() >= 1, at.At(st, "tp", "strategies", s),
+    NEURON_CHECK(st.tp() >= 1 && st.pp() >= 1, at.At("tp", "strategies", s),
                  ": tp and pp must be >= 1");
-    NEURON_CHECK(st.zero() >= 0 && st.zero() <= 3, at.At(st, "zero", "strategies", s),
+    NEURON_CHECK(st.zero() >= 0 && st.zero() <= 3, at.At("zero", "strategies", s),
                  ": ZeRO stage must be 0-3, got ", st.zero());
-    NEURON_CHECK(!st.sp() || st.tp() > 1, at.At(st, "sp", "strategies", s),
+    NEURON_CHECK(!st.sp() || st.tp() > 1, at.At("sp", "strategies", s),
                  ": sequence parallelism needs tp > 1");
   }
   for (int k = 0; k < m.models_size(); ++k) {
@@ -128,15 +125,15 @@ MatrixSpec LoadMatrix(const std::string& path) {
     if (md.vocab() == 0) md.set_vocab(256);
     if (md.heads() == 0) md.set_heads(4);
     if (md.name().empty()) md.set_name(StrCat("d", md.dim(), "-l", md.layers()));
-    NEURON_CHECK(md.dim() >= 1 && md.layers() >= 1, at.At(md, "dim", "models", k),
+    NEURON_CHECK(md.dim() >= 1 && md.layers() >= 1, at.At("dim", "models", k),
                  ": dim and layers must be >= 1");
-    NEURON_CHECK(md.dim() % md.heads() == 0, at.At(md, "heads", "models", k), ": ",
+    NEURON_CHECK(md.dim() % md.heads() == 0, at.At("heads", "models", k), ": ",
                  md.heads(), " heads do not divide dim ", md.dim());
   }
   for (int t = 0; t < m.topologies_size(); ++t) {
     if (m.topologies(t).empty()) continue;
     const fs::path file = Resolve(m.topologies(t), path);
-    NEURON_CHECK(fs::exists(file), at.At(m, "topologies"), ": no topology file ",
+    NEURON_CHECK(fs::exists(file), at.At("topologies"), ": no topology file ",
                  m.topologies(t), " (next to the matrix, in the current directory or in ",
                  NEURON_SOURCE_DIR, ")");
     m.set_topologies(t, file.string());
@@ -148,29 +145,29 @@ MatrixSpec LoadMatrix(const std::string& path) {
       for (int s = 0; s < m.strategies_size(); ++s) {
         const proto::Strategy& st = m.strategies(s);
         const int world = n * r;
-        NEURON_CHECK(world % (st.tp() * st.pp()) == 0, at.At(st, "tp", "strategies", s),
+        NEURON_CHECK(world % (st.tp() * st.pp()) == 0, at.At("tp", "strategies", s),
                      ": tp x pp = ", st.tp(), " x ", st.pp(), " does not divide ", world,
                      " ranks (", n, " nodes x ", r, " ranks per node)");
         const int dp = world / (st.tp() * st.pp());
         for (int k = 0; k < m.models_size(); ++k) {
           const proto::Model& md = m.models(k);
-          NEURON_CHECK(md.heads() % st.tp() == 0, at.At(md, "heads", "models", k), ": ",
+          NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ",
                        md.heads(), " heads are not divisible by strategy ", st.name(),
                        "'s tp ", st.tp());
-          NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At(md, "layers", "models", k),
+          NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At("layers", "models", k),
                        ": too few layers for strategy ", st.name(), "'s ", st.pp(),
                        " pipeline stages");
-          NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At(md, "seq", "models", k),
+          NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At("seq", "models", k),
                        ": sequence ", md.seq(), " not divisible by tp ", st.tp());
           int per_dp = m.batch();
           if (m.scaling() == proto::STRONG) {
-            NEURON_CHECK(m.batch() % dp == 0, at.At(m, "batch"), ": strong scaling's global "
+            NEURON_CHECK(m.batch() % dp == 0, at.At("batch"), ": strong scaling's global "
                          "batch ", m.batch(), " is not divisible by ", dp,
                          " data-parallel ranks (strategy ", st.name(), ", ", world, " ranks)");
             per_dp = m.batch() / dp;
           }
           for (bool compile : m.compile()) {
-            NEURON_CHECK(!compile || st.tp() == 1, at.At(st, "tp", "strategies", s),
+            NEURON_CHECK(!compile || st.tp() == 1, at.At("tp", "strategies", s),
                          ": compile needs tp 1 (strategy ", st.name(), ")");
             for (const std::string& topology : m.topologies()) {
               if (!topology.empty()) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::runtime {
 namespace {
@@ -28,20 +29,20 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 }  // namespace
 
 void ParseTextProto(const std::string& text, const std::string& origin, const char* what,
-                    google::protobuf::Message* out) {
+                    google::protobuf::Message* out,
+                    google::protobuf::TextFormat::ParseInfoTree* locations) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
+  if (locations != nullptr) parser.WriteLocationsTo(locations);
   NEURON_CHECK(parser.ParseFromString(text, out), what, " ", origin, ": ",
                errors.message());
 }
 
 std::string ReadTextFile(const std::string& path, const char* what) {
   std::ifstream in(path);
-  NEURON_CHECK(in.good(), "cannot read ", what, " file ", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  NEURON_CHECK(in.good(), "cannot read ", what, " file ", path);  // InvalidUsage: a bad path
+  return ReadFile(path, what);
 }
 
 }  // namespace neuron::runtime

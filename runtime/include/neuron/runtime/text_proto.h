@@ -7,15 +7,18 @@
 #pragma once
 
 #include <google/protobuf/message.h>
+#include <google/protobuf/text_format.h>
 
 #include <string>
 
 namespace neuron::runtime {
 
 // Throws InvalidUsage "<what> <origin>: line L, column C: <message>" on the
-// first parse error.
+// first parse error. With `locations`, records where each field was (for
+// later errors that name a line).
 void ParseTextProto(const std::string& text, const std::string& origin, const char* what,
-                    google::protobuf::Message* out);
+                    google::protobuf::Message* out,
+                    google::protobuf::TextFormat::ParseInfoTree* locations = nullptr);
 
 // The whole file; throws InvalidUsage "cannot read <what> file <path>".
 std::string ReadTextFile(const std::string& path, const char* what);
