@@ -16,8 +16,9 @@ the schedule's own simulation (forward 1, backward 2, no transfer time);
 import argparse
 import datetime
 import os
-import subprocess
 import sys
+
+import bench_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [("gpipe", 1, 4), ("gpipe", 1, 8), ("1f1b", 1, 4), ("1f1b", 1, 8), ("1f1b", 1, 16),
@@ -69,15 +70,8 @@ def main():
     print(f"{'p':>2} {'schedule':>11} {'v':>2} {'m':>3} | {'measured':>8} {'schedule':>8} "
           f"{'formula':>8} | {'step us':>9}")
     for p in args.stages:
-        proc = subprocess.run([os.path.join(args.build, "launcher", "neuronrun"), "-n", str(p),
-                               os.path.abspath(__file__), "--worker"],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"failed: {proc.stdout}\n{proc.stderr}")
-        for line in proc.stdout.splitlines():
-            if "bubble " not in line:
-                continue
-            pp, schedule, v, m, measured, sched, formula, step = line.split("bubble ", 1)[1].split()
+        for pp, schedule, v, m, measured, sched, formula, step in \
+                bench_jobs.worker_rows(args.build, p, __file__, "bubble"):
             print(f"{pp:>2} {schedule:>11} {v:>2} {m:>3} | {float(measured):>8.3f} "
                   f"{float(sched):>8.3f} {float(formula):>8.3f} | {float(step):>9.1f}")
     return 0

@@ -20,8 +20,9 @@ import argparse
 import datetime
 import gc
 import os
-import subprocess
 import sys
+
+import bench_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMULA = {"1": lambda psi, n: 4 * psi + 12 * psi / n,
@@ -81,15 +82,8 @@ def main():
           f"{'ratio':>6}")
     worst = 0.0
     for n in args.ranks:
-        proc = subprocess.run([os.path.join(args.build, "launcher", "neuronrun"), "-n", str(n),
-                               os.path.abspath(__file__), "--worker"],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"failed: {proc.stdout}\n{proc.stderr}")
-        for line in proc.stdout.splitlines():
-            if "zero_memory " not in line:
-                continue
-            size, stage, psi, peak, formula = line.split("zero_memory ", 1)[1].split()
+        for size, stage, psi, peak, formula in \
+                bench_jobs.worker_rows(args.build, n, __file__, "zero_memory"):
             if float(formula) == 0:  # no formula for offload
                 print(f"{size:>3} {stage:>5} {int(psi):>9} | {int(peak) / 2**20:>12.3f} "
                       f"{'-':>11} {'-':>6}")

@@ -63,10 +63,11 @@ def parse():
     return p.parse_args()
 
 
-def slowest(value):
-    t = torch.tensor([float(value)], dtype=torch.float64)
+def slowest(*values):
+    """Each value's maximum over the ranks (one all-reduce)."""
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+    return t.tolist()
 
 
 def median(values):
@@ -146,15 +147,15 @@ def main():
         if args.pp > 1 and not args.zero:
             parallel.average_gradients(params)
         opt.step()
-        wall = slowest(time.perf_counter() - start)
-        modelled_us = slowest(fabric.clock()["compute_us"] - clock0)
+        # The slowest rank's figures, in one all-reduce.
+        wall, modelled_us, compute_us, bubble_us, rss = slowest(
+            time.perf_counter() - start, fabric.clock()["compute_us"] - clock0, compute_us,
+            bubble_us, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         # The loss lives on the last stage; average it over data parallel there.
         value = torch.tensor([loss.item() if loss is not None else 0.0])
         dist.all_reduce(value)
         value /= layout.dp * layout.tp
-        rss = slowest(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        history.append((wall, modelled_us, slowest(compute_us), slowest(bubble_us),
-                        value.item()))
+        history.append((wall, modelled_us, compute_us, bubble_us, value.item()))
         if dist.get_rank() == 0:
             print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
                   f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "

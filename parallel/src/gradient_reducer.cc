@@ -153,14 +153,17 @@ struct GradientReducer::State {
       CopyIn(i);  // what a no_sync step accumulated, or zeros
       MarkReady(i);
     }
-    at::Tensor used_anywhere;
+    // Per parameter: how many ranks used it (or hold a gradient for it).
+    std::vector<std::int32_t> used_anywhere;
     if (options.find_unused_parameters) {
-      used_anywhere = at::empty({static_cast<std::int64_t>(params.size())}, at::kInt);
+      at::Tensor counts = at::empty({static_cast<std::int64_t>(params.size())}, at::kInt);
+      auto* c = counts.data_ptr<std::int32_t>();
       for (std::size_t i = 0; i < params.size(); ++i) {
-        used_anywhere[static_cast<std::int64_t>(i)] = used[i] || params[i].grad().defined();
+        c[i] = used[i] || params[i].grad().defined();
       }
-      std::vector<at::Tensor> tensors{used_anywhere};
+      std::vector<at::Tensor> tensors{counts};
       group->allreduce(tensors)->wait();
+      used_anywhere.assign(c, c + params.size());
     }
     // The sums become averages in the pass that writes them to .grad (a
     // division, as the reference's sum / world; in place for bucket views).
@@ -170,7 +173,7 @@ struct GradientReducer::State {
       if (options.gradient_as_bucket_view) flat[b].div_(world);
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
-      if (used_anywhere.defined() && used_anywhere[static_cast<std::int64_t>(i)].item<int>() == 0) {
+      if (!used_anywhere.empty() && used_anywhere[i] == 0) {
         continue;  // unused on every rank: .grad stays as it was
       }
       at::Tensor view = View(i);

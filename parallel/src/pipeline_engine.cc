@@ -41,7 +41,11 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
   if (first()) micro_in = inputs.tensor_split(options_.microbatches, dim);
   if (last()) micro_t = targets.tensor_split(options_.microbatches, dim);
   const double total = last() ? static_cast<double>(targets.size(dim)) : 1;
-  std::map<std::pair<int, int>, std::pair<at::Tensor, at::Tensor>> saved;  // (mb, chunk) -> x, y
+  struct Saved {
+    at::Tensor x, y;
+    double forward_us = 0;  // the backward costs twice that
+  };
+  std::map<std::pair<int, int>, Saved> saved;  // (microbatch, chunk)
   std::vector<c10::intrusive_ptr<::c10d::Work>> sends;
   auto send = [&](const at::Tensor& t, int vs, bool gradient, int mb) {
     for (auto& w : SendStageTensor(*group_, vs % p, t, {gradient, mb, vs})) sends.push_back(w);
@@ -58,25 +62,27 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
         if (x.is_floating_point()) x.requires_grad_(true);
       }
       at::Tensor y = chunk_(c, mb, x);
-      if (cost_) charge(cost_(c, x));
+      const double forward_us = cost_ ? cost_(c, x) : 0;
+      charge(forward_us);
       if (vs == vstages - 1) {
         y = loss_(y, micro_t[mb]) * (static_cast<double>(micro_t[mb].size(dim)) / total);
         loss_sum = loss_sum.defined() ? loss_sum + y.detach() : y.detach();
       } else {
         send(y, vs + 1, false, mb);
       }
-      saved[{mb, c}] = {x, y};
+      saved[{mb, c}] = {x, y, forward_us};
     } else {
       auto node = saved.extract({mb, c});
       NEURON_ASSERT(!node.empty(), "pipeline: backward before forward");
-      const at::Tensor x = node.mapped().first, y = node.mapped().second;
+      const Saved& task_state = node.mapped();
+      const at::Tensor x = task_state.x, y = task_state.y;
       if (vs == vstages - 1) {
         torch::autograd::backward({y});
       } else {
         const at::Tensor g = RecvStageTensor(*group_, (vs + 1) % p, {true, mb, vs}, y);
         torch::autograd::backward({y}, {g});
       }
-      if (cost_) charge(2 * cost_(c, x));
+      charge(2 * task_state.forward_us);
       if (vs > 0) {
         NEURON_CHECK(x.grad().defined(), "pipeline stage ", stage_, " (virtual stage ", vs,
                      "), microbatch ", mb, ", backward: the stage's input got no gradient "

@@ -6,7 +6,6 @@
 
 #include "neuron/c10d/process_group_neuron.h"
 #include "neuron/runtime/error.h"
-#include "neuron/runtime/sim_clock.h"
 
 namespace neuron::parallel {
 
@@ -24,8 +23,7 @@ c10::intrusive_ptr<::c10d::ProcessGroup> GroupOf(const MeshLayout& layout, Axis 
   return c10d::CreateProcessGroupNeuron(
       c10::make_intrusive<::c10d::PrefixStore>(name, store), group_rank,
       static_cast<int>(members.size()), timeout,
-      std::vector<std::int64_t>(members.begin(), members.end()), name,
-      runtime::ProcessClock());
+      std::vector<std::int64_t>(members.begin(), members.end()), name);
 }
 
 }  // namespace
@@ -35,7 +33,7 @@ ParallelGroups InitializeParallel(const c10::intrusive_ptr<::c10d::Store>& store
   ParallelGroups g{MeshLayout::Create(world, shape), rank, {}, {}, {}, {}};
   g.world = c10d::CreateProcessGroupNeuron(
       c10::make_intrusive<::c10d::PrefixStore>("world", store), rank, world, timeout, {},
-      "world", runtime::ProcessClock());
+      "world");
   g.tensor = GroupOf(g.layout, Axis::kTensor, rank, store, timeout);
   g.data = GroupOf(g.layout, Axis::kData, rank, store, timeout);
   g.pipeline = GroupOf(g.layout, Axis::kPipeline, rank, store, timeout);

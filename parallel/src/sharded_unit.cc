@@ -405,12 +405,6 @@ void ShardedUnit::LoadFullParameters(const std::vector<at::Tensor>& values) {
   MarkStale();
 }
 
-std::pair<std::int64_t, std::int64_t> ShardedUnit::ShardRange() const {
-  const State& s = *state_;
-  const std::int64_t begin = std::min(s.total, s.rank * s.shard_numel);
-  return {begin, std::min(s.total, begin + s.shard_numel)};
-}
-
 double ShardedUnit::LocalGradSquaredNorm() const {
   const at::Tensor& g = state_->master.grad();
   return g.defined() ? g.to(at::kDouble).pow(2).sum().item<double>() : 0.0;

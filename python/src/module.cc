@@ -189,11 +189,8 @@ PYBIND11_MODULE(_C, m) {
           py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                       std::chrono::milliseconds timeout,
                       std::vector<std::int64_t> global_ranks, std::string group_name) {
-            // Every group of the process shares its clock, which compiled
-            // graphs and pipeline stages advance (docs/architecture.md).
             return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
-                store, rank, size, timeout, std::move(global_ranks), std::move(group_name),
-                neuron::runtime::ProcessClock()));
+                store, rank, size, timeout, std::move(global_ranks), std::move(group_name)));
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
           py::arg("global_ranks") = std::vector<std::int64_t>{},

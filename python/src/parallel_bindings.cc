@@ -173,7 +173,6 @@ void BindParallel(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("unshard", &ShardedUnit::Unshard, py::call_guard<py::gil_scoped_release>())
       .def("shard_of", &ShardedUnit::Shard)
-      .def("shard_range", &ShardedUnit::ShardRange)
       .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm);
 
   // Tensor / sequence parallel collectives (autograd functions).

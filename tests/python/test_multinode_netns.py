@@ -63,6 +63,18 @@ def _agents(ns, addresses, steps, port=29611):
     return procs
 
 
+def _wait_for_training(proc, timeout=120):
+    """Reads node 0's output until its second step is printed."""
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline and "step 1:" not in seen:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "step 1:" in seen, seen
+
+
 def test_a_job_across_two_network_namespaces_trains(two_nodes):
     ns, addresses = two_nodes
     procs = _agents(ns, addresses, steps=3)
@@ -77,14 +89,7 @@ def test_a_job_across_two_network_namespaces_trains(two_nodes):
 def test_a_killed_node_ends_the_job_on_the_other_naming_it(two_nodes):
     ns, addresses = two_nodes
     procs = _agents(ns, addresses, steps=100000, port=29613)
-    deadline = time.monotonic() + 120
-    seen = ""
-    while time.monotonic() < deadline and "step 1:" not in seen:
-        line = procs[0].stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert "step 1:" in seen, seen
+    _wait_for_training(procs[0])
     os.killpg(procs[1].pid, signal.SIGKILL)  # node 1's agent and its ranks
     start = time.monotonic()
     out, err = procs[0].communicate(timeout=120)
@@ -97,14 +102,7 @@ def test_a_killed_node_ends_the_job_on_the_other_naming_it(two_nodes):
 def test_a_cut_link_ends_the_job_on_both_nodes(two_nodes):
     ns, addresses = two_nodes
     procs = _agents(ns, addresses, steps=100000, port=29615)
-    deadline = time.monotonic() + 120
-    seen = ""
-    while time.monotonic() < deadline and "step 1:" not in seen:
-        line = procs[0].stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert "step 1:" in seen, seen
+    _wait_for_training(procs[0])
     veth = _sh("ip", "-n", ns[1], "-o", "link", "show", "type", "veth").stdout.split(":")[1]
     _sh("ip", "-n", ns[1], "link", "set", veth.strip().split("@")[0], "down")  # the cable
     start = time.monotonic()

@@ -8,6 +8,7 @@
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/sim_clock.h"
 #include "neuron_work.h"
 #include "tensor_buffers.h"
 
@@ -241,7 +242,9 @@ c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
     std::string group_name, std::shared_ptr<runtime::SimClock> clock) {
   ProcessGroupNeuronOptions options;
-  options.clock = std::move(clock);
+  // A process group torch.distributed creates belongs to this process's rank:
+  // its clock, which compiled graphs and pipeline stages advance too.
+  options.clock = clock ? std::move(clock) : runtime::ProcessClock();
   options.timeout = timeout;
   options.global_ranks = std::move(global_ranks);
   options.group_name = std::move(group_name);

@@ -84,11 +84,12 @@ def _cast(value, dtype):
 
 
 class _Unit:
-    def __init__(self, name, module, named_params, group, stage, precision, offload=False):
+    def __init__(self, name, named_params, group, stage, precision, offload=False):
         self.name = name
         self.param_names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
         self.in_backward = False  # the gradient reached the unit's outputs
+        self.order = None  # its place in the forward order (learnt on the first forward)
         self.shapes = [tuple(p.shape) for _, p in named_params]
         self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),
@@ -140,14 +141,14 @@ class FullyShardedDataParallel(nn.Module):
             for child_name, child in m.named_children():
                 full = prefix + child_name
                 if wrap_policy is not None and wrap_policy(child):
-                    units.append(_Unit(full, child, claim(child), self.process_group, stage,
+                    units.append(_Unit(full, claim(child), self.process_group, stage,
                                        self.mixed_precision, cpu_offload is not None))
                     unit_modules.append(child)
                 else:
                     visit(full + ".", child)
 
         visit("", module)
-        self._root = _Unit("", module, claim(module), self.process_group, stage,
+        self._root = _Unit("", claim(module), self.process_group, stage,
                            self.mixed_precision, cpu_offload is not None)
         self._units = units
         self._order = []  # non-root units in forward order, learnt on the first forward
@@ -164,14 +165,15 @@ class FullyShardedDataParallel(nn.Module):
 
     # -- the hooks ------------------------------------------------------------
     def _neighbour(self, unit, step):
-        if not (self.prefetch and self._order_known) or unit not in self._order:
+        if not (self.prefetch and self._order_known) or unit.order is None:
             return None
-        i = self._order.index(unit) + step
+        i = unit.order + step
         return self._order[i] if 0 <= i < len(self._order) else None
 
     def _pre_forward(self, unit, module, inputs):
         unit.core.gather()
-        if not self._order_known:
+        if not self._order_known and unit.order is None:
+            unit.order = len(self._order)
             self._order.append(unit)
         following = self._neighbour(unit, +1)
         if following is not None:

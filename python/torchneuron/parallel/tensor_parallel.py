@@ -86,7 +86,7 @@ def vocab_parallel_cross_entropy(logits, target, vocab_size, group=None):
 
 
 # -- initialisation ------------------------------------------------------------
-def _split(full, dim, group, name):
+def _split(full, dim, group):
     """Rank's slice of `full` along `dim`, after zero padding to a multiple of
     the group size."""
     size, rank = _size_rank(group)
@@ -154,8 +154,8 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         w, b = _linear_init(out_features, in_features, bias)
-        self.weight = _split(w, 0, self.group, "weight")
-        self.bias = _split(b, 0, self.group, "bias") if bias else None
+        self.weight = _split(w, 0, self.group)
+        self.bias = _split(b, 0, self.group) if bias else None
 
     def forward(self, x):
         if self.sequence_parallel:
@@ -181,7 +181,7 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
         w, b = _linear_init(out_features, in_features, bias)
-        self.weight = _split(w, 1, self.group, "weight")
+        self.weight = _split(w, 1, self.group)
         self.bias = nn.Parameter(b) if bias else None
         if self.bias is not None and sequence_parallel:
             mark_sequence_parallel(self.bias)
@@ -210,7 +210,7 @@ class VocabParallelEmbedding(nn.Module):
         self.sequence_parallel = sequence_parallel
         w = torch.empty(num_embeddings, embedding_dim)
         nn.init.normal_(w)  # nn.Embedding's initialisation
-        self.weight = _split(w, 0, self.group, "weight")
+        self.weight = _split(w, 0, self.group)
         size, rank = _size_rank(self.group)
         self.part = self.weight.shape[0]
         self.begin = rank * self.part

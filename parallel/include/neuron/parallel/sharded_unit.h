@@ -95,9 +95,6 @@ class ShardedUnit {
   // inverse, this rank's slice of per-parameter full values.
   std::vector<at::Tensor> Unshard(const at::Tensor& shard_like);
   at::Tensor Shard(const std::vector<at::Tensor>& values) const;
-  // Local: [begin, end) of the unpadded flat vector that this rank's shard
-  // holds (sharded checkpoints).
-  std::pair<std::int64_t, std::int64_t> ShardRange() const;
 
   // Sum over this rank's shard of grad^2 (for clipping across shards).
   double LocalGradSquaredNorm() const;

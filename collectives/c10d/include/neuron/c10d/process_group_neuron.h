@@ -164,7 +164,8 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
 };
 
 // The creator torch.distributed calls (Backend.register_backend with
-// extended_api=True hands over these fields).
+// extended_api=True hands over these fields). `clock` null: the process's
+// (runtime::ProcessClock(), shared by every group the process creates).
 c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,

@@ -1,0 +1,18 @@
+"""Running a benchmark's worker mode as a neuronrun job (the drivers of
+pipeline_bubble.py and zero_memory.py)."""
+import os
+import subprocess
+import sys
+
+
+def worker_rows(build, ranks, script, tag):
+    """Runs `script --worker` under `neuronrun -n ranks` and returns the
+    fields of every line "<tag> f1 f2 ..." it printed; exits with the job's
+    output when it fails."""
+    cmd = [os.path.join(build, "launcher", "neuronrun"), "-n", str(ranks),
+           os.path.abspath(script), "--worker"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    return [line.split(f"{tag} ", 1)[1].split() for line in proc.stdout.splitlines()
+            if f"{tag} " in line]
