@@ -51,7 +51,8 @@ struct RankGroup::Rank {
   std::deque<std::string> tail;
   asio::steady_timer drain_timer;
   bool exited = false;
-  bool finished = false;
+  bool finished = false;   // exited and drained
+  bool delivered = false;  // on_exit has seen it
   bool killed_by_us = false;
   int wait_status = 0;
   std::string prefix;
@@ -174,6 +175,7 @@ void RankGroup::Reap() {
       if (rank->pid != pid || rank->exited) continue;
       rank->exited = true;
       rank->wait_status = status;
+      reaped_.push_back(rank.get());
       if (rank->out.is_open() || rank->err.is_open()) {
         Rank* r = rank.get();
         rank->drain_timer.expires_after(kDrainTimeout);
@@ -205,14 +207,26 @@ void RankGroup::MaybeFinish(Rank& rank) {
   // Leftovers of the rank's process group (e.g. data loader workers) go too.
   ::kill(-rank.pid, SIGKILL);
   guard_.Unregister(rank.pid);
-  RankExit exit;
-  exit.global_rank = rank.launch.global_rank;
-  exit.local_rank = rank.launch.local_rank;
-  exit.pid = rank.pid;
-  exit.wait_status = rank.wait_status;
-  exit.killed_by_us = rank.killed_by_us;
-  exit.stderr_tail.assign(rank.tail.begin(), rank.tail.end());
-  on_exit_(exit);
+  DeliverExits();
+}
+
+void RankGroup::DeliverExits() {
+  // In reap order: a rank that drained quickly waits for one that died
+  // before it, so the first failure reported is the first one observed
+  // (the root cause), not the first whose pipes emptied.
+  while (!reaped_.empty() && reaped_.front()->finished) {
+    Rank& rank = *reaped_.front();
+    reaped_.pop_front();
+    rank.delivered = true;
+    RankExit exit;
+    exit.global_rank = rank.launch.global_rank;
+    exit.local_rank = rank.launch.local_rank;
+    exit.pid = rank.pid;
+    exit.wait_status = rank.wait_status;
+    exit.killed_by_us = rank.killed_by_us;
+    exit.stderr_tail.assign(rank.tail.begin(), rank.tail.end());
+    on_exit_(exit);
+  }
 }
 
 void RankGroup::Signal(int sig) {
@@ -240,7 +254,7 @@ void RankGroup::Kill() {
 bool RankGroup::Finished() const {
   for (const auto& rank : ranks_) {
     const bool never_started = rank->pid < 0;  // Start() failed before it
-    if (!rank->finished && !never_started) return false;
+    if (!rank->delivered && !never_started) return false;
   }
   return true;
 }

@@ -52,6 +52,9 @@ class RankGroup {
   using ExitCallback = std::function<void(const RankExit&)>;
 
   // `guard` learns every rank's process group for as long as it exists.
+  // `on_exit` sees each rank once it has exited and its pipes are drained,
+  // in the order the ranks were reaped (so the first failure is the first
+  // exit observed, however long each rank's output takes to drain).
   RankGroup(boost::asio::io_context& io, ProcessGuard& guard, OutputOptions output,
             std::vector<RankLaunch> ranks, ExitCallback on_exit);
   ~RankGroup();
@@ -76,6 +79,7 @@ class RankGroup {
   void StartReading(Rank& rank, bool is_stderr);
   void OnLine(Rank& rank, bool is_stderr, std::string_view line);
   void MaybeFinish(Rank& rank);
+  void DeliverExits();
   void FlushConsole();
 
   boost::asio::io_context& io_;
@@ -83,6 +87,7 @@ class RankGroup {
   OutputOptions output_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   ExitCallback on_exit_;
+  std::deque<Rank*> reaped_;  // exited, not yet delivered, in reap order
   boost::asio::steady_timer kill_timer_;
   std::string console_out_;  // pending whole lines for fd 1
   std::string console_err_;  // pending whole lines for fd 2

@@ -9,6 +9,10 @@
 //   rank_helper sleep SECONDS        sleep, with a forked grandchild sleeping
 //   rank_helper stubborn RANK CODE   like fail, but the others ignore SIGTERM
 //                                    and SIGINT
+//   rank_helper cascade RANK CODE    RANK exits with CODE at 0.2 s leaving a
+//                                    grandchild that holds its pipes open;
+//                                    the others fail (code 1) at 0.5 s, as
+//                                    ranks that lose a peer do
 //   rank_helper restart N            rank 0 fails (code 7) until restart
 //                                    count N; then every rank succeeds
 #include <signal.h>
@@ -87,6 +91,20 @@ int main(int argc, char** argv) {
     }
     SleepSeconds(60);
     return 0;
+  }
+  if (mode == "cascade" && argc > 3) {
+    if (Rank() == std::atoi(argv[2])) {
+      SleepSeconds(0.2);
+      if (::fork() == 0) {  // keeps the rank's stdout and stderr open
+        SleepSeconds(30);
+        return 0;
+      }
+      WriteRaw(STDERR_FILENO, "rank helper failing on purpose\n");
+      return std::atoi(argv[3]);
+    }
+    SleepSeconds(0.5);
+    WriteRaw(STDERR_FILENO, "rank helper lost its peer\n");
+    return 1;
   }
   if (mode == "selfkill" && argc > 2) {
     if (Rank() == std::atoi(argv[2])) {

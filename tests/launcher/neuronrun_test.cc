@@ -165,6 +165,19 @@ TEST(Neuronrun, FailingRankEndsTheJobWithItsCodeWithinGrace) {
   EXPECT_TRUE(WaitNoProcessesOfJob(id, 2s).empty());
 }
 
+TEST(Neuronrun, FirstRankToExitIsTheRootCauseEvenIfItsPipesDrainLast) {
+  // Rank 1 fails first but a grandchild keeps its pipes open; the ranks that
+  // fail after it, as ranks that lose a peer do, drain at once.
+  LauncherProcess job({"-n", "3", kHelper, "cascade", "1", "4"});
+  EXPECT_EQ(job.Wait(30s), 4);
+  const std::string err = job.Stderr();
+  EXPECT_NE(err.find("job failed: rank 1 (node 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("neuronrun:   rank helper failing on purpose"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("job failed: rank 0"), std::string::npos) << err;
+  EXPECT_EQ(err.find("job failed: rank 2"), std::string::npos) << err;
+}
+
 TEST(Neuronrun, RanksThatHonourSigtermStopPromptly) {
   LauncherProcess job({"-n", "4", kHelper, "fail", "1", "5"});
   EXPECT_EQ(job.Wait(30s), 5);
