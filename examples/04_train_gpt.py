@@ -19,7 +19,9 @@ Rank 0 prints per step: the loss; wall time per step and tokens/s on this
 machine; the modelled step time and tokens/s on Trainium2 (device model for
 the matmuls, fabric model for every collective and transfer, the slowest
 rank's clock); and the largest resident memory of any rank. --metrics-out
-FILE writes the run's figures (key = value lines) for `neuronrun matrix`.
+FILE writes the run's figures (key = value lines) for `neuronrun matrix`;
+--trace-out DIR records every rank's operation trace there, for
+`neuronrun replay` on a larger topology (docs/scaling.md).
 """
 import argparse
 import contextlib
@@ -60,6 +62,8 @@ def parse():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics-out", help="write the run's figures to this file (key = value "
                    "lines; rank 0): what `neuronrun matrix` collects")
+    p.add_argument("--trace-out", help="record each rank's operation trace into this "
+                   "directory (rank_N.pb), for `neuronrun replay`")
     return p.parse_args()
 
 
@@ -128,9 +132,12 @@ def main():
               f"ZeRO {args.zero}, sp={args.sp}, compile={args.compile}; "
               f"{tokens_per_step} tokens per step", flush=True)
     history = []  # per step: wall s, modelled us, compute us, bubble us, loss
+    if args.trace_out:
+        fabric.start_trace()
     for step, (x, y) in enumerate(loader):
         dist.barrier()
         clock0, start = fabric.clock()["compute_us"], time.perf_counter()
+        fabric.mark("step_begin")
         opt.zero_grad(set_to_none=True)
         if engine is not None:
             loss = engine.step(x, y)
@@ -147,6 +154,7 @@ def main():
         if args.pp > 1 and not args.zero:
             parallel.average_gradients(params)
         opt.step()
+        fabric.mark("step_end")
         # The slowest rank's figures, in one all-reduce.
         wall, modelled_us, compute_us, bubble_us, rss = slowest(
             time.perf_counter() - start, fabric.clock()["compute_us"] - clock0, compute_us,
@@ -161,6 +169,8 @@ def main():
                   f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
                   f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
                   f"max RSS {rss:.0f} MiB", flush=True)
+    if args.trace_out:
+        fabric.save_trace(args.trace_out)
     if args.metrics_out:
         write_metrics(args, layout, history, tokens_per_step, rss)
     dist.barrier()

@@ -1,6 +1,10 @@
 #include "neuron/collectives/async_communicator.h"
 
+#include <optional>
+
+#include "issue_context.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
@@ -40,7 +44,14 @@ void Work::Wait(Duration timeout) {
                               " ms"));
   }
   if (error_) std::rethrow_exception(error_);
+  if (trace_) trace_->Wait(trace_issue_);
   if (on_wait_) on_wait_();
+}
+
+void Work::set_trace(std::shared_ptr<runtime::OpTrace> trace, std::uint64_t issue) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_ = std::move(trace);
+  trace_issue_ = issue;
 }
 
 bool Work::Test() const {
@@ -78,10 +89,19 @@ std::shared_ptr<Work> AsyncCommunicator::Enqueue(Operation op, std::string descr
                                                  Lane lane) {
   auto work = std::make_shared<Work>(std::move(description));
   Queue& queue = lane == Lane::kCollectives ? collectives_ : point_to_point_;
+  Item item;
+  item.op = std::move(op);
+  item.work = work;
+  const runtime::SimClock& clock = communicator_->clock();
+  item.issued_us = clock.compute().count();
+  if ((item.trace = clock.trace()) != nullptr) {
+    item.trace_index = item.trace->Issue(lane == Lane::kPointToPoint, false);
+    work->set_trace(item.trace, item.trace_index);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NEURON_CHECK(!stopping_, "enqueue on a communicator that is shutting down");
-    queue.items.emplace_back(std::move(op), work);
+    queue.items.push_back(std::move(item));
   }
   queue.queued.notify_one();
   return work;
@@ -103,7 +123,7 @@ void AsyncCommunicator::Run(Queue& queue, bool collective) {
   // short slices so a new operation starts promptly.
   bool sends_pending = false;
   while (true) {
-    std::pair<Operation, std::shared_ptr<Work>> next;
+    Item next;
     std::string aborted;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -123,31 +143,42 @@ void AsyncCommunicator::Run(Queue& queue, bool collective) {
       aborted = abort_reason_;
     }
     if (!aborted.empty()) {
-      next.second->Finish(std::make_exception_ptr(RemoteError(StrCat(
-          next.second->description(), " on rank ", rank_, " not run: the communicator was "
+      next.work->Finish(std::make_exception_ptr(RemoteError(StrCat(
+          next.work->description(), " on rank ", rank_, " not run: the communicator was "
           "aborted: ", aborted))));
       continue;
     }
-    RunOne(next.first, *next.second, collective);
+    RunOne(next, collective);
     sends_pending = !collective;
   }
 }
 
-void AsyncCommunicator::RunOne(Operation& op, Work& work, bool collective) {
+void AsyncCommunicator::RunOne(Item& item, bool collective) {
+  runtime::SimClock* clock = &communicator_->clock();
+  detail::IssueContext context;
+  context.clock = clock;
+  context.issued_us = item.issued_us;
+  context.trace = item.trace;
+  context.index = item.trace_index;
   try {
-    // Collectives leave a record whose end the waiter joins; a receive
-    // joins the clocks itself.
+    // Collectives leave a record whose end the waiter joins; so does a
+    // receive, in the context.
     const std::size_t before = collective ? communicator_->totals().operations : 0;
-    op(*communicator_);
-    std::function<void()> join;
-    if (collective && communicator_->totals().operations > before) {
-      const double end = communicator_->records().back().end_us;
-      runtime::SimClock* clock = &communicator_->clock();
-      join = [clock, end] { clock->JoinCompute(runtime::SimDuration(end)); };
+    {
+      detail::ScopedIssue scope(&context);
+      item.op(*communicator_);
     }
-    work.Finish(nullptr, std::move(join));
+    std::optional<double> end;
+    if (collective && communicator_->totals().operations > before) {
+      end = communicator_->records().back().end_us;
+    } else if (context.received) {
+      end = context.received_us;
+    }
+    std::function<void()> join;
+    if (end) join = [clock, t = *end] { clock->JoinCompute(runtime::SimDuration(t)); };
+    item.work->Finish(nullptr, std::move(join));
   } catch (...) {
-    work.Finish(std::current_exception());
+    item.work->Finish(std::current_exception());
   }
 }
 

@@ -7,18 +7,22 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "communicator_internal.h"
+#include "issue_context.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
@@ -74,6 +78,24 @@ runtime::CollectiveKind FabricKind(OpCode op) {
     case OpCode::kBarrier: return CollectiveKind::kAllReduce;
   }
   return CollectiveKind::kAllReduce;
+}
+
+// The op's name for the fabric model (ModelCollective) and the trace.
+const char* FabricName(OpCode op) {
+  if (op == OpCode::kGather) return "gather";
+  if (op == OpCode::kScatter) return "scatter";
+  return runtime::Name(FabricKind(op));
+}
+
+// Members create the communicators of one member list in the same order,
+// so "member list #k" names the same communicator on each of them.
+std::string TraceId(const std::vector<int>& members, int rank) {
+  static std::mutex mutex;
+  static std::map<std::string, int> created;  // "members/rank" -> count
+  std::string key;
+  for (int g : members) key += (key.empty() ? "" : ",") + std::to_string(g);
+  std::lock_guard<std::mutex> lock(mutex);
+  return StrCat(key, "#", created[StrCat(key, "/", members[rank])]++);
 }
 
 // Identifies this host, so ranks can tell which peers share its memory.
@@ -136,6 +158,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     global_ranks_.resize(size);
     std::iota(global_ranks_.begin(), global_ranks_.end(), 0);
   }
+  trace_id_ = TraceId(global_ranks_, rank);
   NEURON_CHECK(global_ranks_.size() == static_cast<std::size_t>(size),
                "communicator: global_ranks has ", global_ranks_.size(), " entries for ", size,
                " ranks");
@@ -269,8 +292,8 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
                                              std::size_t staged_bytes) {
   ++sequence_;
   // A straggler (rank_delays fault) reaches every collective that much later.
-  mine.arrival_us = (clock_->CollectiveArrival() +
-                     fabric_->topology().RankDelay(global_ranks_[rank_])).count();
+  mine.arrival_us = std::max(IssueTime(), stream_end_us_) +
+                    fabric_->topology().RankDelay(global_ranks_[rank_]).count();
   Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
@@ -337,33 +360,11 @@ double Communicator::ModelledMicros(const Header& h, double bytes, std::string* 
     *algorithm = cached->second.second;
     return cached->second.first;
   }
-  using runtime::CollectiveKind;
-  runtime::CollectiveShape shape{CollectiveKind::kAllReduce, bytes, global_ranks_,
-                                 std::max(h.root, 0)};
-  runtime::Schedule schedule;
-  switch (h.op) {
-    case OpCode::kGather:
-    case OpCode::kScatter: {  // linear: the root and every other rank, at once
-      runtime::Step step;
-      const int root = global_ranks_[h.root];
-      for (int g : global_ranks_) {
-        if (g == root) continue;
-        step.transfers.push_back(h.op == OpCode::kGather ? runtime::Transfer{g, root, bytes}
-                                                         : runtime::Transfer{root, g, bytes});
-      }
-      schedule = {"linear", {step}};
-      break;
-    }
-    default: {
-      shape.kind = FabricKind(h.op);
-      schedule = runtime::BuildSchedule(*fabric_, shape,
-                                        runtime::ChooseAlgorithm(*fabric_, shape));
-    }
-  }
-  const double micros = fabric_->Simulate(schedule).total.count();
-  model_cache_[key] = {micros, schedule.algorithm};
-  *algorithm = schedule.algorithm;
-  return micros;
+  const runtime::CollectiveCost cost = runtime::ModelCollective(
+      *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
+  model_cache_[key] = {cost.micros, cost.algorithm};
+  *algorithm = cost.algorithm;
+  return cost.micros;
 }
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
@@ -381,8 +382,19 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
     r.algbw_gbps = r.bytes / r.modelled_us / 1e3;
     r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);
   }
+  stream_end_us_ = std::max(stream_end_us_, r.end_us);
   clock_->FinishCollective(runtime::SimDuration(r.end_us));
   if (join_compute_) clock_->JoinCompute(runtime::SimDuration(r.end_us));
+  if (auto [trace, issue] = TraceTarget(false); trace != nullptr) {
+    runtime::proto::TraceCollective part;
+    part.set_kind(FabricName(h.op));
+    for (int g : global_ranks_) part.add_group(g);
+    part.set_communicator(trace_id_);
+    part.set_sequence(h.sequence);
+    part.set_bytes(agreed.model_bytes);
+    part.set_root(std::max(h.root, 0));
+    trace->AddCollective(issue, std::move(part));
+  }
   totals_.operations += 1;
   totals_.bytes += r.bytes;
   totals_.wall_us += r.wall_us;
@@ -392,6 +404,20 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
     records_.erase(records_.begin(), records_.begin() + records_.size() / 2);
   }
   records_.push_back(std::move(r));
+}
+
+double Communicator::IssueTime() const {
+  const detail::IssueContext* context = detail::ScopedIssue::Current(clock_.get());
+  return context != nullptr ? context->issued_us : clock_->compute().count();
+}
+
+std::pair<runtime::OpTrace*, std::uint64_t> Communicator::TraceTarget(bool messages_lane) {
+  if (const auto* context = detail::ScopedIssue::Current(clock_.get())) {
+    return {context->trace.get(), context->index};
+  }
+  const std::shared_ptr<runtime::OpTrace> trace = clock_->trace();
+  if (trace == nullptr) return {nullptr, 0};
+  return {trace.get(), trace->Issue(messages_lane, join_compute_)};
 }
 
 void Communicator::ResetStats() {

@@ -6,12 +6,14 @@
 #include <optional>
 
 #include "communicator_internal.h"
+#include "issue_context.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
@@ -44,6 +46,18 @@ void Communicator::StartPointToPoint(bool one_host) {
   p2p_ = std::move(p2p);
 }
 
+void Communicator::TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag) {
+  auto [trace, issue] = TraceTarget(true);
+  if (trace == nullptr) return;
+  runtime::proto::TraceMessage part;
+  part.set_send(send);
+  part.set_peer(peer);
+  part.set_bytes(static_cast<double>(bytes));
+  part.set_tag(tag);
+  part.set_communicator(trace_id_);
+  trace->AddMessage(issue, std::move(part));
+}
+
 void Communicator::AbortPointToPoint(const std::string& reason) {
   if (p2p_ != nullptr) p2p_->transport->Abort(reason);
 }
@@ -53,12 +67,13 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
                " must be another rank of 0..", size_ - 1, " (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "send: data is null");
   if (p2p_->failed) std::rethrow_exception(p2p_->failed);
+  TraceMessage(true, global_ranks_[peer], bytes, tag);
   auto& t = *p2p_->transport;
   if (!buffered_sends_) {  // as MPI_Send: returns once the bytes left
     MessageHeader h;
     h.tag = tag;
     h.bytes = bytes;
-    h.send_us = clock_->CollectiveArrival().count();
+    h.send_us = IssueTime();
     const std::string what =
         StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
     std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
@@ -73,7 +88,7 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
   PointToPoint::InFlight& m = p2p_->in_flight.emplace_back();
   m.header.tag = tag;
   m.header.bytes = bytes;
-  m.header.send_us = clock_->CollectiveArrival().count();
+  m.header.send_us = IssueTime();
   m.what = StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
   m.payload.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
   m.ids.push_back(t.Isend(peer, &m.header, sizeof(m.header)));
@@ -116,7 +131,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
                " or kAnySource (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "recv: data is null");
   if (p2p_->failed) std::rethrow_exception(p2p_->failed);
-  const double posted_us = clock_->CollectiveArrival().count();
+  const double posted_us = IssueTime();
   const std::string what = StrCat("recv #", p2p_->receives++, " from ",
                                   peer == kAnySource ? std::string("any rank")
                                                      : "rank " + std::to_string(peer),
@@ -172,8 +187,12 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
                               static_cast<double>(bytes)}}}}};
   const double modelled = fabric_->Simulate(transfer).total.count();
   const double end = std::max(posted_us, h.send_us + modelled);
-  clock_->JoinCompute(runtime::SimDuration(end));
-  clock_->FinishCollective(runtime::SimDuration(end));
+  if (join_compute_) clock_->JoinCompute(runtime::SimDuration(end));
+  if (auto* context = detail::ScopedIssue::Current(clock_.get())) {
+    context->received = true;  // the waiter joins it
+    context->received_us = std::max(context->received_us, end);
+  }
+  TraceMessage(false, global_ranks_[source], bytes, tag);
   return source;
 }
 

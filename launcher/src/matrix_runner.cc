@@ -19,6 +19,7 @@
 #include "neuron/launcher/matrix.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
+#include "matrix_replay.h"
 #include "ports.h"
 
 namespace neuron::launcher {
@@ -69,7 +70,7 @@ pid_t Start(const std::vector<std::string>& argv, const fs::path& log,
 }
 
 std::vector<std::string> TrainerArgs(const MatrixSpec& spec, const MatrixCell& c,
-                                     const fs::path& metrics) {
+                                     const fs::path& metrics, const fs::path& trace) {
   const auto& st = c.strategy;
   const auto& md = c.model;
   std::vector<std::string> a = {
@@ -78,7 +79,8 @@ std::vector<std::string> TrainerArgs(const MatrixSpec& spec, const MatrixCell& c
       "--steps", std::to_string(spec.matrix.steps()), "--batch", std::to_string(c.batch_per_dp),
       "--seq", std::to_string(md.seq()), "--dim", std::to_string(md.dim()), "--heads",
       std::to_string(md.heads()), "--layers", std::to_string(md.layers()), "--vocab",
-      std::to_string(md.vocab()), "--metrics-out", metrics.string()};
+      std::to_string(md.vocab()), "--metrics-out", metrics.string(), "--trace-out",
+      trace.string()};
   if (st.sp()) a.push_back("--sp");
   if (c.compile) a.push_back("--compile");
   return a;
@@ -103,13 +105,70 @@ std::string ErrorOf(const fs::path& log) {
   return start == std::string::npos ? best : best.substr(start);
 }
 
+ReplayLayout LayoutOf(const MatrixCell& c) { return {c.nodes, c.ranks_per_node, c.topology}; }
+
+double TokensPerRankStep(const MatrixCell& c) {
+  return static_cast<double>(c.batch_per_dp) * c.model.seq();
+}
+
+// A real cell's check of the replay (docs/scaling.md): its own trace
+// replayed on its own layout, and the trace of the largest smaller real
+// cell like it scaled up to it, against its real modelled step time.
+void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir, Figures& f) {
+  const double real = std::stod(f["modelled_step_us"]);
+  try {
+    const auto own = ReplayFigures((dir / "trace").string(), LayoutOf(c), TokensPerRankStep(c));
+    f["replayed_step_us"] = own.at("modelled_step_us");
+    const int from = RecordingFor(spec, c, c.world());
+    if (from < 0) return;
+    const MatrixCell& source = spec.cells[static_cast<std::size_t>(from)];
+    const fs::path source_trace = dir.parent_path() / source.id / "trace";
+    if (!fs::exists(source_trace)) return;
+    const auto scaled = ReplayFigures(source_trace.string(), LayoutOf(c), TokensPerRankStep(c));
+    f["scaled_from"] = source.id;
+    f["scaled_replay_step_us"] = scaled.at("modelled_step_us");
+    f["scaled_replay_error_pct"] =
+        std::to_string(100.0 * (std::stod(scaled.at("modelled_step_us")) - real) / real);
+  } catch (const std::exception& e) {
+    f["replay_error"] = e.what();
+  }
+}
+
+// A modelled cell: its source cell's trace replayed on its layout.
+Figures ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& cells,
+                  const Figures& source_result) {
+  const MatrixCell& source = spec.cells[static_cast<std::size_t>(c.source)];
+  Figures f;
+  f["modelled_from"] = source.id;
+  if (!source_result.count("status") || source_result.at("status") != "completed") {
+    f["status"] = "failed";
+    f["error"] = "its recording cell " + source.id + " did not complete";
+    return f;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    for (const auto& [k, v] :
+         ReplayFigures((cells / source.id / "trace").string(), LayoutOf(c), TokensPerRankStep(c))) {
+      f[k] = v;
+    }
+    f["status"] = "modelled";
+  } catch (const std::exception& e) {
+    f["status"] = "failed";
+    f["error"] = e.what();
+  }
+  f["wall_s"] = std::to_string(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return f;
+}
+
 // Runs one cell; returns its figures with "status" and, on failure, "error".
 Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
                 const std::string& neuronrun) {
   fs::create_directories(dir);
-  const fs::path log = dir / "output.log", metrics = dir / "metrics.txt";
+  const fs::path log = dir / "output.log", metrics = dir / "metrics.txt", trace = dir / "trace";
   fs::remove(log);
   fs::remove(metrics);
+  fs::remove_all(trace);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> common;
   if (!c.topology.empty()) common = {"--topology", c.topology};
@@ -118,7 +177,7 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
   if (c.nodes == 1) {
     std::vector<std::string> argv = {neuronrun, "-n", std::to_string(c.ranks_per_node)};
     argv.insert(argv.end(), common.begin(), common.end());
-    for (auto& a : TrainerArgs(spec, c, metrics)) argv.push_back(a);
+    for (auto& a : TrainerArgs(spec, c, metrics, trace)) argv.push_back(a);
     agents.push_back(Start(argv, log, env));
   } else {  // one agent per simulated node, rendezvous on this machine
     const std::string endpoint = "127.0.0.1:" + std::to_string(PickFreePort());
@@ -128,7 +187,7 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
                                        "--node-rank", std::to_string(node), "--rdzv-endpoint",
                                        endpoint, "-n", std::to_string(c.ranks_per_node)};
       argv.insert(argv.end(), common.begin(), common.end());
-      for (auto& a : TrainerArgs(spec, c, metrics)) argv.push_back(a);
+      for (auto& a : TrainerArgs(spec, c, metrics, trace)) argv.push_back(a);
       agents.push_back(Start(argv, log, env));
     }
   }
@@ -143,6 +202,7 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (failed == 0 && f.count("loss")) {
     f["status"] = "completed";
+    CheckReplay(spec, c, dir, f);
   } else {
     f["status"] = "failed";
     f["error"] = ErrorOf(log);
@@ -192,6 +252,41 @@ std::vector<int> Baselines(const MatrixSpec& spec) {
   return base;
 }
 
+std::string ModelledNote(const MatrixSpec& spec) {
+  int modelled = 0;
+  for (const auto& c : spec.cells) modelled += c.modelled ? 1 : 0;
+  if (modelled == 0) return "Every cell ran as a real job (none modelled).";
+  return StrCat(modelled, " cells of more than ", spec.matrix.max_real_ranks(),
+                " ranks are modelled, not run: status \"modelled\", the trace of the real "
+                "cell named in results.csv's modelled_from replayed on their layout (no loss, "
+                "wall time or memory).");
+}
+
+// The replay against the real runs: each real cell's modelled step, its own
+// trace replayed, and a smaller cell's trace scaled up to it.
+std::string ReplayCheck(const MatrixSpec& spec, const std::vector<Figures>& results) {
+  std::ostringstream md;
+  double worst = 0;
+  int checked = 0;
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    const Figures& f = results[i];
+    if (!f.count("scaled_from")) continue;
+    if (checked++ == 0) {
+      md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its own "
+            "trace replayed on its layout, and the trace of a smaller real cell scaled up to "
+            "it (what a modelled cell does); target: within 2%.\n\n| cell | real us | own "
+            "trace us | scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";
+    }
+    const double error = Number(f, "scaled_replay_error_pct");
+    worst = std::max(worst, std::fabs(error));
+    md << "| " << spec.cells[i].id << " | " << Fixed(Number(f, "modelled_step_us"), 2) << " | "
+       << Fixed(Number(f, "replayed_step_us"), 2) << " | " << f.at("scaled_from") << " | "
+       << Fixed(Number(f, "scaled_replay_step_us"), 2) << " | " << Fixed(error, 2) << "% |\n";
+  }
+  if (checked > 0) md << "\nLargest error: " << Fixed(worst, 2) << "% over " << checked << " cells.\n";
+  return md.str();
+}
+
 void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
                   const fs::path& out) {
   const std::vector<int> base = Baselines(spec);
@@ -206,7 +301,8 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
   csv << "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,topology,"
          "status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,compute_us,"
          "exposed_comm_us,bubble_us,wall_tokens_per_s,modelled_tokens_per_s_per_device,"
-         "scaling_efficiency,max_rss_mib,model_state_mib";
+         "scaling_efficiency,max_rss_mib,model_state_mib,modelled_from,replayed_step_us,"
+         "scaled_from,scaled_replay_step_us,scaled_replay_error_pct";
   for (const auto& op : ops) csv << "," << op;
   csv << "\n";
   std::ostringstream md;
@@ -217,7 +313,8 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
      << (weak ? "per data-parallel rank" : "per step") << "), " << spec.matrix.steps()
      << " steps each; figures are medians over the steps after the first, the slowest rank's. "
         "Efficiency: modelled tokens/s per device against the cell's baseline (the fewest "
-        "ranks with the same strategy and model); loss diff: against the same baseline. Every cell ran as a real job (none modelled).\n\n"
+        "ranks with the same strategy and model); loss diff: against the same baseline. "
+     << ModelledNote(spec) << "\n\n"
      << "| cell | ranks | tp x pp x dp | ZeRO | status | loss (diff) | wall step ms | modelled "
         "step us (compute / exposed comm / bubble) | modelled tokens/s/device | efficiency | "
         "model-state MiB | max RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -227,6 +324,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
     const Figures& f = results[i];
     const Figures& b = results[base[i]];
     const bool ok = f.count("status") && f.at("status") == "completed";
+    const bool modelled = f.count("status") && f.at("status") == "modelled";
     const double eff = Number(f, "modelled_tokens_per_s_per_device") /
                        Number(b, "modelled_tokens_per_s_per_device");
     const double diff = Number(f, "loss") - Number(b, "loss");
@@ -245,12 +343,17 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
         << Fixed(Number(f, "wall_tokens_per_s"), 1) << ","
         << Fixed(Number(f, "modelled_tokens_per_s_per_device"), 1) << "," << Fixed(eff, 4)
         << "," << Fixed(Number(f, "max_rss_mib"), 1) << ","
-        << Fixed(Number(f, "model_state_mib"), 3);
+        << Fixed(Number(f, "model_state_mib"), 3) << ","
+        << Csv(f.count("modelled_from") ? f.at("modelled_from") : "") << ","
+        << Fixed(Number(f, "replayed_step_us"), 2) << ","
+        << Csv(f.count("scaled_from") ? f.at("scaled_from") : "") << ","
+        << Fixed(Number(f, "scaled_replay_step_us"), 2) << ","
+        << Fixed(Number(f, "scaled_replay_error_pct"), 3);
     for (const auto& op : ops) csv << "," << Fixed(Number(f, op), 0);
     csv << "\n";
     md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
        << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
-       << (ok ? "completed" : "**failed**") << " | " << Fixed(Number(f, "loss"), 4) << " ("
+       << (ok ? "completed" : modelled ? "modelled" : "**failed**") << " | " << Fixed(Number(f, "loss"), 4) << " ("
        << Fixed(diff, 4) << ") | " << Fixed(Number(f, "wall_step_ms"), 1) << " | "
        << Fixed(Number(f, "modelled_step_us"), 1) << " (" << Fixed(Number(f, "compute_us"), 1)
        << " / " << Fixed(Number(f, "exposed_comm_us"), 1) << " / "
@@ -258,8 +361,9 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
        << Fixed(Number(f, "modelled_tokens_per_s_per_device"), 0) << " | " << Fixed(eff, 3)
        << " | " << Fixed(Number(f, "model_state_mib"), 2) << " | "
        << Fixed(Number(f, "max_rss_mib"), 0) << " |\n";
-    if (!ok) failures.push_back(c.id + ": " + error);
+    if (!ok && !modelled) failures.push_back(c.id + ": " + error);
   }
+  md << ReplayCheck(spec, results);
   md << "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
         "(breakdown.png)\n\n![memory per rank](memory.png)\n";
   if (!failures.empty()) {
@@ -276,30 +380,39 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
   const fs::path out(out_dir);
   fs::create_directories(out / "cells");
   std::vector<Figures> results(spec.cells.size());
-  int done = 0, failed = 0, skipped = 0;
+  int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
-  for (int i = 0; i < total; ++i) {
-    const MatrixCell& c = spec.cells[i];
-    const fs::path dir = out / "cells" / c.id;
-    const fs::path result = dir / "result.txt";
-    Figures f = ReadFigures(result);
-    if (f.count("status") && f["status"] == "completed") {
-      ++skipped;
-    } else {
-      progress << "[matrix " << spec.matrix.name() << "] running " << c.id << " (" << (i + 1)
-               << "/" << total << ": done " << done + skipped << ", failed " << failed
-               << ", left " << total - i << ")" << std::endl;
-      f = RunCell(spec, c, dir, neuronrun);
-      WriteFigures(result, f);
+  // Real cells first: the modelled ones replay their traces.
+  for (const bool modelled : {false, true}) {
+    for (int i = 0; i < total; ++i) {
+      const MatrixCell& c = spec.cells[i];
+      if (c.modelled != modelled) continue;
+      const fs::path dir = out / "cells" / c.id;
+      const fs::path result = dir / "result.txt";
+      Figures f = ReadFigures(result);
+      const bool finished = f.count("status") && (f["status"] == "completed" ||
+                                                   f["status"] == "modelled");
+      if (finished && !modelled) {
+        ++skipped;
+      } else {
+        progress << "[matrix " << spec.matrix.name() << "] " << (modelled ? "modelling " : "running ")
+                 << c.id << " (" << (position + 1) << "/" << total << ": done " << done
+                 << ", failed " << failed << ", left " << total - position << ")" << std::endl;
+        fs::create_directories(dir);
+        f = modelled ? ModelCell(spec, c, out / "cells", results[c.source])
+                     : RunCell(spec, c, dir, neuronrun);
+        WriteFigures(result, f);
+      }
+      ++position;
+      if (f["status"] == "completed" || f["status"] == "modelled") {
+        ++done;
+      } else {
+        ++failed;
+        progress << "[matrix " << spec.matrix.name() << "] cell " << c.id
+                 << " failed: " << f["error"] << std::endl;
+      }
+      results[i] = f;
     }
-    if (f["status"] == "completed") {
-      ++done;
-    } else {
-      ++failed;
-      progress << "[matrix " << spec.matrix.name() << "] cell " << c.id
-               << " failed: " << f["error"] << std::endl;
-    }
-    results[i] = f;
   }
   WriteReports(spec, results, out);
   if (!plotter.empty()) {
@@ -317,7 +430,8 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
     }
   }
   progress << "[matrix " << spec.matrix.name() << "] " << total << " cells: " << done
-           << " completed (" << skipped << " from an earlier run), " << failed << " failed; "
+           << " completed or modelled (" << skipped << " from an earlier run), " << failed
+           << " failed; "
            << (out / "results.csv").string() << ", " << (out / "report.md").string()
            << std::endl;
   return failed == 0 ? 0 : 1;

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "neuron/launcher/matrix.h"
 #include "neuron/runtime/error.h"
@@ -70,7 +71,43 @@ std::string Slug(const std::string& s) {
   return out.empty() ? "default" : out;
 }
 
+// Each modelled cell replays the largest real cell like it (RecordingFor).
+void ChooseSources(MatrixSpec& spec, const Locator& at) {
+  for (MatrixCell& c : spec.cells) {
+    if (!c.modelled) continue;
+    c.source = RecordingFor(spec, c, c.world());
+    NEURON_CHECK(c.source >= 0, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
+                 " ranks) is modelled, but no real cell of strategy ", c.strategy.name(),
+                 ", model ", c.model.name(), " and ", c.batch_per_dp, " sequences per "
+                 "data-parallel rank has at least 2 data-parallel ranks to record (add such "
+                 "a ranks_per_node, or raise max_real_ranks)");
+  }
+}
+
 }  // namespace
+
+int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
+  int best = -1;
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    const MatrixCell& d = spec.cells[i];
+    if (d.modelled || d.world() >= below || d.dp() < 2 ||
+        d.strategy.name() != cell.strategy.name() || d.model.name() != cell.model.name() ||
+        d.compile != cell.compile || d.batch_per_dp != cell.batch_per_dp) {
+      continue;
+    }
+    const bool same_topology = d.topology == cell.topology;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const MatrixCell& b = spec.cells[static_cast<std::size_t>(best)];
+    if (std::make_pair(same_topology, d.world()) >
+        std::make_pair(b.topology == cell.topology, b.world())) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
 
 MatrixSpec LoadMatrix(const std::string& path) {
   MatrixSpec spec;
@@ -93,6 +130,9 @@ MatrixSpec LoadMatrix(const std::string& path) {
                "compiles and warms up), got ", m.steps());
   if (m.batch() == 0) m.set_batch(8);
   NEURON_CHECK(m.batch() >= 1, at.At("batch"), ": must be >= 1, got ", m.batch());
+  if (m.max_real_ranks() == 0) m.set_max_real_ranks(16);
+  NEURON_CHECK(m.max_real_ranks() >= 1, at.At("max_real_ranks"), ": must be >= 1, got ",
+               m.max_real_ranks());
   if (m.nodes().empty()) m.add_nodes(1);
   if (m.compile().empty()) m.add_compile(false);
   if (m.topologies().empty()) m.add_topologies("");
@@ -171,7 +211,7 @@ MatrixSpec LoadMatrix(const std::string& path) {
                          ": compile needs tp 1 (strategy ", st.name(), ")");
             for (const std::string& topology : m.topologies()) {
               if (!topology.empty()) {
-                runtime::Topology::FromFile(topology).CheckFits(n, {r});
+                runtime::Topology::FromFile(topology).CheckFits(n, {static_cast<std::uint32_t>(r)});
               }
               MatrixCell cell;
               cell.nodes = n;
@@ -181,6 +221,7 @@ MatrixSpec LoadMatrix(const std::string& path) {
               cell.compile = compile;
               cell.topology = topology;
               cell.batch_per_dp = per_dp;
+              cell.modelled = world > m.max_real_ranks();
               cell.id = StrCat("n", n, "x", r, "-", Slug(st.name()), "-", Slug(md.name()), "-",
                                compile ? "compiled" : "eager", "-",
                                topology.empty() ? "default"
@@ -192,6 +233,7 @@ MatrixSpec LoadMatrix(const std::string& path) {
       }
     }
   }
+  ChooseSources(spec, at);
   return spec;
 }
 

@@ -11,6 +11,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/device/cost_model.h"
+#include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 #include "parallel_bindings.h"
 
@@ -284,6 +285,32 @@ PYBIND11_MODULE(_C, m) {
       },
       "This rank's simulated clocks (microseconds).");
   m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
+  m.def(
+      "_start_trace",
+      [] {
+        neuron::runtime::ProcessClock()->set_trace(std::make_shared<neuron::runtime::OpTrace>());
+      },
+      "Records this rank's operation trace from now on (a new, empty one).");
+  m.def(
+      "_trace_mark",
+      [](const std::string& name) {
+        if (auto trace = neuron::runtime::ProcessClock()->trace()) trace->Mark(name);
+      },
+      py::arg("name"), "Marks a point of the program in the trace being recorded, if any.");
+  m.def(
+      "_save_trace",
+      [](const std::string& path, int rank, int world_size, int tp, int pp, int dp) {
+        const auto trace = neuron::runtime::ProcessClock()->trace();
+        NEURON_CHECK(trace != nullptr, "save_trace: no trace is being recorded "
+                     "(call torchneuron.fabric.start_trace() first)");
+        neuron::runtime::proto::TraceLayout layout;
+        layout.set_tp(tp);
+        layout.set_pp(pp);
+        layout.set_dp(dp);
+        trace->Save(path, rank, world_size, layout);
+      },
+      py::arg("path"), py::arg("rank"), py::arg("world_size"), py::arg("tp"), py::arg("pp"),
+      py::arg("dp"), "Writes the recorded trace (op_trace.proto) to `path`.");
   m.def(
       "_advance_compute",
       [](double us) {

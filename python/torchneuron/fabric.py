@@ -73,3 +73,34 @@ def advance_compute(us):
     clock (work that ran eagerly on the CPU but would run on the device: the
     pipeline engine and the examples charge the device model's estimate)."""
     _C._advance_compute(float(us))
+
+
+def start_trace():
+    """Starts recording this rank's operation trace (docs/scaling.md,
+    "Modelled cells"): every compute charge, collective and message of every
+    neuron process group, in program order, until ``save_trace``. A trace
+    replayed through the fabric model (``neuronrun replay``) gives the same
+    modelled step times, on this job's topology or on a larger one."""
+    _C._start_trace()
+
+
+def mark(name):
+    """Marks a point of the program in the trace being recorded (no-op when
+    none is). Replay measures steps between ``"step_begin"`` and
+    ``"step_end"`` marks."""
+    _C._trace_mark(str(name))
+
+
+def save_trace(directory):
+    """Writes the recorded trace to ``directory/rank_<rank>.pb``, with the
+    parallel layout of ``torchneuron.parallel.initialize`` (tp = pp = 1
+    without one). Every rank calls it."""
+    import os
+    from .parallel import mesh
+    rank, world = _dist.get_rank(), _dist.get_world_size()
+    tp, pp = (1, 1)
+    if mesh.is_initialized():
+        tp, pp = mesh.get_layout().tp, mesh.get_layout().pp
+    os.makedirs(directory, exist_ok=True)
+    _C._save_trace(os.path.join(str(directory), f"rank_{rank}.pb"), rank, world, tp, pp,
+                   world // (tp * pp))

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "neuron/runtime/op_trace.h"
+
 namespace neuron::runtime {
 
 SimDuration SimClock::compute() const {
@@ -17,6 +19,7 @@ SimDuration SimClock::collective() const {
 void SimClock::AdvanceCompute(SimDuration d) {
   std::lock_guard<std::mutex> lock(mutex_);
   compute_ += d;
+  if (trace_) trace_->Compute(d);
 }
 
 SimDuration SimClock::CollectiveArrival() const {
@@ -42,6 +45,16 @@ std::shared_ptr<SimClock> ProcessClock() {
 void SimClock::Reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   compute_ = collective_ = SimDuration(0);
+}
+
+void SimClock::set_trace(std::shared_ptr<OpTrace> trace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_ = std::move(trace);
+}
+
+std::shared_ptr<OpTrace> SimClock::trace() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return trace_;
 }
 
 }  // namespace neuron::runtime

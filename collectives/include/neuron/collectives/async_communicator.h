@@ -60,6 +60,8 @@ class Work {
   explicit Work(std::string description) : description_(std::move(description)) {}
   // `on_wait` runs at every successful Wait (joining the clocks).
   void Finish(std::exception_ptr error, std::function<void()> on_wait = nullptr);
+  // A recorded operation: each Wait is recorded as a wait on `issue`.
+  void set_trace(std::shared_ptr<runtime::OpTrace> trace, std::uint64_t issue);
 
  private:
   std::string description_;
@@ -69,6 +71,8 @@ class Work {
   std::exception_ptr error_;
   std::function<void()> on_wait_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
+  std::shared_ptr<runtime::OpTrace> trace_;
+  std::uint64_t trace_issue_ = 0;
 };
 
 class AsyncCommunicator {
@@ -96,12 +100,21 @@ class AsyncCommunicator {
   // this much; at shutdown it gives them at most kFinalSendFlush to leave.
   static constexpr std::chrono::milliseconds kSendProgressSlice{1};
   static constexpr std::chrono::milliseconds kFinalSendFlush{10000};
+  // An operation as the compute stream issued it: its simulated start
+  // counts from the compute clock then, not from when the lane runs it.
+  struct Item {
+    Operation op;
+    std::shared_ptr<Work> work;
+    double issued_us = 0;
+    std::shared_ptr<runtime::OpTrace> trace;  // recording: the issue's entry
+    std::uint64_t trace_index = 0;
+  };
   struct Queue {
     std::condition_variable queued;
-    std::deque<std::pair<Operation, std::shared_ptr<Work>>> items;
+    std::deque<Item> items;
   };
   void Run(Queue& queue, bool collective);
-  void RunOne(Operation& op, Work& work, bool collective);
+  void RunOne(Item& item, bool collective);
 
   std::unique_ptr<Communicator> communicator_;
   const int rank_;

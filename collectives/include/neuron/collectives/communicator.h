@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neuron/collectives/dtype.h"
@@ -39,6 +40,7 @@
 
 namespace neuron::runtime {
 class FabricModel;
+class OpTrace;
 class SimClock;
 }  // namespace neuron::runtime
 
@@ -313,6 +315,13 @@ class Communicator {
   // The fabric model's duration of the operation `h` with `model_bytes`.
   double ModelledMicros(const Header& h, double model_bytes, std::string* algorithm);
   void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
+  // When the compute stream issued the running operation (issue_context.h):
+  // its clock at the enqueue, or now for a synchronous call.
+  double IssueTime() const;
+  // Where the running operation's parts are recorded when the rank's clock
+  // has a trace (op_trace.h): {trace, issue index}, or {null, 0}.
+  std::pair<runtime::OpTrace*, std::uint64_t> TraceTarget(bool messages_lane);
+  void TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag);
   void CheckHeaders(const Header& mine, const Header* const* theirs);
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
@@ -354,6 +363,12 @@ class Communicator {
   std::shared_ptr<runtime::SimClock> clock_;
   std::shared_ptr<const runtime::FabricModel> fabric_;
   std::vector<int> global_ranks_;
+  std::string trace_id_;  // names this communicator in traces, equal on every member
+  // This communicator's collective stream: its previous collective's end.
+  // A collective starts no earlier (one stream per communicator, so
+  // communicators run concurrently on other threads do not make a rank's
+  // simulated times depend on which thread the host ran first).
+  double stream_end_us_ = 0;
   // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
   std::map<std::tuple<int, double, int>, std::pair<double, std::string>> model_cache_;
   std::vector<OpRecord> records_;

@@ -27,6 +27,10 @@ struct MatrixCell {
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (strategy.tp() * strategy.pp()); }
   int batch_per_dp = 8;  // sequences per data-parallel rank per step
+  // Modelled (more ranks than max_real_ranks): replays the trace of the
+  // real cell `source` (an index into MatrixSpec::cells).
+  bool modelled = false;
+  int source = -1;
 };
 
 struct MatrixSpec {
@@ -41,6 +45,12 @@ struct MatrixSpec {
 // heads, a batch data parallel does not divide), a missing topology file
 // or trainer throw InvalidUsage naming the file, line and field.
 MatrixSpec LoadMatrix(const std::string& path);
+
+// The real cell whose trace replays `cell`: among the real cells of fewer
+// than `below` ranks with the same strategy, model, compile mode and
+// per-rank batch, and at least 2 data-parallel ranks, the one on the same
+// topology if any, then the largest. -1 when there is none.
+int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below);
 
 // Runs every cell that has no result in `out_dir` yet (a rerun skips
 // finished cells), one at a time, printing a progress line per cell; a

@@ -21,6 +21,8 @@
 
 namespace neuron::runtime {
 
+class OpTrace;
+
 class SimClock {
  public:
   SimDuration compute() const;
@@ -36,10 +38,16 @@ class SimClock {
   void JoinCompute(SimDuration t);
   void Reset();
 
+  // While a trace is set, compute charges are recorded into it, and the
+  // communicators sharing this clock record what they issue (op_trace.h).
+  void set_trace(std::shared_ptr<OpTrace> trace);
+  std::shared_ptr<OpTrace> trace() const;
+
  private:
   mutable std::mutex mutex_;
   SimDuration compute_{0};
   SimDuration collective_{0};
+  std::shared_ptr<OpTrace> trace_;
 };
 
 // The clock of the rank this process runs (one rank per process: under

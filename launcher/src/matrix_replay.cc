@@ -1,0 +1,65 @@
+#include "matrix_replay.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/topology.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+// The median over the steps after the first (the first compiles and warms up).
+template <typename Get>
+double WarmMedian(const std::vector<runtime::ReplayedStep>& steps, Get get) {
+  std::vector<double> v;
+  for (std::size_t k = steps.size() > 1 ? 1 : 0; k < steps.size(); ++k) v.push_back(get(steps[k]));
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ReplayFigures(const std::string& trace_dir,
+                                                 const ReplayLayout& layout,
+                                                 double tokens_per_rank_step) {
+  const runtime::Topology topology = layout.topology.empty()
+                                         ? runtime::Topology::Default()
+                                         : runtime::Topology::FromFile(layout.topology);
+  topology.CheckFits(layout.nodes, {static_cast<std::uint32_t>(layout.ranks_per_node)});
+  const runtime::FabricModel model(
+      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(
+                                                  static_cast<std::size_t>(layout.nodes),
+                                                  static_cast<std::uint32_t>(layout.ranks_per_node))));
+  const runtime::ReplayResult r = runtime::ReplayTraces(runtime::LoadJobTraces(trace_dir), model);
+  NEURON_CHECK(!r.steps.empty(), "the traces in ", trace_dir, " mark no step (step_begin and "
+               "step_end marks: torchneuron.fabric.mark)");
+  const double step = WarmMedian(r.steps, [](const auto& s) { return s.modelled_us; });
+  const double compute = WarmMedian(r.steps, [](const auto& s) { return s.compute_us; });
+  const double bubble = WarmMedian(r.steps, [](const auto& s) { return s.message_wait_us; });
+  const double tokens = tokens_per_rank_step * r.dp;
+  std::map<std::string, std::string> f = {
+      {"world", std::to_string(r.world_size)},
+      {"tp", std::to_string(r.tp)},
+      {"pp", std::to_string(r.pp)},
+      {"dp", std::to_string(r.dp)},
+      {"recorded_world", std::to_string(r.recorded_world_size)},
+      {"steps", std::to_string(r.steps.size())},
+      {"tokens_per_step", std::to_string(tokens)},
+      {"modelled_step_us", std::to_string(step)},
+      {"compute_us", std::to_string(compute)},
+      {"bubble_us", std::to_string(bubble)},
+      {"exposed_comm_us", std::to_string(std::max(0.0, step - compute - bubble))},
+      {"modelled_tokens_per_s", std::to_string(tokens / step * 1e6)},
+      {"modelled_tokens_per_s_per_device", std::to_string(tokens / step * 1e6 / r.world_size)},
+  };
+  for (const auto& [kind, bytes] : r.steps.back().rank0_bytes) {
+    f["bytes_per_step_" + kind] = std::to_string(bytes);
+  }
+  return f;
+}
+
+}  // namespace neuron::launcher

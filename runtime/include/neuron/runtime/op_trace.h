@@ -1,0 +1,53 @@
+// A rank's operation trace while it is recorded (op_trace.proto): every
+// compute charge, every operation issued and every wait on one, in the
+// compute stream's program order. SimClock appends the compute charges;
+// the communicators append what they issue and fill in each operation's
+// collectives and messages as its lane runs it.
+//
+// Usage:
+//   auto trace = std::make_shared<OpTrace>();
+//   ProcessClock()->set_trace(trace);   // from now on, recorded
+//   ... train ...
+//   trace->Save("trace/rank_3.pb", 3, 16, layout);
+//   proto::RankTrace t = LoadRankTrace("trace/rank_3.pb");
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "neuron/runtime/op_trace.pb.h"
+#include "neuron/runtime/sim_time.h"
+
+namespace neuron::runtime {
+
+class OpTrace {
+ public:
+  void Compute(SimDuration d);
+  // A new issue; returns its index (for AddCollective, AddMessage, Wait).
+  std::uint64_t Issue(bool messages_lane, bool waited_at_issue);
+  void AddCollective(std::uint64_t issue, proto::TraceCollective collective);
+  void AddMessage(std::uint64_t issue, proto::TraceMessage message);
+  void Wait(std::uint64_t issue);
+  void Mark(const std::string& name);
+
+  std::size_t size() const;
+  proto::RankTrace Snapshot(int rank, int world_size, const proto::TraceLayout& layout) const;
+  // Writes the binary proto atomically (WriteFileAtomically); IoError names the path.
+  void Save(const std::string& path, int rank, int world_size,
+            const proto::TraceLayout& layout) const;
+
+ private:
+  proto::TraceIssue& IssueAt(std::uint64_t issue);
+
+  mutable std::mutex mutex_;
+  proto::RankTrace trace_;
+};
+
+// Reads a trace Save wrote; IoError names the path when it is missing or
+// not a trace.
+proto::RankTrace LoadRankTrace(const std::string& path);
+
+}  // namespace neuron::runtime

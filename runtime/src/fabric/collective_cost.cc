@@ -1,0 +1,48 @@
+#include "neuron/runtime/fabric/collective_cost.h"
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+
+namespace neuron::runtime {
+
+namespace {
+
+// Gather (to the root) or scatter (from it): one step, every rank at once.
+Schedule Linear(const std::vector<int>& group, int root_index, double bytes, bool to_root) {
+  Step step;
+  const int root = group[static_cast<std::size_t>(root_index)];
+  for (int g : group) {
+    if (g == root) continue;
+    step.transfers.push_back(to_root ? Transfer{g, root, bytes} : Transfer{root, g, bytes});
+  }
+  return Schedule{"linear", {step}};
+}
+
+CollectiveKind ParseKind(const std::string& kind) {
+  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
+                 CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
+    if (kind == Name(k)) return k;
+  }
+  NEURON_CHECK(false, "unknown collective '", kind, "' (allreduce, allgather, reducescatter, ",
+               "broadcast, reduce, alltoall, gather, scatter)");
+}
+
+}  // namespace
+
+CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind, double bytes,
+                               const std::vector<int>& group, int root) {
+  NEURON_CHECK(!group.empty(), "collective '", kind, "' has no ranks");
+  NEURON_CHECK(root >= 0 && static_cast<std::size_t>(root) < group.size(), "collective '",
+               kind, "': root ", root, " outside its ", group.size(), " ranks");
+  Schedule schedule;
+  if (kind == "gather" || kind == "scatter") {
+    schedule = Linear(group, root, bytes, kind == "gather");
+  } else {
+    const CollectiveShape shape{ParseKind(kind), bytes, group, root};
+    schedule = BuildSchedule(model, shape, ChooseAlgorithm(model, shape));
+  }
+  return {model.Simulate(schedule).total.count(), schedule.algorithm};
+}
+
+}  // namespace neuron::runtime
