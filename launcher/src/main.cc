@@ -12,11 +12,13 @@
 
 #include "agent.h"
 #include "child_process.h"
+#include "matrix_replay.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/trace_replay.h"
 #include "secret.h"
 
 namespace neuron::launcher {
@@ -131,8 +133,62 @@ int MatrixMain(int argc, char** argv) {
   }
 }
 
+constexpr const char* kReplayHelp =
+    "usage: neuronrun replay TRACE_DIR [--nodes N] [--ranks-per-node R] [--topology FILE]\n"
+    "                        [--tokens-per-rank-step T]\n"
+    "Replays a job's operation traces (TRACE_DIR/rank_N.pb, recorded with\n"
+    "torchneuron.fabric.start_trace/save_trace, e.g. examples/04_train_gpt.py --trace-out)\n"
+    "through the device and fabric models on N nodes x R ranks (default: the recorded\n"
+    "ranks on one node) of FILE (default: the embedded trn2 node). More ranks than were\n"
+    "recorded add data-parallel replicas (weak scaling). Prints the modelled figures as\n"
+    "key = value lines. Exit status: 0, or 2 when the traces cannot be replayed there.\n";
+
+// neuronrun replay TRACE_DIR [...]
+int ReplayMain(int argc, char** argv) {
+  std::string dir;
+  ReplayLayout layout;
+  layout.ranks_per_node = 0;
+  double tokens = 0;
+  try {
+    for (int i = 0; i < argc; ++i) {
+      const std::string a = argv[i];
+      const bool has_value = i + 1 < argc;
+      if (a == "-h" || a == "--help") {
+        std::cout << kReplayHelp;
+        return 0;
+      } else if (a == "--nodes" && has_value) {
+        layout.nodes = std::stoi(argv[++i]);
+      } else if (a == "--ranks-per-node" && has_value) {
+        layout.ranks_per_node = std::stoi(argv[++i]);
+      } else if (a == "--topology" && has_value) {
+        layout.topology = argv[++i];
+      } else if (a == "--tokens-per-rank-step" && has_value) {
+        tokens = std::stod(argv[++i]);
+      } else if (dir.empty() && a.rfind("-", 0) != 0) {
+        dir = a;
+      } else {
+        throw InvalidUsage(StrCat("unexpected argument '", a, "'"));
+      }
+    }
+    NEURON_CHECK(!dir.empty(), "no trace directory");
+    NEURON_CHECK(layout.nodes >= 1 && layout.ranks_per_node >= 0,
+                 "--nodes and --ranks-per-node must be positive");
+    if (layout.ranks_per_node == 0) {  // the recorded job, on one node
+      layout.ranks_per_node = static_cast<int>(runtime::LoadJobTraces(dir).size());
+    }
+    for (const auto& [k, v] : ReplayFigures(dir, layout, tokens)) {
+      std::cout << k << " = " << v << "\n";
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun replay: error: " << e.what() << "\n" << kReplayHelp;
+    return kUsageError;
+  }
+}
+
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "matrix") return MatrixMain(argc - 2, argv + 2);
+  if (argc >= 2 && std::string(argv[1]) == "replay") return ReplayMain(argc - 2, argv + 2);
   LaunchOptions options;
   std::unique_ptr<Agent> agent;
   try {

@@ -179,6 +179,7 @@ bool IsPythonScript(const std::string& program) {
 std::string HelpText() {
   return R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
        neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
+       neuronrun replay TRACE_DIR [...]    (replay recorded traces; replay --help)
        neuronrun --help
 
 Starts the ranks of a distributed job on this node, gives each the

@@ -7,7 +7,8 @@ Writes OUT/efficiency.png (modelled scaling efficiency against ranks, one
 line per strategy and model), OUT/breakdown.png (each cell's modelled step:
 compute, exposed communication, pipeline bubble) and OUT/memory.png (each
 cell's model-state memory and largest resident memory per rank). Cells
-that failed are left out.
+that failed are left out; modelled cells (replayed traces) appear in the
+first two, marked, and not in the memory plot (they did not run).
 """
 import csv
 import os
@@ -36,6 +37,13 @@ def efficiency(rows, out):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                 label=f"{strategy} / {model}")
+    modelled = [r for r in rows if r["status"] == "modelled"]
+    if modelled:
+        ax.scatter([int(r["world"]) for r in modelled],
+                   [_float(r, "scaling_efficiency") for r in modelled], marker="x", s=80,
+                   color="black", zorder=3, label="modelled (replayed trace)")
+    if any(int(r["world"]) > 16 for r in rows):
+        ax.set_xscale("log", base=2)
     ax.set_xlabel("ranks")
     ax.set_ylabel("scaling efficiency (modelled tokens/s per device)")
     ax.set_ylim(bottom=0)
@@ -48,7 +56,7 @@ def efficiency(rows, out):
 
 def breakdown(rows, out):
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(rows)), 4))
-    names = [r["cell"] for r in rows]
+    names = [r["cell"] + (" (modelled)" if r["status"] == "modelled" else "") for r in rows]
     bottom = [0.0] * len(rows)
     for key, label in (("compute_us", "compute"), ("exposed_comm_us", "exposed communication"),
                        ("bubble_us", "pipeline bubble")):
@@ -86,11 +94,12 @@ def main(argv):
     if len(argv) != 3:
         sys.exit(__doc__)
     with open(argv[1]) as f:
-        rows = [r for r in csv.DictReader(f) if r["status"] == "completed"]
+        rows = [r for r in csv.DictReader(f) if r["status"] in ("completed", "modelled")]
     if not rows:
         return 0
-    for plot in (efficiency, breakdown, memory):
-        plot(rows, argv[2])
+    efficiency(rows, argv[2])
+    breakdown(rows, argv[2])
+    memory([r for r in rows if r["status"] == "completed"] or rows, argv[2])
     return 0
 
 

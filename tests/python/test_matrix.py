@@ -17,23 +17,42 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     smoke = os.path.join(SOURCE, "configs/scaling/smoke.textproto")
     proc = matrix(smoke, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[matrix smoke] 6 cells: 6 completed (0 from an earlier run), 0 failed" in proc.stdout
+    assert ("[matrix smoke] 8 cells: 8 completed or modelled (0 from an earlier run), 0 failed"
+            in proc.stdout)
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
-    assert len(rows) == 6 and all(r["status"] == "completed" for r in rows), rows
-    for r in rows:
+    real = [r for r in rows if r["world"] != "8"]
+    modelled = [r for r in rows if r["world"] == "8"]
+    assert len(real) == 6 and all(r["status"] == "completed" for r in real), rows
+    for r in real:
         assert float(r["modelled_step_us"]) > 0 and float(r["wall_step_ms"]) > 0, r
         assert float(r["compute_us"]) > 0 and r["scaling_efficiency"], r
         assert int(r["world"]) == int(r["dp"]), r
+        # Its own trace replayed gives its modelled step time.
+        assert abs(float(r["replayed_step_us"]) - float(r["modelled_step_us"])) <= 0.011, r
     base = {r["zero"]: r for r in rows if r["world"] == "1"}
     assert set(base) == {"0", "3"} and all(float(b["scaling_efficiency"]) == 1 for b in
                                            base.values())
     # ZeRO-3 loses what plain data parallel loses at every size (the same batches).
     by_size = {}
-    for r in rows:
+    for r in real:
         by_size.setdefault(r["world"], {})[r["zero"]] = r["loss"]
     assert all(v["0"] == v["3"] for v in by_size.values()), by_size
+    # The 2-rank trace scaled up to 4 ranks: within 2% of the real 4-rank run.
+    for r in real:
+        if r["world"] == "4":
+            assert r["scaled_from"].startswith("n1x2-"), r
+            assert abs(float(r["scaled_replay_error_pct"])) <= 2.0, r
+    # 8 ranks are modelled from the 4-rank cells: figures, but no loss or wall time.
+    assert len(modelled) == 2 and all(r["status"] == "modelled" for r in modelled), modelled
+    for r in modelled:
+        assert r["modelled_from"] == r["cell"].replace("n1x8-", "n1x4-"), r
+        assert float(r["modelled_step_us"]) > 0 and r["loss"] == "" and r["wall_step_ms"] == ""
+        assert float(r["scaling_efficiency"]) > 0, r
     report = (tmp_path / "report.md").read_text()
     assert "# Scaling matrix: smoke" in report and report.count("| completed |") == 6
+    assert report.count("| modelled |") == 2
+    assert "2 cells of more than 4 ranks are modelled, not run" in report
+    assert "## Replay against real runs" in report
     assert f"Made by `neuronrun matrix {smoke} --out {tmp_path}`" in report
     for png in ("efficiency.png", "breakdown.png", "memory.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
@@ -41,7 +60,7 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
 
     again = matrix(smoke, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "6 cells: 6 completed (6 from an earlier run), 0 failed" in again.stdout
+    assert "8 cells: 8 completed or modelled (6 from an earlier run), 0 failed" in again.stdout
     assert "running" not in again.stdout
 
 
@@ -54,7 +73,7 @@ def test_a_failing_cell_is_reported_and_the_matrix_goes_on(tmp_path):
                     'models { name: "bad" dim: 16 layers: 1 heads: 2 seq: 8 vocab: 1 }\n')
     proc = matrix(spec, tmp_path / "out")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "2 cells: 1 completed (0 from an earlier run), 1 failed" in proc.stdout
+    assert "2 cells: 1 completed or modelled (0 from an earlier run), 1 failed" in proc.stdout
     rows = {r["model"]: r for r in csv.DictReader(open(tmp_path / "out" / "results.csv"))}
     assert rows["ok"]["status"] == "completed" and rows["bad"]["status"] == "failed", rows
     assert "InvalidUsageError: synthetic tokens: need sequences >= 0, length >= 1, vocab >= 2" \
@@ -75,6 +94,10 @@ def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
         ('name: "x"\nranks_per_node: [2]\ntopologies: "configs/topologies/nope.textproto"\n'
          'strategies { name: "a" }\nmodels { dim: 16 layers: 1 heads: 2 }\n',
          r"m.textproto:3: topologies: no topology file .*nope.textproto"),
+        ('name: "x"\nmax_real_ranks: 2\nranks_per_node: [1, 4]\nstrategies { name: "a" }\n'
+         'models { dim: 16 layers: 1 heads: 2 }\n',
+         r"m.textproto:2: max_real_ranks: cell n1x4-a-d16_l1-eager-default \(4 ranks\) is "
+         r"modelled, but no real cell .* has at least 2 data-parallel ranks to record"),
     ]
     import re
     for text, pattern in cases:
