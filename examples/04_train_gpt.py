@@ -185,6 +185,15 @@ def write_metrics(args, layout, history, tokens_per_step, rss):
     volume = collective_bytes(groups, len(history))
     state = torch.tensor([parallel.model_state_memory()["peak"] / 2**20], dtype=torch.float64)
     dist.all_reduce(state, op=dist.ReduceOp.MAX)
+    # Compile time (IR to executable; the slowest rank's): cold, where the
+    # graphs were compiled, and warm, loading them from the disk cache.
+    compile_ms = None
+    if args.compile:
+        warm = torchneuron.compiler.measure_warm_compile()
+        times = torchneuron.compiler.compile_times()
+        compile_ms = torch.tensor([times["cold_s"] * 1e3, -1.0 if warm is None else warm * 1e3,
+                                   times["graphs"]], dtype=torch.float64)
+        dist.all_reduce(compile_ms, op=dist.ReduceOp.MAX)
     if dist.get_rank() != 0:
         return
     warm = history[1:] or history
@@ -202,6 +211,11 @@ def write_metrics(args, layout, history, tokens_per_step, rss):
         "modelled_tokens_per_s_per_device": tokens_per_step / modelled * 1e6 / layout.world_size,
         "max_rss_mib": rss, "model_state_mib": state.item(),
     }
+    if compile_ms is not None and compile_ms[2].item() > 0:  # some graph compiled
+        figures["compiled_graphs"] = int(compile_ms[2].item())
+        figures["cold_compile_ms"] = compile_ms[0].item()
+        if compile_ms[1].item() >= 0:
+            figures["warm_compile_ms"] = compile_ms[1].item()
     for op, nbytes in sorted(volume.items()):
         figures[f"bytes_per_step_{op}"] = nbytes
     with open(args.metrics_out, "w") as f:

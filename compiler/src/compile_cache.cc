@@ -181,6 +181,12 @@ std::string CompileCache::Explain(const CacheKey& key) const {
                 ") differs in: ", differ);
 }
 
+void CompileCache::ForgetMemory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_.clear();
+  lru_.clear();
+}
+
 std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
     const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
     const runtime::DeviceSpec& device) {

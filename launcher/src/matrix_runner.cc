@@ -115,8 +115,8 @@ double TokensPerRankStep(const MatrixCell& c) {
 // replayed on its own layout, and the trace of the largest smaller real
 // cell like it scaled up to it, against its real modelled step time.
 void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir, Figures& f) {
-  const double real = std::stod(f["modelled_step_us"]);
   try {
+    const double real = std::stod(f.at("modelled_step_us"));
     const auto own = ReplayFigures((dir / "trace").string(), LayoutOf(c), TokensPerRankStep(c));
     f["replayed_step_us"] = own.at("modelled_step_us");
     const int from = RecordingFor(spec, c, c.world());
@@ -174,6 +174,10 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
   if (!c.topology.empty()) common = {"--topology", c.topology};
   std::vector<pid_t> agents;
   std::vector<std::string> env;
+  if (c.compile) {  // a fresh compile cache: the cell's compile time is cold
+    fs::remove_all(dir / "cache");
+    env.push_back("NEURON_CACHE_DIR=" + (dir / "cache").string());
+  }
   if (c.nodes == 1) {
     std::vector<std::string> argv = {neuronrun, "-n", std::to_string(c.ranks_per_node)};
     argv.insert(argv.end(), common.begin(), common.end());
@@ -202,7 +206,6 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (failed == 0 && f.count("loss")) {
     f["status"] = "completed";
-    CheckReplay(spec, c, dir, f);
   } else {
     f["status"] = "failed";
     f["error"] = ErrorOf(log);
@@ -287,6 +290,27 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<Figures>& resu
   return md.str();
 }
 
+// The compiled cells' compile time: IR to executables, the slowest rank's,
+// with an empty compile cache (cold) and loading from the disk cache (warm).
+std::string CompileTimes(const MatrixSpec& spec, const std::vector<Figures>& results) {
+  std::ostringstream md;
+  int rows = 0;
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    const Figures& f = results[i];
+    if (!spec.cells[i].compile || !f.count("cold_compile_ms")) continue;
+    if (rows++ == 0) {
+      md << "\n## Compile time\n\nIR to executables, the slowest rank's: cold (an empty "
+            "compile cache, the cell's own) and warm (the same graphs loaded from the disk "
+            "cache, as a rerun would).\n\n| cell | cold ms | warm ms | cold / warm |\n"
+            "|---|---|---|---|\n";
+    }
+    const double cold = Number(f, "cold_compile_ms"), warm = Number(f, "warm_compile_ms");
+    md << "| " << spec.cells[i].id << " | " << Fixed(cold, 1) << " | " << Fixed(warm, 2)
+       << " | " << Fixed(cold / warm, 1) << "x |\n";
+  }
+  return md.str();
+}
+
 void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
                   const fs::path& out) {
   const std::vector<int> base = Baselines(spec);
@@ -301,7 +325,8 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
   csv << "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,topology,"
          "status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,compute_us,"
          "exposed_comm_us,bubble_us,wall_tokens_per_s,modelled_tokens_per_s_per_device,"
-         "scaling_efficiency,max_rss_mib,model_state_mib,modelled_from,replayed_step_us,"
+         "scaling_efficiency,max_rss_mib,model_state_mib,cold_compile_ms,warm_compile_ms,"
+         "modelled_from,replayed_step_us,"
          "scaled_from,scaled_replay_step_us,scaled_replay_error_pct";
   for (const auto& op : ops) csv << "," << op;
   csv << "\n";
@@ -344,7 +369,8 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
         << Fixed(Number(f, "modelled_tokens_per_s_per_device"), 1) << "," << Fixed(eff, 4)
         << "," << Fixed(Number(f, "max_rss_mib"), 1) << ","
         << Fixed(Number(f, "model_state_mib"), 3) << ","
-        << Csv(f.count("modelled_from") ? f.at("modelled_from") : "") << ","
+        << Fixed(Number(f, "cold_compile_ms"), 1) << "," << Fixed(Number(f, "warm_compile_ms"), 1)
+        << "," << Csv(f.count("modelled_from") ? f.at("modelled_from") : "") << ","
         << Fixed(Number(f, "replayed_step_us"), 2) << ","
         << Csv(f.count("scaled_from") ? f.at("scaled_from") : "") << ","
         << Fixed(Number(f, "scaled_replay_step_us"), 2) << ","
@@ -363,7 +389,7 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
        << Fixed(Number(f, "max_rss_mib"), 0) << " |\n";
     if (!ok && !modelled) failures.push_back(c.id + ": " + error);
   }
-  md << ReplayCheck(spec, results);
+  md << ReplayCheck(spec, results) << CompileTimes(spec, results);
   md << "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
         "(breakdown.png)\n\n![memory per rank](memory.png)\n";
   if (!failures.empty()) {
@@ -382,7 +408,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
   std::vector<Figures> results(spec.cells.size());
   int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
-  // Real cells first: the modelled ones replay their traces.
+  // Real cells first: the replay checks and the modelled cells use their traces.
   for (const bool modelled : {false, true}) {
     for (int i = 0; i < total; ++i) {
       const MatrixCell& c = spec.cells[i];
@@ -412,6 +438,14 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
                  << " failed: " << f["error"] << std::endl;
       }
       results[i] = f;
+    }
+    if (!modelled) {  // every real cell's trace is there now
+      for (int i = 0; i < total; ++i) {
+        const MatrixCell& c = spec.cells[i];
+        if (c.modelled || results[i]["status"] != "completed") continue;
+        CheckReplay(spec, c, out / "cells" / c.id, results[i]);
+        WriteFigures(out / "cells" / c.id / "result.txt", results[i]);
+      }
     }
   }
   WriteReports(spec, results, out);

@@ -327,6 +327,9 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("m"), py::arg("k"), py::arg("n"), py::arg("fp32"),
       "The device model's time (us) of an [m,k] x [k,n] matmul on one NeuronCore.");
+  m.def(
+      "_forget_compiled_in_memory", [] { CompiledGraph::Cache().ForgetMemory(); },
+      "Drops the compile cache's in-memory entries (the disk cache keeps them).");
   m.def("_cache_counters", [] {
     const auto c = CompiledGraph::Cache().counters();
     py::dict d;

@@ -209,7 +209,11 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
     try:
+        before = _C._cache_counters()["misses"]
+        start = time.perf_counter()
         graph = _C._compile_graph(text)
+        seconds = time.perf_counter() - start
+        missed = _C._cache_counters()["misses"] > before
     except _C.InvalidUsageError as e:
         # "graph NAME: node I (OP) ...": the I-th op node of the FX graph.
         found = re.search(r"node (\d+) \(([^)]+)\)", str(e))
@@ -221,7 +225,8 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
                 ops = [(found.group(2), _source(calls[index], where))]
         return _fallback(gm, name, ops, fullgraph, str(e))
     entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
-             "fallback_us": 0.0, "fallback_bytes": 0}
+             "fallback_us": 0.0, "fallback_bytes": 0, "compile_s": seconds,
+             "compiled_here": missed, "text": text}
     _record(entry)
 
     returned = sorted({o for o in outputs if o is not None})
@@ -352,11 +357,43 @@ def metrics():
     with _lock:
         entries = list(_metrics)
     for e in entries:
-        row = {k: v for k, v in e.items() if k != "graph"}
+        row = {k: v for k, v in e.items() if k not in ("graph", "text")}
         if e.get("graph") is not None:
             row.update(e["graph"].info())
         out.append(row)
     return out
+
+
+def compile_times():
+    """Seconds this process spent turning IR into executables: ``cold_s``
+    for the graphs it compiled (compile cache misses), ``cached_s`` for
+    those it found in the cache, over ``graphs`` graphs (tracing excluded)."""
+    with _lock:
+        entries = [e for e in _metrics if e.get("graph") is not None]
+    return {"cold_s": sum(e["compile_s"] for e in entries if e["compiled_here"]),
+            "cached_s": sum(e["compile_s"] for e in entries if not e["compiled_here"]),
+            "graphs": len(entries)}
+
+
+def measure_warm_compile():
+    """Loads every graph this process compiled again from the disk compile
+    cache, as a rerun would (the in-memory entries are dropped first), and
+    returns the seconds it took; None without a disk cache
+    (NEURON_CACHE_DIR empty)."""
+    with _lock:
+        texts = list(dict.fromkeys(e["text"] for e in _metrics if e.get("graph") is not None))
+    if not texts:
+        return 0.0
+    _C._forget_compiled_in_memory()
+    before = _C._cache_counters()
+    start = time.perf_counter()
+    for text in texts:
+        _C._compile_graph(text)
+    seconds = time.perf_counter() - start
+    after = _C._cache_counters()
+    if after["disk_hits"] - before["disk_hits"] < len(texts):
+        return None
+    return seconds
 
 
 def cache_counters():

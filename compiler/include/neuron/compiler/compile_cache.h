@@ -72,6 +72,9 @@ class CompileCache {
       const runtime::DeviceSpec& device);
 
   Counters counters() const;
+  // Drops the in-memory entries (the disk keeps them): the next lookups
+  // load from disk, as a new process would (warm compile time).
+  void ForgetMemory();
   // What the last lookup found wrong or explained ("" when nothing).
   std::string last_report() const;
 
