@@ -50,7 +50,7 @@ def parse():
     p.add_argument("--microbatches", type=int, default=4, help="pipeline microbatches")
     p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
     p.add_argument("--compile", action="store_true",
-                   help="torchneuron.compile each block's MLP (tensor parallel 1 only)")
+                   help="torchneuron.compile each transformer block (tensor parallel 1 only)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=8, help="sequences per data-parallel rank")
     p.add_argument("--seq", type=int, default=32)
@@ -103,15 +103,17 @@ def main():
                     layers=args.layers)
     parallel.tensor_parallel.manual_seed(args.seed)  # equal on tensor-parallel ranks
     model = GPT(cfg, sequence_parallel=args.sp)
-    if args.compile:
-        for block in model.blocks:
-            block.mlp = torchneuron.compile(block.mlp)
+    if args.compile:  # each transformer block: attention and MLP, forward and backward
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = torchneuron.compile(block)
 
     # This rank's part of the model, and how its gradients are averaged.
     chunks = pipeline.partition(model.stages()) if args.pp > 1 else [model]
     if args.zero:
         parts = [parallel.FullyShardedDataParallel(
-            c, stage=args.zero, wrap_policy=parallel.module_type_policy(Block)) for c in chunks]
+            c, stage=args.zero,
+            wrap_policy=parallel.module_type_policy(Block, torchneuron.compiler.CompiledModule))
+            for c in chunks]
     elif args.pp == 1:
         parts = [parallel.DistributedDataParallel(model)]
     else:

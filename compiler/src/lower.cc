@@ -1,6 +1,7 @@
 #include "neuron/compiler/lower.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -124,6 +125,314 @@ class Lowering {
     steps_.push_back(std::move(s));
   }
 
+  // A view of `from`'s contiguous elements (sizes, strides, offset) into
+  // `to`: contiguous, or at `out_strides` and `out_offset` (a part of it).
+  void StridedCopy(const std::string& from, const std::string& to,
+                   const std::vector<std::int64_t>& sizes,
+                   const std::vector<std::int64_t>& strides, std::int64_t offset,
+                   const std::string& source, const std::vector<std::int64_t>& out_strides = {},
+                   std::int64_t out_offset = 0) {
+    Step s;
+    s.instruction.set_engine(rp::VECTOR);
+    s.instruction.set_op("strided_copy");
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      n *= sizes[d];
+      s.instruction.add_view_sizes(sizes[d]);
+      s.instruction.add_in_strides(strides[d]);
+    }
+    for (auto st : out_strides) s.instruction.add_out_strides(st);
+    s.instruction.set_in_offset(offset);
+    s.instruction.set_out_offset(out_offset);
+    s.instruction.set_elements(n);
+    s.instruction.set_operand_count(1);
+    s.instruction.set_source(source);
+    s.reads = {from};
+    s.writes = {to};
+    steps_.push_back(std::move(s));
+  }
+
+  // Every element of `to` set to `value`.
+  void Fill(const std::string& to, double value, const std::string& source) {
+    Step s;
+    s.instruction.set_engine(rp::VECTOR);
+    s.instruction.set_op("fill");
+    s.instruction.set_elements(Elements(slots_.at(to).value.type()));
+    s.instruction.set_operand_count(1);
+    s.instruction.set_scalar(value);
+    s.instruction.set_source(source);
+    s.writes = {to};
+    steps_.push_back(std::move(s));
+  }
+
+  // zeros, ones, full and their _like forms; slice_backward and
+  // select_backward (zeros, then the gradient into its part). False when
+  // `op` is none of them.
+  bool LowerFill(const proto::Node& n, const std::vector<std::string>& in,
+                 const std::string& where, const std::string& source) {
+    static const std::map<std::string, double> kConstant = {
+        {"aten.zeros", 0.0},      {"aten.ones", 1.0},     {"aten.zeros_like", 0.0},
+        {"aten.ones_like", 1.0},  {"aten.new_zeros", 0.0}, {"aten.new_ones", 1.0},
+        {"aten.full", NAN},       {"aten.full_like", NAN}, {"aten.new_full", NAN}};
+    const std::string& op = n.op();
+    auto attr_number = [&](const char* key, double fallback) {
+      auto it = n.attrs().find(key);
+      if (it == n.attrs().end()) return fallback;
+      return it->second.value_case() == proto::Attribute::kF
+                 ? it->second.f()
+                 : static_cast<double>(it->second.i());
+    };
+    const bool backward = op == "aten.slice_backward" || op == "aten.select_backward";
+    auto constant = kConstant.find(op);
+    if (constant == kConstant.end() && !backward) return false;
+    NEURON_CHECK(n.outputs_size() == 1, where, ": has one output");
+    const proto::Value& out = n.outputs(0);
+    AddSlot(out.name(), out, rp::SBUF, where);
+    if (!backward) {
+      const double value = std::isnan(constant->second) ? attr_number("fill_value", 0.0)
+                                                        : constant->second;
+      Fill(out.name(), value, source);
+      return true;
+    }
+    NEURON_CHECK(in.size() == 1, where, ": takes the gradient");
+    const auto shape = Shape(out.type());
+    const auto strides = ContiguousStrides(shape);
+    const auto d = static_cast<std::size_t>(
+        Dim(static_cast<std::int64_t>(attr_number("dim", 0)), shape.size(), where));
+    auto grad = Shape(slots_.at(in[0]).value.type());
+    std::vector<std::int64_t> into = strides;
+    std::int64_t offset;
+    if (op == "aten.select_backward") {
+      std::int64_t index = static_cast<std::int64_t>(attr_number("index", 0));
+      if (index < 0) index += shape[d];
+      into.erase(into.begin() + static_cast<std::ptrdiff_t>(d));
+      offset = index * strides[d];
+    } else {
+      std::int64_t start = static_cast<std::int64_t>(attr_number("start", 0));
+      const std::int64_t step = static_cast<std::int64_t>(attr_number("step", 1));
+      if (start < 0) start += shape[d];
+      start = std::clamp<std::int64_t>(start, 0, shape[d]);
+      into[d] = strides[d] * step;
+      offset = start * strides[d];
+    }
+    NEURON_CHECK(grad.size() == into.size(), where, ": a ", grad.size(),
+                 "-D gradient for a ", shape.size(), "-D input");
+    Fill(out.name(), 0.0, source);
+    StridedCopy(in[0], out.name(), grad, ContiguousStrides(grad), 0, source, into, offset);
+    return true;
+  }
+
+  static std::vector<std::int64_t> Shape(const proto::TensorType& t) {
+    return {t.shape().begin(), t.shape().end()};
+  }
+
+  static std::vector<std::int64_t> ContiguousStrides(const std::vector<std::int64_t>& shape) {
+    std::vector<std::int64_t> strides(shape.size());
+    std::int64_t stride = 1;
+    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+      strides[static_cast<std::size_t>(d)] = stride;
+      stride *= shape[static_cast<std::size_t>(d)];
+    }
+    return strides;
+  }
+
+  // A dimension attribute, negative counting from the end, checked.
+  static std::int64_t Dim(std::int64_t d, std::size_t rank, const std::string& where) {
+    const auto r = static_cast<std::int64_t>(rank);
+    NEURON_CHECK(d >= -r && d < std::max<std::int64_t>(r, 1), where, ": dim ", d,
+                 " is outside a ", rank, "-D tensor");
+    return d < 0 ? d + r : d;
+  }
+
+  // Data-movement ops as one strided copy each (several for unbind and
+  // stack); false when `op` is none of them.
+  bool LowerView(const proto::Node& n, const std::vector<std::string>& in,
+                 const std::string& where, const std::string& source) {
+    const std::string& op = n.op();
+    auto attr = [&](const char* key) -> const proto::Attribute* {
+      auto it = n.attrs().find(key);
+      return it == n.attrs().end() ? nullptr : &it->second;
+    };
+    auto ints = [&](const char* key) {  // an int or a list of ints
+      const auto* a = attr(key);
+      NEURON_CHECK(a != nullptr, where, ": needs attribute ", key);
+      if (a->value_case() == proto::Attribute::kI) return std::vector<std::int64_t>{a->i()};
+      return std::vector<std::int64_t>(a->ints().values().begin(), a->ints().values().end());
+    };
+    auto int_or = [&](const char* key, std::int64_t fallback) {
+      const auto* a = attr(key);
+      return a == nullptr ? fallback : a->i();
+    };
+    static const std::set<std::string> kViews = {
+        "aten.permute", "aten.transpose.int", "aten.expand",
+        "aten.unbind.int",     "aten.select.int", "aten.slice", "aten.stack",
+        "aten.cat"};
+    if (!kViews.count(op)) return false;
+    NEURON_CHECK(!in.empty(), where, ": takes a tensor input");
+    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    if (op == "aten.stack" || op == "aten.cat") {
+      const auto out = Shape(n.outputs(0).type());
+      const auto out_strides = ContiguousStrides(out);
+      const std::int64_t dim = Dim(int_or("dim", 0), out.size(), where);
+      std::int64_t offset = 0;
+      for (const auto& name : in) {
+        const auto shape = Shape(slots_.at(name).value.type());
+        std::vector<std::int64_t> into = out_strides;
+        if (op == "aten.stack") {
+          NEURON_CHECK(shape.size() + 1 == out.size(), where, ": stacks ", shape.size(),
+                       "-D tensors into a ", out.size(), "-D one");
+          into.erase(into.begin() + dim);
+        } else {
+          NEURON_CHECK(shape.size() == out.size(), where, ": concatenates ", shape.size(),
+                       "-D tensors into a ", out.size(), "-D one");
+        }
+        StridedCopy(name, n.outputs(0).name(), shape, ContiguousStrides(shape), 0, source, into,
+                    offset * out_strides[static_cast<std::size_t>(dim)]);
+        offset += op == "aten.stack" ? 1 : shape[static_cast<std::size_t>(dim)];
+      }
+      NEURON_CHECK(offset == out[static_cast<std::size_t>(dim)], where, ": the parts make ",
+                   offset, " along dim ", dim, ", the result has ",
+                   out[static_cast<std::size_t>(dim)]);
+      return true;
+    }
+    NEURON_CHECK(in.size() == 1, where, ": takes one tensor input");
+    const auto shape = Shape(slots_.at(in[0]).value.type());
+    const auto strides = ContiguousStrides(shape);
+    const std::string& result = n.outputs(0).name();
+    const auto expect = Shape(n.outputs(0).type());
+    std::vector<std::int64_t> sizes, view;
+    std::int64_t offset = 0;
+    if (op == "aten.permute") {
+      const auto dims = ints("dims");
+      NEURON_CHECK(dims.size() == shape.size(), where, ": permutes ", dims.size(),
+                   " dims of a ", shape.size(), "-D tensor");
+      std::set<std::int64_t> seen;
+      for (auto d : dims) {
+        const auto k = static_cast<std::size_t>(Dim(d, shape.size(), where));
+        NEURON_CHECK(seen.insert(static_cast<std::int64_t>(k)).second, where,
+                     ": dim ", d, " appears twice");
+        sizes.push_back(shape[k]);
+        view.push_back(strides[k]);
+      }
+    } else if (op == "aten.transpose.int") {
+      sizes = shape;
+      view = strides;
+      const auto a = static_cast<std::size_t>(Dim(int_or("dim0", 0), shape.size(), where));
+      const auto b = static_cast<std::size_t>(Dim(int_or("dim1", 1), shape.size(), where));
+      std::swap(sizes[a], sizes[b]);
+      std::swap(view[a], view[b]);
+    } else if (op == "aten.expand") {
+      sizes = ints("size");
+      NEURON_CHECK(sizes.size() >= shape.size(), where, ": cannot expand a ", shape.size(),
+                   "-D tensor to ", sizes.size(), " dims");
+      const std::size_t lead = sizes.size() - shape.size();
+      view.assign(sizes.size(), 0);
+      for (std::size_t d = lead; d < sizes.size(); ++d) {
+        const std::int64_t had = shape[d - lead];
+        if (sizes[d] == -1) sizes[d] = had;
+        NEURON_CHECK(had == sizes[d] || had == 1, where, ": cannot expand size ", had,
+                     " to ", sizes[d]);
+        view[d] = had == 1 ? 0 : strides[d - lead];
+      }
+    } else if (op == "aten.unbind.int" || op == "aten.select.int") {
+      const auto d = static_cast<std::size_t>(Dim(int_or("dim", 0), shape.size(), where));
+      sizes = shape;
+      view = strides;
+      sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
+      view.erase(view.begin() + static_cast<std::ptrdiff_t>(d));
+      if (op == "aten.unbind.int") {
+        NEURON_CHECK(n.outputs_size() == shape[d], where, ": unbinds ", shape[d],
+                     " tensors, the graph has ", n.outputs_size());
+        for (int k = 0; k < n.outputs_size(); ++k) {
+          StridedCopy(in[0], n.outputs(k).name(), sizes, view, k * strides[d], source);
+        }
+        return true;
+      }
+      std::int64_t index = int_or("index", 0);
+      if (index < 0) index += shape[d];
+      NEURON_CHECK(index >= 0 && index < shape[d], where, ": index ", index,
+                   " outside dim ", d, " of size ", shape[d]);
+      offset = index * strides[d];
+    } else {  // aten.slice
+      const auto d = static_cast<std::size_t>(Dim(int_or("dim", 0), shape.size(), where));
+      std::int64_t start = int_or("start", 0), end = int_or("end", shape[d]);
+      const std::int64_t step = int_or("step", 1);
+      NEURON_CHECK(step >= 1, where, ": step ", step, " must be >= 1");
+      if (start < 0) start += shape[d];
+      if (end < 0) end += shape[d];
+      start = std::clamp<std::int64_t>(start, 0, shape[d]);
+      end = std::clamp<std::int64_t>(end, start, shape[d]);
+      sizes = shape;
+      view = strides;
+      sizes[d] = (end - start + step - 1) / step;
+      view[d] = strides[d] * step;
+      offset = start * strides[d];
+    }
+    NEURON_CHECK(sizes == expect, where, ": the view has shape [", Join(sizes),
+                 "], the graph says [", Join(expect), "]");
+    StridedCopy(in[0], result, sizes, view, offset, source);
+    return true;
+  }
+
+  static std::string Join(const std::vector<std::int64_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+    return s;
+  }
+
+  // sum.dim_IntList over any dims: the reduced dims moved to the front (one
+  // strided copy, unless they lead already), then a row sum.
+  void LowerSum(const proto::Node& n, const std::vector<std::string>& in,
+                const std::string& where, const std::string& source) {
+    NEURON_CHECK(in.size() == 1, where, ": takes one input");
+    const proto::Value& out = n.outputs(0);
+    const auto shape = Shape(slots_.at(in[0]).value.type());
+    std::set<std::size_t> reduced;
+    auto it = n.attrs().find("dim");
+    if (it == n.attrs().end() || (it->second.value_case() != proto::Attribute::kI &&
+                                  it->second.ints().values_size() == 0)) {
+      for (std::size_t d = 0; d < shape.size(); ++d) reduced.insert(d);  // sum of all
+    } else if (it->second.value_case() == proto::Attribute::kI) {
+      reduced.insert(static_cast<std::size_t>(Dim(it->second.i(), shape.size(), where)));
+    } else {
+      for (auto d : it->second.ints().values()) {
+        reduced.insert(static_cast<std::size_t>(Dim(d, shape.size(), where)));
+      }
+    }
+    std::int64_t rows = 1, cols = 1;
+    std::vector<std::int64_t> sizes, view;
+    const auto strides = ContiguousStrides(shape);
+    for (std::size_t d : reduced) {
+      rows *= shape[d];
+      sizes.push_back(shape[d]);
+      view.push_back(strides[d]);
+    }
+    bool leading = true;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      if (reduced.count(d)) {
+        leading = leading && d < reduced.size();
+        continue;
+      }
+      cols *= shape[d];
+      sizes.push_back(shape[d]);
+      view.push_back(strides[d]);
+    }
+    NEURON_CHECK(Elements(out.type()) == cols, where, ": the sum has ", cols,
+                 " elements, the graph says ", Elements(out.type()));
+    AddSlot(out.name(), out, rp::SBUF, where);
+    std::string from = in[0];
+    if (!leading) {
+      proto::Value moved = slots_.at(in[0]).value;
+      moved.set_name(out.name() + ".moved");
+      from = moved.name();
+      AddSlot(from, moved, rp::SBUF, where);
+      StridedCopy(in[0], from, sizes, view, 0, source);
+    }
+    Elementwise(rp::VECTOR, "sum_rows", {from}, out.name(), source);
+    steps_.back().instruction.set_m(rows);
+    steps_.back().instruction.set_n(cols);
+  }
+
   void LowerNode(int i, const proto::Node& n) {
     const std::string where = Where(i, n);
     const std::string source = n.source().empty() ? n.op() : n.source();
@@ -142,9 +451,57 @@ class Lowering {
       LowerNllLoss(n, in, where, source);
       return;
     }
+    if (LowerView(n, in, where, source)) return;
+    if (LowerFill(n, in, where, source)) return;
     NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
                  n.outputs_size(), " outputs)");
     const proto::Value& out = n.outputs(0);
+    if (op == "aten.sum.dim_IntList" || op == "aten.sum") {
+      LowerSum(n, in, where, source);
+      return;
+    }
+    if (op == "aten.bmm") {  // [B,M,K] x [B,K,N]
+      NEURON_CHECK(in.size() == 2, where, ": takes 2 inputs");
+      const auto& a = slots_.at(in[0]).value.type();
+      const auto& b = slots_.at(in[1]).value.type();
+      NEURON_CHECK(a.shape_size() == 3 && b.shape_size() == 3 && a.shape(0) == b.shape(0) &&
+                       a.shape(2) == b.shape(1),
+                   where, ": needs [B,M,K] x [B,K,N] operands");
+      Matmul(in[0], in[1], out, a.shape(1), a.shape(2), b.shape(2), a.shape(0), where,
+             source);
+      return;
+    }
+    static const std::set<std::string> kScalarOps = {
+        "aten.div", "aten.mul", "aten.add", "aten.sub",
+        "aten.div.Scalar", "aten.mul.Scalar", "aten.add.Scalar", "aten.sub.Scalar"};
+    if (const auto* other = attr("other");
+        other != nullptr && in.size() == 1 && kScalarOps.count(op)) {
+      // A tensor and a number: scale or add_scalar.
+      const double v = other->value_case() == proto::Attribute::kF ? other->f() : other->i();
+      if (const auto* alpha = attr("alpha")) {
+        const double a = alpha->value_case() == proto::Attribute::kF ? alpha->f() : alpha->i();
+        NEURON_CHECK(a == 1.0, where, ": alpha ", a, " is not supported on the device (only 1)");
+      }
+      AddSlot(out.name(), out, rp::SBUF, where);
+      const std::string base = op.substr(0, op.find(".Scalar"));
+      const bool scale = base == "aten.div" || base == "aten.mul";
+      Elementwise(rp::VECTOR, scale ? "scale" : "add_scalar", in, out.name(), source);
+      steps_.back().instruction.set_scalar(base == "aten.div"   ? 1.0 / v
+                                           : base == "aten.sub" ? -v
+                                                                : v);
+      return;
+    }
+    if (op == "aten.masked_fill.Scalar") {  // (x, mask) {value}
+      NEURON_CHECK(in.size() == 2, where, ": takes a tensor and a mask");
+      const auto* value = attr("value");
+      AddSlot(out.name(), out, rp::SBUF, where);
+      Elementwise(rp::VECTOR, "masked_fill", in, out.name(), source);
+      steps_.back().instruction.set_scalar(
+          value == nullptr ? 0.0
+          : value->value_case() == proto::Attribute::kF ? value->f()
+                                                        : static_cast<double>(value->i()));
+      return;
+    }
     if (op == "aten.mm" || op == "aten.addmm") {
       // addmm(bias, a, b) = a x b + bias: the matmul, then a vector add.
       const bool addmm = op == "aten.addmm";
@@ -164,37 +521,14 @@ class Lowering {
       const auto& b = slots_.at(rhs).value.type();
       NEURON_CHECK(a.shape_size() == 2 && b.shape_size() == 2 && a.shape(1) == b.shape(0),
                    where, ": needs [M,K] x [K,N] operands");
-      const bool direct = out.type().dtype() == "f32" && !addmm;
-      proto::Value acc = out;
-      acc.mutable_type()->set_dtype("f32");
-      const std::string target = direct ? out.name() : out.name() + ".psum";
-      AddSlot(target, acc, rp::PSUM, where);
-      Step s;
-      s.instruction.set_engine(rp::TENSOR);
-      s.instruction.set_op("matmul");
-      s.instruction.set_m(a.shape(0));
-      s.instruction.set_k(a.shape(1));
-      s.instruction.set_n(b.shape(1));
-      s.instruction.set_source(source);
-      s.reads = {lhs, rhs};
-      s.writes = {target};
-      steps_.push_back(std::move(s));
-      if (!direct) {
-        AddSlot(out.name(), out, rp::SBUF, where);
-        if (addmm) {
-          const std::int64_t nb = Elements(slots_.at(in[0]).value.type());
-          NEURON_CHECK(nb > 0 && Elements(out.type()) % nb == 0, where,
-                       ": the bias must be [N] or [M,N]");
-          Elementwise(rp::VECTOR, "add", {target, in[0]}, out.name(), source);
-        } else {
-          Elementwise(rp::VECTOR, "copy", {target}, out.name(), source);
-        }
-      }
+      Matmul(lhs, rhs, out, a.shape(0), a.shape(1), b.shape(1), 0, where, source,
+             addmm ? in[0] : std::string());
       return;
     }
     static const std::map<std::string, std::string> kBinary = {{"aten.add", "add"},
                                                                {"aten.sub", "sub"},
                                                                {"aten.mul", "mul"},
+                                                               {"aten.div", "div"},
                                                                {"aten.maximum", "max"},
                                                                {"aten.minimum", "min"}};
     static const std::map<std::string, std::pair<rp::EngineKind, std::string>> kUnary = {
@@ -202,36 +536,29 @@ class Lowering {
         {"aten.exp", {rp::SCALAR, "exp"}},         {"aten.tanh", {rp::SCALAR, "tanh"}},
         {"aten.sigmoid", {rp::SCALAR, "sigmoid"}}, {"aten.gelu", {rp::SCALAR, "gelu"}}};
     AddSlot(out.name(), out, rp::SBUF, where);
-    static const std::set<std::string> kCopies = {"aten.view",    "aten._unsafe_view",
-                                                  "aten.reshape", "aten.detach",
-                                                  "aten.clone",   "aten.alias"};
+    static const std::set<std::string> kCopies = {
+        "aten.view",  "aten._unsafe_view", "aten.reshape",   "aten.detach",     "aten.clone",
+        "aten.alias", "aten.unsqueeze",    "aten.squeeze.dim", "aten.squeeze",
+        // The values of x.reshape(size): the strides are eager's layout,
+        // and every IR value is contiguous.
+        "aten._reshape_alias"};
     if (kCopies.count(op)) {  // the same elements in row-major order
       NEURON_CHECK(
           !in.empty() && Elements(slots_.at(in[0]).value.type()) == Elements(out.type()),
           where, ": changes the number of elements");
-      Elementwise(rp::VECTOR, "copy", {in[0]}, out.name(), source);
+      const std::int64_t n = Elements(out.type());  // raw elements, any dtype
+      StridedCopy(in[0], out.name(), {n}, {1}, 0, source);
       return;
     }
-    if (op == "aten.t" || op == "aten.sum.dim_IntList") {
+    if (op == "aten.t") {
       NEURON_CHECK(in.size() == 1, where, ": takes one input");
       const auto& t = slots_.at(in[0]).value.type();
       NEURON_CHECK(t.shape_size() == 2, where, ": supported for 2-D tensors only");
-      if (op == "aten.sum.dim_IntList") {
-        const auto* dim = attr("dim");
-        const bool rows = dim != nullptr && dim->ints().values_size() == 1 &&
-                          (dim->ints().values(0) == 0 || dim->ints().values(0) == -2);
-        NEURON_CHECK(rows, where, ": supported over dim [0] only");
-        NEURON_CHECK(Elements(out.type()) == t.shape(1), where, ": the sum of a [",
-                     t.shape(0), ", ", t.shape(1), "] tensor over dim 0 has ", t.shape(1),
-                     " elements, the graph says ", Elements(out.type()));
-      } else {
-        NEURON_CHECK(out.type().shape_size() == 2 && out.type().shape(0) == t.shape(1) &&
-                         out.type().shape(1) == t.shape(0),
-                     where, ": the transpose of a [", t.shape(0), ", ", t.shape(1),
-                     "] tensor is [", t.shape(1), ", ", t.shape(0), "]");
-      }
-      Elementwise(rp::VECTOR, op == "aten.t" ? "transpose" : "sum_rows", {in[0]},
-                  out.name(), source);
+      NEURON_CHECK(out.type().shape_size() == 2 && out.type().shape(0) == t.shape(1) &&
+                       out.type().shape(1) == t.shape(0),
+                   where, ": the transpose of a [", t.shape(0), ", ", t.shape(1),
+                   "] tensor is [", t.shape(1), ", ", t.shape(0), "]");
+      Elementwise(rp::VECTOR, "transpose", {in[0]}, out.name(), source);
       steps_.back().instruction.set_m(t.shape(0));
       steps_.back().instruction.set_n(t.shape(1));
       return;
@@ -313,6 +640,41 @@ class Lowering {
     throw InvalidUsage(StrCat(where, ": is not supported on the device"));
   }
 
+  // out = lhs x rhs (+ bias) on the tensor engine, `batch` products when
+  // > 0: into PSUM (float32), then to SBUF unless the float32 result is
+  // the value itself.
+  void Matmul(const std::string& lhs, const std::string& rhs, const proto::Value& out,
+              std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t batch,
+              const std::string& where, const std::string& source,
+              const std::string& bias = "") {
+    const bool direct = out.type().dtype() == "f32" && bias.empty();
+    proto::Value acc = out;
+    acc.mutable_type()->set_dtype("f32");
+    const std::string target = direct ? out.name() : out.name() + ".psum";
+    AddSlot(target, acc, rp::PSUM, where);
+    Step s;
+    s.instruction.set_engine(rp::TENSOR);
+    s.instruction.set_op("matmul");
+    s.instruction.set_m(m);
+    s.instruction.set_k(k);
+    s.instruction.set_n(n);
+    s.instruction.set_batch(batch);
+    s.instruction.set_source(source);
+    s.reads = {lhs, rhs};
+    s.writes = {target};
+    steps_.push_back(std::move(s));
+    if (direct) return;
+    AddSlot(out.name(), out, rp::SBUF, where);
+    if (!bias.empty()) {
+      const std::int64_t nb = Elements(slots_.at(bias).value.type());
+      NEURON_CHECK(nb > 0 && Elements(out.type()) % nb == 0, where,
+                   ": the bias must be [N] or [M,N]");
+      Elementwise(rp::VECTOR, "add", {target, bias}, out.name(), source);
+    } else {
+      Elementwise(rp::VECTOR, "copy", {target}, out.name(), source);
+    }
+  }
+
   // native_layer_norm (x, weight, bias -> y, mean, rstd) and its backward
   // (grad, x, mean, rstd, weight, bias -> grad x, grad weight, grad bias),
   // normalising over the last dimension, with weight and bias.
@@ -328,12 +690,8 @@ class Lowering {
                      x.shape_size() >= 1 &&
                      it->second.ints().values(0) == x.shape(x.shape_size() - 1),
                  where, ": supported over the last dimension only");
-    if (!forward) {
-      auto mask = n.attrs().find("output_mask");
-      bool all = mask != n.attrs().end() && mask->second.ints().values_size() == 3;
-      for (int k = 0; all && k < 3; ++k) all = mask->second.ints().values(k) != 0;
-      NEURON_CHECK(all, where, ": supported when all three gradients are wanted");
-    }
+    // output_mask is not needed: all three gradients are computed (the
+    // graph leaves the unwanted ones unused).
     const std::int64_t cols = x.shape(x.shape_size() - 1);
     for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
     Step s;

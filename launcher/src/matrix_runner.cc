@@ -379,8 +379,9 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
     csv << "\n";
     md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
        << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
-       << (ok ? "completed" : modelled ? "modelled" : "**failed**") << " | " << Fixed(Number(f, "loss"), 4) << " ("
-       << Fixed(diff, 4) << ") | " << Fixed(Number(f, "wall_step_ms"), 1) << " | "
+       << (ok ? "completed" : modelled ? "modelled" : "**failed**") << " | "
+       << (ok ? Fixed(Number(f, "loss"), 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
+       << (ok ? Fixed(Number(f, "wall_step_ms"), 1) : "-") << " | "
        << Fixed(Number(f, "modelled_step_us"), 1) << " (" << Fixed(Number(f, "compute_us"), 1)
        << " / " << Fixed(Number(f, "exposed_comm_us"), 1) << " / "
        << Fixed(Number(f, "bubble_us"), 1) << ") | "

@@ -113,3 +113,36 @@ def test_a_cut_link_ends_the_job_on_both_nodes(two_nodes):
     # Node 0 names the node it lost; node 1 says it lost node 0's store.
     assert re.search(r"node 1", results[0][1]), results[0][1][-2000:]
     assert re.search(r"store|node 0", results[1][1]), results[1][1][-2000:]
+
+
+def test_mpirun_starts_the_same_job_on_two_simulated_hosts(two_nodes):
+    """The GPT example under Open MPI's mpirun across the two namespaces: the
+    ranks read OMPI_* variables (torchneuron.init), mpirun reaches the
+    second "host" through an rsh agent that enters its namespace, and each
+    namespace has a host name of its own, so the ranks talk TCP across."""
+    import shutil
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    if _sh("unshare", "--uts", "true").returncode != 0:
+        pytest.skip("unshare --uts is not permitted here")
+    ns, addresses = two_nodes
+    agent = os.path.join(os.environ["NEURON_SOURCE_DIR"], "tests/python/scripts/netns_rsh.sh")
+    subnet = addresses[0].rsplit(".", 1)[0] + ".0/24"
+    env = dict(os.environ, NETNS_HOSTS=" ".join(f"{a}={n}" for a, n in zip(addresses, ns)),
+               MASTER_ADDR=addresses[0], MASTER_PORT="29617",
+               PYTHONPATH=os.path.join(os.path.dirname(NEURONRUN), "..", "python"),
+               OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_oob_tcp_if_include=subnet,
+               OMPI_MCA_btl_tcp_if_include=subnet, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = [mpirun, "-n", "4", "--host", f"{addresses[0]}:2,{addresses[1]}:2",
+           "-x", "PYTHONPATH", "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "NETNS_HOSTS",
+           "/usr/bin/python3", EXAMPLE, "--steps", "3", "--batch", "2", "--seq", "16",
+           "--dim", "32", "--layers", "2", "--vocab", "64"]
+    cmd = ["ip", "netns", "exec", ns[0], "unshare", "--uts", "sh", "-c",
+           f"hostname {ns[0]} && exec " + " ".join(job)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    losses = re.findall(r"step \d: loss (\d+\.\d+)", proc.stdout)
+    assert len(losses) == 3, proc.stdout
+    assert "tp=1 x dp=4 x pp=1 (4 ranks)" in proc.stdout, proc.stdout

@@ -50,11 +50,22 @@ def partition(layers, chunks_per_stage=1, group=None, costs=None):
             for c in range(chunks_per_stage)]
 
 
+def _eager_modules(module):
+    """`module` and its submodules, except those inside compiled modules
+    (torchneuron.compile): their graphs charge the device model themselves."""
+    from ..compiler import CompiledModule
+    if isinstance(module, CompiledModule):
+        return
+    yield module
+    for child in module.children():
+        yield from _eager_modules(child)
+
+
 def _linear_shapes(module):
-    """(in, out, fp32) of each Linear layer, this rank's part of split ones
-    (from the layers' sizes: ZeRO-3 may have freed the weights)."""
+    """(in, out, fp32) of each Linear layer run eagerly, this rank's part of
+    split ones (from the layers' sizes: ZeRO-3 may have freed the weights)."""
     from .tensor_parallel import _size_rank
-    for m in module.modules():
+    for m in _eager_modules(module):
         fp32 = getattr(m, "weight", None) is None or m.weight.dtype == torch.float32
         if isinstance(m, nn.Linear):
             yield m.in_features, m.out_features, fp32
@@ -66,8 +77,9 @@ def _linear_shapes(module):
 
 
 def device_forward_us(chunk, x):
-    """The device model's forward time of `chunk` on input `x`: its Linear
-    layers' matmuls at x's token count (rows of the last dim, or token ids)."""
+    """The device model's forward time of `chunk` on input `x`: its eager
+    Linear layers' matmuls at x's token count (rows of the last dim, or
+    token ids); compiled modules charge their own modelled time."""
     tokens = x.numel() // x.shape[-1] if x.is_floating_point() else x.numel()
     return sum(_C._matmul_us(tokens, k, n, fp32) for k, n, fp32 in _linear_shapes(chunk))
 

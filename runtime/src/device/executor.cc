@@ -79,16 +79,114 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(out[0].buffer->dtype() == proto::F32, what,
                ": matmul writes F32 (PSUM), not ",
                proto::ElementType_Name(out[0].buffer->dtype()));
-  const std::int64_t m = i.m(), k = i.k(), n = i.n();
-  NEURON_CHECK(in[0].elements() == static_cast<std::size_t>(m * k) &&
-                   in[1].elements() == static_cast<std::size_t>(k * n) &&
-                   out[0].elements() == static_cast<std::size_t>(m * n),
+  const std::int64_t m = i.m(), k = i.k(), n = i.n(), batch = std::max<std::int64_t>(i.batch(), 1);
+  NEURON_CHECK(in[0].elements() == static_cast<std::size_t>(batch * m * k) &&
+                   in[1].elements() == static_cast<std::size_t>(batch * k * n) &&
+                   out[0].elements() == static_cast<std::size_t>(batch * m * n),
                what, ": buffers of ", in[0].elements(), ", ", in[1].elements(), " and ",
-               out[0].elements(), " elements do not fit ", m, "x", k, " x ", k, "x", n);
-  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), m * k);
-  const auto b = kernels::ToFloat(in[1].data, in[1].buffer->dtype(), k * n);
-  kernels::Matmul(a.data(), b.data(), reinterpret_cast<float*>(out[0].data), m, k, n,
-                  i.accumulate());
+               out[0].elements(), " elements do not fit ", batch, " x ", m, "x", k, " x ", k,
+               "x", n);
+  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), batch * m * k);
+  const auto b = kernels::ToFloat(in[1].data, in[1].buffer->dtype(), batch * k * n);
+  auto* c = reinterpret_cast<float*>(out[0].data);
+  for (std::int64_t p = 0; p < batch; ++p) {
+    kernels::Matmul(a.data() + p * m * k, b.data() + p * k * n, c + p * m * n, m, k, n,
+                    i.accumulate());
+  }
+}
+
+// strided_copy: raw elements of any dtype through a view (executor.h).
+void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
+                    const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.size() == 1 && out.size() == 1, what,
+               ": strided_copy reads one buffer and writes one");
+  NEURON_CHECK(in[0].buffer->dtype() == out[0].buffer->dtype(), what, ": copies ",
+               proto::ElementType_Name(in[0].buffer->dtype()), " into ",
+               proto::ElementType_Name(out[0].buffer->dtype()));
+  const int rank = i.view_sizes_size();
+  const bool contiguous_out = i.out_strides_size() == 0;
+  NEURON_CHECK(i.in_strides_size() == rank && (contiguous_out || i.out_strides_size() == rank),
+               what, ": ", rank, " view sizes, ", i.in_strides_size(), " input strides and ",
+               i.out_strides_size(), " output strides");
+  const std::size_t width = ElementBytes(in[0].buffer->dtype());
+  // The largest element index each side touches must be inside its buffer.
+  std::int64_t total = 1, in_last = i.in_offset(), out_last = i.out_offset();
+  std::vector<std::int64_t> out_strides(rank);
+  for (int d = rank - 1, stride = 1; d >= 0; --d) {
+    const std::int64_t size = i.view_sizes(d);
+    NEURON_CHECK(size >= 0 && i.in_strides(d) >= 0, what, ": negative size or stride");
+    out_strides[d] = contiguous_out ? stride : i.out_strides(d);
+    stride *= static_cast<int>(size);
+    total *= size;
+    if (size > 0) {
+      in_last += (size - 1) * i.in_strides(d);
+      out_last += (size - 1) * out_strides[d];
+    }
+  }
+  if (total == 0) return;
+  NEURON_CHECK(i.in_offset() >= 0 && i.out_offset() >= 0 &&
+                   static_cast<std::size_t>(in_last) < in[0].elements() &&
+                   static_cast<std::size_t>(out_last) < out[0].elements(),
+               what, ": the view reaches element ", in_last, " of ", in[0].elements(),
+               " (input) and ", out_last, " of ", out[0].elements(), " (output)");
+  std::vector<std::int64_t> index(rank, 0);
+  for (std::int64_t e = 0; e < total; ++e) {
+    std::int64_t src = i.in_offset(), dst = i.out_offset();
+    for (int d = 0; d < rank; ++d) {
+      src += index[d] * i.in_strides(d);
+      dst += index[d] * out_strides[d];
+    }
+    std::memcpy(out[0].data + dst * width, in[0].data + src * width, width);
+    for (int d = rank - 1; d >= 0 && ++index[d] == i.view_sizes(d); --d) index[d] = 0;
+  }
+}
+
+// fill: every element of the output (any dtype) set to the scalar.
+void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
+             const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.empty() && out.size() == 1, what, ": fill reads nothing and writes one buffer");
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  NEURON_CHECK(out[0].elements() >= n, what, ": buffer ", out[0].buffer->name(), " has ",
+               out[0].elements(), " elements, the op ", n);
+  const auto type = out[0].buffer->dtype();
+  if (kernels::IsFloat(type)) {
+    kernels::FromFloat(std::vector<float>(n, static_cast<float>(i.scalar())), type,
+                       out[0].data);
+    return;
+  }
+  const auto v = static_cast<std::int64_t>(i.scalar());
+  const std::size_t width = ElementBytes(type);
+  for (std::size_t e = 0; e < n; ++e) {
+    switch (width) {
+      case 8: reinterpret_cast<std::int64_t*>(out[0].data)[e] = v; break;
+      case 4: reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v); break;
+      default: out[0].data[e] = static_cast<std::uint8_t>(v);
+    }
+  }
+}
+
+// masked_fill: the scalar where the mask (bool or uint8, repeating) is set.
+void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
+                   const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.size() == 2 && out.size() == 1, what,
+               ": masked_fill reads a tensor and a mask, writes one");
+  const auto mask_type = in[1].buffer->dtype();
+  NEURON_CHECK(mask_type == proto::BOOL || mask_type == proto::U8, what, ": the mask is ",
+               proto::ElementType_Name(mask_type), ", not BOOL or U8");
+  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) &&
+                   in[0].buffer->dtype() == out[0].buffer->dtype(),
+               what, ": masked_fill of ", proto::ElementType_Name(in[0].buffer->dtype()),
+               " into ", proto::ElementType_Name(out[0].buffer->dtype()));
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  const std::size_t nm = std::min(in[1].elements(), n);
+  NEURON_CHECK(in[0].elements() >= n && out[0].elements() >= n && nm > 0 && n % nm == 0,
+               what, ": a mask of ", in[1].elements(), " elements over ", n);
+  std::vector<float> values = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
+  const float fill = static_cast<float>(i.scalar());
+  for (std::size_t e = 0; e < n; ++e) {
+    if (in[1].data[e % nm] != 0) values[e] = fill;
+  }
+  kernels::FromFloat(values, out[0].buffer->dtype(), out[0].data);
 }
 
 // layer_norm_rows (x, w, b -> y, mean, rstd) and layer_norm_backward_rows
@@ -251,6 +349,9 @@ Runner RunnerFor(const proto::Instruction& i) {
   if (i.engine() == proto::DMA) return RunDma;
   if (i.engine() == proto::TENSOR) return RunMatmul;
   const std::string& op = i.op();
+  if (op == "strided_copy") return RunStridedCopy;
+  if (op == "masked_fill") return RunMaskedFill;
+  if (op == "fill") return RunFill;
   if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;
   if (op == "layer_norm_rows" || op == "layer_norm_backward_rows") return RunLayerNorm;
   if (kernels::IsShaped(op)) return RunShaped;

@@ -92,6 +92,7 @@ bool Binary(const std::string& op, const std::vector<float>& a,
   if (op == "add") return apply([](float x, float y) { return x + y; });
   if (op == "sub") return apply([](float x, float y) { return x - y; });
   if (op == "mul") return apply([](float x, float y) { return x * y; });
+  if (op == "div") return apply([](float x, float y) { return x / y; });
   if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
   if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
   if (op == "gelu_backward") {  // a: the gradient, b: the input; tanh form

@@ -49,9 +49,10 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
             !i.inputs().empty() && buffers.at(i.inputs(0))->dtype() == proto::F32;
         all_fp32 = all_fp32 && fp32;
         const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
-        duration = cost.time;
-        t.tensor_cycles += cost.cycles;
-        t.flops += cost.flops;
+        const std::int64_t batch = std::max<std::int64_t>(i.batch(), 1);
+        duration = cost.time * static_cast<double>(batch);
+        t.tensor_cycles += cost.cycles * static_cast<std::uint64_t>(batch);
+        t.flops += cost.flops * static_cast<double>(batch);
         break;
       }
       case Engine::kDma:

@@ -41,7 +41,7 @@
 
 namespace neuron::compiler {
 
-constexpr const char* kCompilerVersion = "0.1.0";
+constexpr const char* kCompilerVersion = "0.2.0";
 
 struct Lowered {
   runtime::proto::Executable executable;

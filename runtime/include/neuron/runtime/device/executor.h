@@ -11,13 +11,22 @@
 //   DMA (any op name)     copies `bytes` from input 0 to output 0, raw bytes.
 //   TENSOR "matmul"       output[M,N] (float32) = or += (accumulate)
 //                         input0[M,K] x input1[K,N], inputs float32/bfloat16/
-//                         float16, row-major, accumulating in float32.
+//                         float16, row-major, accumulating in float32; with
+//                         `batch` B > 0, B such products of [B,M,K] x [B,K,N].
+//   VECTOR "strided_copy" any dtype, raw elements: the view of input 0 given
+//                         by view_sizes, in_strides and in_offset into output 0
+//                         (contiguous, or at out_strides and out_offset, the
+//                         rest of output 0 untouched: permute, transpose,
+//                         select, expand, slicing, stacking).
+//   VECTOR "fill"         no inputs: every element of output 0 (any dtype)
+//                         set to `scalar`.
 //   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
 //                         in float32 and rounded once to the output dtype:
 //     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
 //             torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar;
-//     binary  add sub mul max min, threshold_backward (input 0 where
+//     binary  add sub mul div max min, masked_fill (scalar where input 1, a
+//             bool/uint8 mask, is non-zero, else input 0), threshold_backward (input 0 where
 //             input 1 > scalar, else 0), gelu_backward and
 //             gelu_exact_backward (grad, input); input 1 may be shorter than
 //             `elements` (it repeats: a bias row broadcast over rows);
