@@ -47,6 +47,9 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kCacheExplain, "NEURON_CACHE_EXPLAIN", "0",
            "1: a compile cache miss says which key components differ from the nearest entry",
            false},
+          {ConfigKey::kMasterAddr, "MASTER_ADDR", "",
+           "host of the job's rendezvous store (rank 0's; torchrun contract, set by "
+           "torchneuron.init under mpirun and srun)", false},
           {ConfigKey::kFallback, "NEURON_FALLBACK", "1",
            "0: a compiled graph with operators the device does not support is an error instead "
            "of running on the CPU", false},

@@ -17,41 +17,46 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     smoke = os.path.join(SOURCE, "configs/scaling/smoke.textproto")
     proc = matrix(smoke, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ("[matrix smoke] 8 cells: 8 completed or modelled (0 from an earlier run), 0 failed"
+    assert ("[matrix smoke] 16 cells: 16 completed or modelled (0 from an earlier run), 0 failed"
             in proc.stdout)
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     real = [r for r in rows if r["world"] != "8"]
     modelled = [r for r in rows if r["world"] == "8"]
-    assert len(real) == 6 and all(r["status"] == "completed" for r in real), rows
+    assert len(real) == 12 and all(r["status"] == "completed" for r in real), rows
     for r in real:
         assert float(r["modelled_step_us"]) > 0 and float(r["wall_step_ms"]) > 0, r
         assert float(r["compute_us"]) > 0 and r["scaling_efficiency"], r
         assert int(r["world"]) == int(r["dp"]), r
         # Its own trace replayed gives its modelled step time.
         assert abs(float(r["replayed_step_us"]) - float(r["modelled_step_us"])) <= 0.011, r
-    base = {r["zero"]: r for r in rows if r["world"] == "1"}
-    assert set(base) == {"0", "3"} and all(float(b["scaling_efficiency"]) == 1 for b in
-                                           base.values())
-    # ZeRO-3 loses what plain data parallel loses at every size (the same batches).
+    base = {(r["zero"], r["compile"]): r for r in rows if r["world"] == "1"}
+    assert len(base) == 4 and all(float(b["scaling_efficiency"]) == 1 for b in base.values())
+    # ZeRO-3 loses what plain data parallel loses at every size (the same
+    # batches), compiled or not.
     by_size = {}
     for r in real:
-        by_size.setdefault(r["world"], {})[r["zero"]] = r["loss"]
-    assert all(v["0"] == v["3"] for v in by_size.values()), by_size
+        by_size.setdefault(r["world"], set()).add(r["loss"])
+    assert all(len(v) == 1 for v in by_size.values()), by_size
+    # Compiled cells report their compile time: cold, then warm from the disk cache.
+    for r in real:
+        if r["compile"] == "1":
+            assert float(r["cold_compile_ms"]) > float(r["warm_compile_ms"]) > 0, r
     # The 2-rank trace scaled up to 4 ranks: within 2% of the real 4-rank run.
     for r in real:
         if r["world"] == "4":
             assert r["scaled_from"].startswith("n1x2-"), r
             assert abs(float(r["scaled_replay_error_pct"])) <= 2.0, r
     # 8 ranks are modelled from the 4-rank cells: figures, but no loss or wall time.
-    assert len(modelled) == 2 and all(r["status"] == "modelled" for r in modelled), modelled
+    assert len(modelled) == 4 and all(r["status"] == "modelled" for r in modelled), modelled
     for r in modelled:
         assert r["modelled_from"] == r["cell"].replace("n1x8-", "n1x4-"), r
         assert float(r["modelled_step_us"]) > 0 and r["loss"] == "" and r["wall_step_ms"] == ""
         assert float(r["scaling_efficiency"]) > 0, r
     report = (tmp_path / "report.md").read_text()
-    assert "# Scaling matrix: smoke" in report and report.count("| completed |") == 6
-    assert report.count("| modelled |") == 2
-    assert "2 cells of more than 4 ranks are modelled, not run" in report
+    assert "# Scaling matrix: smoke" in report and report.count("| completed |") == 12
+    assert report.count("| modelled |") == 4
+    assert "4 cells of more than 4 ranks are modelled, not run" in report
+    assert "## Compile time" in report
     assert "## Replay against real runs" in report
     assert f"Made by `neuronrun matrix {smoke} --out {tmp_path}`" in report
     for png in ("efficiency.png", "breakdown.png", "memory.png"):
@@ -60,7 +65,7 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
 
     again = matrix(smoke, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "8 cells: 8 completed or modelled (6 from an earlier run), 0 failed" in again.stdout
+    assert "16 cells: 16 completed or modelled (12 from an earlier run), 0 failed" in again.stdout
     assert "running" not in again.stdout
 
 

@@ -87,14 +87,19 @@ std::string AddressTowards(const std::string& host) {
 
 // The address peers reach this rank at: the given one; loopback when every
 // rank is on this machine; else the address on the route to the job's store
-// (neuronrun's agent on node 0: right even with several interfaces or
-// network namespaces); else the host name's; else loopback.
+// (neuronrun's agent on node 0, or MASTER_ADDR under mpirun and srun: right
+// even with several interfaces or network namespaces); else the host
+// name's; else loopback.
 std::string HostAddress(const TcpOptions& o) {
   if (!o.address.empty()) return o.address;
   if (o.loopback) return "127.0.0.1";
-  if (const auto endpoint =
-          runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kStoreEndpoint)) {
+  const auto& config = runtime::ConfigRegistry::Get();
+  if (const auto endpoint = config.Find(runtime::ConfigKey::kStoreEndpoint)) {
     const std::string towards = AddressTowards(endpoint->substr(0, endpoint->rfind(':')));
+    if (!towards.empty()) return towards;
+  }
+  if (const auto master = config.Find(runtime::ConfigKey::kMasterAddr)) {
+    const std::string towards = AddressTowards(*master);
     if (!towards.empty()) return towards;
   }
   char host[256] = {};

@@ -38,6 +38,7 @@ enum class ConfigKey {
   kCacheDir,             // NEURON_CACHE_DIR
   kCacheExplain,         // NEURON_CACHE_EXPLAIN
   kFallback,             // NEURON_FALLBACK
+  kMasterAddr,           // MASTER_ADDR (torchrun contract)
 };
 
 struct ConfigEntry {
