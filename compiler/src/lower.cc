@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
@@ -222,6 +223,102 @@ class Lowering {
     return true;
   }
 
+  // embedding (table, indices) and embedding_dense_backward (grad,
+  // indices), on GpSimd; and arange. False when `op` is none of them.
+  bool LowerIndexing(const proto::Node& n, const std::vector<std::string>& in,
+                     const std::string& where, const std::string& source) {
+    const std::string& op = n.op();
+    auto number = [&](const char* key, double fallback) {
+      auto it = n.attrs().find(key);
+      if (it == n.attrs().end()) return fallback;
+      return it->second.value_case() == proto::Attribute::kF
+                 ? it->second.f()
+                 : static_cast<double>(it->second.i());
+    };
+    const bool arange = op.rfind("aten.arange", 0) == 0;
+    if (op != "aten.embedding" && op != "aten.embedding_dense_backward" && !arange) {
+      return false;
+    }
+    NEURON_CHECK(n.outputs_size() == 1, where, ": has one output");
+    const proto::Value& out = n.outputs(0);
+    AddSlot(out.name(), out, rp::SBUF, where);
+    Step s;
+    s.instruction.set_engine(rp::GPSIMD);
+    s.instruction.set_source(source);
+    s.instruction.set_elements(Elements(out.type()));
+    s.instruction.set_operand_count(1);
+    s.writes = {out.name()};
+    if (arange) {
+      const double start = number("start", 0.0), step = number("step", 1.0);
+      NEURON_CHECK(step != 0, where, ": step 0");
+      s.instruction.set_op("iota");
+      s.instruction.set_scalar(start);
+      s.instruction.set_step(step);
+      steps_.push_back(std::move(s));
+      return true;
+    }
+    NEURON_CHECK(in.size() == 2, where, ": takes rows and indices");
+    const auto& rows = slots_.at(in[0]).value.type();
+    const std::int64_t indices = Elements(slots_.at(in[1]).value.type());
+    if (op == "aten.embedding") {
+      NEURON_CHECK(rows.shape_size() == 2, where, ": the table must be 2-D");
+      s.instruction.set_op("gather_rows");
+      s.instruction.set_k(rows.shape(0));
+      s.instruction.set_n(rows.shape(1));
+    } else {
+      NEURON_CHECK(number("scale_grad_by_freq", 0) == 0, where,
+                   ": scale_grad_by_freq is not supported on the device");
+      const std::int64_t cols = rows.shape_size() == 0 ? 0 : rows.shape(rows.shape_size() - 1);
+      s.instruction.set_op("scatter_add_rows");
+      s.instruction.set_k(static_cast<std::int64_t>(number("num_weights", 0)));
+      s.instruction.set_n(cols);
+      s.instruction.set_scalar(number("padding_idx", -1));
+      NEURON_CHECK(Elements(out.type()) == s.instruction.k() * cols, where,
+                   ": the gradient of ", s.instruction.k(), " rows of ", cols);
+    }
+    s.instruction.set_m(indices);
+    s.reads = in;
+    steps_.push_back(std::move(s));
+    return true;
+  }
+
+  // An operand of an elementwise op whose result is `out`, under numpy
+  // broadcasting: itself when it has the result's elements, or (with
+  // `may_repeat`) when the engines' repetition of a shorter operand gives
+  // the broadcast (its shape, without leading 1s, ends the result's: a
+  // bias); otherwise a strided copy expanding it to the result's shape.
+  std::string Broadcast(const std::string& name, const proto::Value& out, bool may_repeat,
+                        const std::string& where, const std::string& source) {
+    const auto shape = Shape(slots_.at(name).value.type());
+    const auto target = Shape(out.type());
+    if (shape == target) return name;
+    std::vector<std::int64_t> core = shape;
+    while (!core.empty() && core.front() == 1) core.erase(core.begin());
+    const bool suffix = core.size() <= target.size() &&
+                        std::equal(core.begin(), core.end(), target.end() - core.size());
+    if (suffix && (may_repeat || Elements(slots_.at(name).value.type()) == Elements(out.type()))) {
+      return name;
+    }
+    NEURON_CHECK(shape.size() <= target.size(), where, ": cannot broadcast [", Join(shape),
+                 "] to [", Join(target), "]");
+    const auto strides = ContiguousStrides(shape);
+    std::vector<std::int64_t> view(target.size(), 0);
+    const std::size_t lead = target.size() - shape.size();
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      NEURON_CHECK(shape[d] == target[lead + d] || shape[d] == 1, where, ": cannot broadcast [",
+                   Join(shape), "] to [", Join(target), "]");
+      view[lead + d] = shape[d] == 1 ? 0 : strides[d];
+    }
+    proto::Value expanded = slots_.at(name).value;
+    expanded.set_name(name + ".to." + out.name());
+    *expanded.mutable_type()->mutable_shape() = out.type().shape();
+    if (!slots_.count(expanded.name())) {
+      AddSlot(expanded.name(), expanded, rp::SBUF, where);
+      StridedCopy(name, expanded.name(), target, view, 0, source);
+    }
+    return expanded.name();
+  }
+
   static std::vector<std::int64_t> Shape(const proto::TensorType& t) {
     return {t.shape().begin(), t.shape().end()};
   }
@@ -380,8 +477,9 @@ class Lowering {
     return s;
   }
 
-  // sum.dim_IntList over any dims: the reduced dims moved to the front (one
-  // strided copy, unless they lead already), then a row sum.
+  // sum.dim_IntList (and mean) over any dims: the reduced dims moved to the
+  // front (one strided copy, unless they lead already), then a row sum
+  // (then scaled, for a mean).
   void LowerSum(const proto::Node& n, const std::vector<std::string>& in,
                 const std::string& where, const std::string& source) {
     NEURON_CHECK(in.size() == 1, where, ": takes one input");
@@ -428,13 +526,26 @@ class Lowering {
       AddSlot(from, moved, rp::SBUF, where);
       StridedCopy(in[0], from, sizes, view, 0, source);
     }
-    Elementwise(rp::VECTOR, "sum_rows", {from}, out.name(), source);
+    const bool mean = n.op().rfind("aten.mean", 0) == 0;
+    std::string sum = out.name();
+    if (mean) {  // the sum, then scaled by 1 / the count
+      proto::Value total = out;
+      total.set_name(out.name() + ".sum");
+      sum = total.name();
+      AddSlot(sum, total, rp::SBUF, where);
+    }
+    Elementwise(rp::VECTOR, "sum_rows", {from}, sum, source);
     steps_.back().instruction.set_m(rows);
     steps_.back().instruction.set_n(cols);
+    if (mean) {
+      Elementwise(rp::VECTOR, "scale", {sum}, out.name(), source);
+      steps_.back().instruction.set_scalar(rows == 0 ? NAN : 1.0 / static_cast<double>(rows));
+    }
   }
 
   void LowerNode(int i, const proto::Node& n) {
     const std::string where = Where(i, n);
+    NEURON_CHECK(IsNativeOp(n.op()), where, ": is not supported on the device");
     const std::string source = n.source().empty() ? n.op() : n.source();
     std::vector<std::string> in;
     for (const auto& name : n.inputs()) in.push_back(OnChip(name));
@@ -453,10 +564,12 @@ class Lowering {
     }
     if (LowerView(n, in, where, source)) return;
     if (LowerFill(n, in, where, source)) return;
+    if (LowerIndexing(n, in, where, source)) return;
     NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
                  n.outputs_size(), " outputs)");
     const proto::Value& out = n.outputs(0);
-    if (op == "aten.sum.dim_IntList" || op == "aten.sum") {
+    if (op == "aten.sum.dim_IntList" || op == "aten.sum" || op == "aten.mean" ||
+        op == "aten.mean.dim") {
       LowerSum(n, in, where, source);
       return;
     }
@@ -495,7 +608,10 @@ class Lowering {
       NEURON_CHECK(in.size() == 2, where, ": takes a tensor and a mask");
       const auto* value = attr("value");
       AddSlot(out.name(), out, rp::SBUF, where);
-      Elementwise(rp::VECTOR, "masked_fill", in, out.name(), source);
+      Elementwise(rp::VECTOR, "masked_fill",
+                  {Broadcast(in[0], out, false, where, source),
+                   Broadcast(in[1], out, true, where, source)},
+                  out.name(), source);
       steps_.back().instruction.set_scalar(
           value == nullptr ? 0.0
           : value->value_case() == proto::Attribute::kF ? value->f()
@@ -558,9 +674,8 @@ class Lowering {
                        out.type().shape(1) == t.shape(0),
                    where, ": the transpose of a [", t.shape(0), ", ", t.shape(1),
                    "] tensor is [", t.shape(1), ", ", t.shape(0), "]");
-      Elementwise(rp::VECTOR, "transpose", {in[0]}, out.name(), source);
-      steps_.back().instruction.set_m(t.shape(0));
-      steps_.back().instruction.set_n(t.shape(1));
+      // A strided copy: any dtype (token ids too), bitwise.
+      StridedCopy(in[0], out.name(), {t.shape(1), t.shape(0)}, {1, t.shape(1)}, 0, source);
       return;
     }
     static const std::map<std::string, std::string> kRows = {
@@ -617,13 +732,10 @@ class Lowering {
         NEURON_CHECK(a == 1.0, where, ": alpha ", a,
                      " is not supported on the device (only 1)");
       }
-      const std::int64_t n0 = Elements(slots_.at(in[0]).value.type());
-      const std::int64_t n1 = Elements(slots_.at(in[1]).value.type());
-      const std::int64_t total = Elements(out.type());
-      NEURON_CHECK(n0 == total && n1 > 0 && total % n1 == 0, where,
-                   ": broadcasting is supported for the second operand only (", n0,
-                   " and ", n1, " elements into ", total, ")");
-      Elementwise(rp::VECTOR, b->second, in, out.name(), source);
+      // The first operand at the result's shape; the second may repeat.
+      const std::vector<std::string> operands = {Broadcast(in[0], out, false, where, source),
+                                                 Broadcast(in[1], out, true, where, source)};
+      Elementwise(rp::VECTOR, b->second, operands, out.name(), source);
       return;
     }
     if (auto u = kUnary.find(op); u != kUnary.end()) {
@@ -725,8 +837,8 @@ class Lowering {
       return it == n.attrs().end() ? fallback : it->second.i();
     };
     const std::int64_t reduction = attr_i("reduction", 1);
-    NEURON_CHECK(reduction == 1 || reduction == 2, where,
-                 ": supported with reduction mean or sum, not ", reduction);
+    NEURON_CHECK(reduction >= 0 && reduction <= 2, where,
+                 ": reduction ", reduction, " is none (0), mean (1) or sum (2)");
     const auto& logp = slots_.at(in[forward ? 0 : 1]).value.type();
     NEURON_CHECK(logp.shape_size() == 2, where, ": supported for [N, C] inputs");
     for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);

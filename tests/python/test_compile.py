@@ -276,3 +276,28 @@ def test_a_gpt_with_compiled_blocks_trains_like_eager():
             opt.step()
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[1]), (step, losses)
+
+
+def test_a_whole_gpt_compiles_as_one_forward_and_one_backward_graph():
+    """Embeddings (gather rows, arange, a broadcast add), blocks, the head and
+    the cross-entropy: one graph each way, equal to eager, gradients included."""
+    from torchneuron.models.gpt import GPT
+    torch.manual_seed(0)
+    net, ref = GPT(gpt_config()), GPT(gpt_config())
+    ref.load_state_dict(net.state_dict())
+    tokens = torch.randint(0, 64, (2, 16))
+    targets = torch.randint(0, 64, (2, 16))
+    compiled = torchneuron.compile(net, fullgraph=True)
+    loss = compiled(tokens, targets)
+    loss.backward()
+    expected = ref(tokens, targets)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("GPT")][-2:]
+    assert [r["name"].rsplit("_", 1)[1] for r in rows] == ["forward", "backward"]
+    assert all(r["compiled"] and not r["fallback_ops"] for r in rows)
+    # A token outside the vocabulary is an error naming it, not a wrong row.
+    with pytest.raises(torchneuron.NeuronError, match="index 64 .* outside the 64 rows"):
+        compiled(tokens.clone().fill_(64), targets)

@@ -165,6 +165,79 @@ void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
   }
 }
 
+std::vector<std::int64_t> Indices(const Placed& p, std::size_t n, const What& what) {
+  const auto type = p.buffer->dtype();
+  NEURON_CHECK(type == proto::I64 || type == proto::I32, what, ": indices are ",
+               proto::ElementType_Name(type), ", not I64 or I32");
+  NEURON_CHECK(p.elements() >= n, what, ": ", p.elements(), " indices, the op needs ", n);
+  std::vector<std::int64_t> out(n);
+  for (std::size_t e = 0; e < n; ++e) {
+    out[e] = type == proto::I64 ? reinterpret_cast<const std::int64_t*>(p.data)[e]
+                                : reinterpret_cast<const std::int32_t*>(p.data)[e];
+  }
+  return out;
+}
+
+// gather_rows and scatter_add_rows (executor.h): embedding and its backward.
+void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
+             const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.size() == 2 && out.size() == 1, what, ": ", i.op(),
+               " reads rows and indices, writes one buffer");
+  const std::int64_t m = i.m(), n = i.n(), k = i.k();
+  const auto index = Indices(in[1], static_cast<std::size_t>(m), what);
+  for (std::int64_t r = 0; r < m; ++r) {
+    NEURON_CHECK(index[r] >= 0 && index[r] < k, what, ": index ", index[r], " (position ", r,
+                 ") is outside the ", k, " rows");
+  }
+  if (i.op() == "gather_rows") {
+    NEURON_CHECK(in[0].buffer->dtype() == out[0].buffer->dtype() &&
+                     in[0].elements() >= static_cast<std::size_t>(k * n) &&
+                     out[0].elements() >= static_cast<std::size_t>(m * n),
+                 what, ": a table of ", in[0].elements(), " elements into ", out[0].elements(),
+                 " do not fit ", k, "x", n, " rows gathered ", m, " times");
+    const std::size_t row = static_cast<std::size_t>(n) * ElementBytes(in[0].buffer->dtype());
+    for (std::int64_t r = 0; r < m; ++r) {
+      std::memcpy(out[0].data + r * row, in[0].data + index[r] * row, row);
+    }
+    return;
+  }
+  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) && kernels::IsFloat(out[0].buffer->dtype()) &&
+                   in[0].elements() >= static_cast<std::size_t>(m * n) &&
+                   out[0].elements() >= static_cast<std::size_t>(k * n),
+               what, ": ", m, " float rows of ", n, " into ", k);
+  const auto grad = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), m * n);
+  std::vector<float> sum(static_cast<std::size_t>(k * n), 0.0f);
+  const auto skip = static_cast<std::int64_t>(i.scalar());
+  for (std::int64_t r = 0; r < m; ++r) {
+    if (skip >= 0 && index[r] == skip) continue;
+    for (std::int64_t c = 0; c < n; ++c) sum[index[r] * n + c] += grad[r * n + c];
+  }
+  kernels::FromFloat(sum, out[0].buffer->dtype(), out[0].data);
+}
+
+// iota: out[e] = scalar + e * step, any numeric dtype.
+void RunIota(const proto::Instruction& i, const std::vector<Placed>& in,
+             const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.empty() && out.size() == 1, what, ": iota reads nothing, writes one buffer");
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
+  const auto type = out[0].buffer->dtype();
+  if (kernels::IsFloat(type)) {
+    std::vector<float> v(n);
+    for (std::size_t e = 0; e < n; ++e) v[e] = static_cast<float>(i.scalar() + e * i.step());
+    kernels::FromFloat(v, type, out[0].data);
+    return;
+  }
+  for (std::size_t e = 0; e < n; ++e) {
+    const auto v = static_cast<std::int64_t>(i.scalar() + static_cast<double>(e) * i.step());
+    switch (ElementBytes(type)) {
+      case 8: reinterpret_cast<std::int64_t*>(out[0].data)[e] = v; break;
+      case 4: reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v); break;
+      default: out[0].data[e] = static_cast<std::uint8_t>(v);
+    }
+  }
+}
+
 // masked_fill: the scalar where the mask (bool or uint8, repeating) is set.
 void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
                    const std::vector<Placed>& out, const What& what) {
@@ -240,6 +313,7 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
   const bool mean = i.scalar() == 1.0;
+  const bool none = i.scalar() == 0.0;  // per-row losses
   const std::int64_t ignore = i.k();
   const Placed& target = in.at(1);
   NEURON_CHECK(in.size() == (forward ? 2u : 3u) && out.size() == (forward ? 2u : 1u) &&
@@ -253,29 +327,33 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
                  cols - 1);
   }
   if (forward) {
-    NEURON_CHECK(in[0].elements() == rows * cols && out[0].elements() == 1 &&
+    NEURON_CHECK(in[0].elements() == rows * cols && out[0].elements() == (none ? rows : 1) &&
                      out[1].elements() == 1,
                  what, ": buffer sizes do not match [", rows, ", ", cols, "]");
     const auto logp = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
+    std::vector<float> per_row(rows, 0.0f);
     float loss = 0, weight = 0;
     for (std::size_t r = 0; r < rows; ++r) {
       if (t[r] == ignore) continue;
-      loss -= logp[r * cols + t[r]];
+      per_row[r] = -logp[r * cols + t[r]];
+      loss += per_row[r];
       weight += 1;
     }
     if (mean) loss /= weight;
-    kernels::FromFloat({loss}, out[0].buffer->dtype(), out[0].data);
+    kernels::FromFloat(none ? per_row : std::vector<float>{loss}, out[0].buffer->dtype(),
+                       out[0].data);
     kernels::FromFloat({weight}, out[1].buffer->dtype(), out[1].data);
     return;
   }
-  NEURON_CHECK(
-      in[0].elements() == 1 && in[2].elements() == 1 && out[0].elements() == rows * cols,
-      what, ": buffer sizes do not match [", rows, ", ", cols, "]");
-  const float grad = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), 1)[0];
+  NEURON_CHECK(in[0].elements() == (none ? rows : 1) && in[2].elements() == 1 &&
+                   out[0].elements() == rows * cols,
+               what, ": buffer sizes do not match [", rows, ", ", cols, "]");
+  const auto grad = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), none ? rows : 1);
   const float total = kernels::ToFloat(in[2].data, in[2].buffer->dtype(), 1)[0];
   std::vector<float> g(rows * cols, 0.0f);
   for (std::size_t r = 0; r < rows; ++r) {
-    if (t[r] != ignore) g[r * cols + t[r]] = mean ? -grad / total : -grad;
+    if (t[r] == ignore) continue;
+    g[r * cols + t[r]] = none ? -grad[r] : mean ? -grad[0] / total : -grad[0];
   }
   kernels::FromFloat(g, out[0].buffer->dtype(), out[0].data);
 }
@@ -352,6 +430,8 @@ Runner RunnerFor(const proto::Instruction& i) {
   if (op == "strided_copy") return RunStridedCopy;
   if (op == "masked_fill") return RunMaskedFill;
   if (op == "fill") return RunFill;
+  if (op == "iota") return RunIota;
+  if (op == "gather_rows" || op == "scatter_add_rows") return RunRows;
   if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;
   if (op == "layer_norm_rows" || op == "layer_norm_backward_rows") return RunLayerNorm;
   if (kernels::IsShaped(op)) return RunShaped;

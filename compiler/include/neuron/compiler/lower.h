@@ -14,20 +14,7 @@
 // (read-after-write) and reuse of memory (write-after-read/write), so the
 // engines overlap only where it is safe.
 //
-// Supported ops (more come with the fusion and decomposition passes):
-//   aten.mm, aten.addmm (alpha and beta 1); aten.add, aten.sub (alpha 1),
-//   aten.mul, aten.maximum, aten.minimum (the second operand may be smaller
-//   and repeats: a bias); aten.relu, aten.neg, aten.threshold_backward,
-//   aten.gelu_backward;
-//   aten.t and aten.sum.dim_IntList over dim [0] of 2-D tensors; aten.view,
-//   aten._unsafe_view, aten.reshape, aten.detach, aten.clone, aten.alias
-//   (vector engine); aten.exp, aten.tanh, aten.sigmoid, aten.gelu (scalar
-//   engine; approximate "tanh" or exact); aten._softmax, aten._log_softmax
-//   and their _backward_data over the last dimension (scalar engine);
-//   aten.native_layer_norm and its backward over the last dimension with
-//   weight and bias (vector engine; three outputs each); aten.nll_loss_forward
-//   and aten.nll_loss_backward over [N, C] without class weights (mean or
-//   sum; ignore_index honoured).
+// Supported ops: NativeOps() (native_ops.h; docs/operators.md).
 // Anything else, float64 values, and values that do not fit on chip are
 // InvalidUsage naming the node, its op and its source line.
 #pragma once

@@ -20,6 +20,13 @@
 //                         select, expand, slicing, stacking).
 //   VECTOR "fill"         no inputs: every element of output 0 (any dtype)
 //                         set to `scalar`.
+//   GPSIMD "iota"         no inputs: output 0 element e = scalar + e * step.
+//   GPSIMD "gather_rows"  input 0 a table [k, n], input 1 m indices (int32 or
+//                         int64): output 0 [m, n] = the rows, raw elements.
+//   GPSIMD "scatter_add_rows"  input 0 [m, n] (float), input 1 m indices:
+//                         output 0 [k, n] = the sum of the rows at each
+//                         index (in index order), float32-accumulated; the
+//                         rows of index `scalar` (>= 0) skipped.
 //   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
 //                         in float32 and rounded once to the output dtype:
 //     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
