@@ -158,6 +158,88 @@ TEST(MemoryPlan, GreedyBySizeReusesDeadValues) {
   EXPECT_THROW(PlanMemory({{"huge", 2 << 20, 0, 0}}, 1 << 20, 64), InvalidUsage);
 }
 
+// Attention's data movement and batched matmul: permute, unbind, stack,
+// transpose, bmm, a scalar division, a broadcast mask and a sum over two
+// dims, against loops over the same indices.
+TEST(Lower, AttentionStyleViewsRunAgainstLoops) {
+  const proto::Graph g = ParseGraph(
+      R"(graph att(%x: f32[2,3,4], %mask: bool[3,3]) {
+    %p: f32[4,2,3] = aten.permute(%x) {dims = [2, 0, 1]}
+    %u_0: f32[2,3], %u_1: f32[2,3], %u_2: f32[2,3], %u_3: f32[2,3] = aten.unbind.int(%p) {dim = 0}
+    %s: f32[2,2,3] = aten.stack(%u_1, %u_3) {dim = 0}
+    %k: f32[2,3,2] = aten.transpose.int(%s) {dim0 = 1, dim1 = 2}
+    %b: f32[2,2,2] = aten.bmm(%s, %k)
+    %d: f32[2,2,2] = aten.div(%b) {other = 2.0}
+    %x_t: f32[2,4,3] = aten.transpose.int(%x) {dim0 = 1, dim1 = 2}
+    %xx: f32[2,3,3] = aten.bmm(%x, %x_t)
+    %m: f32[2,3,3] = aten.masked_fill.Scalar(%xx, %mask) {value = -5.0}
+    %r: f32[3] = aten.sum.dim_IntList(%m) {dim = [0, 1], keepdim = 0}
+    return %d, %m, %r
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  const auto x = Values(24, 1, 0);
+  HostTensor mask;
+  mask.dtype = runtime::proto::BOOL;
+  mask.shape = {3, 3};
+  mask.data = {0, 1, 1, 0, 0, 1, 0, 0, 0};  // causal: above the diagonal
+  const auto r = runtime::Executor(device).Run(
+      Lower(g, device).executable,
+      {{"x", HostTensor::FromFloats(runtime::proto::F32, {2, 3, 4}, x)}, {"mask", mask}});
+  auto X = [&](int a, int b, int c) { return x[a * 12 + b * 4 + c]; };
+  // s[i][a][b] = p[1 + 2i][a][b] = x[a][b][1 + 2i]; d = s s^T / 2 per i.
+  std::vector<float> d(8), m(18), sum(3, 0.0f);
+  for (int i = 0; i < 2; ++i)
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 2; ++c) {
+        float acc = 0;
+        for (int b = 0; b < 3; ++b) acc += X(a, b, 1 + 2 * i) * X(c, b, 1 + 2 * i);
+        d[i * 4 + a * 2 + c] = acc * 0.5f;
+      }
+  for (int a = 0; a < 2; ++a)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        float acc = 0;
+        for (int c = 0; c < 4; ++c) acc += X(a, i, c) * X(a, j, c);
+        m[a * 9 + i * 3 + j] = j > i ? -5.0f : acc;
+      }
+  for (int a = 0; a < 2; ++a)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) sum[j] += m[a * 9 + i * 3 + j];
+  const auto got_d = r.outputs.at("d").ToFloats(), got_m = r.outputs.at("m").ToFloats(),
+             got_r = r.outputs.at("r").ToFloats();
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(got_d[i], d[i], 1e-5) << i;
+  for (int i = 0; i < 18; ++i) EXPECT_NEAR(got_m[i], m[i], 1e-5) << i;
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(got_r[i], sum[i], 1e-4) << i;
+}
+
+// Gathering rows past the table is an error naming the index, not a read
+// out of bounds.
+TEST(Lower, EmbeddingIndicesOutsideTheTableAreRefused) {
+  const proto::Graph g = ParseGraph(
+      R"(graph emb(%w: f32[4,2], %i: i64[3]) {
+    %e: f32[3,2] = aten.embedding(%w, %i)
+    return %e
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  HostTensor index;
+  index.dtype = runtime::proto::I64;
+  index.shape = {3};
+  const std::int64_t ids[3] = {1, 3, 4};
+  index.data.resize(sizeof(ids));
+  std::memcpy(index.data.data(), ids, sizeof(ids));
+  try {
+    runtime::Executor(device).Run(
+        Lower(g, device).executable,
+        {{"w", HostTensor::FromFloats(runtime::proto::F32, {4, 2}, Values(8, 1, 0))},
+         {"i", index}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 4 (position 2) is outside the 4 rows"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace neuron::compiler
 
