@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """Compiled against eager PyTorch: the wall time of a training step (forward
-and backward) of the same MLP on this CPU, side by side in one run, with the
-ratio, and the modelled time of the compiled graphs on a NeuronCore-v3.
+and backward) of the same model on this CPU, side by side in one run, with
+the ratio, and the modelled time of the compiled graphs on a NeuronCore-v3.
+The model: an MLP, or a GPT block (causal attention and MLP, pre-LayerNorm,
+activations [seq, batch, dim]).
 
     /usr/bin/python3 benchmarks/compile_bench.py [--build build] [--steps 50]
                                                   [--batch 32] [--hidden 256]
+    /usr/bin/python3 benchmarks/compile_bench.py --model gpt-block [--dim 128]
+                                                  [--seq 64] [--batch 8]
 
 Target (issue #5): compiled wall time <= eager's (docs/performance.md).
 """
@@ -22,6 +26,9 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--model", default="mlp", choices=["mlp", "gpt-block"])
+    p.add_argument("--dim", type=int, default=128, help="gpt-block hidden size (4 heads)")
+    p.add_argument("--seq", type=int, default=64, help="gpt-block sequence length")
     args = p.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     os.environ.setdefault("NEURON_CACHE_DIR", tempfile.mkdtemp(prefix="compile_bench."))
@@ -36,13 +43,25 @@ def main():
                              nn.Linear(args.hidden, args.hidden), nn.ReLU(),
                              nn.Linear(args.hidden, 10))
 
+    def gpt_block():
+        from torchneuron.models.gpt import Block, GPTConfig
+        return Block(GPTConfig(vocab_size=64, seq_len=args.seq, dim=args.dim, heads=4,
+                               layers=1))
+
+    make = mlp if args.model == "mlp" else gpt_block
     torch.manual_seed(0)
-    eager = mlp()
-    model = mlp()
+    eager = make()
+    model = make()
     model.load_state_dict(eager.state_dict())
     compiled = torchneuron.compile(model, fullgraph=True)
-    x = torch.randn(args.batch, 64)
-    target = torch.randn(args.batch, 10)
+    if args.model == "mlp":
+        x = torch.randn(args.batch, 64)
+        target = torch.randn(args.batch, 10)
+        described = f"MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch}"
+    else:
+        x = torch.randn(args.seq, args.batch, args.dim)
+        target = torch.randn(args.seq, args.batch, args.dim)
+        described = f"GPT block dim {args.dim}, 4 heads, seq {args.seq}, batch {args.batch}"
 
     def step_ms(net):
         times = []
@@ -57,8 +76,8 @@ def main():
     compiled_ms = step_ms(compiled)
     eager_ms = step_ms(eager)
     modelled = sum(r["modelled_us"] for r in torchneuron.compiler.metrics())
-    print(f"MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch}, fp32, 1 CPU thread; "
-          f"median of {args.steps} steps (forward + backward)")
+    print(f"{described}, fp32, 1 CPU thread; median of {args.steps} steps "
+          f"(forward + backward)")
     print(f"eager PyTorch:   {eager_ms:8.3f} ms")
     print(f"compiled:        {compiled_ms:8.3f} ms   ratio compiled/eager {compiled_ms / eager_ms:.2f}"
           f" (target <= 1: {'met' if compiled_ms <= eager_ms else 'MISSED'})")

@@ -753,17 +753,79 @@ class Lowering {
   }
 
   // out = lhs x rhs (+ bias) on the tensor engine, `batch` products when
-  // > 0: into PSUM (float32), then to SBUF unless the float32 result is
-  // the value itself.
+  // > 0: into PSUM (float32), then to SBUF (a copy, or the bias add). A
+  // result larger than a quarter of PSUM is computed in tiles of rows (of
+  // batches, for bmm), each through PSUM into its rows of the result.
   void Matmul(const std::string& lhs, const std::string& rhs, const proto::Value& out,
               std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t batch,
               const std::string& where, const std::string& source,
               const std::string& bias = "") {
-    const bool direct = out.type().dtype() == "f32" && bias.empty();
-    proto::Value acc = out;
+    AddSlot(out.name(), out, rp::SBUF, where);
+    if (!bias.empty()) {
+      const std::int64_t nb = Elements(slots_.at(bias).value.type());
+      NEURON_CHECK(nb > 0 && Elements(out.type()) % nb == 0, where,
+                   ": the bias must be [N] or [M,N]");
+    }
+    const std::int64_t budget = static_cast<std::int64_t>(device_.PsumBytes() / 4);
+    const std::int64_t items = std::max<std::int64_t>(batch, 1);
+    const std::int64_t row_bytes = n * 4;
+    if (items * m * row_bytes <= budget) {
+      MatmulTile(lhs, rhs, out.name(), out, m, k, n, batch, bias, where, source);
+      return;
+    }
+    // Tiles: whole batches for bmm, rows for mm.
+    const bool batched = batch > 0;
+    const std::int64_t unit_bytes = batched ? m * row_bytes : row_bytes;
+    NEURON_CHECK(unit_bytes <= budget, where, ": one ", batched ? "product" : "row", " of ",
+                 unit_bytes, " bytes does not fit a quarter of PSUM (", budget, " bytes)");
+    NEURON_CHECK(bias.empty() || Elements(slots_.at(bias).value.type()) == n, where,
+                 ": a tiled matmul takes a bias of [N] only");
+    const std::int64_t units = batched ? batch : m;
+    const std::int64_t per_tile = std::max<std::int64_t>(1, budget / unit_bytes);
+    const auto lhs_shape = Shape(slots_.at(lhs).value.type());
+    const auto rhs_shape = Shape(slots_.at(rhs).value.type());
+    for (std::int64_t first = 0, t = 0; first < units; first += per_tile, ++t) {
+      const std::int64_t count = std::min(per_tile, units - first);
+      const std::string tile = StrCat(out.name(), ".tile", t);
+      // The operand slices: rows of lhs (mm), or batches of both (bmm).
+      auto slice = [&](const std::string& from, const std::vector<std::int64_t>& shape,
+                       const std::string& name) {
+        std::vector<std::int64_t> sizes = shape;
+        sizes[0] = count;
+        proto::Value v = slots_.at(from).value;
+        v.set_name(name);
+        v.mutable_type()->set_shape(0, count);
+        AddSlot(name, v, rp::SBUF, where);
+        const auto strides = ContiguousStrides(shape);
+        StridedCopy(from, name, sizes, strides, first * strides[0], source);
+        return name;
+      };
+      const std::string a = slice(lhs, lhs_shape, tile + ".lhs");
+      const std::string b = batched ? slice(rhs, rhs_shape, tile + ".rhs") : rhs;
+      proto::Value part = out;
+      part.set_name(tile);
+      part.mutable_type()->set_shape(0, count);
+      AddSlot(tile, part, rp::SBUF, where);
+      MatmulTile(a, b, tile, part, batched ? m : count, k, n, batched ? count : 0, bias, where,
+                 source);
+      const auto out_shape = Shape(out.type());
+      std::vector<std::int64_t> sizes = out_shape;
+      sizes[0] = count;
+      const auto strides = ContiguousStrides(out_shape);
+      StridedCopy(tile, out.name(), sizes, ContiguousStrides(sizes), 0, source, strides,
+                  first * strides[0]);
+    }
+  }
+
+  // One matmul through a PSUM buffer into `to` (an SBUF slot of `to_value`).
+  void MatmulTile(const std::string& lhs, const std::string& rhs, const std::string& to,
+                  const proto::Value& to_value, std::int64_t m, std::int64_t k, std::int64_t n,
+                  std::int64_t batch, const std::string& bias, const std::string& where,
+                  const std::string& source) {
+    proto::Value acc = to_value;
+    acc.set_name(to + ".psum");
     acc.mutable_type()->set_dtype("f32");
-    const std::string target = direct ? out.name() : out.name() + ".psum";
-    AddSlot(target, acc, rp::PSUM, where);
+    AddSlot(acc.name(), acc, rp::PSUM, where);
     Step s;
     s.instruction.set_engine(rp::TENSOR);
     s.instruction.set_op("matmul");
@@ -773,17 +835,12 @@ class Lowering {
     s.instruction.set_batch(batch);
     s.instruction.set_source(source);
     s.reads = {lhs, rhs};
-    s.writes = {target};
+    s.writes = {acc.name()};
     steps_.push_back(std::move(s));
-    if (direct) return;
-    AddSlot(out.name(), out, rp::SBUF, where);
     if (!bias.empty()) {
-      const std::int64_t nb = Elements(slots_.at(bias).value.type());
-      NEURON_CHECK(nb > 0 && Elements(out.type()) % nb == 0, where,
-                   ": the bias must be [N] or [M,N]");
-      Elementwise(rp::VECTOR, "add", {target, bias}, out.name(), source);
+      Elementwise(rp::VECTOR, "add", {acc.name(), bias}, to, source);
     } else {
-      Elementwise(rp::VECTOR, "copy", {target}, out.name(), source);
+      Elementwise(rp::VECTOR, "copy", {acc.name()}, to, source);
     }
   }
 

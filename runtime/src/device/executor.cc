@@ -129,15 +129,28 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                    static_cast<std::size_t>(out_last) < out[0].elements(),
                what, ": the view reaches element ", in_last, " of ", in[0].elements(),
                " (input) and ", out_last, " of ", out[0].elements(), " (output)");
-  std::vector<std::int64_t> index(rank, 0);
-  for (std::int64_t e = 0; e < total; ++e) {
+  // Runs along the last dimension: one memcpy each when both sides are
+  // contiguous there, else element by element.
+  const std::int64_t run = rank == 0 ? 1 : i.view_sizes(rank - 1);
+  const bool packed = rank == 0 || (i.in_strides(rank - 1) == 1 && out_strides[rank - 1] == 1);
+  const std::int64_t in_step = rank == 0 ? 0 : i.in_strides(rank - 1);
+  const std::int64_t out_step = rank == 0 ? 0 : out_strides[rank - 1];
+  std::vector<std::int64_t> index(std::max(rank - 1, 0), 0);
+  for (std::int64_t r = 0; r < total / std::max<std::int64_t>(run, 1); ++r) {
     std::int64_t src = i.in_offset(), dst = i.out_offset();
-    for (int d = 0; d < rank; ++d) {
+    for (int d = 0; d + 1 < rank; ++d) {
       src += index[d] * i.in_strides(d);
       dst += index[d] * out_strides[d];
     }
-    std::memcpy(out[0].data + dst * width, in[0].data + src * width, width);
-    for (int d = rank - 1; d >= 0 && ++index[d] == i.view_sizes(d); --d) index[d] = 0;
+    if (packed) {
+      std::memcpy(out[0].data + dst * width, in[0].data + src * width, run * width);
+    } else {
+      for (std::int64_t e = 0; e < run; ++e) {
+        std::memcpy(out[0].data + (dst + e * out_step) * width,
+                    in[0].data + (src + e * in_step) * width, width);
+      }
+    }
+    for (int d = rank - 2; d >= 0 && ++index[d] == i.view_sizes(d); --d) index[d] = 0;
   }
 }
 
