@@ -38,9 +38,19 @@ void WriteFileAtomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in.good()) {
     throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(errno)));
+  }
+  const std::streamoff size = in.tellg();
+  std::string bytes;
+  if (size > 0) {  // one read into the result; else (a pipe, /proc) read what comes
+    bytes.resize(static_cast<std::size_t>(size));
+    in.seekg(0);
+    in.read(bytes.data(), size);
+    if (in.gcount() == size) return bytes;
+    in.clear();
+    in.seekg(0);
   }
   std::stringstream all;
   all << in.rdbuf();

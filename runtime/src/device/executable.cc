@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <unordered_set>
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
@@ -44,7 +45,8 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
   const std::string where = StrCat("executable '", e.name(), "'");
   NEURON_CHECK(e.format_version() == kExecutableFormatVersion, where, ": format version ",
                e.format_version(), ", this runtime reads ", kExecutableFormatVersion);
-  std::set<std::uint32_t> buffers;
+  std::unordered_set<std::uint32_t> buffers;
+  buffers.reserve(static_cast<std::size_t>(e.buffers_size()));
   for (const auto& b : e.buffers()) {
     NEURON_CHECK(buffers.insert(b.id()).second, where, ": buffer id ", b.id(),
                  " is used twice");
@@ -57,29 +59,31 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
         " bytes exceeds ", proto::MemorySpace_Name(b.space()), "'s ", capacity,
         " bytes on ", device.spec().name());
   }
-  std::set<std::uint32_t> earlier;
+  std::unordered_set<std::uint32_t> earlier;
+  earlier.reserve(static_cast<std::size_t>(e.instructions_size()));
   for (const auto& i : e.instructions()) {
-    const std::string what = StrCat(where, ": instruction ", i.id(), " (", i.op(), ")");
-    NEURON_CHECK(!earlier.count(i.id()), what, ": id used twice");
-    NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what, ": no engine");
+    // Built only for a message: validation runs on every cache load.
+    const auto what = [&] { return StrCat(where, ": instruction ", i.id(), " (", i.op(), ")"); };
+    NEURON_CHECK(!earlier.count(i.id()), what(), ": id used twice");
+    NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what(), ": no engine");
     for (auto b : i.inputs())
-      NEURON_CHECK(buffers.count(b), what, ": input buffer ", b, " does not exist");
+      NEURON_CHECK(buffers.count(b), what(), ": input buffer ", b, " does not exist");
     for (auto b : i.outputs())
-      NEURON_CHECK(buffers.count(b), what, ": output buffer ", b, " does not exist");
+      NEURON_CHECK(buffers.count(b), what(), ": output buffer ", b, " does not exist");
     for (auto d : i.deps()) {
-      NEURON_CHECK(earlier.count(d), what, ": depends on instruction ", d,
+      NEURON_CHECK(earlier.count(d), what(), ": depends on instruction ", d,
                    ", which is not an earlier instruction");
     }
     switch (i.engine()) {
       case proto::TENSOR:
-        NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what,
+        NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what(),
                      ": negative matmul shape ", i.m(), "x", i.k(), "x", i.n());
         break;
       case proto::DMA:
-        NEURON_CHECK(i.partitions() > 0, what, ": a DMA needs partitions > 0");
+        NEURON_CHECK(i.partitions() > 0, what(), ": a DMA needs partitions > 0");
         break;
       default:
-        NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what,
+        NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what(),
                      ": needs elements >= 0 "
                      "and operand_count >= 1, got ",
                      i.elements(), " and ", i.operand_count());
@@ -99,7 +103,6 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
 }
 
 proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
-  NEURON_CHECK(std::ifstream(path).good(), "cannot read executable file ", path);
   const std::string bytes = ReadFile(path, "executable");
   FileHeader h;
   NEURON_CHECK(bytes.size() >= sizeof(h), "executable ", path, ": truncated (",
@@ -113,11 +116,11 @@ proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& devi
   NEURON_CHECK(bytes.size() - sizeof(h) == h.size, "executable ", path,
                ": truncated or padded (", bytes.size() - sizeof(h),
                " payload bytes, the header says ", h.size, ")");
-  const std::string payload = bytes.substr(sizeof(h));
-  NEURON_CHECK(Checksum(payload) == h.checksum, "executable ", path,
+  const char* payload = bytes.data() + sizeof(h);  // no copy of what may be megabytes
+  NEURON_CHECK(Fnv1a(payload, h.size) == h.checksum, "executable ", path,
                ": corrupt (checksum mismatch)");
   proto::Executable e;
-  NEURON_CHECK(e.ParseFromString(payload), "executable ", path,
+  NEURON_CHECK(e.ParseFromArray(payload, static_cast<int>(h.size)), "executable ", path,
                ": corrupt (does not parse)");
   ValidateExecutable(e, device);
   return e;
