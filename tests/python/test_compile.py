@@ -301,3 +301,30 @@ def test_a_whole_gpt_compiles_as_one_forward_and_one_backward_graph():
     # A token outside the vocabulary is an error naming it, not a wrong row.
     with pytest.raises(torchneuron.NeuronError, match="index 64 .* outside the 64 rows"):
         compiled(tokens.clone().fill_(64), targets)
+
+
+def test_a_module_traced_in_python_compiles_from_cpp(tmp_path):
+    """The C++ frontend end to end: modules traced and saved here, loaded by
+    examples/06 with libtorch, translated to the IR, compiled and run on
+    the executor, against libtorch running them."""
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            a = torch.softmax(q @ k.transpose(1, 2) / 32 ** 0.5, dim=-1)
+            return self.out(a @ v) + x
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 10))
+    binary = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "examples",
+                          "torchscript_compile")
+    for model, shape, dims in ((mlp, (32, 64), "32x64"), (Attention(), (2, 16, 32), "2x16x32")):
+        path = str(tmp_path / f"{type(model).__name__}.pt")
+        torch.jit.trace(model.eval(), torch.randn(*shape)).save(path)
+        proc = subprocess.run([binary, path, dims], capture_output=True, text=True,
+                              env=dict(os.environ, NEURON_CACHE_DIR=str(tmp_path / "cache")))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "the module's size" in proc.stdout and "modelled on a NeuronCore-v3" in proc.stdout
