@@ -52,6 +52,11 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
       runtime::TimePlan(*compiled->executable_, compiled->executor_.model());
   info.modelled_us = compiled->timing_.total.count();
   info.mfu = compiled->timing_.mfu;
+  for (const auto& i : compiled->executable_->instructions()) {
+    if (i.op() != "fused") continue;
+    ++info.fused_groups;
+    info.fused_ops += i.fused_size();
+  }
   // The plan's SBUF extent, aligned as the planner aligns.
   for (const auto& b : compiled->executable_->buffers()) {
     if (b.space() == runtime::proto::SBUF) {

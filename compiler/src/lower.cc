@@ -8,6 +8,7 @@
 
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
+#include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
 
@@ -42,12 +43,16 @@ struct Slot {
   rp::ElementType dtype = rp::F32;
   std::uint64_t bytes = 0;
   std::uint32_t buffer = 0;
+  bool fused_away = false;  // an intermediate of a fused chain: no buffer
+  std::string alias_of;     // a view: the slot whose bytes it is ("": its own)
 };
 
 // An instruction before placement: values by slot name.
 struct Step {
   rp::Instruction instruction;  // engine, op, cost parameters, source
   std::vector<std::string> reads, writes;
+  // A fused step: per sub-op, the slots it reads ("" for the previous result).
+  std::vector<std::vector<std::string>> fused_reads;
 };
 
 class Lowering {
@@ -61,6 +66,11 @@ class Lowering {
     for (const auto& c : g_.constants()) AddHbm(c.value(), "constant");
     for (int i = 0; i < g_.nodes_size(); ++i) LowerNode(i, g_.nodes(i));
     for (const auto& out : g_.outputs()) Store(out);
+    for (auto& step : steps_) {  // from here on, views are the slots they view
+      for (auto& r : step.reads) r = Root(r);
+      for (auto& w : step.writes) w = Root(w);
+    }
+    FuseElementwise();
     return Emit(graph_id);
   }
 
@@ -81,6 +91,20 @@ class Lowering {
     s.buffer = static_cast<std::uint32_t>(slots_.size());
     order_.push_back(name);
     return slots_[name] = s;
+  }
+
+  // `name` is a view of `of`: its own type, `of`'s bytes and buffer.
+  void Alias(const std::string& name, const proto::Value& v, const std::string& of) {
+    Slot s = slots_.at(of);
+    s.value = v;
+    s.alias_of = Root(of);
+    slots_[name] = s;
+  }
+
+  // The slot that owns `name`'s bytes.
+  std::string Root(const std::string& name) const {
+    const std::string& of = slots_.at(name).alias_of;
+    return of.empty() ? name : of;
   }
 
   void AddHbm(const proto::Value& v, const char* kind) {
@@ -645,27 +669,31 @@ class Lowering {
                                                                {"aten.sub", "sub"},
                                                                {"aten.mul", "mul"},
                                                                {"aten.div", "div"},
+                                                               {"aten.tanh_backward", "tanh_backward"},
+                                                               {"aten.sigmoid_backward", "sigmoid_backward"},
                                                                {"aten.maximum", "max"},
                                                                {"aten.minimum", "min"}};
     static const std::map<std::string, std::pair<rp::EngineKind, std::string>> kUnary = {
         {"aten.relu", {rp::VECTOR, "relu"}},       {"aten.neg", {rp::VECTOR, "neg"}},
         {"aten.exp", {rp::SCALAR, "exp"}},         {"aten.tanh", {rp::SCALAR, "tanh"}},
         {"aten.sigmoid", {rp::SCALAR, "sigmoid"}}, {"aten.gelu", {rp::SCALAR, "gelu"}}};
-    AddSlot(out.name(), out, rp::SBUF, where);
     static const std::set<std::string> kCopies = {
         "aten.view",  "aten._unsafe_view", "aten.reshape",   "aten.detach",     "aten.clone",
         "aten.alias", "aten.unsqueeze",    "aten.squeeze.dim", "aten.squeeze",
         // The values of x.reshape(size): the strides are eager's layout,
         // and every IR value is contiguous.
         "aten._reshape_alias"};
-    if (kCopies.count(op)) {  // the same elements in row-major order
+    if (kCopies.count(op)) {  // the same elements in row-major order: the same bytes
       NEURON_CHECK(
           !in.empty() && Elements(slots_.at(in[0]).value.type()) == Elements(out.type()),
           where, ": changes the number of elements");
-      const std::int64_t n = Elements(out.type());  // raw elements, any dtype
-      StridedCopy(in[0], out.name(), {n}, {1}, 0, source);
+      NEURON_CHECK(out.type().dtype() == slots_.at(in[0]).value.type().dtype(), where,
+                   ": changes the dtype");
+      Alias(out.name(), out, in[0]);
       return;
     }
+    AddSlot(out.name(), out, rp::SBUF, where);
+
     if (op == "aten.t") {
       NEURON_CHECK(in.size() == 1, where, ": takes one input");
       const auto& t = slots_.at(in[0]).value.type();
@@ -914,6 +942,110 @@ class Lowering {
     steps_.push_back(std::move(s));
   }
 
+  // Fusion: a chain of elementwise steps, each reading the previous one's
+  // result and nothing else reading it, becomes one "fused" instruction
+  // (on the scalar engine when it holds an activation, as the hardware's
+  // activation instruction takes a scale and a bias; else on the vector
+  // engine): the intermediates never go to SBUF, and the engine pays one
+  // dependency overhead and reads only the chain's outside operands. A
+  // matmul's epilogue (bias add, activation, residual add) is such a chain
+  // from the PSUM evacuation on.
+  static bool Fusible(const Step& s) {
+    static const std::set<std::string> kOps = {
+        "copy", "relu", "neg", "exp", "tanh", "sigmoid", "gelu", "gelu_exact", "scale",
+        "add_scalar", "add", "sub", "mul", "div", "max", "min", "gelu_backward",
+        "gelu_exact_backward", "threshold_backward", "tanh_backward", "sigmoid_backward"};
+    const auto engine = s.instruction.engine();
+    return (engine == rp::VECTOR || engine == rp::SCALAR) && s.writes.size() == 1 &&
+           !s.reads.empty() && s.reads.size() <= 2 && kOps.count(s.instruction.op()) > 0;
+  }
+
+  void FuseElementwise() {
+    std::unordered_map<std::string, int> readers;
+    for (const auto& s : steps_) {
+      for (const auto& r : s.reads) ++readers[r];
+    }
+    std::vector<Step> out;
+    for (auto& step : steps_) {
+      if (Fusible(step)) {
+        // The producer of one of its operands, if that operand is read
+        // nowhere else: it moves down here (its inputs were ready before).
+        for (const auto& x : step.reads) {
+          const int p = Producer(out, x);
+          if (p < 0 || readers[x] != 1 || slots_.at(x).space != rp::SBUF ||
+              std::count(step.reads.begin(), step.reads.end(), x) != 1 ||
+              out[p].instruction.elements() != step.instruction.elements() ||
+              Elements(slots_.at(x).value.type()) != step.instruction.elements()) {
+            continue;
+          }
+          Step chain = std::move(out[p]);
+          out.erase(out.begin() + p);
+          if (chain.instruction.op() != "fused") chain = Fused(std::move(chain));
+          AppendFused(chain, step, x);
+          step = std::move(chain);
+          break;
+        }
+      }
+      out.push_back(std::move(step));
+    }
+    steps_ = std::move(out);
+  }
+
+  // The index in `steps` of the fusible (or fused) step that writes `x`
+  // and only `x`, when no later step writes what it reads; else -1.
+  int Producer(const std::vector<Step>& steps, const std::string& x) const {
+    for (int p = static_cast<int>(steps.size()) - 1; p >= 0; --p) {
+      const Step& s = steps[p];
+      if (std::find(s.writes.begin(), s.writes.end(), x) == s.writes.end()) continue;
+      if (s.writes.size() != 1 || (s.instruction.op() != "fused" && !Fusible(s))) return -1;
+      for (std::size_t q = p + 1; q < steps.size(); ++q) {
+        for (const auto& w : steps[q].writes) {
+          if (std::find(s.reads.begin(), s.reads.end(), w) != s.reads.end()) return -1;
+        }
+      }
+      return p;
+    }
+    return -1;
+  }
+
+  // A one-op fused step (the head of a chain).
+  Step Fused(Step head) {
+    Step f;
+    f.instruction.set_engine(head.instruction.engine());
+    f.instruction.set_op("fused");
+    f.instruction.set_elements(head.instruction.elements());
+    f.instruction.set_source(head.instruction.source());
+    f.reads = head.reads;
+    f.writes = head.writes;
+    f.instruction.set_operand_count(static_cast<std::uint32_t>(head.reads.size()));
+    rp::Instruction sub = head.instruction;
+    sub.clear_inputs();
+    f.instruction.add_fused()->Swap(&sub);
+    f.fused_reads.push_back(head.reads);
+    return f;
+  }
+
+  // `next` reads the chain's result `x`: it joins the chain, and `x` goes.
+  void AppendFused(Step& chain, const Step& next, const std::string& x) {
+    rp::Instruction sub = next.instruction;
+    sub.clear_inputs();
+    std::vector<std::string> reads;
+    for (const auto& r : next.reads) {
+      reads.push_back(r == x ? std::string() : r);  // "": the previous result
+      if (r != x && std::find(chain.reads.begin(), chain.reads.end(), r) == chain.reads.end()) {
+        chain.reads.push_back(r);
+      }
+      if (r != x) chain.instruction.set_operand_count(chain.instruction.operand_count() + 1);
+    }
+    if (sub.engine() == rp::SCALAR) chain.instruction.set_engine(rp::SCALAR);  // the activation engine
+    chain.instruction.add_fused()->Swap(&sub);
+    chain.fused_reads.push_back(std::move(reads));
+    chain.writes = next.writes;
+    chain.instruction.set_source(next.instruction.source());
+    order_.erase(std::remove(order_.begin(), order_.end(), x), order_.end());
+    slots_.at(x).fused_away = true;
+  }
+
   void Store(const std::string& name) {
     proto::Value v =
         slots_.count(name) ? slots_.at(name).value : slots_.at("hbm:" + name).value;
@@ -921,6 +1053,7 @@ class Lowering {
     if (slots_.count(target)) return;  // returned twice: one buffer
     AddSlot(target, v, rp::HBM, "output");
     Dma("store", slots_.count(name) ? name : "hbm:" + name, target, "return %" + name);
+    steps_.back().instruction.set_bytes(slots_.at(target).bytes);
   }
 
   Lowered Emit(const std::string& graph_id) {
@@ -981,6 +1114,12 @@ class Lowering {
       in->set_id(static_cast<std::uint32_t>(s));
       for (const auto& r : steps_[s].reads) in->add_inputs(slots_.at(r).buffer);
       for (const auto& w : steps_[s].writes) in->add_outputs(slots_.at(w).buffer);
+      for (std::size_t k = 0; k < steps_[s].fused_reads.size(); ++k) {
+        for (const auto& r : steps_[s].fused_reads[k]) {
+          in->mutable_fused(static_cast<int>(k))
+              ->add_inputs(r.empty() ? runtime::kFusedPrevious : slots_.at(r).buffer);
+        }
+      }
       std::set<std::uint32_t> deps;
       for (std::size_t p = 0; p < s; ++p) {
         for (const auto& w : steps_[p].writes) {  // read-after-write, write-after-write

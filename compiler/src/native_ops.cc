@@ -25,6 +25,8 @@ const std::vector<NativeOp>& NativeOps() {
       {"aten.neg", "vector", ""},
       {"aten.threshold_backward", "vector", ""},
       {"aten.gelu_backward", "vector", "approximate \"none\" or \"tanh\""},
+      {"aten.tanh_backward", "vector", "(grad, output)"},
+      {"aten.sigmoid_backward", "vector", "(grad, output)"},
       {"aten.masked_fill.Scalar", "vector", "a bool or uint8 mask, repeating when smaller"},
       {"aten.exp", "scalar", ""},
       {"aten.tanh", "scalar", ""},

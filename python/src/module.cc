@@ -258,6 +258,8 @@ PYBIND11_MODULE(_C, m) {
         d["nodes_after"] = i.nodes_after;
         d["sbuf_bytes"] = i.sbuf_bytes;
         d["sbuf_lower_bound"] = i.sbuf_lower_bound;
+        d["fused_groups"] = i.fused_groups;
+        d["fused_ops"] = i.fused_ops;
         d["modelled_us"] = i.modelled_us;
         d["mfu"] = i.mfu;
         d["runs"] = i.runs;

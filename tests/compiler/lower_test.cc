@@ -212,6 +212,44 @@ TEST(Lower, AttentionStyleViewsRunAgainstLoops) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(got_r[i], sum[i], 1e-4) << i;
 }
 
+// A matmul's epilogue (bias, activation, a residual and a scale) and a view
+// in between: the view costs nothing (the same bytes), the chain becomes one
+// fused instruction whose intermediates never take SBUF, with the numbers
+// of the unfused reference.
+TEST(Lower, EpiloguesFuseAndViewsAreFree) {
+  const proto::Graph g = ParseGraph(
+      R"(graph epi(%x: f32[4,8], %w: f32[8,16], %b: f32[16], %r: f32[4,16]) {
+    %mm: f32[4,16] = aten.addmm(%b, %x, %w)
+    %v: f32[64] = aten.view(%mm) {size = [64]}
+    %a: f32[64] = aten.tanh(%v)
+    %back: f32[4,16] = aten.view(%a) {size = [4, 16]}
+    %s: f32[4,16] = aten.add(%back, %r)
+    %y: f32[4,16] = aten.mul(%s) {other = 0.5}
+    return %y
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  const Lowered lowered = Lower(g, device);
+  int fused = 0, fused_ops = 0, copies = 0;
+  for (const auto& i : lowered.executable.instructions()) {
+    if (i.op() == "fused") ++fused, fused_ops += i.fused_size();
+    if (i.op() == "strided_copy") ++copies;
+  }
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(fused_ops, 4);  // bias add from PSUM, tanh, residual add, scale
+  EXPECT_EQ(copies, 0);
+  const auto x = Values(32, 1, 0), w = Values(128, 0.3f, 0.5f), b = Values(16, 0.2f, 0.1f),
+             r = Values(64, 0.7f, 0.9f);
+  using runtime::proto::F32;
+  const auto out = runtime::Executor(device).Run(
+      lowered.executable, {{"x", HostTensor::FromFloats(F32, {4, 8}, x)},
+                           {"w", HostTensor::FromFloats(F32, {8, 16}, w)},
+                           {"b", HostTensor::FromFloats(F32, {16}, b)},
+                           {"r", HostTensor::FromFloats(F32, {4, 16}, r)}});
+  auto y = MatMul(x, w, 4, 8, 16);
+  for (int i = 0; i < 64; ++i) y[i] = (std::tanh(y[i] + b[i % 16]) + r[i]) * 0.5f;
+  EXPECT_EQ(out.outputs.at("y").ToFloats(), y);
+}
+
 // Gathering rows past the table is an error naming the index, not a read
 // out of bounds.
 TEST(Lower, EmbeddingIndicesOutsideTheTableAreRefused) {

@@ -252,6 +252,7 @@ def test_a_gpt_block_compiles_forward_and_backward(input_grad):
     rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Block")][-2:]
     assert [r["compiled"] for r in rows] == [True, True]
     assert all(r["modelled_us"] > 0 and not r["fallback_ops"] for r in rows)
+    assert rows[0]["fused_groups"] > 0 and rows[0]["fused_ops"] > rows[0]["fused_groups"]
 
 
 def test_a_gpt_with_compiled_blocks_trains_like_eager():

@@ -1,5 +1,6 @@
 #include "neuron/runtime/device/executable.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -87,6 +88,16 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
                      ": needs elements >= 0 "
                      "and operand_count >= 1, got ",
                      i.elements(), " and ", i.operand_count());
+    }
+    for (const auto& sub : i.fused()) {
+      NEURON_CHECK(!sub.op().empty() && sub.inputs_size() >= 1, what(),
+                   ": a fused op needs an op and inputs");
+      for (auto b : sub.inputs()) {
+        NEURON_CHECK(b == kFusedPrevious ||
+                         std::find(i.inputs().begin(), i.inputs().end(), b) != i.inputs().end(),
+                     what(), ": fused op ", sub.op(), " reads buffer ", b,
+                     ", which is not an input of the instruction");
+      }
     }
     earlier.insert(i.id());
   }

@@ -154,6 +154,44 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
   }
 }
 
+// fused: a chain of elementwise ops in float32, the intermediates kept
+// here (executable.proto, Instruction.fused).
+void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
+              const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(out.size() == 1 && kernels::IsFloat(out[0].buffer->dtype()), what,
+               ": a fused chain writes one float buffer");
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
+  auto operand = [&](std::uint32_t id, std::size_t want) {
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) != id) continue;
+      NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": buffer ",
+                   in[k].buffer->name(), " is not float");
+      const std::size_t m = std::min(in[k].elements(), want);
+      NEURON_CHECK(m > 0 && want % m == 0, what, ": buffer ", in[k].buffer->name(), " of ",
+                   in[k].elements(), " elements does not repeat over ", want);
+      return kernels::ToFloat(in[k].data, in[k].buffer->dtype(), m);
+    }
+    throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
+  };
+  std::vector<float> acc, result(n);
+  for (const auto& sub : i.fused()) {
+    std::vector<std::vector<float>> args;
+    for (auto id : sub.inputs()) {
+      args.push_back(id == kFusedPrevious ? acc : operand(id, n));
+    }
+    NEURON_CHECK(!args.empty() && args[0].size() == n, what, ": fused op ", sub.op(),
+                 " needs its first operand at full size");
+    const bool known = args.size() == 1
+                           ? kernels::Unary(sub.op(), args[0], sub.scalar(), result)
+                           : kernels::Binary(sub.op(), args[0], args[1], sub.scalar(), result);
+    NEURON_CHECK(known, what, ": unknown fused op '", sub.op(), "'");
+    acc.swap(result);
+    result.assign(n, 0.0f);
+  }
+  kernels::FromFloat(acc, out[0].buffer->dtype(), out[0].data);
+}
+
 // fill: every element of the output (any dtype) set to the scalar.
 void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
              const std::vector<Placed>& out, const What& what) {
@@ -443,6 +481,7 @@ Runner RunnerFor(const proto::Instruction& i) {
   if (op == "strided_copy") return RunStridedCopy;
   if (op == "masked_fill") return RunMaskedFill;
   if (op == "fill") return RunFill;
+  if (op == "fused") return RunFused;
   if (op == "iota") return RunIota;
   if (op == "gather_rows" || op == "scatter_add_rows") return RunRows;
   if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;

@@ -93,6 +93,8 @@ bool Binary(const std::string& op, const std::vector<float>& a,
   if (op == "sub") return apply([](float x, float y) { return x - y; });
   if (op == "mul") return apply([](float x, float y) { return x * y; });
   if (op == "div") return apply([](float x, float y) { return x / y; });
+  if (op == "tanh_backward") return apply([](float g, float y) { return g * (1 - y * y); });
+  if (op == "sigmoid_backward") return apply([](float g, float y) { return g * y * (1 - y); });
   if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
   if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
   if (op == "gelu_backward") {  // a: the gradient, b: the input; tanh form

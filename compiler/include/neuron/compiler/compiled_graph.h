@@ -31,6 +31,8 @@ struct CompiledGraphInfo {
   std::uint64_t sbuf_lower_bound = 0;  // 0 when the plan came from the cache
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
+  int fused_groups = 0;    // fused elementwise chains in the plan ...
+  int fused_ops = 0;       // ... and the ops they hold
   double modelled_us = 0;  // of the last run
   double mfu = 0;          // of the last run
   std::uint64_t runs = 0;

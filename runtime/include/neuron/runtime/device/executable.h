@@ -14,6 +14,7 @@
 // the wrong engine, cost parameters out of range.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "neuron/runtime/device/device_spec.h"
@@ -22,6 +23,8 @@
 namespace neuron::runtime {
 
 constexpr unsigned kExecutableFormatVersion = 1;
+// In a fused instruction's sub-op, the input that is the previous sub-op's result.
+constexpr std::uint32_t kFusedPrevious = 0xffffffffu;
 
 void ValidateExecutable(const proto::Executable& executable, const DeviceSpec& device);
 

@@ -20,6 +20,9 @@
 //                         select, expand, slicing, stacking).
 //   VECTOR "fill"         no inputs: every element of output 0 (any dtype)
 //                         set to `scalar`.
+//   VECTOR/SCALAR "fused"  a chain of the elementwise ops below (`fused`),
+//                         each reading inputs or the previous result, in
+//                         float32, rounded once into output 0.
 //   GPSIMD "iota"         no inputs: output 0 element e = scalar + e * step.
 //   GPSIMD "gather_rows"  input 0 a table [k, n], input 1 m indices (int32 or
 //                         int64): output 0 [m, n] = the rows, raw elements.
@@ -34,7 +37,8 @@
 //             (x * scalar), add_scalar;
 //     binary  add sub mul div max min, masked_fill (scalar where input 1, a
 //             bool/uint8 mask, is non-zero, else input 0), threshold_backward (input 0 where
-//             input 1 > scalar, else 0), gelu_backward and
+//             input 1 > scalar, else 0), tanh_backward and sigmoid_backward
+//             (grad, output), gelu_backward and
 //             gelu_exact_backward (grad, input); input 1 may be shorter than
 //             `elements` (it repeats: a bias row broadcast over rows);
 //     shaped  over [m, n] inputs, row by row: transpose (writes [n, m]),
