@@ -1,5 +1,7 @@
 #include "neuron/compiler/compiled_graph.h"
 
+#include <chrono>
+
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/compiler/passes.h"
@@ -31,9 +33,18 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   CompiledGraphInfo& info = compiled->info_;
   info.name = graph.name();
   info.nodes_before = graph.nodes_size();
-  FoldConstants(graph);
-  EliminateCommonSubexpressions(graph);
-  EliminateDeadCode(graph);
+  // The passes, each timed (metrics' pass_us).
+  auto timed = [&](const char* name, auto pass) {
+    const auto start = std::chrono::steady_clock::now();
+    pass(graph);
+    info.pass_us.emplace_back(
+        name, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count());
+  };
+  timed("fold_constants", FoldConstants);
+  timed("cse", EliminateCommonSubexpressions);
+  timed("fold_transposes", FoldTransposes);
+  timed("dce", EliminateDeadCode);
   VerifyGraph(graph);
   info.nodes_after = graph.nodes_size();
   for (const auto& v : graph.inputs()) info.inputs.push_back(v.name());
@@ -43,7 +54,13 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   compiled->executable_ = Cache().GetOrCompile(
       key,
       [&] {
+        const auto start = std::chrono::steady_clock::now();
         Lowered lowered = Lower(graph, Device(), key.digest);
+        info.pass_us.emplace_back(
+            "lower", std::chrono::duration<double, std::micro>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+        info.psum_lower_bound = lowered.psum.lower_bound_bytes;
         info.sbuf_lower_bound = lowered.sbuf.lower_bound_bytes;
         return std::move(lowered.executable);
       },
@@ -57,12 +74,15 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
     ++info.fused_groups;
     info.fused_ops += i.fused_size();
   }
-  // The plan's SBUF extent, aligned as the planner aligns.
+  for (int k = 0; k < runtime::kEngineCount; ++k) {
+    info.engine_us[k] = compiled->timing_.busy[k].count();
+  }
+  // The plan's extents, aligned as the planner aligns.
   for (const auto& b : compiled->executable_->buffers()) {
-    if (b.space() == runtime::proto::SBUF) {
-      info.sbuf_bytes = std::max<std::uint64_t>(info.sbuf_bytes,
-                                                (b.offset() + b.bytes() + 63) / 64 * 64);
-    }
+    const std::uint64_t end = (b.offset() + b.bytes() + 63) / 64 * 64;
+    if (b.space() == runtime::proto::SBUF) info.sbuf_bytes = std::max(info.sbuf_bytes, end);
+    if (b.space() == runtime::proto::PSUM) info.psum_bytes = std::max(info.psum_bytes, end);
+    if (b.space() == runtime::proto::HBM) info.hbm_bytes = std::max(info.hbm_bytes, end);
   }
   return compiled;
 }

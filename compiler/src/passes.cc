@@ -257,3 +257,94 @@ int FoldConstants(proto::Graph& g) {
 }
 
 }  // namespace neuron::compiler
+
+namespace neuron::compiler {
+
+namespace {
+
+// The permutation a layout op applies to its input's dims (out dim d is
+// input dim perm[d]), or empty when `n` is none of t, transpose.int and
+// permute.
+std::vector<std::int64_t> Permutation(const proto::Node& n, std::size_t rank) {
+  std::vector<std::int64_t> perm(rank);
+  for (std::size_t d = 0; d < rank; ++d) perm[d] = static_cast<std::int64_t>(d);
+  auto normal = [&](std::int64_t d) { return d < 0 ? d + static_cast<std::int64_t>(rank) : d; };
+  if (n.op() == "aten.t" && rank == 2) {
+    std::swap(perm[0], perm[1]);
+  } else if (n.op() == "aten.transpose.int") {
+    auto a = n.attrs().find("dim0"), b = n.attrs().find("dim1");
+    if (a == n.attrs().end() || b == n.attrs().end()) return {};
+    const auto x = normal(a->second.i()), y = normal(b->second.i());
+    if (x < 0 || y < 0 || x >= static_cast<std::int64_t>(rank) ||
+        y >= static_cast<std::int64_t>(rank)) {
+      return {};
+    }
+    std::swap(perm[static_cast<std::size_t>(x)], perm[static_cast<std::size_t>(y)]);
+  } else if (n.op() == "aten.permute") {
+    auto dims = n.attrs().find("dims");
+    if (dims == n.attrs().end() ||
+        dims->second.ints().values_size() != static_cast<int>(rank)) {
+      return {};
+    }
+    for (std::size_t d = 0; d < rank; ++d) perm[d] = normal(dims->second.ints().values(d));
+  } else {
+    return {};
+  }
+  return perm;
+}
+
+}  // namespace
+
+int FoldTransposes(proto::Graph& g) {
+  // Value name -> (its producer's input, the permutation from it), for
+  // values made by a layout op.
+  std::unordered_map<std::string, std::pair<std::string, std::vector<std::int64_t>>> layout;
+  std::unordered_map<std::string, std::size_t> rank;
+  for (const auto& v : g.inputs()) rank[v.name()] = static_cast<std::size_t>(v.type().shape_size());
+  for (const auto& c : g.constants()) {
+    rank[c.value().name()] = static_cast<std::size_t>(c.value().type().shape_size());
+  }
+  Nodes nodes = TakeNodes(g);
+  int folded = 0;
+  for (int i = 0; i < nodes.size(); ++i) {
+    proto::Node& n = *nodes.Mutable(i);
+    for (const auto& o : n.outputs()) rank[o.name()] = static_cast<std::size_t>(o.type().shape_size());
+    if (n.inputs_size() == 1 && n.outputs_size() == 1) {
+      const std::string& in = n.inputs(0);
+      auto perm = Permutation(n, rank.count(in) ? rank[in] : 0);
+      if (!perm.empty()) {
+        auto inner = layout.find(in);
+        if (inner != layout.end()) {  // a layout op of a layout op: compose them
+          std::vector<std::int64_t> composed(perm.size());
+          for (std::size_t d = 0; d < perm.size(); ++d) {
+            composed[d] = inner->second.second[static_cast<std::size_t>(perm[d])];
+          }
+          bool identity = true;
+          for (std::size_t d = 0; d < composed.size(); ++d) {
+            identity = identity && composed[d] == static_cast<std::int64_t>(d);
+          }
+          const std::string source = inner->second.first;
+          if (identity) {  // t(t(x)) is x
+            RenameUses(nodes, i + 1, *g.mutable_outputs(), n.outputs(0).name(), source);
+            ++folded;
+            continue;
+          }
+          // One permute of the original value instead of two layout ops.
+          n.set_op("aten.permute");
+          n.clear_attrs();
+          proto::Attribute dims;
+          for (auto d : composed) dims.mutable_ints()->add_values(d);
+          (*n.mutable_attrs())["dims"] = dims;
+          n.set_inputs(0, source);
+          perm = composed;
+          ++folded;
+        }
+        layout[n.outputs(0).name()] = {n.inputs(0), perm};
+      }
+    }
+    *g.add_nodes() = std::move(n);
+  }
+  return folded;
+}
+
+}  // namespace neuron::compiler

@@ -11,6 +11,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/device/cost_model.h"
+#include "neuron/compiler/native_ops.h"
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 #include "parallel_bindings.h"
@@ -258,6 +259,16 @@ PYBIND11_MODULE(_C, m) {
         d["nodes_after"] = i.nodes_after;
         d["sbuf_bytes"] = i.sbuf_bytes;
         d["sbuf_lower_bound"] = i.sbuf_lower_bound;
+        d["psum_bytes"] = i.psum_bytes;
+        d["psum_lower_bound"] = i.psum_lower_bound;
+        d["hbm_bytes"] = i.hbm_bytes;
+        py::dict passes;
+        for (const auto& [name, us] : i.pass_us) passes[name.c_str()] = us;
+        d["pass_us"] = passes;
+        py::dict engines;
+        const char* names[] = {"tensor", "vector", "scalar", "gpsimd", "dma"};
+        for (int k = 0; k < neuron::runtime::kEngineCount; ++k) engines[names[k]] = i.engine_us[k];
+        d["engine_us"] = engines;
         d["fused_groups"] = i.fused_groups;
         d["fused_ops"] = i.fused_ops;
         d["modelled_us"] = i.modelled_us;
@@ -268,6 +279,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
         py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
         "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+  m.def(
+      "_native_ops",
+      [] {
+        std::vector<std::string> names;
+        for (const auto& op : neuron::compiler::NativeOps()) names.push_back(op.name);
+        return names;
+      },
+      "The IR ops the device runs (compiler/src/native_ops.cc).");
   m.def(
       "_fallback_allowed",
       [] {

@@ -196,8 +196,11 @@ def to_ir(gm, name, where=""):
             except (_Unsupported, KeyError):
                 unsupported.append((op, _source(node, where)))
         elif node.op == "output":
+            returned = node.args[0]
+            if isinstance(returned, torch.fx.Node):  # a split segment's single result
+                returned = [returned]
             outputs = [names.get(a) if isinstance(a, torch.fx.Node) else None
-                       for a in node.args[0]]
+                       for a in returned]
         else:
             unsupported.append((str(node.target), _source(node, where)))
     if unsupported:
@@ -241,7 +244,102 @@ def _fallback(gm, name, ops, fullgraph, reason):
     return run
 
 
+def _on_device(node, native):
+    """Whether `node` of an aten FX graph can run on the device: an aten op
+    of the native table (a getitem follows its source)."""
+    if node.op != "call_function":
+        return True
+    if node.target is operator.getitem:
+        return _on_device(node.args[0], native)
+    return isinstance(node.target, torch._ops.OpOverload) and _op_name(node.target) in native
+
+
+def _split_by_device(gm, name, where):
+    """Runs the graph as segments: maximal runs of native ops compiled for
+    the device, the rest on the CPU (eager, timed, warned about once).
+    Returns the boxed callable, or None when there is nothing to split."""
+    from torch.fx.passes.split_module import split_module
+    native = set(_C._native_ops())
+    work = [n for n in gm.graph.nodes if n.op == "call_function"]
+    kinds = [_on_device(n, native) for n in work]
+    if all(kinds) or not any(kinds):
+        return None
+    part, last, parts = [0], [None], {}
+
+    def partition(node):
+        kind = _on_device(node, native)
+        if last[0] is not None and kind != last[0]:
+            part[0] += 1
+        last[0] = kind
+        parts[part[0]] = kind
+        return part[0]
+
+    split = split_module(gm, None, partition)
+    cpu_ops = {}
+    for n, on_device in zip(work, kinds):
+        if not on_device and n.target is not operator.getitem:
+            op = _op_name(n.target) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)
+            cpu_ops[op] = cpu_ops.get(op, 0) + 1
+    entry = {"name": name, "graph_id": None, "compiled": True, "fallback_ops": cpu_ops,
+             "fallback_reason": "operators the device does not run", "fallback_us": 0.0,
+             "fallback_bytes": 0, "runs": 0, "segments": len(parts)}
+    _record(entry)
+    listed = ", ".join(f"{op} x{k}" for op, k in sorted(cpu_ops.items()))
+    warnings.warn(f"torchneuron.compile: graph {name} runs {listed} on the CPU, the rest of "
+                  f"it ({sum(parts.values())} of {len(parts)} segments) on the device",
+                  stacklevel=3)
+    for index, on_device in parts.items():
+        sub = getattr(split, f"submod_{index}")
+        if on_device:
+            setattr(split, f"submod_{index}",
+                    _CompiledSegment(sub, f"{name}_seg{index}", where))
+        else:
+            setattr(split, f"submod_{index}", _CpuSegment(sub, entry))
+
+    def run(args):
+        entry["runs"] += 1
+        return split(*args)
+    run._boxed_call = True
+    return run
+
+
+class _CompiledSegment(torch.nn.Module):
+    """A device segment of a split graph: compiled, called like the FX
+    submodule it replaces (a single result, or a tuple)."""
+
+    def __init__(self, gm, name, where):
+        super().__init__()
+        single = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+        self.single = isinstance(single, torch.fx.Node)
+        self.run = _compile_fx(gm, None, name, True, where)
+
+    def forward(self, *args):
+        out = self.run(list(args))
+        return out[0] if self.single else tuple(out)
+
+
+class _CpuSegment(torch.nn.Module):
+    """A CPU segment of a split graph: eager, its time and the bytes handed
+    to it counted in the graph's entry."""
+
+    def __init__(self, gm, entry):
+        super().__init__()
+        self.gm, self.entry = gm, entry
+
+    def forward(self, *args):
+        start = time.perf_counter()
+        out = self.gm(*args)
+        self.entry["fallback_us"] += (time.perf_counter() - start) * 1e6
+        self.entry["fallback_bytes"] += sum(a.numel() * a.element_size() for a in args
+                                            if isinstance(a, torch.Tensor))
+        return out
+
+
 def _compile_fx(gm, example_inputs, name, fullgraph, where):
+    if not fullgraph and _C._fallback_allowed():
+        split = _split_by_device(gm, name, where)
+        if split is not None:
+            return split
     text, order, outputs, unsupported = to_ir(gm, name, where)
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")

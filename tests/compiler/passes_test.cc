@@ -130,6 +130,24 @@ TEST(Passes, ConstantFoldingEvaluatesF32Chains) {
   })");
 }
 
+TEST(Passes, LayoutOpsComposeAndCancel) {
+  ExpectPass(R"(graph g(%x: f32[2,3,4], %w: f32[3,5]) {
+  %a: f32[5,3] = aten.t(%w)
+  %b: f32[3,5] = aten.t(%a)
+  %p: f32[4,2,3] = aten.permute(%x) {dims = [2, 0, 1]}
+  %q: f32[2,4,3] = aten.transpose.int(%p) {dim0 = 0, dim1 = 1}
+  %r: f32[3,5] = aten.relu(%b)
+  return %r, %q
+})",
+             FoldTransposes, 2, R"(graph g(%x: f32[2,3,4], %w: f32[3,5]) {
+  %a: f32[5,3] = aten.t(%w)
+  %p: f32[4,2,3] = aten.permute(%x) {dims = [2, 0, 1]}
+  %q: f32[2,4,3] = aten.permute(%x) {dims = [0, 2, 1]}
+  %r: f32[3,5] = aten.relu(%w)
+  return %r, %q
+})");
+}
+
 TEST(Passes, TheyComposeIntoACleanGraph) {
   proto::Graph g = ParseGraph(R"(graph g(%x: f32[2]) {
     const %one: f32[1] = [1]

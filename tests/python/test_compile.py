@@ -70,6 +70,9 @@ def test_an_mlp_trains_compiled_like_eager():
         assert r["compiled"] and r["runs"] == 20 and r["modelled_us"] > 0
         assert len(r["graph_id"]) == 64
         assert r["sbuf_bytes"] > 0 and not r["fallback_ops"]
+        assert r["psum_bytes"] > 0 and r["hbm_bytes"] > 0
+        assert r["engine_us"]["tensor"] > 0 and r["engine_us"]["dma"] > 0
+        assert list(r["pass_us"])[:4] == ["fold_constants", "cse", "fold_transposes", "dce"]
 
 
 def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeypatch):
@@ -90,10 +93,15 @@ def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeyp
     torch.testing.assert_close(out, net(x))
     messages = [str(w.message) for w in caught if "torchneuron.compile" in str(w.message)]
     assert len(messages) == 1, messages
-    assert "runs on the CPU" in messages[0] and "aten.cumsum" in messages[0]
-    row = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Net")][-1]
-    assert not row["compiled"] and row["fallback_ops"] == {"aten.cumsum": 1}
-    assert row["runs"] == 1 and row["fallback_bytes"] > 0
+    # The graph is split: the linear layer on the device, cumsum on the CPU.
+    assert "runs aten.cumsum x1 on the CPU, the rest of it (1 of 2 segments) on the device" \
+        in messages[0], messages
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Net")]
+    row = [r for r in rows if r.get("segments")][-1]
+    assert row["compiled"] and row["fallback_ops"] == {"aten.cumsum": 1}
+    assert row["runs"] == 1 and row["fallback_bytes"] > 0 and row["fallback_us"] > 0
+    segment = [r for r in rows if r["name"].startswith(row["name"] + "_seg")][-1]
+    assert segment["compiled"] and segment["runs"] == 1 and segment["modelled_us"] > 0
     with pytest.raises(torchneuron.InvalidUsageError) as error:
         torchneuron.compile(net, fullgraph=True)(x)
     assert "aten.cumsum" in str(error.value)

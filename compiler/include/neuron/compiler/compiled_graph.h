@@ -12,6 +12,7 @@
 // ops, dtypes, sizes) are InvalidUsage naming the node.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "neuron/compiler/compile_cache.h"
 #include "neuron/runtime/device/executor.h"
+#include "neuron/runtime/device/plan_timing.h"
 
 namespace neuron::compiler {
 
@@ -29,6 +31,15 @@ struct CompiledGraphInfo {
   int nodes_after = 0;           // after the passes
   std::uint64_t sbuf_bytes = 0;  // the plan's SBUF extent
   std::uint64_t sbuf_lower_bound = 0;  // 0 when the plan came from the cache
+  std::uint64_t psum_bytes = 0;        // the plan's PSUM extent ...
+  std::uint64_t psum_lower_bound = 0;  // ... and its lower bound (0 from the cache)
+  std::uint64_t hbm_bytes = 0;         // inputs, constants, outputs in HBM
+  // Wall microseconds of each pass of this compile, in order ("lower" only
+  // on a cache miss).
+  std::vector<std::pair<std::string, double>> pass_us;
+  // Modelled busy microseconds per engine (runtime::Engine order: tensor,
+  // vector, scalar, gpsimd, dma).
+  std::array<double, runtime::kEngineCount> engine_us{};
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   int fused_groups = 0;    // fused elementwise chains in the plan ...

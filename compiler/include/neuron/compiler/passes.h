@@ -7,6 +7,7 @@
 //   int folded = FoldConstants(g);
 //   int merged = EliminateCommonSubexpressions(g);
 //   int removed = EliminateDeadCode(g);
+//   int layouts = FoldTransposes(g);
 //
 // Ops with side effects or randomness (names containing "dropout", "rand"
 // or "bernoulli", and in-place ops ending in '_') are never removed or
@@ -32,5 +33,10 @@ int EliminateCommonSubexpressions(proto::Graph& graph);
 // alpha, neg, relu, t, view, reshape; same shapes or a one-element operand)
 // into constants; the count.
 int FoldConstants(proto::Graph& graph);
+// Layout: composes a layout op (t, transpose.int, permute) of another one's
+// result into one permute of the original value, and drops the pair when
+// they cancel (t(t(x)) is x); dead code elimination then removes what is no
+// longer read. The count of layout ops folded.
+int FoldTransposes(proto::Graph& graph);
 
 }  // namespace neuron::compiler
