@@ -1056,9 +1056,8 @@ class Lowering {
     steps_.back().instruction.set_bytes(slots_.at(target).bytes);
   }
 
-  Lowered Emit(const std::string& graph_id) {
-    Lowered out;
-    // Lifetimes of the on-chip slots, by step.
+  // Lifetimes of the on-chip slots, by step, split by memory.
+  void Lifetimes(std::vector<Interval>* sbuf, std::vector<Interval>* psum) const {
     std::map<std::string, Interval> life;
     for (int s = 0; s < static_cast<int>(steps_.size()); ++s) {
       for (const auto& w : steps_[s].writes) {
@@ -1069,11 +1068,96 @@ class Lowering {
         if (life.count(r)) life[r].last = s;
       }
     }
-    std::vector<Interval> sbuf, psum;
+    sbuf->clear();
+    psum->clear();
     for (const auto& [name, interval] : life) {
-      (slots_.at(name).space == rp::PSUM ? psum : sbuf).push_back(interval);
+      (slots_.at(name).space == rp::PSUM ? psum : sbuf)->push_back(interval);
     }
-    out.sbuf = PlanMemory(sbuf, device_.SbufBytes(), kAlignment, "SBUF");
+  }
+
+  // Spilling: when the SBUF plan does not fit, the largest value alive but
+  // unused at the step where most bytes are alive goes to HBM right after
+  // it is written (a "spill" DMA) and comes back before each later read (a
+  // "reload" DMA into a fresh slot), so its bytes are free in between.
+  // False when no value can go.
+  bool SpillOne(const std::vector<Interval>& sbuf) {
+    std::vector<std::uint64_t> alive(steps_.size(), 0);
+    for (const auto& v : sbuf) {
+      for (int s = v.first; s <= v.last; ++s) alive[static_cast<std::size_t>(s)] += v.bytes;
+    }
+    const int peak = static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
+    const Interval* victim = nullptr;
+    for (const auto& v : sbuf) {
+      if (v.first >= peak || v.last <= peak || v.name.rfind(".reload", std::string::npos) !=
+                                                     std::string::npos) {
+        continue;
+      }
+      int writers = 0;
+      bool used_at_peak = false;
+      for (std::size_t s = 0; s < steps_.size(); ++s) {
+        const auto& st = steps_[s];
+        const bool writes = std::count(st.writes.begin(), st.writes.end(), v.name) > 0;
+        writers += writes ? 1 : 0;
+        if (static_cast<int>(s) == peak) {
+          used_at_peak = writes || std::count(st.reads.begin(), st.reads.end(), v.name) > 0;
+        }
+      }
+      if (writers == 1 && !used_at_peak && (victim == nullptr || v.bytes > victim->bytes)) {
+        victim = &v;
+      }
+    }
+    if (victim == nullptr) return false;
+    const std::string name = victim->name;
+    const std::string home = "spill:" + name;
+    AddSlot(home, slots_.at(name).value, rp::HBM, "spill");
+    std::vector<Step> out;
+    int reloads = 0;
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      Step step = std::move(steps_[s]);
+      const bool reads = std::count(step.reads.begin(), step.reads.end(), name) > 0;
+      const bool writes = std::count(step.writes.begin(), step.writes.end(), name) > 0;
+      if (reads && !writes) {  // bring it back for this step
+        const std::string copy = StrCat(name, ".reload", reloads++);
+        proto::Value v = slots_.at(name).value;
+        v.set_name(copy);
+        AddSlot(copy, v, rp::SBUF, "reload");
+        Dma("reload", home, copy, "reload %" + name);
+        steps_.back().instruction.set_spill(true);
+        out.push_back(std::move(steps_.back()));
+        steps_.pop_back();
+        for (auto& r : step.reads) {
+          if (r == name) r = copy;
+        }
+        for (auto& group : step.fused_reads) {
+          for (auto& r : group) {
+            if (r == name) r = copy;
+          }
+        }
+      }
+      out.push_back(std::move(step));
+      if (writes) {  // and out, once written
+        Dma("spill", name, home, "spill %" + name);
+        steps_.back().instruction.set_spill(true);
+        out.push_back(std::move(steps_.back()));
+        steps_.pop_back();
+      }
+    }
+    steps_ = std::move(out);
+    return true;
+  }
+
+  Lowered Emit(const std::string& graph_id) {
+    Lowered out;
+    std::vector<Interval> sbuf, psum;
+    while (true) {
+      Lifetimes(&sbuf, &psum);
+      try {
+        out.sbuf = PlanMemory(sbuf, device_.SbufBytes(), kAlignment, "SBUF");
+        break;
+      } catch (const InvalidUsage&) {
+        if (!SpillOne(sbuf)) throw;
+      }
+    }
     out.psum = PlanMemory(psum, device_.PsumBytes(), kAlignment, "PSUM");
     // HBM: no reuse.
     std::uint64_t hbm = 0;

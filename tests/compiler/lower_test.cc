@@ -3,6 +3,7 @@
 // to the lower bound; unsupported graphs are refused naming the node.
 #include "neuron/compiler/lower.h"
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -248,6 +249,49 @@ TEST(Lower, EpiloguesFuseAndViewsAreFree) {
   auto y = MatMul(x, w, 4, 8, 16);
   for (int i = 0; i < 64; ++i) y[i] = (std::tanh(y[i] + b[i % 16]) + r[i]) * 0.5f;
   EXPECT_EQ(out.outputs.at("y").ToFloats(), y);
+}
+
+// Values that do not fit SBUF together go to HBM and come back (spill and
+// reload DMAs, counted as such), with the same numbers.
+TEST(Lower, ValuesThatDoNotFitSbufSpillToHbm) {
+  runtime::proto::DeviceSpec spec = DeviceSpec::Default().spec();
+  spec.mutable_sbuf()->set_bytes_per_partition(64);  // 8 KiB: four [16,32] f32 values
+  spec.mutable_psum()->set_bytes_per_partition(64);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(spec, &text);
+  const DeviceSpec device = DeviceSpec::FromText(text, "small-sbuf");
+  // At %p, five values would be alive (x, a, b, d, p); a and b wait for the end.
+  const proto::Graph g = ParseGraph(
+      R"(graph spill(%x: f32[16,32]) {
+    %a: f32[16,32] = aten.relu(%x)
+    %b: f32[16,32] = aten.neg(%x)
+    %c: f32[16,32] = aten.tanh(%x)
+    %d: f32[16,32] = aten.exp(%x)
+    %p: f32[16,32] = aten.mul(%c, %d)
+    %q: f32[16,32] = aten.add(%p, %p)
+    %r: f32[16,32] = aten.mul(%q, %q)
+    %s: f32[16,32] = aten.add(%a, %b)
+    %t: f32[16,32] = aten.mul(%a, %b)
+    %u: f32[16,32] = aten.add(%s, %t)
+    %y: f32[16,32] = aten.add(%r, %u)
+    return %y
+  })");
+  const Lowered lowered = Lower(g, device);
+  int spills = 0;
+  for (const auto& i : lowered.executable.instructions()) spills += i.spill() ? 1 : 0;
+  EXPECT_GT(spills, 0);
+  EXPECT_LE(lowered.sbuf.planned_bytes, device.SbufBytes());
+  const auto x = Values(512, 2, 0.3f);
+  const auto r = runtime::Executor(device).Run(
+      lowered.executable, {{"x", HostTensor::FromFloats(runtime::proto::F32, {16, 32}, x)}});
+  EXPECT_GT(r.timing.spill_bytes, 0u);
+  std::vector<float> y(512);
+  for (int i = 0; i < 512; ++i) {
+    const float p = std::tanh(x[i]) * std::exp(x[i]), q = p + p;
+    const float a = std::max(x[i], 0.0f), b = -x[i];
+    y[i] = q * q + ((a + b) + a * b);
+  }
+  EXPECT_EQ(r.outputs.at("y").ToFloats(), y);
 }
 
 // Gathering rows past the table is an error naming the index, not a read
