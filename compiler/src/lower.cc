@@ -198,7 +198,8 @@ class Lowering {
     static const std::map<std::string, double> kConstant = {
         {"aten.zeros", 0.0},      {"aten.ones", 1.0},     {"aten.zeros_like", 0.0},
         {"aten.ones_like", 1.0},  {"aten.new_zeros", 0.0}, {"aten.new_ones", 1.0},
-        {"aten.full", NAN},       {"aten.full_like", NAN}, {"aten.new_full", NAN}};
+        {"aten.full", NAN},       {"aten.full_like", NAN}, {"aten.new_full", NAN},
+        {"aten.empty_like", 0.0}, {"aten.empty", 0.0}};  // empty: zeros, deterministic
     const std::string& op = n.op();
     auto attr_number = [&](const char* key, double fallback) {
       auto it = n.attrs().find(key);
@@ -341,6 +342,57 @@ class Lowering {
       StridedCopy(name, expanded.name(), target, view, 0, source);
     }
     return expanded.name();
+  }
+
+  // native_dropout (x, seed) {p, train, stream} -> (y, mask): the mask from
+  // a counter-based hash of (seed, stream, element), on GpSimd; and
+  // native_dropout_backward (grad, mask) {scale}. False for other ops.
+  bool LowerDropout(const proto::Node& n, const std::vector<std::string>& in,
+                    const std::string& where, const std::string& source) {
+    const std::string& op = n.op();
+    const bool bernoulli = op == "aten.bernoulli_.float" || op == "aten.bernoulli.p";
+    if (op != "aten.native_dropout" && op != "aten.native_dropout_backward" && !bernoulli) {
+      return false;
+    }
+    auto number = [&](const char* key, double fallback) {
+      auto it = n.attrs().find(key);
+      if (it == n.attrs().end()) return fallback;
+      return it->second.value_case() == proto::Attribute::kF
+                 ? it->second.f()
+                 : static_cast<double>(it->second.i());
+    };
+    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    Step s;
+    s.instruction.set_engine(rp::GPSIMD);
+    s.instruction.set_source(source);
+    s.instruction.set_elements(Elements(n.outputs(0).type()));
+    s.instruction.set_operand_count(static_cast<std::uint32_t>(in.size()));
+    s.reads = in;
+    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
+    if (bernoulli) {  // (shape source, seed) {p, stream}: 1 with probability p, else 0
+      NEURON_CHECK(in.size() == 2 && n.outputs_size() == 1, where,
+                   ": takes a tensor and the run's seed");
+      const double p = number("p", 0.5);
+      NEURON_CHECK(p >= 0 && p <= 1, where, ": p ", p, " must be in [0, 1]");
+      s.instruction.set_op("bernoulli");
+      s.instruction.set_scalar(p);
+      s.instruction.set_k(static_cast<std::int64_t>(number("stream", 0)));
+    } else if (op == "aten.native_dropout") {
+      NEURON_CHECK(in.size() == 2 && n.outputs_size() == 2, where,
+                   ": takes the input and the run's seed, gives the result and the mask");
+      const double p = number("p", 0.5);
+      NEURON_CHECK(p >= 0 && p < 1, where, ": p ", p, " must be in [0, 1)");
+      s.instruction.set_op("dropout");
+      s.instruction.set_scalar(number("train", 1) != 0 ? p : 0.0);
+      s.instruction.set_k(static_cast<std::int64_t>(number("stream", 0)));
+    } else {
+      NEURON_CHECK(in.size() == 2 && n.outputs_size() == 1, where,
+                   ": takes the gradient and the mask");
+      s.instruction.set_op("masked_scale");
+      s.instruction.set_scalar(number("scale", 1.0));
+    }
+    steps_.push_back(std::move(s));
+    return true;
   }
 
   static std::vector<std::int64_t> Shape(const proto::TensorType& t) {
@@ -589,6 +641,7 @@ class Lowering {
     if (LowerView(n, in, where, source)) return;
     if (LowerFill(n, in, where, source)) return;
     if (LowerIndexing(n, in, where, source)) return;
+    if (LowerDropout(n, in, where, source)) return;
     NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
                  n.outputs_size(), " outputs)");
     const proto::Value& out = n.outputs(0);

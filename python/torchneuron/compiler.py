@@ -42,6 +42,11 @@ class _Unsupported(Exception):
     pass
 
 
+# The input a graph with dropout gets: each run's seed, drawn from torch's
+# default generator (torch.manual_seed makes compiled dropout reproducible).
+_SEED = "dropout_seed"
+_RANDOM = ("aten.native_dropout", "aten.bernoulli_.float", "aten.bernoulli.p")
+
 # Outputs a graph may leave unused (their gradient was not wanted), by op:
 # output index -> the argument whose type it has.
 _OUTPUT_LIKE = {"aten.native_layer_norm_backward": {0: 1, 1: 4, 2: 5}}
@@ -154,6 +159,11 @@ def to_ir(gm, name, where=""):
                         tensors.extend("%" + names[a] for a in arg)  # stack, cat
                     elif arg is not None:
                         attrs.append(f"{schema[i].name} = {_attribute(arg)}")
+                if op in _RANDOM:  # its random bits: the run's seed, a stream each
+                    if not any(name == _SEED for name, _ in inputs):
+                        inputs.append((_SEED, f"%{_SEED}: i64[]"))
+                    tensors.append("%" + _SEED)
+                    attrs.append(f"stream = {sum(1 for l in lines if f'%{_SEED}' in l)}")
                 for key, arg in node.kwargs.items():
                     if isinstance(arg, torch.fx.Node):
                         tensors.append("%" + names[arg])
@@ -366,7 +376,11 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
 
     returned = sorted({o for o in outputs if o is not None})
 
+    seeded = f"%{_SEED}:" in text.split("{", 1)[0]  # an input of the graph
+
     def run(args):
+        if seeded:  # the seed is the input past the FX placeholders
+            args = list(args) + [torch.randint(0, 2 ** 62, (), dtype=torch.int64)]
         results = dict(zip(returned, graph.run([args[i] for i in order])))
         return [results[o] if o is not None else None for o in outputs]
     run._boxed_call = True

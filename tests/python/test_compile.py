@@ -337,3 +337,67 @@ def test_a_module_traced_in_python_compiles_from_cpp(tmp_path):
                               env=dict(os.environ, NEURON_CACHE_DIR=str(tmp_path / "cache")))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "the module's size" in proc.stdout and "modelled on a NeuronCore-v3" in proc.stdout
+
+
+def test_dropout_runs_on_the_device_seeded_by_torch():
+    """Dropout's random bits come from a counter-based hash of a seed drawn
+    from torch's generator per run: the expected fraction is dropped, the
+    rest scaled, the gradient follows the same mask, torch.manual_seed
+    reproduces a run and the next run differs."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 256)
+
+        def forward(self, x):
+            return nn.functional.dropout(self.fc(x), 0.3, self.training)
+
+    torch.manual_seed(0)
+    net = Net()
+    compiled = torchneuron.compile(net, fullgraph=True)
+    x = torch.randn(32, 64)
+    torch.manual_seed(5)
+    first = compiled(x)
+    torch.manual_seed(5)
+    again = compiled(x)
+    other = compiled(x)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert abs((first == 0).float().mean().item() - 0.3) < 0.02
+    kept = first != 0
+    torch.testing.assert_close(first[kept], net.fc(x)[kept] / 0.7)
+    g = torch.randn_like(first)
+    net.zero_grad()
+    torch.manual_seed(5)
+    (compiled(x) * g).sum().backward()
+    torch.testing.assert_close(net.fc.weight.grad, (g * kept / 0.7).t() @ x)
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Net")][-2:]
+    assert [r["compiled"] for r in rows] == [True, True]
+
+
+def test_a_gpt_with_dropout_trains_compiled():
+    """The example GPT with dropout on the residual branches and attention
+    probabilities, whole-model compiled: it trains (the loss falls) and
+    evaluation (no dropout) matches eager."""
+    from torchneuron.models.gpt import GPT, GPTConfig
+    from torchneuron.parallel import tensor_parallel
+    cfg = GPTConfig(vocab_size=64, seq_len=16, dim=32, heads=4, layers=2, dropout=0.1)
+    torch.manual_seed(0)
+    tensor_parallel.manual_seed(0)  # the attention dropout's stream
+    net, ref = GPT(cfg), GPT(cfg)
+    ref.load_state_dict(net.state_dict())
+    compiled = torchneuron.compile(net, fullgraph=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    tokens = torch.randint(0, 64, (4, 16))
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        loss = compiled(tokens, tokens)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    ref.load_state_dict(net.state_dict())
+    net.eval(), ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(torchneuron.compile(net, fullgraph=True)(tokens, tokens),
+                                   ref(tokens, tokens))

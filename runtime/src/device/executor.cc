@@ -192,6 +192,68 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   kernels::FromFloat(acc, out[0].buffer->dtype(), out[0].data);
 }
 
+// SplitMix64: the counter-based hash dropout draws its bits from.
+std::uint64_t Mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// dropout: keep element e when hash(seed, stream, e) >= p, scaled by
+// 1 / (1 - p); masked_scale: grad x scale where the mask is set, else 0.
+void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
+                const std::vector<Placed>& out, const What& what) {
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  const bool forward = i.op() == "dropout";
+  NEURON_CHECK(in.size() == 2 && out.size() == (forward ? 2u : 1u), what, ": ", i.op(),
+               " takes two inputs");
+  NEURON_CHECK(kernels::IsFloat(out[0].buffer->dtype()), what, ": ", i.op(),
+               " writes float");
+  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) && in[0].elements() >= n &&
+                   out[0].elements() >= n,
+               what, ": ", n, " float elements");
+  std::vector<float> y(n);
+  if (i.op() == "bernoulli") {  // 1 where hash(seed, k, e) < p
+    std::int64_t seed;
+    NEURON_CHECK(in[1].buffer->dtype() == proto::I64 && in[1].elements() == 1, what,
+                 ": the seed must be one int64");
+    std::memcpy(&seed, in[1].data, sizeof(seed));
+    const std::uint64_t base =
+        Mix(static_cast<std::uint64_t>(seed) ^ Mix(static_cast<std::uint64_t>(i.k())));
+    for (std::size_t e = 0; e < n; ++e) {
+      y[e] = static_cast<double>(Mix(base + e) >> 11) * 0x1.0p-53 < i.scalar() ? 1.0f : 0.0f;
+    }
+    kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
+    return;
+  }
+  const auto x = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
+  if (!forward) {
+    NEURON_CHECK(in[1].elements() >= n && ElementBytes(in[1].buffer->dtype()) == 1, what,
+                 ": the mask must be bool or uint8 of ", n);
+    const float scale = static_cast<float>(i.scalar());
+    for (std::size_t e = 0; e < n; ++e) y[e] = in[1].data[e] != 0 ? x[e] * scale : 0.0f;
+    kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
+    return;
+  }
+  NEURON_CHECK(in[1].buffer->dtype() == proto::I64 && in[1].elements() == 1, what,
+               ": the seed must be one int64");
+  NEURON_CHECK(out[1].elements() >= n && ElementBytes(out[1].buffer->dtype()) == 1, what,
+               ": the mask must be bool or uint8 of ", n);
+  std::int64_t seed;
+  std::memcpy(&seed, in[1].data, sizeof(seed));
+  const double p = i.scalar();
+  const float scale = p > 0 ? static_cast<float>(1.0 / (1.0 - p)) : 1.0f;
+  const std::uint64_t base = Mix(static_cast<std::uint64_t>(seed) ^ Mix(static_cast<std::uint64_t>(i.k())));
+  for (std::size_t e = 0; e < n; ++e) {
+    const double u = static_cast<double>(Mix(base + e) >> 11) * 0x1.0p-53;  // [0, 1)
+    const bool keep = u >= p;
+    out[1].data[e] = keep ? 1 : 0;
+    y[e] = keep ? x[e] * scale : 0.0f;
+  }
+  kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
+}
+
 // fill: every element of the output (any dtype) set to the scalar.
 void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
              const std::vector<Placed>& out, const What& what) {
@@ -481,6 +543,7 @@ Runner RunnerFor(const proto::Instruction& i) {
   if (op == "strided_copy") return RunStridedCopy;
   if (op == "masked_fill") return RunMaskedFill;
   if (op == "fill") return RunFill;
+  if (op == "dropout" || op == "masked_scale" || op == "bernoulli") return RunDropout;
   if (op == "fused") return RunFused;
   if (op == "iota") return RunIota;
   if (op == "gather_rows" || op == "scatter_add_rows") return RunRows;

@@ -23,6 +23,13 @@
 //   VECTOR/SCALAR "fused"  a chain of the elementwise ops below (`fused`),
 //                         each reading inputs or the previous result, in
 //                         float32, rounded once into output 0.
+//   GPSIMD "dropout"      input 0 x (float), input 1 the run's seed (int64):
+//                         output 0 = x / (1 - scalar) where kept, else 0;
+//                         output 1 the mask (bool); element e is kept when a
+//                         SplitMix64 hash of (seed, k, e) is >= scalar.
+//   GPSIMD "masked_scale" (grad, mask) -> grad x scalar where the mask is set.
+//   GPSIMD "bernoulli"    (any, seed) -> 1 where the hash of (seed, k, e) is
+//                         below scalar, else 0.
 //   GPSIMD "iota"         no inputs: output 0 element e = scalar + e * step.
 //   GPSIMD "gather_rows"  input 0 a table [k, n], input 1 m indices (int32 or
 //                         int64): output 0 [m, n] = the rows, raw elements.
