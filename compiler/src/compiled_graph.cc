@@ -110,4 +110,8 @@ CompiledGraphInfo CompiledGraph::info() const {
   return info_;
 }
 
+void CompiledGraph::WriteTimeline(const std::string& path) const {
+  runtime::WriteChromeTrace(timing_, info_.name, path);
+}
+
 }  // namespace neuron::compiler

@@ -250,6 +250,8 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("inputs"),
           "Runs the graph: real results, and the modelled time in info().")
+      .def("write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
+           "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
       .def("info", [](const CompiledGraph& g) {
         const auto i = g.info();
         py::dict d;

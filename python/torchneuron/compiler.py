@@ -513,6 +513,19 @@ def metrics():
     return out
 
 
+def export_timeline(path, name=None):
+    """Writes the modelled timeline of a compiled graph (the last one, or the
+    last named `name`, e.g. "Block_1_forward") as a Chrome trace: one track
+    per engine, each instruction with its op and source."""
+    with _lock:
+        graphs = [e for e in _metrics if e.get("graph") is not None and
+                  (name is None or e["name"] == name)]
+    if not graphs:
+        raise ValueError(f"torchneuron.compiler.export_timeline: no compiled graph "
+                         f"{'named ' + repr(name) if name else 'yet'}")
+    graphs[-1]["graph"].write_timeline(str(path))
+
+
 def compile_times():
     """Seconds this process spent turning IR into executables: ``cold_s``
     for the graphs it compiled (compile cache misses), ``cached_s`` for

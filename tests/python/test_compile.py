@@ -261,6 +261,16 @@ def test_a_gpt_block_compiles_forward_and_backward(input_grad):
     assert [r["compiled"] for r in rows] == [True, True]
     assert all(r["modelled_us"] > 0 and not r["fallback_ops"] for r in rows)
     assert rows[0]["fused_groups"] > 0 and rows[0]["fused_ops"] > rows[0]["fused_groups"]
+    # The modelled timeline, one track per engine.
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "block.json")
+        torchneuron.compiler.export_timeline(path, rows[1]["name"])
+        events = json.load(open(path))["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert len(tracks) == 5, tracks
+    assert sum(1 for e in events if e["ph"] == "X") > 10
 
 
 def test_a_gpt_with_compiled_blocks_trains_like_eager():

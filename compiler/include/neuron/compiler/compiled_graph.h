@@ -56,6 +56,9 @@ class CompiledGraph {
   // Inputs in the graph's input order; outputs in its output order.
   std::vector<runtime::HostTensor> Run(std::vector<runtime::HostTensor> inputs);
   CompiledGraphInfo info() const;
+  // The plan's modelled timeline as a Chrome trace (chrome://tracing,
+  // Perfetto): one track per engine; IoError names the path.
+  void WriteTimeline(const std::string& path) const;
   // The process's compile cache (NEURON_CACHE_DIR, NEURON_CACHE_EXPLAIN).
   static CompileCache& Cache();
 
