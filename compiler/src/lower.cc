@@ -395,6 +395,143 @@ class Lowering {
     return true;
   }
 
+  // A value of `dtype` and `shape` for an intermediate slot.
+  static proto::Value Temp(const std::string& name, const std::string& dtype,
+                           const std::vector<std::int64_t>& shape) {
+    proto::Value v;
+    v.set_name(name);
+    v.mutable_type()->set_dtype(dtype);
+    for (auto d : shape) v.mutable_type()->add_shape(d);
+    return v;
+  }
+
+  // A GpSimd window step (im2col, col2im, maxpool2d and its backward) with
+  // the geometry `g` (N, C, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW).
+  void WindowStep(const std::string& op, const std::vector<std::string>& reads,
+                  const std::vector<std::string>& writes, const std::vector<std::int64_t>& g,
+                  const std::string& source) {
+    Step s;
+    s.instruction.set_engine(rp::GPSIMD);
+    s.instruction.set_op(op);
+    for (auto v : g) s.instruction.add_view_sizes(v);
+    s.instruction.set_elements(Elements(slots_.at(writes[0]).value.type()));
+    s.instruction.set_operand_count(1);
+    s.instruction.set_source(source);
+    s.reads = reads;
+    s.writes = writes;
+    steps_.push_back(std::move(s));
+  }
+
+  // convolution (x, weight[, bias]) and convolution_backward (grad, x,
+  // weight -> grad x, grad weight, grad bias): 2-D, groups 1, not
+  // transposed; as im2col on GpSimd and matmuls on the tensor engine (the
+  // bias added as the rows leave PSUM), col2im for the input's gradient.
+  // max_pool2d_with_indices and its backward on GpSimd. False for other ops.
+  bool LowerWindows(const proto::Node& n, const std::vector<std::string>& in,
+                    const std::string& where, const std::string& source) {
+    const std::string& op = n.op();
+    const bool conv = op == "aten.convolution", conv_back = op == "aten.convolution_backward";
+    const bool pool = op == "aten.max_pool2d_with_indices",
+               pool_back = op == "aten.max_pool2d_with_indices_backward";
+    if (!conv && !conv_back && !pool && !pool_back) return false;
+    auto pair = [&](const char* key, std::int64_t fallback) {
+      auto it = n.attrs().find(key);
+      if (it == n.attrs().end()) return std::vector<std::int64_t>{fallback, fallback};
+      if (it->second.value_case() == proto::Attribute::kI) {
+        return std::vector<std::int64_t>{it->second.i(), it->second.i()};
+      }
+      std::vector<std::int64_t> v(it->second.ints().values().begin(),
+                                  it->second.ints().values().end());
+      if (v.empty()) v = {fallback};
+      if (v.size() == 1) v.push_back(v[0]);
+      return v;
+    };
+    auto number = [&](const char* key, std::int64_t fallback) {
+      auto it = n.attrs().find(key);
+      return it == n.attrs().end() ? fallback : it->second.i();
+    };
+    NEURON_CHECK(!in.empty(), where, ": takes tensor inputs");
+    const auto x_shape = Shape(slots_.at(in[conv_back || pool_back ? 1 : 0]).value.type());
+    NEURON_CHECK(x_shape.size() == 4, where, ": supported for [N, C, H, W] inputs");
+    const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    if (pool || pool_back) {
+      const auto kernel = pair("kernel_size", 1);
+      auto stride = pair("stride", 0);
+      if (stride[0] == 0) stride = kernel;  // torch: the kernel size by default
+      const auto pad = pair("padding", 0), dil = pair("dilation", 1);
+      NEURON_CHECK(number("ceil_mode", 0) == 0, where, ": ceil_mode is not supported");
+      const std::int64_t OH = (H + 2 * pad[0] - dil[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
+      const std::int64_t OW = (W + 2 * pad[1] - dil[1] * (kernel[1] - 1) - 1) / stride[1] + 1;
+      const std::vector<std::int64_t> g = {N, C, H, W, kernel[0], kernel[1], stride[0], stride[1],
+                                           pad[0], pad[1], dil[0], dil[1], OH, OW};
+      if (pool) {
+        NEURON_CHECK(n.outputs_size() == 2, where, ": gives the maxima and the indices");
+        WindowStep("maxpool2d", {in[0]}, {n.outputs(0).name(), n.outputs(1).name()}, g, source);
+      } else {
+        NEURON_CHECK(in.size() == 3, where, ": takes the gradient, the input and the indices");
+        WindowStep("maxpool2d_backward", {in[0], in[2]}, {n.outputs(0).name()}, g, source);
+      }
+      return true;
+    }
+    NEURON_CHECK(number("transposed", 0) == 0 && number("groups", 1) == 1, where,
+                 ": supported for groups 1, not transposed");
+    const auto w_shape = Shape(slots_.at(in[conv ? 1 : 2]).value.type());
+    NEURON_CHECK(w_shape.size() == 4 && w_shape[1] == C, where,
+                 ": a [OC, C, KH, KW] weight for C = ", C);
+    const std::int64_t OC = w_shape[0], KH = w_shape[2], KW = w_shape[3];
+    const auto stride = pair("stride", 1), pad = pair("padding", 0), dil = pair("dilation", 1);
+    const std::int64_t OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) / stride[0] + 1;
+    const std::int64_t OW = (W + 2 * pad[1] - dil[1] * (KW - 1) - 1) / stride[1] + 1;
+    const std::vector<std::int64_t> g = {N, C, H, W, KH, KW, stride[0], stride[1],
+                                         pad[0], pad[1], dil[0], dil[1], OH, OW};
+    const std::int64_t M = N * OH * OW, K = C * KH * KW;
+    const std::string base = n.outputs(0).name();
+    const std::string dtype = slots_.at(in[conv ? 0 : 1]).value.type().dtype();
+    const std::string cols = base + ".cols";
+    AddSlot(cols, Temp(cols, dtype, {M, K}), rp::SBUF, where);
+    WindowStep("im2col", {in[conv ? 0 : 1]}, {cols}, g, source);
+    const std::string weight = in[conv ? 1 : 2];
+    if (conv) {
+      // rows [M, OC] = cols x weight^T (+ bias), then to [N, OC, OH, OW].
+      const std::string wt = base + ".wt";
+      AddSlot(wt, Temp(wt, dtype, {K, OC}), rp::SBUF, where);
+      StridedCopy(weight, wt, {K, OC}, {1, K}, 0, source);
+      const std::string rows = base + ".rows";
+      const proto::Value rows_value = Temp(rows, n.outputs(0).type().dtype(), {M, OC});
+      Matmul(cols, wt, rows_value, M, K, OC, 0, where, source,
+             in.size() > 2 ? in[2] : std::string());
+      StridedCopy(rows, base, {N, OC, OH, OW}, {OH * OW * OC, 1, OW * OC, OC}, 0, source);
+      return true;
+    }
+    // Backward: grad rows [M, OC] from the gradient [N, OC, OH, OW].
+    NEURON_CHECK(in.size() == 3 && n.outputs_size() == 3, where,
+                 ": takes (grad, input, weight), gives three gradients");
+    const std::string grows = base + ".grows", growst = base + ".growst";
+    const std::string gdtype = slots_.at(in[0]).value.type().dtype();
+    AddSlot(grows, Temp(grows, gdtype, {M, OC}), rp::SBUF, where);
+    StridedCopy(in[0], grows, {N, OH, OW, OC}, {OC * OH * OW, OW, 1, OH * OW}, 0, source);
+    AddSlot(growst, Temp(growst, gdtype, {OC, M}), rp::SBUF, where);
+    StridedCopy(grows, growst, {OC, M}, {1, OC}, 0, source);
+    // grad weight [OC, K] = grows^T x cols.
+    const std::string gw = base + ".gw";
+    Matmul(growst, cols, Temp(gw, n.outputs(1).type().dtype(), {OC, K}), OC, M, K, 0, where,
+           source);
+    StridedCopy(gw, n.outputs(1).name(), {OC * K}, {1}, 0, source);
+    // grad input: col2im(grows x weight [OC, K]).
+    const std::string gcols = base + ".gcols";
+    Alias(base + ".wflat", Temp(base + ".wflat", slots_.at(weight).value.type().dtype(), {OC, K}),
+          weight);
+    Matmul(grows, base + ".wflat", Temp(gcols, n.outputs(0).type().dtype(), {M, K}), M, OC, K, 0,
+           where, source);
+    WindowStep("col2im", {gcols}, {base}, g, source);
+    // grad bias [OC]: the gradient's rows summed.
+    Elementwise(rp::VECTOR, "sum_rows", {grows}, n.outputs(2).name(), source);
+    steps_.back().instruction.set_m(M);
+    steps_.back().instruction.set_n(OC);
+    return true;
+  }
+
   static std::vector<std::int64_t> Shape(const proto::TensorType& t) {
     return {t.shape().begin(), t.shape().end()};
   }
@@ -642,6 +779,7 @@ class Lowering {
     if (LowerFill(n, in, where, source)) return;
     if (LowerIndexing(n, in, where, source)) return;
     if (LowerDropout(n, in, where, source)) return;
+    if (LowerWindows(n, in, where, source)) return;
     NEURON_CHECK(n.outputs_size() == 1, where, ": is not supported on the device (",
                  n.outputs_size(), " outputs)");
     const proto::Value& out = n.outputs(0);

@@ -49,7 +49,14 @@ _RANDOM = ("aten.native_dropout", "aten.bernoulli_.float", "aten.bernoulli.p")
 
 # Outputs a graph may leave unused (their gradient was not wanted), by op:
 # output index -> the argument whose type it has.
-_OUTPUT_LIKE = {"aten.native_layer_norm_backward": {0: 1, 1: 4, 2: 5}}
+_OUTPUT_LIKE = {
+    "aten.native_layer_norm_backward": {0: 1, 1: 4, 2: 5},
+    # (grad input, grad weight, grad bias [out channels])
+    "aten.convolution_backward": {
+        0: 1, 1: 2,
+        2: lambda node: _type(node.args[2].meta["tensor_meta"], node.name).split("[")[0] +
+        f"[{int(node.args[2].meta['tensor_meta'].shape[0])}]"},
+}
 
 
 def _op_name(target):
@@ -193,6 +200,8 @@ def to_ir(gm, name, where=""):
                             return _type(next(iter(items.values())).meta.get("tensor_meta"),
                                          node.name)
                         if k in like:  # unused, typed as the argument it matches
+                            if callable(like[k]):
+                                return like[k](node)
                             return _type(node.args[like[k]].meta.get("tensor_meta"), node.name)
                         raise _Unsupported("an output that is never used")
                     out = ", ".join(f"%{node.name}_{k}: {output_type(k)}" for k in range(count))

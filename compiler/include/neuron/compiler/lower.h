@@ -28,7 +28,7 @@
 
 namespace neuron::compiler {
 
-constexpr const char* kCompilerVersion = "0.6.0";
+constexpr const char* kCompilerVersion = "0.7.0";
 
 struct Lowered {
   runtime::proto::Executable executable;

@@ -30,6 +30,13 @@
 //   GPSIMD "masked_scale" (grad, mask) -> grad x scalar where the mask is set.
 //   GPSIMD "bernoulli"    (any, seed) -> 1 where the hash of (seed, k, e) is
 //                         below scalar, else 0.
+//   GPSIMD "im2col", "col2im", "maxpool2d", "maxpool2d_backward": 2-D
+//                         windows (geometry in view_sizes: N, C, H, W, KH,
+//                         KW, stride, padding, dilation (h, w each), OH, OW):
+//                         x [N,C,H,W] to the convolution's columns [N*OH*OW,
+//                         C*KH*KW] (0 in the padding) and their sum back;
+//                         the window maxima and their flat indices (int64),
+//                         and the gradient summed at those indices.
 //   GPSIMD "iota"         no inputs: output 0 element e = scalar + e * step.
 //   GPSIMD "gather_rows"  input 0 a table [k, n], input 1 m indices (int32 or
 //                         int64): output 0 [m, n] = the rows, raw elements.
