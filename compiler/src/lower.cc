@@ -8,6 +8,7 @@
 
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
+#include "neuron/compiler/schedule.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
@@ -71,7 +72,9 @@ class Lowering {
       for (auto& w : step.writes) w = Root(w);
     }
     FuseElementwise();
-    return Emit(graph_id);
+    Lowered out = Emit(graph_id);
+    out.schedule = ScheduleInstructions(out.executable, runtime::CostModel(device_));
+    return out;
   }
 
  private:

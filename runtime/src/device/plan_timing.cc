@@ -30,6 +30,21 @@ Engine EngineOf(proto::EngineKind kind) {
 
 }  // namespace
 
+SimDuration InstructionDuration(const proto::Instruction& i, const CostModel& model,
+                                bool fp32) {
+  const Engine engine = EngineOf(i.engine());
+  switch (engine) {
+    case Engine::kTensor:
+      return model.Matmul(i.m(), i.k(), i.n(), fp32).time *
+             static_cast<double>(std::max<std::int64_t>(i.batch(), 1));
+    case Engine::kDma:
+      return model.Dma(i.bytes(), i.partitions());
+    default:
+      return model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
+                               i.deps_size() > 0);
+  }
+}
+
 PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
   for (const auto& b : e.buffers()) buffers[b.id()] = &b;
@@ -42,27 +57,18 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     const int index = static_cast<int>(engine);
     SimDuration start = engine_free[index];
     for (auto d : i.deps()) start = std::max(start, end_of.at(d));
-    SimDuration duration{0};
-    switch (engine) {
-      case Engine::kTensor: {
-        const bool fp32 =
-            !i.inputs().empty() && buffers.at(i.inputs(0))->dtype() == proto::F32;
-        all_fp32 = all_fp32 && fp32;
-        const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
-        const std::int64_t batch = std::max<std::int64_t>(i.batch(), 1);
-        duration = cost.time * static_cast<double>(batch);
-        t.tensor_cycles += cost.cycles * static_cast<std::uint64_t>(batch);
-        t.flops += cost.flops * static_cast<double>(batch);
-        break;
-      }
-      case Engine::kDma:
-        duration = model.Dma(i.bytes(), i.partitions());
-        t.hbm_bytes += i.bytes();
-        if (i.spill()) t.spill_bytes += i.bytes();
-        break;
-      default:
-        duration = model.Elementwise(
-            engine, i.elements(), static_cast<int>(i.operand_count()), i.deps_size() > 0);
+    const bool fp32 = engine == Engine::kTensor && !i.inputs().empty() &&
+                      buffers.at(i.inputs(0))->dtype() == proto::F32;
+    const SimDuration duration = InstructionDuration(i, model, fp32);
+    if (engine == Engine::kTensor) {
+      all_fp32 = all_fp32 && fp32;
+      const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
+      const std::int64_t batch = std::max<std::int64_t>(i.batch(), 1);
+      t.tensor_cycles += cost.cycles * static_cast<std::uint64_t>(batch);
+      t.flops += cost.flops * static_cast<double>(batch);
+    } else if (engine == Engine::kDma) {
+      t.hbm_bytes += i.bytes();
+      if (i.spill()) t.spill_bytes += i.bytes();
     }
     const SimDuration end = start + duration;
     engine_free[index] = end;

@@ -23,17 +23,19 @@
 
 #include "neuron/compiler/graph.pb.h"
 #include "neuron/compiler/memory_plan.h"
+#include "neuron/compiler/schedule.h"
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/executable.pb.h"
 
 namespace neuron::compiler {
 
-constexpr const char* kCompilerVersion = "0.7.0";
+constexpr const char* kCompilerVersion = "0.8.0";
 
 struct Lowered {
-  runtime::proto::Executable executable;
+  runtime::proto::Executable executable;  // in the scheduled order (schedule.h)
   MemoryPlan sbuf;
   MemoryPlan psum;
+  ScheduleResult schedule;
 };
 
 Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,

@@ -47,6 +47,11 @@ struct PlanTiming {
 
 PlanTiming TimePlan(const proto::Executable& executable, const CostModel& model);
 
+// One instruction's modelled duration on its engine (`fp32`: a matmul of
+// float32 inputs).
+SimDuration InstructionDuration(const proto::Instruction& instruction, const CostModel& model,
+                                bool fp32);
+
 // The modelled timeline as a Chrome trace: one track per engine.
 void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
                       const std::string& path);
