@@ -1,6 +1,8 @@
 #include "neuron/compiler/compile_cache.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <openssl/sha.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -30,6 +32,39 @@ std::string Sha256(const std::string& bytes) {
   std::string out;
   for (unsigned char c : digest) out += std::string{hex[c >> 4], hex[c & 15]};
   return out;
+}
+
+// `message` serialized with map entries in key order (attrs), so equal
+// messages give equal bytes.
+void AppendDeterministic(const google::protobuf::MessageLite& message, std::string* out) {
+  google::protobuf::io::StringOutputStream stream(out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+}
+
+// The digest of what a graph computes: its inputs, constants (types, and a
+// digest of their bytes), nodes without their source lines, and outputs;
+// not its name. Binary serialization: printing the text form cost more
+// than the rest of a cache hit.
+std::string StructureDigest(const proto::Graph& graph) {
+  std::string bytes;
+  auto field = [&](const std::string& tag) { bytes += tag + ":"; };
+  for (const auto& v : graph.inputs()) field("in"), AppendDeterministic(v, &bytes);
+  for (const auto& c : graph.constants()) {
+    field("const");
+    AppendDeterministic(c.value(), &bytes);
+    bytes += Sha256(c.data());
+  }
+  proto::Node unlabelled;
+  for (const auto& n : graph.nodes()) {
+    unlabelled = n;
+    unlabelled.clear_source();
+    field("node");
+    AppendDeterministic(unlabelled, &bytes);
+  }
+  for (const auto& o : graph.outputs()) field("out"), bytes += o;
+  return Sha256(bytes);
 }
 
 // Holds an exclusive flock on `path` for its lifetime.
@@ -78,28 +113,14 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
                       const runtime::DeviceSpec& device) {
   CacheKey key;
   // The name and source lines are labels, not part of what is compiled.
-  // The structure is hashed as text; constants as their raw bytes (printing
-  // megabytes of weights as text would cost more than a compile), so the
-  // copy printed leaves their data out.
-  proto::Graph anonymous;
-  anonymous.set_name("g");
-  *anonymous.mutable_inputs() = graph.inputs();
-  *anonymous.mutable_nodes() = graph.nodes();
-  *anonymous.mutable_outputs() = graph.outputs();
-  for (auto& n : *anonymous.mutable_nodes()) n.clear_source();
-  std::string structure;
-  for (const auto& c : graph.constants()) {
-    structure += StrCat(c.value().name(), ":", Sha256(c.data()), ";");
-    *anonymous.add_constants()->mutable_value() = c.value();
-  }
-  structure += PrintGraph(anonymous);
+  const std::string structure = StructureDigest(graph);
   std::string inputs;
   for (const auto& v : graph.inputs()) {
     inputs += v.type().dtype() + "[";
     for (auto d : v.type().shape()) inputs += std::to_string(d) + ",";
     inputs += "];";
   }
-  key.components["graph"] = Sha256(structure);
+  key.components["graph"] = structure;
   key.components["inputs"] = inputs;
   key.components["compiler"] = kCompilerVersion;
   key.components["options"] = options;
