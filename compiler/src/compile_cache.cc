@@ -58,13 +58,30 @@ std::string StructureDigest(const proto::Graph& graph) {
   }
   proto::Node unlabelled;
   for (const auto& n : graph.nodes()) {
-    unlabelled = n;
-    unlabelled.clear_source();
     field("node");
+    if (n.source().empty()) {
+      AppendDeterministic(n, &bytes);
+      continue;
+    }
+    unlabelled = n;  // a copy only to leave the label out
+    unlabelled.clear_source();
     AppendDeterministic(unlabelled, &bytes);
   }
   for (const auto& o : graph.outputs()) field("out"), bytes += o;
   return Sha256(bytes);
+}
+
+// The device spec's digest, remembered for the last spec seen on this
+// thread (a process compiles for one device; hashing it on every lookup
+// was a tenth of a cache hit).
+std::string DeviceDigest(const runtime::DeviceSpec& device) {
+  thread_local std::string last_spec, last_digest;
+  std::string spec = device.spec().SerializeAsString();
+  if (spec != last_spec) {
+    last_digest = Sha256(spec);
+    last_spec = std::move(spec);
+  }
+  return last_digest;
 }
 
 // Holds an exclusive flock on `path` for its lifetime.
@@ -124,7 +141,7 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
   key.components["inputs"] = inputs;
   key.components["compiler"] = kCompilerVersion;
   key.components["options"] = options;
-  key.components["device"] = Sha256(device.spec().SerializeAsString());
+  key.components["device"] = DeviceDigest(device);
   key.digest = Sha256(KeyText(key));
   return key;
 }
@@ -151,15 +168,34 @@ CompileCache::CompileCache(Options options) : options_(std::move(options)) {
   }
 }
 
+CompileCache::Entry CompileCache::LoadFromDisk(const CacheKey& key, const std::string& base,
+                                               const runtime::DeviceSpec& device) {
+  std::shared_ptr<const runtime::proto::Executable> entry;
+  try {
+    entry = runtime::LoadExecutableShared(base + ".nexe", device);
+  } catch (const IoError&) {
+    return nullptr;  // not there (yet)
+  } catch (const Error& e) {
+    ++counters_.corrupt;
+    last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
+    return nullptr;
+  }
+  ++counters_.disk_hits;
+  return Remember(key, std::move(entry));
+}
+
 CompileCache::Entry CompileCache::Remember(const CacheKey& key,
                                            runtime::proto::Executable executable) {
+  return Remember(key, std::make_shared<const runtime::proto::Executable>(std::move(executable)));
+}
+
+CompileCache::Entry CompileCache::Remember(const CacheKey& key, Entry entry) {
   auto it = memory_.find(key.digest);
   if (it != memory_.end()) {
     lru_.erase(it->second.second);
     memory_.erase(it);
   }
   lru_.push_front(key.digest);
-  auto entry = std::make_shared<const runtime::proto::Executable>(std::move(executable));
   memory_[key.digest] = {entry, lru_.begin()};
   while (memory_.size() > options_.memory_entries) {
     memory_.erase(lru_.back());
@@ -225,17 +261,13 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
     return Remember(key, std::move(executable));
   }
   const std::string base = options_.dir + "/" + key.digest;
+  // A hit needs no lock: entries appear whole (written aside, then renamed).
+  if (auto hit = LoadFromDisk(key, base, device)) return hit;
   FileLock file_lock(base + ".lock");  // one compile per key across processes
-  if (std::filesystem::exists(base + ".nexe")) {
-    try {
-      runtime::proto::Executable executable =
-          runtime::LoadExecutable(base + ".nexe", device);
-      ++counters_.disk_hits;
-      return Remember(key, std::move(executable));
-    } catch (const Error& e) {
-      ++counters_.corrupt;
-      last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
-    }
+  if (!last_report_.empty()) {
+    // A damaged entry: compiled again below.
+  } else if (std::filesystem::exists(base + ".nexe")) {  // compiled meanwhile
+    if (auto hit = LoadFromDisk(key, base, device)) return hit;
   } else if (options_.explain) {
     last_report_ = Explain(key);
   }

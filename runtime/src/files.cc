@@ -1,6 +1,7 @@
 #include "neuron/runtime/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,23 +39,32 @@ void WriteFileAtomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in.good()) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(errno)));
   }
-  const std::streamoff size = in.tellg();
+  struct stat st {};
   std::string bytes;
-  if (size > 0) {  // one read into the result; else (a pipe, /proc) read what comes
-    bytes.resize(static_cast<std::size_t>(size));
-    in.seekg(0);
-    in.read(bytes.data(), size);
-    if (in.gcount() == size) return bytes;
-    in.clear();
-    in.seekg(0);
+  // One read of the stat'ed size into the result; then whatever else comes
+  // (a file that grew, a pipe or /proc, whose size says nothing).
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<std::size_t>(st.st_size) + 1);
+  std::size_t used = 0;
+  bytes.resize(bytes.capacity() > 0 ? bytes.capacity() : 65536);
+  while (true) {
+    if (used == bytes.size()) bytes.resize(bytes.size() * 2);
+    const ssize_t n = ::read(fd, bytes.data() + used, bytes.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(e)));
+    }
+    if (n == 0) break;
+    used += static_cast<std::size_t>(n);
   }
-  std::stringstream all;
-  all << in.rdbuf();
-  return all.str();
+  ::close(fd);
+  bytes.resize(used);
+  return bytes;
 }
 
 }  // namespace neuron::runtime

@@ -81,6 +81,11 @@ class CompileCache {
  private:
   using Entry = std::shared_ptr<const runtime::proto::Executable>;
   Entry Remember(const CacheKey& key, runtime::proto::Executable executable);
+  Entry Remember(const CacheKey& key, Entry entry);
+  // The entry on disk, or null when there is none or it is damaged (then
+  // counted and reported in last_report()).
+  Entry LoadFromDisk(const CacheKey& key, const std::string& base,
+                     const runtime::DeviceSpec& device);
   std::string Explain(const CacheKey& key) const;
 
   Options options_;

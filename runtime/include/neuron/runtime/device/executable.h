@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "neuron/runtime/device/device_spec.h"
@@ -22,7 +23,8 @@
 
 namespace neuron::runtime {
 
-constexpr unsigned kExecutableFormatVersion = 1;
+constexpr unsigned kExecutableFormatVersion = 1;  // of executable.proto's messages
+constexpr unsigned kExecutableFileVersion = 2;    // of the file around them (2: word-wise checksum)
 // In a fused instruction's sub-op, the input that is the previous sub-op's result.
 constexpr std::uint32_t kFusedPrevious = 0xffffffffu;
 
@@ -31,6 +33,10 @@ void ValidateExecutable(const proto::Executable& executable, const DeviceSpec& d
 // Reads a binary executable file; a truncated or corrupt file is an
 // InvalidUsage naming the path, never a half-read plan.
 proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device);
+// The same, parsed into an arena the result owns (faster for the compile
+// cache's disk hits).
+std::shared_ptr<const proto::Executable> LoadExecutableShared(const std::string& path,
+                                                              const DeviceSpec& device);
 // Writes to `path` atomically (a temporary file renamed into place).
 void SaveExecutable(const proto::Executable& executable, const std::string& path);
 
