@@ -822,6 +822,33 @@ class Lowering {
                                                                 : v);
       return;
     }
+    static const std::map<std::string, std::string> kCompare = {
+        {"aten.eq", "compare_eq"}, {"aten.ne", "compare_ne"}, {"aten.lt", "compare_lt"},
+        {"aten.le", "compare_le"}, {"aten.gt", "compare_gt"}, {"aten.ge", "compare_ge"}};
+    const std::string compared = op.substr(0, op.find(".Scalar"));
+    if (auto c = kCompare.find(compared); c != kCompare.end()) {  // -> bool
+      AddSlot(out.name(), out, rp::SBUF, where);
+      std::vector<std::string> operands = {Broadcast(in[0], out, false, where, source)};
+      if (in.size() == 2) operands.push_back(Broadcast(in[1], out, true, where, source));
+      Elementwise(rp::VECTOR, c->second, operands, out.name(), source);
+      if (in.size() == 1) {
+        const auto* other = attr("other");
+        NEURON_CHECK(other != nullptr, where, ": compares with a tensor or a number");
+        steps_.back().instruction.set_scalar(
+            other->value_case() == proto::Attribute::kF ? other->f() : other->i());
+      }
+      return;
+    }
+    if (op == "aten.where.self") {  // (cond, a, b)
+      NEURON_CHECK(in.size() == 3, where, ": takes a condition and two tensors");
+      AddSlot(out.name(), out, rp::SBUF, where);
+      Elementwise(rp::VECTOR, "where",
+                  {Broadcast(in[0], out, false, where, source),
+                   Broadcast(in[1], out, false, where, source),
+                   Broadcast(in[2], out, true, where, source)},
+                  out.name(), source);
+      return;
+    }
     if (op == "aten.masked_fill.Scalar") {  // (x, mask) {value}
       NEURON_CHECK(in.size() == 2, where, ": takes a tensor and a mask");
       const auto* value = attr("value");
@@ -869,6 +896,8 @@ class Lowering {
                                                                {"aten.minimum", "min"}};
     static const std::map<std::string, std::pair<rp::EngineKind, std::string>> kUnary = {
         {"aten.relu", {rp::VECTOR, "relu"}},       {"aten.neg", {rp::VECTOR, "neg"}},
+        {"aten.abs", {rp::VECTOR, "abs"}},         {"aten.sgn", {rp::VECTOR, "sign"}},
+        {"aten.sign", {rp::VECTOR, "sign"}},
         {"aten.exp", {rp::SCALAR, "exp"}},         {"aten.tanh", {rp::SCALAR, "tanh"}},
         {"aten.sigmoid", {rp::SCALAR, "sigmoid"}}, {"aten.gelu", {rp::SCALAR, "gelu"}}};
     static const std::set<std::string> kCopies = {
@@ -1146,7 +1175,7 @@ class Lowering {
   // from the PSUM evacuation on.
   static bool Fusible(const Step& s) {
     static const std::set<std::string> kOps = {
-        "copy", "relu", "neg", "exp", "tanh", "sigmoid", "gelu", "gelu_exact", "scale",
+        "copy", "relu", "neg", "abs", "sign", "exp", "tanh", "sigmoid", "gelu", "gelu_exact", "scale",
         "add_scalar", "add", "sub", "mul", "div", "max", "min", "gelu_backward",
         "gelu_exact_backward", "threshold_backward", "tanh_backward", "sigmoid_backward"};
     const auto engine = s.instruction.engine();

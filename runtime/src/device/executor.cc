@@ -378,6 +378,50 @@ void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
   kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
 }
 
+// compare_{eq,ne,lt,le,gt,ge}: float operands (the second repeating, or
+// the scalar when there is one operand) -> bool; where: (cond, a, b) ->
+// a where cond is set, else b (b repeating).
+void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what) {
+  const std::size_t n = static_cast<std::size_t>(i.elements());
+  NEURON_CHECK(!in.empty() && out.size() == 1 && out[0].elements() >= n, what, ": ", i.op(),
+               " of ", n, " elements");
+  auto operand = [&](std::size_t k) {
+    NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": operand ", k, " of ",
+                 i.op(), " is not float");
+    const std::size_t m = std::min(in[k].elements(), n);
+    NEURON_CHECK(m > 0 && n % m == 0, what, ": operand ", k, " of ", in[k].elements(),
+                 " elements does not repeat over ", n);
+    return kernels::ToFloat(in[k].data, in[k].buffer->dtype(), m);
+  };
+  if (i.op() == "where") {
+    NEURON_CHECK(in.size() == 3 && ElementBytes(in[0].buffer->dtype()) == 1 &&
+                     in[0].elements() >= n && kernels::IsFloat(out[0].buffer->dtype()),
+                 what, ": where takes a bool condition of ", n, " and two float operands");
+    const auto a = operand(1), b = operand(2);
+    std::vector<float> y(n);
+    for (std::size_t e = 0; e < n; ++e) y[e] = in[0].data[e] ? a[e % a.size()] : b[e % b.size()];
+    kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
+    return;
+  }
+  NEURON_CHECK(ElementBytes(out[0].buffer->dtype()) == 1, what, ": ", i.op(), " writes bool");
+  const auto a = operand(0);
+  NEURON_CHECK(a.size() == n, what, ": the first operand needs ", n, " elements");
+  const std::vector<float> b =
+      in.size() > 1 ? operand(1) : std::vector<float>{static_cast<float>(i.scalar())};
+  const std::string& op = i.op();
+  for (std::size_t e = 0; e < n; ++e) {
+    const float x = a[e], y = b[e % b.size()];
+    const bool r = op == "compare_eq"   ? x == y
+                   : op == "compare_ne" ? x != y
+                   : op == "compare_lt" ? x < y
+                   : op == "compare_le" ? x <= y
+                   : op == "compare_gt" ? x > y
+                                        : x >= y;
+    out[0].data[e] = r ? 1 : 0;
+  }
+}
+
 // fill: every element of the output (any dtype) set to the scalar.
 void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
              const std::vector<Placed>& out, const What& what) {
@@ -667,6 +711,7 @@ Runner RunnerFor(const proto::Instruction& i) {
   if (op == "strided_copy") return RunStridedCopy;
   if (op == "masked_fill") return RunMaskedFill;
   if (op == "fill") return RunFill;
+  if (op == "where" || op.rfind("compare_", 0) == 0) return RunSelect;
   if (op == "im2col" || op == "col2im") return RunIm2Col;
   if (op == "maxpool2d" || op == "maxpool2d_backward") return RunMaxPool;
   if (op == "dropout" || op == "masked_scale" || op == "bernoulli") return RunDropout;

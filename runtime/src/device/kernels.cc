@@ -69,6 +69,8 @@ bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
   if (op == "copy") return apply([](float x) { return x; });
   if (op == "relu") return apply([](float x) { return x > 0 ? x : 0.0f; });
   if (op == "neg") return apply([](float x) { return -x; });
+  if (op == "abs") return apply([](float x) { return std::fabs(x); });
+  if (op == "sign") return apply([](float x) { return static_cast<float>((x > 0) - (x < 0)); });
   if (op == "exp") return apply([](float x) { return std::exp(x); });
   if (op == "tanh") return apply([](float x) { return std::tanh(x); });
   if (op == "sigmoid") return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });

@@ -37,6 +37,9 @@
 //                         C*KH*KW] (0 in the padding) and their sum back;
 //                         the window maxima and their flat indices (int64),
 //                         and the gradient summed at those indices.
+//   VECTOR "compare_eq|ne|lt|le|gt|ge"  float operands (the second
+//                         repeating, or `scalar` alone) -> bool; "where"
+//                         (bool cond, a, b) -> a where set, else b.
 //   GPSIMD "iota"         no inputs: output 0 element e = scalar + e * step.
 //   GPSIMD "gather_rows"  input 0 a table [k, n], input 1 m indices (int32 or
 //                         int64): output 0 [m, n] = the rows, raw elements.
@@ -46,7 +49,7 @@
 //                         rows of index `scalar` (>= 0) skipped.
 //   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
 //                         in float32 and rounded once to the output dtype:
-//     unary   copy relu neg exp tanh sigmoid gelu (tanh approximation as
+//     unary   copy relu neg abs sign exp tanh sigmoid gelu (tanh approximation as
 //             torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar;
 //     binary  add sub mul div max min, masked_fill (scalar where input 1, a
