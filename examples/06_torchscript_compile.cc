@@ -22,6 +22,7 @@
 
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/compiler/graph_text.h"
+#include "neuron/compiler/torch_tensors.h"
 #include "neuron/compiler/torchscript.h"
 
 namespace {
@@ -32,16 +33,6 @@ std::vector<std::int64_t> ParseShape(const std::string& text) {
   std::string dim;
   while (std::getline(in, dim, 'x')) shape.push_back(std::stoll(dim));
   return shape;
-}
-
-neuron::runtime::HostTensor ToHost(const at::Tensor& t) {
-  neuron::runtime::HostTensor h;
-  h.dtype = neuron::runtime::proto::F32;
-  h.shape.assign(t.sizes().begin(), t.sizes().end());
-  const at::Tensor c = t.contiguous().to(at::kFloat);
-  h.data.assign(static_cast<const std::uint8_t*>(c.data_ptr()),
-                static_cast<const std::uint8_t*>(c.data_ptr()) + c.nbytes());
-  return h;
 }
 
 }  // namespace
@@ -58,7 +49,7 @@ int main(int argc, char** argv) {
     const auto graph = neuron::compiler::GraphFromTorchScript(argv[1], inputs, "module");
     auto compiled = neuron::compiler::CompiledGraph::Compile(neuron::compiler::PrintGraph(graph), "");
     std::vector<neuron::runtime::HostTensor> host;
-    for (const auto& t : inputs) host.push_back(ToHost(t));
+    for (const auto& t : inputs) host.push_back(neuron::compiler::ToHost(t));
     const auto outputs = compiled->Run(host);
     torch::jit::Module module = torch::jit::load(argv[1]);
     module.eval();

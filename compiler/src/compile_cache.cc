@@ -15,7 +15,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/executable.h"

@@ -37,6 +37,37 @@ std::int64_t Elements(const proto::TensorType& t) {
   return n;
 }
 
+// Node attributes: the attribute, or null.
+const proto::Attribute* Attr(const proto::Node& n, const char* key) {
+  auto it = n.attrs().find(key);
+  return it == n.attrs().end() ? nullptr : &it->second;
+}
+
+// An int or float attribute as a number.
+double Number(const proto::Attribute& a) {
+  return a.value_case() == proto::Attribute::kF ? a.f() : static_cast<double>(a.i());
+}
+
+// An int or float attribute as a number; `fallback` when absent.
+double AttrNumber(const proto::Node& n, const char* key, double fallback) {
+  const proto::Attribute* a = Attr(n, key);
+  return a == nullptr ? fallback : Number(*a);
+}
+
+// An int attribute; `fallback` when absent.
+std::int64_t AttrInt(const proto::Node& n, const char* key, std::int64_t fallback) {
+  const proto::Attribute* a = Attr(n, key);
+  return a == nullptr ? fallback : a->i();
+}
+
+// An int or a list of ints; empty when absent.
+std::vector<std::int64_t> AttrInts(const proto::Node& n, const char* key) {
+  const proto::Attribute* a = Attr(n, key);
+  if (a == nullptr) return {};
+  if (a->value_case() == proto::Attribute::kI) return {a->i()};
+  return {a->ints().values().begin(), a->ints().values().end()};
+}
+
 // A value of the program and where it lives.
 struct Slot {
   proto::Value value;
@@ -44,7 +75,6 @@ struct Slot {
   rp::ElementType dtype = rp::F32;
   std::uint64_t bytes = 0;
   std::uint32_t buffer = 0;
-  bool fused_away = false;  // an intermediate of a fused chain: no buffer
   std::string alias_of;     // a view: the slot whose bytes it is ("": its own)
 };
 
@@ -139,18 +169,30 @@ class Lowering {
     steps_.push_back(std::move(s));
   }
 
-  void Elementwise(rp::EngineKind engine, const std::string& op,
-                   std::vector<std::string> reads, const std::string& write,
-                   const std::string& source) {
+  // A step on `engine` over the elements of its first output, reading
+  // `operands` operands (default: one per read, at least one); the caller
+  // sets the op's other fields on the returned instruction.
+  rp::Instruction& AddStep(rp::EngineKind engine, const std::string& op,
+                           std::vector<std::string> reads, std::vector<std::string> writes,
+                           const std::string& source, int operands = -1) {
     Step s;
     s.instruction.set_engine(engine);
     s.instruction.set_op(op);
-    s.instruction.set_elements(Elements(slots_.at(write).value.type()));
-    s.instruction.set_operand_count(static_cast<std::uint32_t>(reads.size()));
+    s.instruction.set_elements(Elements(slots_.at(writes.at(0)).value.type()));
+    s.instruction.set_operand_count(static_cast<std::uint32_t>(
+        operands >= 0 ? operands : std::max<std::size_t>(reads.size(), 1)));
     s.instruction.set_source(source);
     s.reads = std::move(reads);
-    s.writes = {write};
+    s.writes = std::move(writes);
     steps_.push_back(std::move(s));
+    return steps_.back().instruction;
+  }
+
+  void Elementwise(rp::EngineKind engine, const std::string& op,
+                   std::vector<std::string> reads, const std::string& write,
+                   const std::string& source) {
+    const int operands = static_cast<int>(reads.size());
+    AddStep(engine, op, std::move(reads), {write}, source, operands);
   }
 
   // A view of `from`'s contiguous elements (sizes, strides, offset) into
@@ -160,37 +202,22 @@ class Lowering {
                    const std::vector<std::int64_t>& strides, std::int64_t offset,
                    const std::string& source, const std::vector<std::int64_t>& out_strides = {},
                    std::int64_t out_offset = 0) {
-    Step s;
-    s.instruction.set_engine(rp::VECTOR);
-    s.instruction.set_op("strided_copy");
+    rp::Instruction& i = AddStep(rp::VECTOR, "strided_copy", {from}, {to}, source, 1);
     std::int64_t n = 1;
     for (std::size_t d = 0; d < sizes.size(); ++d) {
       n *= sizes[d];
-      s.instruction.add_view_sizes(sizes[d]);
-      s.instruction.add_in_strides(strides[d]);
+      i.add_view_sizes(sizes[d]);
+      i.add_in_strides(strides[d]);
     }
-    for (auto st : out_strides) s.instruction.add_out_strides(st);
-    s.instruction.set_in_offset(offset);
-    s.instruction.set_out_offset(out_offset);
-    s.instruction.set_elements(n);
-    s.instruction.set_operand_count(1);
-    s.instruction.set_source(source);
-    s.reads = {from};
-    s.writes = {to};
-    steps_.push_back(std::move(s));
+    for (auto st : out_strides) i.add_out_strides(st);
+    i.set_in_offset(offset);
+    i.set_out_offset(out_offset);
+    i.set_elements(n);  // the view's: a part of `to` when it is written in parts
   }
 
   // Every element of `to` set to `value`.
   void Fill(const std::string& to, double value, const std::string& source) {
-    Step s;
-    s.instruction.set_engine(rp::VECTOR);
-    s.instruction.set_op("fill");
-    s.instruction.set_elements(Elements(slots_.at(to).value.type()));
-    s.instruction.set_operand_count(1);
-    s.instruction.set_scalar(value);
-    s.instruction.set_source(source);
-    s.writes = {to};
-    steps_.push_back(std::move(s));
+    AddStep(rp::VECTOR, "fill", {}, {to}, source).set_scalar(value);
   }
 
   // zeros, ones, full and their _like forms; slice_backward and
@@ -204,13 +231,6 @@ class Lowering {
         {"aten.full", NAN},       {"aten.full_like", NAN}, {"aten.new_full", NAN},
         {"aten.empty_like", 0.0}, {"aten.empty", 0.0}};  // empty: zeros, deterministic
     const std::string& op = n.op();
-    auto attr_number = [&](const char* key, double fallback) {
-      auto it = n.attrs().find(key);
-      if (it == n.attrs().end()) return fallback;
-      return it->second.value_case() == proto::Attribute::kF
-                 ? it->second.f()
-                 : static_cast<double>(it->second.i());
-    };
     const bool backward = op == "aten.slice_backward" || op == "aten.select_backward";
     auto constant = kConstant.find(op);
     if (constant == kConstant.end() && !backward) return false;
@@ -218,7 +238,7 @@ class Lowering {
     const proto::Value& out = n.outputs(0);
     AddSlot(out.name(), out, rp::SBUF, where);
     if (!backward) {
-      const double value = std::isnan(constant->second) ? attr_number("fill_value", 0.0)
+      const double value = std::isnan(constant->second) ? AttrNumber(n, "fill_value", 0.0)
                                                         : constant->second;
       Fill(out.name(), value, source);
       return true;
@@ -227,18 +247,18 @@ class Lowering {
     const auto shape = Shape(out.type());
     const auto strides = ContiguousStrides(shape);
     const auto d = static_cast<std::size_t>(
-        Dim(static_cast<std::int64_t>(attr_number("dim", 0)), shape.size(), where));
+        Dim(static_cast<std::int64_t>(AttrNumber(n, "dim", 0)), shape.size(), where));
     auto grad = Shape(slots_.at(in[0]).value.type());
     std::vector<std::int64_t> into = strides;
     std::int64_t offset;
     if (op == "aten.select_backward") {
-      std::int64_t index = static_cast<std::int64_t>(attr_number("index", 0));
+      std::int64_t index = static_cast<std::int64_t>(AttrNumber(n, "index", 0));
       if (index < 0) index += shape[d];
       into.erase(into.begin() + static_cast<std::ptrdiff_t>(d));
       offset = index * strides[d];
     } else {
-      std::int64_t start = static_cast<std::int64_t>(attr_number("start", 0));
-      const std::int64_t step = static_cast<std::int64_t>(attr_number("step", 1));
+      std::int64_t start = static_cast<std::int64_t>(AttrNumber(n, "start", 0));
+      const std::int64_t step = static_cast<std::int64_t>(AttrNumber(n, "step", 1));
       if (start < 0) start += shape[d];
       start = std::clamp<std::int64_t>(start, 0, shape[d]);
       into[d] = strides[d] * step;
@@ -256,13 +276,6 @@ class Lowering {
   bool LowerIndexing(const proto::Node& n, const std::vector<std::string>& in,
                      const std::string& where, const std::string& source) {
     const std::string& op = n.op();
-    auto number = [&](const char* key, double fallback) {
-      auto it = n.attrs().find(key);
-      if (it == n.attrs().end()) return fallback;
-      return it->second.value_case() == proto::Attribute::kF
-                 ? it->second.f()
-                 : static_cast<double>(it->second.i());
-    };
     const bool arange = op.rfind("aten.arange", 0) == 0;
     if (op != "aten.embedding" && op != "aten.embedding_dense_backward" && !arange) {
       return false;
@@ -270,19 +283,12 @@ class Lowering {
     NEURON_CHECK(n.outputs_size() == 1, where, ": has one output");
     const proto::Value& out = n.outputs(0);
     AddSlot(out.name(), out, rp::SBUF, where);
-    Step s;
-    s.instruction.set_engine(rp::GPSIMD);
-    s.instruction.set_source(source);
-    s.instruction.set_elements(Elements(out.type()));
-    s.instruction.set_operand_count(1);
-    s.writes = {out.name()};
     if (arange) {
-      const double start = number("start", 0.0), step = number("step", 1.0);
+      const double start = AttrNumber(n, "start", 0.0), step = AttrNumber(n, "step", 1.0);
       NEURON_CHECK(step != 0, where, ": step 0");
-      s.instruction.set_op("iota");
-      s.instruction.set_scalar(start);
-      s.instruction.set_step(step);
-      steps_.push_back(std::move(s));
+      rp::Instruction& i = AddStep(rp::GPSIMD, "iota", {}, {out.name()}, source);
+      i.set_scalar(start);
+      i.set_step(step);
       return true;
     }
     NEURON_CHECK(in.size() == 2, where, ": takes rows and indices");
@@ -290,23 +296,23 @@ class Lowering {
     const std::int64_t indices = Elements(slots_.at(in[1]).value.type());
     if (op == "aten.embedding") {
       NEURON_CHECK(rows.shape_size() == 2, where, ": the table must be 2-D");
-      s.instruction.set_op("gather_rows");
-      s.instruction.set_k(rows.shape(0));
-      s.instruction.set_n(rows.shape(1));
-    } else {
-      NEURON_CHECK(number("scale_grad_by_freq", 0) == 0, where,
-                   ": scale_grad_by_freq is not supported on the device");
-      const std::int64_t cols = rows.shape_size() == 0 ? 0 : rows.shape(rows.shape_size() - 1);
-      s.instruction.set_op("scatter_add_rows");
-      s.instruction.set_k(static_cast<std::int64_t>(number("num_weights", 0)));
-      s.instruction.set_n(cols);
-      s.instruction.set_scalar(number("padding_idx", -1));
-      NEURON_CHECK(Elements(out.type()) == s.instruction.k() * cols, where,
-                   ": the gradient of ", s.instruction.k(), " rows of ", cols);
+      rp::Instruction& i = AddStep(rp::GPSIMD, "gather_rows", in, {out.name()}, source, 1);
+      i.set_m(indices);
+      i.set_k(rows.shape(0));
+      i.set_n(rows.shape(1));
+      return true;
     }
-    s.instruction.set_m(indices);
-    s.reads = in;
-    steps_.push_back(std::move(s));
+    NEURON_CHECK(AttrNumber(n, "scale_grad_by_freq", 0) == 0, where,
+                 ": scale_grad_by_freq is not supported on the device");
+    const std::int64_t cols = rows.shape_size() == 0 ? 0 : rows.shape(rows.shape_size() - 1);
+    const auto weights = static_cast<std::int64_t>(AttrNumber(n, "num_weights", 0));
+    NEURON_CHECK(Elements(out.type()) == weights * cols, where, ": the gradient of ", weights,
+                 " rows of ", cols);
+    rp::Instruction& i = AddStep(rp::GPSIMD, "scatter_add_rows", in, {out.name()}, source, 1);
+    i.set_m(indices);
+    i.set_k(weights);
+    i.set_n(cols);
+    i.set_scalar(AttrNumber(n, "padding_idx", -1));
     return true;
   }
 
@@ -357,44 +363,31 @@ class Lowering {
     if (op != "aten.native_dropout" && op != "aten.native_dropout_backward" && !bernoulli) {
       return false;
     }
-    auto number = [&](const char* key, double fallback) {
-      auto it = n.attrs().find(key);
-      if (it == n.attrs().end()) return fallback;
-      return it->second.value_case() == proto::Attribute::kF
-                 ? it->second.f()
-                 : static_cast<double>(it->second.i());
-    };
     for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
-    Step s;
-    s.instruction.set_engine(rp::GPSIMD);
-    s.instruction.set_source(source);
-    s.instruction.set_elements(Elements(n.outputs(0).type()));
-    s.instruction.set_operand_count(static_cast<std::uint32_t>(in.size()));
-    s.reads = in;
-    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
+    std::vector<std::string> writes;
+    for (const auto& out : n.outputs()) writes.push_back(out.name());
+    const double p = AttrNumber(n, "p", 0.5);
+    const auto stream = static_cast<std::int64_t>(AttrNumber(n, "stream", 0));
     if (bernoulli) {  // (shape source, seed) {p, stream}: 1 with probability p, else 0
       NEURON_CHECK(in.size() == 2 && n.outputs_size() == 1, where,
                    ": takes a tensor and the run's seed");
-      const double p = number("p", 0.5);
       NEURON_CHECK(p >= 0 && p <= 1, where, ": p ", p, " must be in [0, 1]");
-      s.instruction.set_op("bernoulli");
-      s.instruction.set_scalar(p);
-      s.instruction.set_k(static_cast<std::int64_t>(number("stream", 0)));
+      rp::Instruction& i = AddStep(rp::GPSIMD, "bernoulli", in, writes, source);
+      i.set_scalar(p);
+      i.set_k(stream);
     } else if (op == "aten.native_dropout") {
       NEURON_CHECK(in.size() == 2 && n.outputs_size() == 2, where,
                    ": takes the input and the run's seed, gives the result and the mask");
-      const double p = number("p", 0.5);
       NEURON_CHECK(p >= 0 && p < 1, where, ": p ", p, " must be in [0, 1)");
-      s.instruction.set_op("dropout");
-      s.instruction.set_scalar(number("train", 1) != 0 ? p : 0.0);
-      s.instruction.set_k(static_cast<std::int64_t>(number("stream", 0)));
+      rp::Instruction& i = AddStep(rp::GPSIMD, "dropout", in, writes, source);
+      i.set_scalar(AttrNumber(n, "train", 1) != 0 ? p : 0.0);
+      i.set_k(stream);
     } else {
       NEURON_CHECK(in.size() == 2 && n.outputs_size() == 1, where,
                    ": takes the gradient and the mask");
-      s.instruction.set_op("masked_scale");
-      s.instruction.set_scalar(number("scale", 1.0));
+      AddStep(rp::GPSIMD, "masked_scale", in, writes, source)
+          .set_scalar(AttrNumber(n, "scale", 1.0));
     }
-    steps_.push_back(std::move(s));
     return true;
   }
 
@@ -413,16 +406,8 @@ class Lowering {
   void WindowStep(const std::string& op, const std::vector<std::string>& reads,
                   const std::vector<std::string>& writes, const std::vector<std::int64_t>& g,
                   const std::string& source) {
-    Step s;
-    s.instruction.set_engine(rp::GPSIMD);
-    s.instruction.set_op(op);
-    for (auto v : g) s.instruction.add_view_sizes(v);
-    s.instruction.set_elements(Elements(slots_.at(writes[0]).value.type()));
-    s.instruction.set_operand_count(1);
-    s.instruction.set_source(source);
-    s.reads = reads;
-    s.writes = writes;
-    steps_.push_back(std::move(s));
+    rp::Instruction& i = AddStep(rp::GPSIMD, op, reads, writes, source, 1);
+    for (auto v : g) i.add_view_sizes(v);
   }
 
   // convolution (x, weight[, bias]) and convolution_backward (grad, x,
@@ -437,21 +422,11 @@ class Lowering {
     const bool pool = op == "aten.max_pool2d_with_indices",
                pool_back = op == "aten.max_pool2d_with_indices_backward";
     if (!conv && !conv_back && !pool && !pool_back) return false;
-    auto pair = [&](const char* key, std::int64_t fallback) {
-      auto it = n.attrs().find(key);
-      if (it == n.attrs().end()) return std::vector<std::int64_t>{fallback, fallback};
-      if (it->second.value_case() == proto::Attribute::kI) {
-        return std::vector<std::int64_t>{it->second.i(), it->second.i()};
-      }
-      std::vector<std::int64_t> v(it->second.ints().values().begin(),
-                                  it->second.ints().values().end());
+    auto pair = [&](const char* key, std::int64_t fallback) {  // (h, w)
+      std::vector<std::int64_t> v = AttrInts(n, key);
       if (v.empty()) v = {fallback};
       if (v.size() == 1) v.push_back(v[0]);
       return v;
-    };
-    auto number = [&](const char* key, std::int64_t fallback) {
-      auto it = n.attrs().find(key);
-      return it == n.attrs().end() ? fallback : it->second.i();
     };
     NEURON_CHECK(!in.empty(), where, ": takes tensor inputs");
     const auto x_shape = Shape(slots_.at(in[conv_back || pool_back ? 1 : 0]).value.type());
@@ -463,7 +438,7 @@ class Lowering {
       auto stride = pair("stride", 0);
       if (stride[0] == 0) stride = kernel;  // torch: the kernel size by default
       const auto pad = pair("padding", 0), dil = pair("dilation", 1);
-      NEURON_CHECK(number("ceil_mode", 0) == 0, where, ": ceil_mode is not supported");
+      NEURON_CHECK(AttrInt(n, "ceil_mode", 0) == 0, where, ": ceil_mode is not supported");
       const std::int64_t OH = (H + 2 * pad[0] - dil[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
       const std::int64_t OW = (W + 2 * pad[1] - dil[1] * (kernel[1] - 1) - 1) / stride[1] + 1;
       const std::vector<std::int64_t> g = {N, C, H, W, kernel[0], kernel[1], stride[0], stride[1],
@@ -477,7 +452,7 @@ class Lowering {
       }
       return true;
     }
-    NEURON_CHECK(number("transposed", 0) == 0 && number("groups", 1) == 1, where,
+    NEURON_CHECK(AttrInt(n, "transposed", 0) == 0 && AttrInt(n, "groups", 1) == 1, where,
                  ": supported for groups 1, not transposed");
     const auto w_shape = Shape(slots_.at(in[conv ? 1 : 2]).value.type());
     NEURON_CHECK(w_shape.size() == 4 && w_shape[1] == C, where,
@@ -562,19 +537,9 @@ class Lowering {
   bool LowerView(const proto::Node& n, const std::vector<std::string>& in,
                  const std::string& where, const std::string& source) {
     const std::string& op = n.op();
-    auto attr = [&](const char* key) -> const proto::Attribute* {
-      auto it = n.attrs().find(key);
-      return it == n.attrs().end() ? nullptr : &it->second;
-    };
-    auto ints = [&](const char* key) {  // an int or a list of ints
-      const auto* a = attr(key);
-      NEURON_CHECK(a != nullptr, where, ": needs attribute ", key);
-      if (a->value_case() == proto::Attribute::kI) return std::vector<std::int64_t>{a->i()};
-      return std::vector<std::int64_t>(a->ints().values().begin(), a->ints().values().end());
-    };
-    auto int_or = [&](const char* key, std::int64_t fallback) {
-      const auto* a = attr(key);
-      return a == nullptr ? fallback : a->i();
+    auto ints = [&](const char* key) {  // an int or a list of ints, required
+      NEURON_CHECK(Attr(n, key) != nullptr, where, ": needs attribute ", key);
+      return AttrInts(n, key);
     };
     static const std::set<std::string> kViews = {
         "aten.permute", "aten.transpose.int", "aten.expand",
@@ -586,7 +551,7 @@ class Lowering {
     if (op == "aten.stack" || op == "aten.cat") {
       const auto out = Shape(n.outputs(0).type());
       const auto out_strides = ContiguousStrides(out);
-      const std::int64_t dim = Dim(int_or("dim", 0), out.size(), where);
+      const std::int64_t dim = Dim(AttrInt(n, "dim", 0), out.size(), where);
       std::int64_t offset = 0;
       for (const auto& name : in) {
         const auto shape = Shape(slots_.at(name).value.type());
@@ -630,8 +595,8 @@ class Lowering {
     } else if (op == "aten.transpose.int") {
       sizes = shape;
       view = strides;
-      const auto a = static_cast<std::size_t>(Dim(int_or("dim0", 0), shape.size(), where));
-      const auto b = static_cast<std::size_t>(Dim(int_or("dim1", 1), shape.size(), where));
+      const auto a = static_cast<std::size_t>(Dim(AttrInt(n, "dim0", 0), shape.size(), where));
+      const auto b = static_cast<std::size_t>(Dim(AttrInt(n, "dim1", 1), shape.size(), where));
       std::swap(sizes[a], sizes[b]);
       std::swap(view[a], view[b]);
     } else if (op == "aten.expand") {
@@ -648,7 +613,7 @@ class Lowering {
         view[d] = had == 1 ? 0 : strides[d - lead];
       }
     } else if (op == "aten.unbind.int" || op == "aten.select.int") {
-      const auto d = static_cast<std::size_t>(Dim(int_or("dim", 0), shape.size(), where));
+      const auto d = static_cast<std::size_t>(Dim(AttrInt(n, "dim", 0), shape.size(), where));
       sizes = shape;
       view = strides;
       sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
@@ -661,15 +626,15 @@ class Lowering {
         }
         return true;
       }
-      std::int64_t index = int_or("index", 0);
+      std::int64_t index = AttrInt(n, "index", 0);
       if (index < 0) index += shape[d];
       NEURON_CHECK(index >= 0 && index < shape[d], where, ": index ", index,
                    " outside dim ", d, " of size ", shape[d]);
       offset = index * strides[d];
     } else {  // aten.slice
-      const auto d = static_cast<std::size_t>(Dim(int_or("dim", 0), shape.size(), where));
-      std::int64_t start = int_or("start", 0), end = int_or("end", shape[d]);
-      const std::int64_t step = int_or("step", 1);
+      const auto d = static_cast<std::size_t>(Dim(AttrInt(n, "dim", 0), shape.size(), where));
+      std::int64_t start = AttrInt(n, "start", 0), end = AttrInt(n, "end", shape[d]);
+      const std::int64_t step = AttrInt(n, "step", 1);
       NEURON_CHECK(step >= 1, where, ": step ", step, " must be >= 1");
       if (start < 0) start += shape[d];
       if (end < 0) end += shape[d];
@@ -765,10 +730,7 @@ class Lowering {
     const std::string source = n.source().empty() ? n.op() : n.source();
     std::vector<std::string> in;
     for (const auto& name : n.inputs()) in.push_back(OnChip(name));
-    auto attr = [&](const char* key) -> const proto::Attribute* {
-      auto it = n.attrs().find(key);
-      return it == n.attrs().end() ? nullptr : &it->second;
-    };
+    auto attr = [&](const char* key) { return Attr(n, key); };
     const std::string& op = n.op();
     if (op == "aten.native_layer_norm" || op == "aten.native_layer_norm_backward") {
       LowerLayerNorm(n, in, where, source);
@@ -808,9 +770,9 @@ class Lowering {
     if (const auto* other = attr("other");
         other != nullptr && in.size() == 1 && kScalarOps.count(op)) {
       // A tensor and a number: scale or add_scalar.
-      const double v = other->value_case() == proto::Attribute::kF ? other->f() : other->i();
+      const double v = Number(*other);
       if (const auto* alpha = attr("alpha")) {
-        const double a = alpha->value_case() == proto::Attribute::kF ? alpha->f() : alpha->i();
+        const double a = Number(*alpha);
         NEURON_CHECK(a == 1.0, where, ": alpha ", a, " is not supported on the device (only 1)");
       }
       AddSlot(out.name(), out, rp::SBUF, where);
@@ -834,8 +796,7 @@ class Lowering {
       if (in.size() == 1) {
         const auto* other = attr("other");
         NEURON_CHECK(other != nullptr, where, ": compares with a tensor or a number");
-        steps_.back().instruction.set_scalar(
-            other->value_case() == proto::Attribute::kF ? other->f() : other->i());
+        steps_.back().instruction.set_scalar(Number(*other));
       }
       return;
     }
@@ -851,16 +812,12 @@ class Lowering {
     }
     if (op == "aten.masked_fill.Scalar") {  // (x, mask) {value}
       NEURON_CHECK(in.size() == 2, where, ": takes a tensor and a mask");
-      const auto* value = attr("value");
       AddSlot(out.name(), out, rp::SBUF, where);
       Elementwise(rp::VECTOR, "masked_fill",
                   {Broadcast(in[0], out, false, where, source),
                    Broadcast(in[1], out, true, where, source)},
                   out.name(), source);
-      steps_.back().instruction.set_scalar(
-          value == nullptr ? 0.0
-          : value->value_case() == proto::Attribute::kF ? value->f()
-                                                        : static_cast<double>(value->i()));
+      steps_.back().instruction.set_scalar(AttrNumber(n, "value", 0.0));
       return;
     }
     if (op == "aten.mm" || op == "aten.addmm") {
@@ -871,7 +828,7 @@ class Lowering {
       if (addmm) {
         for (const char* key : {"alpha", "beta"}) {
           if (const auto* a = attr(key)) {
-            const double v = a->value_case() == proto::Attribute::kF ? a->f() : a->i();
+            const double v = Number(*a);
             NEURON_CHECK(v == 1.0, where, ": ", key, " ", v,
                          " is not supported (only 1)");
           }
@@ -967,19 +924,14 @@ class Lowering {
     }
     if (op == "aten.threshold_backward") {  // (grad, input, threshold)
       NEURON_CHECK(in.size() == 2, where, ": takes two tensor inputs");
-      const auto* threshold = attr("threshold");
       Elementwise(rp::VECTOR, "threshold_backward", in, out.name(), source);
-      steps_.back().instruction.set_scalar(
-          threshold == nullptr                              ? 0.0
-          : threshold->value_case() == proto::Attribute::kF ? threshold->f()
-                                                            : threshold->i());
+      steps_.back().instruction.set_scalar(AttrNumber(n, "threshold", 0.0));
       return;
     }
     if (auto b = kBinary.find(op); b != kBinary.end()) {
       NEURON_CHECK(in.size() == 2, where, ": takes two inputs");
       if (const auto* alpha = attr("alpha")) {
-        const double a =
-            alpha->value_case() == proto::Attribute::kF ? alpha->f() : alpha->i();
+        const double a = Number(*alpha);
         NEURON_CHECK(a == 1.0, where, ": alpha ", a,
                      " is not supported on the device (only 1)");
       }
@@ -1140,11 +1092,7 @@ class Lowering {
     NEURON_CHECK(
         in.size() == (forward ? 2u : 4u) && n.outputs_size() == (forward ? 2 : 1), where,
         ": supported without class weights");
-    auto attr_i = [&](const char* key, std::int64_t fallback) {
-      auto it = n.attrs().find(key);
-      return it == n.attrs().end() ? fallback : it->second.i();
-    };
-    const std::int64_t reduction = attr_i("reduction", 1);
+    const std::int64_t reduction = AttrInt(n, "reduction", 1);
     NEURON_CHECK(reduction >= 0 && reduction <= 2, where,
                  ": reduction ", reduction, " is none (0), mean (1) or sum (2)");
     const auto& logp = slots_.at(in[forward ? 0 : 1]).value.type();
@@ -1155,7 +1103,7 @@ class Lowering {
     s.instruction.set_op(forward ? "nll_loss_rows" : "nll_loss_backward_rows");
     s.instruction.set_m(logp.shape(0));
     s.instruction.set_n(logp.shape(1));
-    s.instruction.set_k(attr_i("ignore_index", -100));
+    s.instruction.set_k(AttrInt(n, "ignore_index", -100));
     s.instruction.set_scalar(static_cast<double>(reduction));
     s.instruction.set_elements(Elements(logp));
     s.instruction.set_operand_count(1);
@@ -1266,7 +1214,6 @@ class Lowering {
     chain.writes = next.writes;
     chain.instruction.set_source(next.instruction.source());
     order_.erase(std::remove(order_.begin(), order_.end(), x), order_.end());
-    slots_.at(x).fused_away = true;
   }
 
   void Store(const std::string& name) {
@@ -1276,7 +1223,6 @@ class Lowering {
     if (slots_.count(target)) return;  // returned twice: one buffer
     AddSlot(target, v, rp::HBM, "output");
     Dma("store", slots_.count(name) ? name : "hbm:" + name, target, "return %" + name);
-    steps_.back().instruction.set_bytes(slots_.at(target).bytes);
   }
 
   // Lifetimes of the on-chip slots, by step, split by memory.

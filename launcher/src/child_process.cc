@@ -42,9 +42,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
 }
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void ExecChild(pid_t parent, const Pipe& out, const Pipe& err,
-                            const Pipe& status, const char* path, char** argv,
-                            char** envp, int cpu) {
+[[noreturn]] void ExecChild(pid_t parent, int out, int err, const Pipe& status,
+                            const char* path, char** argv, char** envp, int cpu) {
   ::setpgid(0, 0);
   if (cpu >= 0) {
     cpu_set_t set;
@@ -64,8 +63,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   const int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-  ::dup2(out.write, STDOUT_FILENO);
-  ::dup2(err.write, STDERR_FILENO);
+  ::dup2(out, STDOUT_FILENO);
+  ::dup2(err, STDERR_FILENO);
   // Sockets and pipes of neuronrun (its store server among them) stay here.
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   ::execve(path, argv, envp);
@@ -98,13 +97,23 @@ std::string ResolveProgram(const std::string& name) {
 }
 
 SpawnedChild Spawn(const SpawnRequest& request) {
-  // Made in order; if one fails, the ones before it are closed.
+  // Made in order; if one fails, the ones before it are closed. With an
+  // output file, both ends of the output "pipes" are that file.
   std::vector<Pipe> pipes;
   try {
-    for (int i = 0; i < 3; ++i) pipes.push_back(MakePipe());
+    if (!request.output_file.empty()) {
+      const int fd = ::open(request.output_file.c_str(),
+                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        throw IoError(StrCat("cannot open ", request.output_file, ": ", std::strerror(errno)));
+      }
+      pipes.push_back({-1, fd});
+      pipes.push_back({-1, ::dup(fd)});
+    }
+    while (pipes.size() < 3) pipes.push_back(MakePipe());
   } catch (...) {
     for (const Pipe& p : pipes) {
-      ::close(p.read);
+      if (p.read >= 0) ::close(p.read);
       ::close(p.write);
     }
     throw;
@@ -119,14 +128,16 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   ::sigprocmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ExecChild(parent, out, err, status, request.path.c_str(), argv.data(),
+    ExecChild(parent, out.write, err.write, status, request.path.c_str(), argv.data(),
               envp.data(), request.cpu);
   }
   const int fork_errno = errno;
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   for (int fd : {out.write, err.write, status.write}) ::close(fd);
   if (pid < 0) {
-    for (int fd : {out.read, err.read, status.read}) ::close(fd);
+    for (int fd : {out.read, err.read, status.read}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw IoError(StrCat("cannot start ", request.path, ": fork failed: ",
                          std::strerror(fork_errno)));
   }
@@ -139,13 +150,14 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   ::close(status.read);
   if (n == sizeof(exec_errno)) {
     ::waitpid(pid, nullptr, 0);
-    ::close(out.read);
-    ::close(err.read);
+    for (int fd : {out.read, err.read}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw IoError(StrCat("cannot execute ", request.path, ": ",
                          std::strerror(exec_errno)));
   }
   for (int fd : {out.read, err.read}) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
   return {pid, out.read, err.read};
 }

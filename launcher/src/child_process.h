@@ -1,5 +1,6 @@
-// Starting one rank: fork + exec with its own process group, its stdout and
-// stderr on pipes, stdin on /dev/null, and PR_SET_PDEATHSIG so it dies with
+// Starting one rank (or, for the matrix, one agent): fork + exec with its
+// own process group, its stdout and stderr on pipes (or appended to a
+// file), stdin on /dev/null, and PR_SET_PDEATHSIG so it dies with
 // neuronrun even when neuronrun is SIGKILLed.
 #pragma once
 
@@ -15,15 +16,18 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value" entries, the whole environment
   int cpu = -1;                   // >= 0: the child runs on this CPU only
+  // Non-empty: stdout and stderr appended to this file instead of pipes.
+  std::string output_file;
 };
 
 struct SpawnedChild {
   pid_t pid = -1;   // also its process group id
-  int stdout_fd = -1;
+  int stdout_fd = -1;  // -1 with an output_file
   int stderr_fd = -1;
 };
 
-// Throws IoError naming the program when fork or exec fails. The returned
+// Throws IoError naming the program when fork or exec fails (or the
+// output file cannot be opened). The returned
 // descriptors are non-blocking and close-on-exec; the caller owns them.
 SpawnedChild Spawn(const SpawnRequest& request);
 

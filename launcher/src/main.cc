@@ -173,10 +173,11 @@ int ReplayMain(int argc, char** argv) {
     NEURON_CHECK(!dir.empty(), "no trace directory");
     NEURON_CHECK(layout.nodes >= 1 && layout.ranks_per_node >= 0,
                  "--nodes and --ranks-per-node must be positive");
+    const auto traces = runtime::LoadJobTraces(dir);
     if (layout.ranks_per_node == 0) {  // the recorded job, on one node
-      layout.ranks_per_node = static_cast<int>(runtime::LoadJobTraces(dir).size());
+      layout.ranks_per_node = static_cast<int>(traces.size());
     }
-    for (const auto& [k, v] : ReplayFigures(dir, layout, tokens)) {
+    for (const auto& [k, v] : ReplayFigures(traces, layout, tokens)) {
       std::cout << k << " = " << v << "\n";
     }
     return 0;

@@ -23,9 +23,9 @@ double WarmMedian(const std::vector<runtime::ReplayedStep>& steps, Get get) {
 
 }  // namespace
 
-std::map<std::string, std::string> ReplayFigures(const std::string& trace_dir,
-                                                 const ReplayLayout& layout,
-                                                 double tokens_per_rank_step) {
+std::map<std::string, std::string> ReplayFigures(
+    const std::vector<runtime::proto::RankTrace>& traces, const ReplayLayout& layout,
+    double tokens_per_rank_step) {
   const runtime::Topology topology = layout.topology.empty()
                                          ? runtime::Topology::Default()
                                          : runtime::Topology::FromFile(layout.topology);
@@ -34,9 +34,9 @@ std::map<std::string, std::string> ReplayFigures(const std::string& trace_dir,
       topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(
                                                   static_cast<std::size_t>(layout.nodes),
                                                   static_cast<std::uint32_t>(layout.ranks_per_node))));
-  const runtime::ReplayResult r = runtime::ReplayTraces(runtime::LoadJobTraces(trace_dir), model);
-  NEURON_CHECK(!r.steps.empty(), "the traces in ", trace_dir, " mark no step (step_begin and "
-               "step_end marks: torchneuron.fabric.mark)");
+  const runtime::ReplayResult r = runtime::ReplayTraces(traces, model);
+  NEURON_CHECK(!r.steps.empty(), "the traces mark no step (step_begin and step_end marks: "
+               "torchneuron.fabric.mark)");
   const double step = WarmMedian(r.steps, [](const auto& s) { return s.modelled_us; });
   const double compute = WarmMedian(r.steps, [](const auto& s) { return s.compute_us; });
   const double bubble = WarmMedian(r.steps, [](const auto& s) { return s.message_wait_us; });

@@ -5,6 +5,9 @@
 
 #include <map>
 #include <string>
+#include <vector>
+
+#include "neuron/runtime/op_trace.pb.h"
 
 namespace neuron::launcher {
 
@@ -20,9 +23,9 @@ struct ReplayLayout {
 // all and per device (`tokens_per_rank_step` tokens per data-parallel rank
 // per step), bytes_per_step_KIND (rank 0's collectives), world, tp, pp, dp,
 // steps and recorded_world. InvalidUsage or IoError say why the traces in
-// `trace_dir` cannot be replayed there.
-std::map<std::string, std::string> ReplayFigures(const std::string& trace_dir,
-                                                 const ReplayLayout& layout,
-                                                 double tokens_per_rank_step);
+// `traces` (a job's, runtime::LoadJobTraces) cannot be replayed there.
+std::map<std::string, std::string> ReplayFigures(
+    const std::vector<runtime::proto::RankTrace>& traces, const ReplayLayout& layout,
+    double tokens_per_rank_step);
 
 }  // namespace neuron::launcher

@@ -1,8 +1,5 @@
 // RunMatrix: each cell a neuronrun job (several agents for several nodes),
 // results per cell in out/cells/ID/, then results.csv and report.md.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +15,9 @@
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/files.h"
+#include "child_process.h"
 #include "matrix_replay.h"
 #include "ports.h"
 
@@ -47,26 +46,23 @@ void WriteFigures(const fs::path& file, const Figures& figures) {
   runtime::WriteFileAtomically(file.string(), text);
 }
 
-// Starts `argv` with stdout and stderr appended to `log`; it dies with us.
+// Starts `argv` with stdout and stderr appended to `log` and `extra_env`
+// over this process's environment; it dies with us (launcher Spawn).
 pid_t Start(const std::vector<std::string>& argv, const fs::path& log,
             const std::vector<std::string>& extra_env) {
-  const pid_t pid = ::fork();
-  NEURON_CHECK(pid >= 0, "matrix: fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    for (const auto& e : extra_env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+  SpawnRequest request;
+  request.path = argv[0];
+  request.argv = argv;
+  for (char** e = environ; *e != nullptr; ++e) request.env.emplace_back(*e);
+  for (const auto& e : extra_env) {  // replacing what this environment has
+    const std::string name = e.substr(0, e.find('=') + 1);
+    request.env.erase(std::remove_if(request.env.begin(), request.env.end(),
+                                     [&](const std::string& v) { return v.rfind(name, 0) == 0; }),
+                      request.env.end());
+    request.env.push_back(e);
   }
-  return pid;
+  request.output_file = log.string();
+  return Spawn(request).pid;
 }
 
 std::vector<std::string> TrainerArgs(const MatrixSpec& spec, const MatrixCell& c,
@@ -111,20 +107,37 @@ double TokensPerRankStep(const MatrixCell& c) {
   return static_cast<double>(c.batch_per_dp) * c.model.seq();
 }
 
+// The real cells' traces, each loaded once (a source feeds its own check,
+// the larger cells' checks and the modelled cells).
+class TraceCache {
+ public:
+  const std::vector<runtime::proto::RankTrace>& Of(const fs::path& dir) {
+    auto it = loaded_.find(dir.string());
+    if (it == loaded_.end()) {
+      it = loaded_.emplace(dir.string(), runtime::LoadJobTraces(dir.string())).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, std::vector<runtime::proto::RankTrace>> loaded_;
+};
+
 // A real cell's check of the replay (docs/scaling.md): its own trace
 // replayed on its own layout, and the trace of the largest smaller real
 // cell like it scaled up to it, against its real modelled step time.
-void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir, Figures& f) {
+void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
+                 TraceCache& traces, Figures& f) {
   try {
     const double real = std::stod(f.at("modelled_step_us"));
-    const auto own = ReplayFigures((dir / "trace").string(), LayoutOf(c), TokensPerRankStep(c));
+    const auto own = ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
     f["replayed_step_us"] = own.at("modelled_step_us");
     const int from = RecordingFor(spec, c, c.world());
     if (from < 0) return;
     const MatrixCell& source = spec.cells[static_cast<std::size_t>(from)];
     const fs::path source_trace = dir.parent_path() / source.id / "trace";
     if (!fs::exists(source_trace)) return;
-    const auto scaled = ReplayFigures(source_trace.string(), LayoutOf(c), TokensPerRankStep(c));
+    const auto scaled = ReplayFigures(traces.Of(source_trace), LayoutOf(c), TokensPerRankStep(c));
     f["scaled_from"] = source.id;
     f["scaled_replay_step_us"] = scaled.at("modelled_step_us");
     f["scaled_replay_error_pct"] =
@@ -136,7 +149,7 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
 
 // A modelled cell: its source cell's trace replayed on its layout.
 Figures ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& cells,
-                  const Figures& source_result) {
+                  const Figures& source_result, TraceCache& traces) {
   const MatrixCell& source = spec.cells[static_cast<std::size_t>(c.source)];
   Figures f;
   f["modelled_from"] = source.id;
@@ -148,7 +161,7 @@ Figures ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& c
   const auto start = std::chrono::steady_clock::now();
   try {
     for (const auto& [k, v] :
-         ReplayFigures((cells / source.id / "trace").string(), LayoutOf(c), TokensPerRankStep(c))) {
+         ReplayFigures(traces.Of(cells / source.id / "trace"), LayoutOf(c), TokensPerRankStep(c))) {
       f[k] = v;
     }
     f["status"] = "modelled";
@@ -407,6 +420,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
   const fs::path out(out_dir);
   fs::create_directories(out / "cells");
   std::vector<Figures> results(spec.cells.size());
+  TraceCache traces;
   int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
   // Real cells first: the replay checks and the modelled cells use their traces.
@@ -426,7 +440,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
                  << c.id << " (" << (position + 1) << "/" << total << ": done " << done
                  << ", failed " << failed << ", left " << total - position << ")" << std::endl;
         fs::create_directories(dir);
-        f = modelled ? ModelCell(spec, c, out / "cells", results[c.source])
+        f = modelled ? ModelCell(spec, c, out / "cells", results[c.source], traces)
                      : RunCell(spec, c, dir, neuronrun);
         WriteFigures(result, f);
       }
@@ -444,7 +458,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
       for (int i = 0; i < total; ++i) {
         const MatrixCell& c = spec.cells[i];
         if (c.modelled || results[i]["status"] != "completed") continue;
-        CheckReplay(spec, c, out / "cells" / c.id, results[i]);
+        CheckReplay(spec, c, out / "cells" / c.id, traces, results[i]);
         WriteFigures(out / "cells" / c.id / "result.txt", results[i]);
       }
     }

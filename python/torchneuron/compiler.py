@@ -134,7 +134,8 @@ def to_ir(gm, name, where=""):
     inputs and returned values are sorted by name, because functorch's
     partitioner orders saved activations by Python's (per-process) hashing,
     and the compile cache key must be the same in every process and rank.
-    `inputs` lists the FX placeholders' positions in IR input order;
+    `inputs` lists the FX placeholders' positions in IR input order (None
+    for the dropout seed, an input that is no placeholder);
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
     cannot express (then text is None)."""
@@ -224,9 +225,10 @@ def to_ir(gm, name, where=""):
             unsupported.append((str(node.target), _source(node, where)))
     if unsupported:
         return None, None, outputs, unsupported
-    order = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
+    sorted_inputs = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
+    order = [i if inputs[i][0] != _SEED else None for i in sorted_inputs]
     returned = sorted({o for o in outputs if o is not None})
-    text = (f"graph {name}({', '.join(inputs[i][1] for i in order)}) {{\n" +
+    text = (f"graph {name}({', '.join(inputs[i][1] for i in sorted_inputs)}) {{\n" +
             "\n".join(lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
     return text, order, outputs, []
 
@@ -385,12 +387,10 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
 
     returned = sorted({o for o in outputs if o is not None})
 
-    seeded = f"%{_SEED}:" in text.split("{", 1)[0]  # an input of the graph
-
     def run(args):
-        if seeded:  # the seed is the input past the FX placeholders
-            args = list(args) + [torch.randint(0, 2 ** 62, (), dtype=torch.int64)]
-        results = dict(zip(returned, graph.run([args[i] for i in order])))
+        inputs = [args[i] if i is not None  # None: the run's dropout seed
+                  else torch.randint(0, 2 ** 62, (), dtype=torch.int64) for i in order]
+        results = dict(zip(returned, graph.run(inputs)))
         return [results[o] if o is not None else None for o in outputs]
     run._boxed_call = True
     return run

@@ -52,11 +52,6 @@ void OpTrace::Mark(const std::string& name) {
   trace_.add_ops()->mutable_mark()->set_name(name);
 }
 
-std::size_t OpTrace::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<std::size_t>(trace_.ops_size());
-}
-
 proto::RankTrace OpTrace::Snapshot(int rank, int world_size,
                                    const proto::TraceLayout& layout) const {
   std::lock_guard<std::mutex> lock(mutex_);

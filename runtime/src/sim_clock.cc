@@ -22,11 +22,6 @@ void SimClock::AdvanceCompute(SimDuration d) {
   if (trace_) trace_->Compute(d);
 }
 
-SimDuration SimClock::CollectiveArrival() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::max(compute_, collective_);
-}
-
 void SimClock::FinishCollective(SimDuration end) {
   std::lock_guard<std::mutex> lock(mutex_);
   collective_ = std::max(collective_, end);

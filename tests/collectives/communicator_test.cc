@@ -691,7 +691,9 @@ TEST(Communicator, BlockSizesAndDebugFingerprintsCatchWhatTotalsHide) {
         ++naming_both;
       }
     }
-    if (debug) EXPECT_GE(naming_both, 1);
+    if (debug) {
+      EXPECT_GE(naming_both, 1);
+    }
   }
 }
 

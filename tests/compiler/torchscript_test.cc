@@ -2,6 +2,7 @@
 // as Python's torch.jit.save would) become IR that compiles, runs on the
 // executor and matches libtorch; what the device cannot run is refused
 // naming the op and where it is.
+#include "neuron/compiler/torch_tensors.h"
 #include "neuron/compiler/torchscript.h"
 
 #include <gtest/gtest.h>
@@ -21,16 +22,6 @@ std::string Save(torch::jit::Module& m, const std::string& name) {
   const std::string path = ::testing::TempDir() + "/" + name + ".pt";
   m.save(path);
   return path;
-}
-
-runtime::HostTensor ToHost(const at::Tensor& t) {
-  runtime::HostTensor h;
-  h.dtype = runtime::proto::F32;
-  h.shape.assign(t.sizes().begin(), t.sizes().end());
-  const at::Tensor c = t.contiguous();
-  h.data.assign(static_cast<const std::uint8_t*>(c.data_ptr()),
-                static_cast<const std::uint8_t*>(c.data_ptr()) + c.nbytes());
-  return h;
 }
 
 // Compiles `path` for `inputs`, runs it, and checks it against libtorch.

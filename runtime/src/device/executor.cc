@@ -155,6 +155,17 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
   }
 }
 
+// A float operand of an op over `n` elements: all of them, or fewer that
+// repeat (a bias); InvalidUsage names the buffer otherwise.
+std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what) {
+  NEURON_CHECK(kernels::IsFloat(p.buffer->dtype()), what, ": buffer ", p.buffer->name(), " is ",
+               proto::ElementType_Name(p.buffer->dtype()), ", not float");
+  const std::size_t m = std::min(p.elements(), n);
+  NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ", p.elements(),
+               " elements does not repeat over ", n);
+  return kernels::ToFloat(p.data, p.buffer->dtype(), m);
+}
+
 // fused: a chain of elementwise ops in float32, the intermediates kept
 // here (executable.proto, Instruction.fused).
 void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
@@ -163,15 +174,11 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
                ": a fused chain writes one float buffer");
   const std::size_t n = static_cast<std::size_t>(i.elements());
   NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
-  auto operand = [&](std::uint32_t id, std::size_t want) {
+  auto operand = [&](std::uint32_t id) {
     for (std::size_t k = 0; k < in.size(); ++k) {
-      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) != id) continue;
-      NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": buffer ",
-                   in[k].buffer->name(), " is not float");
-      const std::size_t m = std::min(in[k].elements(), want);
-      NEURON_CHECK(m > 0 && want % m == 0, what, ": buffer ", in[k].buffer->name(), " of ",
-                   in[k].elements(), " elements does not repeat over ", want);
-      return kernels::ToFloat(in[k].data, in[k].buffer->dtype(), m);
+      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id) {
+        return FloatOperand(in[k], n, what);
+      }
     }
     throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
@@ -179,7 +186,7 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   for (const auto& sub : i.fused()) {
     std::vector<std::vector<float>> args;
     for (auto id : sub.inputs()) {
-      args.push_back(id == kFusedPrevious ? acc : operand(id, n));
+      args.push_back(id == kFusedPrevious ? acc : operand(id));
     }
     NEURON_CHECK(!args.empty() && args[0].size() == n, what, ": fused op ", sub.op(),
                  " needs its first operand at full size");
@@ -202,6 +209,26 @@ struct Window {
   std::int64_t Row(std::int64_t y, std::int64_t i) const { return y * sh - ph + i * dh; }
   std::int64_t Col(std::int64_t x, std::int64_t j) const { return x * sw - pw + j * dw; }
 };
+
+// Calls tap(row, col, at) for every kernel tap of every output position
+// that falls inside the image: row of the columns matrix (n, oh, ow), its
+// column (c, kh, kw), and the element of the image [N,C,H,W] it reads.
+template <typename Tap>
+void ForEachTap(const Window& g, Tap tap) {
+  const std::int64_t cols = g.c * g.kh * g.kw;
+  for (std::int64_t b = 0; b < g.n; ++b)
+    for (std::int64_t y = 0; y < g.oh; ++y)
+      for (std::int64_t x = 0; x < g.ow; ++x) {
+        const std::int64_t row = (b * g.oh + y) * g.ow + x;
+        for (std::int64_t ch = 0; ch < g.c; ++ch)
+          for (std::int64_t p = 0; p < g.kh; ++p)
+            for (std::int64_t q = 0; q < g.kw; ++q) {
+              const std::int64_t r = g.Row(y, p), c = g.Col(x, q);
+              if (r < 0 || r >= g.h || c < 0 || c >= g.w) continue;
+              tap(row * cols + (ch * g.kh + p) * g.kw + q, ((b * g.c + ch) * g.h + r) * g.w + c);
+            }
+      }
+}
 
 Window WindowOf(const proto::Instruction& i, const What& what) {
   NEURON_CHECK(i.view_sizes_size() == 14, what, ": a window op needs 14 geometry values, got ",
@@ -228,20 +255,9 @@ void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
                  what, ": buffers do not fit the window");
     const std::size_t width = ElementBytes(in[0].buffer->dtype());
     std::memset(out[0].data, 0, static_cast<std::size_t>(rows * cols) * width);
-    for (std::int64_t b = 0; b < g.n; ++b)
-      for (std::int64_t y = 0; y < g.oh; ++y)
-        for (std::int64_t x = 0; x < g.ow; ++x) {
-          const std::int64_t row = (b * g.oh + y) * g.ow + x;
-          for (std::int64_t ch = 0; ch < g.c; ++ch)
-            for (std::int64_t p = 0; p < g.kh; ++p)
-              for (std::int64_t q = 0; q < g.kw; ++q) {
-                const std::int64_t r = g.Row(y, p), c = g.Col(x, q);
-                if (r < 0 || r >= g.h || c < 0 || c >= g.w) continue;
-                const std::int64_t col = (ch * g.kh + p) * g.kw + q;
-                std::memcpy(out[0].data + (row * cols + col) * width,
-                            in[0].data + (((b * g.c + ch) * g.h + r) * g.w + c) * width, width);
-              }
-        }
+    ForEachTap(g, [&](std::int64_t column, std::int64_t pixel) {
+      std::memcpy(out[0].data + column * width, in[0].data + pixel * width, width);
+    });
     return;
   }
   NEURON_CHECK(in[0].elements() >= static_cast<std::size_t>(rows * cols) &&
@@ -251,19 +267,7 @@ void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": buffers do not fit the window");
   const auto colsv = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
   std::vector<float> sum(static_cast<std::size_t>(image), 0.0f);
-  for (std::int64_t b = 0; b < g.n; ++b)
-    for (std::int64_t y = 0; y < g.oh; ++y)
-      for (std::int64_t x = 0; x < g.ow; ++x) {
-        const std::int64_t row = (b * g.oh + y) * g.ow + x;
-        for (std::int64_t ch = 0; ch < g.c; ++ch)
-          for (std::int64_t p = 0; p < g.kh; ++p)
-            for (std::int64_t q = 0; q < g.kw; ++q) {
-              const std::int64_t r = g.Row(y, p), c = g.Col(x, q);
-              if (r < 0 || r >= g.h || c < 0 || c >= g.w) continue;
-              sum[((b * g.c + ch) * g.h + r) * g.w + c] +=
-                  colsv[row * cols + (ch * g.kh + p) * g.kw + q];
-            }
-      }
+  ForEachTap(g, [&](std::int64_t column, std::int64_t pixel) { sum[pixel] += colsv[column]; });
   kernels::FromFloat(sum, out[0].buffer->dtype(), out[0].data);
 }
 
@@ -324,6 +328,25 @@ std::uint64_t Mix(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// Element e's uniform draw in [0, 1) of stream `k` under the run's seed
+// (an int64 buffer of one element).
+class Draws {
+ public:
+  Draws(const Placed& seed, std::int64_t k, const What& what) {
+    NEURON_CHECK(seed.buffer->dtype() == proto::I64 && seed.elements() == 1, what,
+                 ": the seed must be one int64");
+    std::int64_t value;
+    std::memcpy(&value, seed.data, sizeof(value));
+    base_ = Mix(static_cast<std::uint64_t>(value) ^ Mix(static_cast<std::uint64_t>(k)));
+  }
+  double operator()(std::size_t e) const {
+    return static_cast<double>(Mix(base_ + e) >> 11) * 0x1.0p-53;
+  }
+
+ private:
+  std::uint64_t base_;
+};
+
 // dropout: keep element e when hash(seed, stream, e) >= p, scaled by
 // 1 / (1 - p); masked_scale: grad x scale where the mask is set, else 0.
 void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
@@ -339,15 +362,8 @@ void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": ", n, " float elements");
   std::vector<float> y(n);
   if (i.op() == "bernoulli") {  // 1 where hash(seed, k, e) < p
-    std::int64_t seed;
-    NEURON_CHECK(in[1].buffer->dtype() == proto::I64 && in[1].elements() == 1, what,
-                 ": the seed must be one int64");
-    std::memcpy(&seed, in[1].data, sizeof(seed));
-    const std::uint64_t base =
-        Mix(static_cast<std::uint64_t>(seed) ^ Mix(static_cast<std::uint64_t>(i.k())));
-    for (std::size_t e = 0; e < n; ++e) {
-      y[e] = static_cast<double>(Mix(base + e) >> 11) * 0x1.0p-53 < i.scalar() ? 1.0f : 0.0f;
-    }
+    const Draws draw(in[1], i.k(), what);
+    for (std::size_t e = 0; e < n; ++e) y[e] = draw(e) < i.scalar() ? 1.0f : 0.0f;
     kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
     return;
   }
@@ -360,18 +376,13 @@ void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
     kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
     return;
   }
-  NEURON_CHECK(in[1].buffer->dtype() == proto::I64 && in[1].elements() == 1, what,
-               ": the seed must be one int64");
   NEURON_CHECK(out[1].elements() >= n && ElementBytes(out[1].buffer->dtype()) == 1, what,
                ": the mask must be bool or uint8 of ", n);
-  std::int64_t seed;
-  std::memcpy(&seed, in[1].data, sizeof(seed));
+  const Draws draw(in[1], i.k(), what);
   const double p = i.scalar();
   const float scale = p > 0 ? static_cast<float>(1.0 / (1.0 - p)) : 1.0f;
-  const std::uint64_t base = Mix(static_cast<std::uint64_t>(seed) ^ Mix(static_cast<std::uint64_t>(i.k())));
   for (std::size_t e = 0; e < n; ++e) {
-    const double u = static_cast<double>(Mix(base + e) >> 11) * 0x1.0p-53;  // [0, 1)
-    const bool keep = u >= p;
+    const bool keep = draw(e) >= p;
     out[1].data[e] = keep ? 1 : 0;
     y[e] = keep ? x[e] * scale : 0.0f;
   }
@@ -386,14 +397,7 @@ void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
   const std::size_t n = static_cast<std::size_t>(i.elements());
   NEURON_CHECK(!in.empty() && out.size() == 1 && out[0].elements() >= n, what, ": ", i.op(),
                " of ", n, " elements");
-  auto operand = [&](std::size_t k) {
-    NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": operand ", k, " of ",
-                 i.op(), " is not float");
-    const std::size_t m = std::min(in[k].elements(), n);
-    NEURON_CHECK(m > 0 && n % m == 0, what, ": operand ", k, " of ", in[k].elements(),
-                 " elements does not repeat over ", n);
-    return kernels::ToFloat(in[k].data, in[k].buffer->dtype(), m);
-  };
+  auto operand = [&](std::size_t k) { return FloatOperand(in[k], n, what); };
   if (i.op() == "where") {
     NEURON_CHECK(in.size() == 3 && ElementBytes(in[0].buffer->dtype()) == 1 &&
                      in[0].elements() >= n && kernels::IsFloat(out[0].buffer->dtype()),
@@ -422,23 +426,26 @@ void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
   }
 }
 
-// fill: every element of the output (any dtype) set to the scalar.
-void RunFill(const proto::Instruction& i, const std::vector<Placed>& in,
-             const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.empty() && out.size() == 1, what, ": fill reads nothing and writes one buffer");
+// fill (every element the scalar) and iota (element e = scalar + e *
+// step): an arithmetic sequence into one buffer of any numeric dtype.
+void RunSequence(const proto::Instruction& i, const std::vector<Placed>& in,
+                 const std::vector<Placed>& out, const What& what) {
+  NEURON_CHECK(in.empty() && out.size() == 1, what, ": ", i.op(),
+               " reads nothing and writes one buffer");
   const std::size_t n = static_cast<std::size_t>(i.elements());
   NEURON_CHECK(out[0].elements() >= n, what, ": buffer ", out[0].buffer->name(), " has ",
                out[0].elements(), " elements, the op ", n);
+  const double start = i.scalar(), step = i.op() == "iota" ? i.step() : 0.0;
   const auto type = out[0].buffer->dtype();
   if (kernels::IsFloat(type)) {
-    kernels::FromFloat(std::vector<float>(n, static_cast<float>(i.scalar())), type,
-                       out[0].data);
+    std::vector<float> v(n);
+    for (std::size_t e = 0; e < n; ++e) v[e] = static_cast<float>(start + e * step);
+    kernels::FromFloat(v, type, out[0].data);
     return;
   }
-  const auto v = static_cast<std::int64_t>(i.scalar());
-  const std::size_t width = ElementBytes(type);
   for (std::size_t e = 0; e < n; ++e) {
-    switch (width) {
+    const auto v = static_cast<std::int64_t>(start + static_cast<double>(e) * step);
+    switch (ElementBytes(type)) {
       case 8: reinterpret_cast<std::int64_t*>(out[0].data)[e] = v; break;
       case 4: reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v); break;
       default: out[0].data[e] = static_cast<std::uint8_t>(v);
@@ -494,29 +501,6 @@ void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
     for (std::int64_t c = 0; c < n; ++c) sum[index[r] * n + c] += grad[r * n + c];
   }
   kernels::FromFloat(sum, out[0].buffer->dtype(), out[0].data);
-}
-
-// iota: out[e] = scalar + e * step, any numeric dtype.
-void RunIota(const proto::Instruction& i, const std::vector<Placed>& in,
-             const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.empty() && out.size() == 1, what, ": iota reads nothing, writes one buffer");
-  const std::size_t n = static_cast<std::size_t>(i.elements());
-  NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
-  const auto type = out[0].buffer->dtype();
-  if (kernels::IsFloat(type)) {
-    std::vector<float> v(n);
-    for (std::size_t e = 0; e < n; ++e) v[e] = static_cast<float>(i.scalar() + e * i.step());
-    kernels::FromFloat(v, type, out[0].data);
-    return;
-  }
-  for (std::size_t e = 0; e < n; ++e) {
-    const auto v = static_cast<std::int64_t>(i.scalar() + static_cast<double>(e) * i.step());
-    switch (ElementBytes(type)) {
-      case 8: reinterpret_cast<std::int64_t*>(out[0].data)[e] = v; break;
-      case 4: reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v); break;
-      default: out[0].data[e] = static_cast<std::uint8_t>(v);
-    }
-  }
 }
 
 // masked_fill: the scalar where the mask (bool or uint8, repeating) is set.
@@ -686,14 +670,7 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   if (in.size() == 1) {
     known = kernels::Unary(i.op(), a, i.scalar(), result);
   } else {
-    const std::size_t nb = std::min(in[1].elements(), n);
-    NEURON_CHECK(kernels::IsFloat(in[1].buffer->dtype()) && nb > 0 && n % nb == 0, what,
-                 ": the second input (", in[1].elements(), " ",
-                 proto::ElementType_Name(in[1].buffer->dtype()),
-                 " elements) must be a float buffer whose length divides ", n);
-    known = kernels::Binary(i.op(), a,
-                            kernels::ToFloat(in[1].data, in[1].buffer->dtype(), nb),
-                            i.scalar(), result);
+    known = kernels::Binary(i.op(), a, FloatOperand(in[1], n, what), i.scalar(), result);
   }
   NEURON_CHECK(known, what, ": unknown ", in.size() == 1 ? "unary" : "binary", " op '",
                i.op(), "'");
@@ -710,13 +687,12 @@ Runner RunnerFor(const proto::Instruction& i) {
   const std::string& op = i.op();
   if (op == "strided_copy") return RunStridedCopy;
   if (op == "masked_fill") return RunMaskedFill;
-  if (op == "fill") return RunFill;
+  if (op == "fill" || op == "iota") return RunSequence;
   if (op == "where" || op.rfind("compare_", 0) == 0) return RunSelect;
   if (op == "im2col" || op == "col2im") return RunIm2Col;
   if (op == "maxpool2d" || op == "maxpool2d_backward") return RunMaxPool;
   if (op == "dropout" || op == "masked_scale" || op == "bernoulli") return RunDropout;
   if (op == "fused") return RunFused;
-  if (op == "iota") return RunIota;
   if (op == "gather_rows" || op == "scatter_add_rows") return RunRows;
   if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;
   if (op == "layer_norm_rows" || op == "layer_norm_backward_rows") return RunLayerNorm;

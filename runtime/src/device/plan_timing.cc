@@ -30,19 +30,31 @@ Engine EngineOf(proto::EngineKind kind) {
 
 }  // namespace
 
+InstructionCost CostOf(const proto::Instruction& i, const CostModel& model, bool fp32) {
+  const Engine engine = EngineOf(i.engine());
+  InstructionCost cost;
+  switch (engine) {
+    case Engine::kTensor: {
+      const MatmulCost matmul = model.Matmul(i.m(), i.k(), i.n(), fp32);
+      const std::int64_t batch = std::max<std::int64_t>(i.batch(), 1);
+      cost.time = matmul.time * static_cast<double>(batch);
+      cost.tensor_cycles = matmul.cycles * static_cast<std::uint64_t>(batch);
+      cost.flops = matmul.flops * static_cast<double>(batch);
+      break;
+    }
+    case Engine::kDma:
+      cost.time = model.Dma(i.bytes(), i.partitions());
+      break;
+    default:
+      cost.time = model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
+                                    i.deps_size() > 0);
+  }
+  return cost;
+}
+
 SimDuration InstructionDuration(const proto::Instruction& i, const CostModel& model,
                                 bool fp32) {
-  const Engine engine = EngineOf(i.engine());
-  switch (engine) {
-    case Engine::kTensor:
-      return model.Matmul(i.m(), i.k(), i.n(), fp32).time *
-             static_cast<double>(std::max<std::int64_t>(i.batch(), 1));
-    case Engine::kDma:
-      return model.Dma(i.bytes(), i.partitions());
-    default:
-      return model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
-                               i.deps_size() > 0);
-  }
+  return CostOf(i, model, fp32).time;
 }
 
 PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
@@ -59,13 +71,12 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     for (auto d : i.deps()) start = std::max(start, end_of.at(d));
     const bool fp32 = engine == Engine::kTensor && !i.inputs().empty() &&
                       buffers.at(i.inputs(0))->dtype() == proto::F32;
-    const SimDuration duration = InstructionDuration(i, model, fp32);
+    const InstructionCost cost = CostOf(i, model, fp32);
+    const SimDuration duration = cost.time;
+    t.tensor_cycles += cost.tensor_cycles;
+    t.flops += cost.flops;
     if (engine == Engine::kTensor) {
       all_fp32 = all_fp32 && fp32;
-      const MatmulCost cost = model.Matmul(i.m(), i.k(), i.n(), fp32);
-      const std::int64_t batch = std::max<std::int64_t>(i.batch(), 1);
-      t.tensor_cycles += cost.cycles * static_cast<std::uint64_t>(batch);
-      t.flops += cost.flops * static_cast<double>(batch);
     } else if (engine == Engine::kDma) {
       t.hbm_bytes += i.bytes();
       if (i.spill()) t.spill_bytes += i.bytes();

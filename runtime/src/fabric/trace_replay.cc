@@ -118,10 +118,7 @@ struct RankState {
   std::map<std::string, std::deque<Pending>> collectives, messages;
   std::map<std::string, double> stream_end_us;
   std::vector<std::optional<double>> issue_end;
-  std::vector<bool> issue_on_messages_lane;
-  // Per step: clock at begin and end, compute charged, waits.
-  std::vector<double> begins, ends;
-  std::vector<ReplayedStep> steps;
+  std::vector<ReplayedStep> steps;  // per step: the clock's advance, compute, waits
   bool in_step = false;
   ReplayedStep current;
 };
@@ -130,12 +127,11 @@ class Replayer {
  public:
   Replayer(const std::vector<proto::RankTrace>& traces, const FabricModel& target, Mesh from,
            Mesh to)
-      : traces_(traces), target_(target), map_(from, to), ranks_(target.world_size()) {
+      : target_(target), map_(from, to), ranks_(target.world_size()) {
     for (int r = 0; r < target.world_size(); ++r) {
       RankState& s = ranks_[static_cast<std::size_t>(r)];
       s.trace = &traces[static_cast<std::size_t>(map_.Source(r))];
       s.issue_end.resize(static_cast<std::size_t>(s.trace->ops_size()));
-      s.issue_on_messages_lane.resize(s.issue_end.size());
     }
   }
 
@@ -188,7 +184,6 @@ class Replayer {
           Pending p;
           p.op = s.cursor;
           p.issued_us = s.compute_us;
-          s.issue_on_messages_lane[s.cursor] = issue.messages_lane();
           if (issue.collectives_size() > 0) {
             s.collectives[issue.collectives(0).communicator()].push_back(p);
           } else if (issue.messages_size() > 0) {
@@ -219,8 +214,8 @@ class Replayer {
   static bool Join(RankState& s, std::size_t i) {
     if (!s.issue_end[i]) return false;
     const double waited = std::max(0.0, *s.issue_end[i] - s.compute_us);
-    (s.issue_on_messages_lane[i] ? s.current.message_wait_us
-                                 : s.current.collective_wait_us) += waited;
+    const bool messages = s.trace->ops(static_cast<int>(i)).issue().messages_lane();
+    (messages ? s.current.message_wait_us : s.current.collective_wait_us) += waited;
     s.compute_us += waited;
     return true;
   }
@@ -389,7 +384,6 @@ class Replayer {
     throw InvalidUsage(StrCat("the traces deadlock in replay: ", blocked));
   }
 
-  const std::vector<proto::RankTrace>& traces_;
   const FabricModel& target_;
   RankMap map_;
   std::vector<RankState> ranks_;

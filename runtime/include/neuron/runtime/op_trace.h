@@ -33,7 +33,6 @@ class OpTrace {
   void Wait(std::uint64_t issue);
   void Mark(const std::string& name);
 
-  std::size_t size() const;
   proto::RankTrace Snapshot(int rank, int world_size, const proto::TraceLayout& layout) const;
   // Writes the binary proto atomically (WriteFileAtomically); IoError names the path.
   void Save(const std::string& path, int rank, int world_size,

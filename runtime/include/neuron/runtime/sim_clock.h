@@ -1,13 +1,13 @@
-// A rank's simulated clocks (docs/architecture.md, "Two clocks"): one per
-// stream. The compute stream advances by the modelled duration of the work
-// the rank runs; the collective stream by the fabric model. A collective
-// starts at the latest arrival over its participants and ends after its
-// modelled duration; waiting on it from the compute stream joins the clocks.
+// A rank's simulated clocks (docs/architecture.md, "Two clocks"): the
+// compute stream advances by the modelled duration of the work the rank
+// runs; the collective clock records the latest collective end (each
+// communicator keeps its own stream and arrival, from the compute clock at
+// issue). Waiting on a collective from the compute stream joins the clocks.
 //
 // Usage:
 //   SimClock clock;
 //   clock.AdvanceCompute(SimDuration(120));           // a graph ran
-//   SimDuration arrival = clock.CollectiveArrival();  // put in the header
+//   double issued = clock.compute().count();          // a collective is issued
 //   clock.FinishCollective(end);                      // after the collective
 //   clock.JoinCompute(end);                           // work.wait()
 //
@@ -29,10 +29,7 @@ class SimClock {
   SimDuration collective() const;
 
   void AdvanceCompute(SimDuration d);
-  // When a collective issued now can start on this rank: the compute stream
-  // issued it, and the collective stream must be free.
-  SimDuration CollectiveArrival() const;
-  // The collective stream is busy until `end`.
+  // A collective of this rank ended at `end` (the latest is kept).
   void FinishCollective(SimDuration end);
   // The compute stream waits for an event at `t`: compute = max(compute, t).
   void JoinCompute(SimDuration t);

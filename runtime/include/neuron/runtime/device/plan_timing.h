@@ -47,8 +47,16 @@ struct PlanTiming {
 
 PlanTiming TimePlan(const proto::Executable& executable, const CostModel& model);
 
-// One instruction's modelled duration on its engine (`fp32`: a matmul of
-// float32 inputs).
+// One instruction's modelled cost on its engine (`fp32`: a matmul of
+// float32 inputs): its duration, and for the tensor engine its cycles and
+// flops.
+struct InstructionCost {
+  SimDuration time{0};
+  std::uint64_t tensor_cycles = 0;
+  double flops = 0;
+};
+InstructionCost CostOf(const proto::Instruction& instruction, const CostModel& model, bool fp32);
+// CostOf(...).time.
 SimDuration InstructionDuration(const proto::Instruction& instruction, const CostModel& model,
                                 bool fp32);
 
