@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
 
   auto hit = [&](bool fresh_instance) {
     double best = 1e300;
-    for (int r = 0; r < (fresh_instance ? 20 : repeats); ++r) {
+    for (int r = 0; r < (fresh_instance ? 100 : repeats); ++r) {
       compiler::CompileCache fresh(options);
       compiler::CompileCache& cache = fresh_instance ? fresh : cold;
       const auto t = Clock::now();

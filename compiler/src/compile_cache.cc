@@ -1,9 +1,6 @@
 #include "neuron/compiler/compile_cache.h"
 
 #include <fcntl.h>
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <openssl/sha.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "neuron/compiler/graph_digest.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/executable.h"
@@ -24,61 +22,14 @@
 namespace neuron::compiler {
 namespace {
 
-std::string Sha256(const std::string& bytes) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : digest) out += std::string{hex[c >> 4], hex[c & 15]};
-  return out;
-}
-
-// `message` serialized with map entries in key order (attrs), so equal
-// messages give equal bytes.
-void AppendDeterministic(const google::protobuf::MessageLite& message, std::string* out) {
-  google::protobuf::io::StringOutputStream stream(out);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  message.SerializeToCodedStream(&coded);
-}
-
-// The digest of what a graph computes: its inputs, constants (types, and a
-// digest of their bytes), nodes without their source lines, and outputs;
-// not its name. Binary serialization: printing the text form cost more
-// than the rest of a cache hit.
-std::string StructureDigest(const proto::Graph& graph) {
-  std::string bytes;
-  auto field = [&](const std::string& tag) { bytes += tag + ":"; };
-  for (const auto& v : graph.inputs()) field("in"), AppendDeterministic(v, &bytes);
-  for (const auto& c : graph.constants()) {
-    field("const");
-    AppendDeterministic(c.value(), &bytes);
-    bytes += Sha256(c.data());
-  }
-  proto::Node unlabelled;
-  for (const auto& n : graph.nodes()) {
-    field("node");
-    if (n.source().empty()) {
-      AppendDeterministic(n, &bytes);
-      continue;
-    }
-    unlabelled = n;  // a copy only to leave the label out
-    unlabelled.clear_source();
-    AppendDeterministic(unlabelled, &bytes);
-  }
-  for (const auto& o : graph.outputs()) field("out"), bytes += o;
-  return Sha256(bytes);
-}
-
 // The device spec's digest, remembered for the last spec seen on this
 // thread (a process compiles for one device; hashing it on every lookup
 // was a tenth of a cache hit).
-std::string DeviceDigest(const runtime::DeviceSpec& device) {
+const std::string& DeviceDigest(const runtime::DeviceSpec& device) {
   thread_local std::string last_spec, last_digest;
-  std::string spec = device.spec().SerializeAsString();
-  if (spec != last_spec) {
-    last_digest = Sha256(spec);
-    last_spec = std::move(spec);
+  if (device.serialized() != last_spec) {
+    last_digest = Sha256Hex(device.serialized());
+    last_spec = device.serialized();
   }
   return last_digest;
 }
@@ -129,7 +80,7 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
                       const runtime::DeviceSpec& device) {
   CacheKey key;
   // The name and source lines are labels, not part of what is compiled.
-  const std::string structure = StructureDigest(graph);
+  const std::string structure = GraphDigest(graph);
   std::string inputs;
   for (const auto& v : graph.inputs()) {
     inputs += v.type().dtype() + "[";
@@ -141,7 +92,7 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
   key.components["compiler"] = kCompilerVersion;
   key.components["options"] = options;
   key.components["device"] = DeviceDigest(device);
-  key.digest = Sha256(KeyText(key));
+  key.digest = Sha256Hex(KeyText(key));
   return key;
 }
 

@@ -12,6 +12,7 @@
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
+#include "transitive_reduction.h"
 
 namespace neuron::compiler {
 namespace {
@@ -1331,7 +1332,7 @@ class Lowering {
     // HBM: no reuse.
     std::uint64_t hbm = 0;
     auto& e = out.executable;
-    e.set_format_version(1);
+    e.set_format_version(runtime::kExecutableFormatVersion);
     e.set_graph_id(graph_id);
     e.set_name(g_.name());
     e.set_compiler_version(kCompilerVersion);
@@ -1361,6 +1362,7 @@ class Lowering {
       if (slots_.at(a).space != slots_.at(b).space) return false;
       return range[a].first < range[b].second && range[b].first < range[a].second;
     };
+    TransitiveReduction reduction;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       rp::Instruction* in = e.add_instructions();
       *in = steps_[s].instruction;
@@ -1373,20 +1375,20 @@ class Lowering {
               ->add_inputs(r.empty() ? runtime::kFusedPrevious : slots_.at(r).buffer);
         }
       }
-      std::set<std::uint32_t> deps;
+      std::vector<std::uint32_t> deps;
       for (std::size_t p = 0; p < s; ++p) {
         for (const auto& w : steps_[p].writes) {  // read-after-write, write-after-write
           for (const auto& r : steps_[s].reads)
-            if (overlaps(w, r)) deps.insert(p);
+            if (overlaps(w, r)) deps.push_back(static_cast<std::uint32_t>(p));
           for (const auto& x : steps_[s].writes)
-            if (overlaps(w, x)) deps.insert(p);
+            if (overlaps(w, x)) deps.push_back(static_cast<std::uint32_t>(p));
         }
         for (const auto& r : steps_[p].reads) {  // write-after-read
           for (const auto& x : steps_[s].writes)
-            if (overlaps(r, x)) deps.insert(p);
+            if (overlaps(r, x)) deps.push_back(static_cast<std::uint32_t>(p));
         }
       }
-      for (auto d : deps) in->add_deps(d);
+      for (auto d : reduction.Direct(std::move(deps))) in->add_deps(d);
     }
     for (const auto& v : g_.inputs()) {
       auto* b = e.add_inputs();

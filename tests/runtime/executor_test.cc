@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "error_of.h"
+#include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/half.h"
 
@@ -51,7 +52,7 @@ std::vector<float> Weights() {
 
 proto::Executable MlpLayer() {
   proto::Executable e;
-  e.set_format_version(1), e.set_name("mlp/forward/0");
+  e.set_format_version(kExecutableFormatVersion), e.set_name("mlp/forward/0");
   Buffer(e, 0, proto::HBM, 0, proto::F32, {kM, kK});      // x
   Buffer(e, 1, proto::HBM, 4096, proto::BF16, {kK, kN});  // W (constant)
   Buffer(e, 2, proto::HBM, 8192, proto::F32, {kN});       // bias (constant)

@@ -42,7 +42,7 @@ proto::Instruction* Add(proto::Executable& e, std::uint32_t id, proto::EngineKin
 // independent scalar op that overlaps the loads.
 proto::Executable SmallPlan() {
   proto::Executable e;
-  e.set_format_version(1);
+  e.set_format_version(kExecutableFormatVersion);
   e.set_name("test/forward/0");
   AddBuffer(e, 0, proto::HBM, 0, 128 * 128 * 2);
   AddBuffer(e, 1, proto::HBM, 1 << 20, 128 * 512 * 2);
@@ -118,7 +118,7 @@ TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {
   EXPECT_NE(
       broken([](auto& e) {
         e.set_format_version(7);
-      }).find("executable 'test/forward/0': format version 7, this runtime reads 1"),
+      }).find("executable 'test/forward/0': format version 7, this runtime reads 2"),
       std::string::npos);
   EXPECT_NE(broken([](auto& e) { e.mutable_instructions(2)->add_deps(4); })
                 .find("instruction 2 (matmul): depends on instruction 4, which is not an "

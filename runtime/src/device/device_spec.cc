@@ -1,5 +1,8 @@
 #include "neuron/runtime/device/device_spec.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -31,6 +34,10 @@ void CheckElementwise(const proto::ElementwiseEngineSpec& e, const std::string& 
 DeviceSpec::DeviceSpec(proto::DeviceSpec spec, std::string origin)
     : spec_(std::move(spec)), origin_(std::move(origin)) {
   Validate();
+  google::protobuf::io::StringOutputStream stream(&serialized_);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  spec_.SerializeToCodedStream(&coded);
 }
 
 DeviceSpec DeviceSpec::Default() {

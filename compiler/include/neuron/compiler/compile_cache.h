@@ -10,9 +10,9 @@
 //                          device);
 //   cache.counters().misses;
 //
-// The key is a SHA-256 over its components: the graph (its canonical text,
-// which carries the input shapes and dtypes), the compiler version, the
-// options and the device spec. Every rank computes the same key for the
+// The key is a SHA-256 over its components: the graph (GraphDigest, which
+// covers the input shapes and dtypes), the input shapes and dtypes again in
+// readable form, the compiler version, the options and the device spec. Every rank computes the same key for the
 // same graph. On disk (NEURON_CACHE_DIR, default ~/.cache/torchneuron) an
 // entry is <digest>.nexe (the framed executable file, saved atomically)
 // plus <digest>.key (its components, for explanations). A file lock per key

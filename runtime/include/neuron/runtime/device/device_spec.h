@@ -29,6 +29,9 @@ class DeviceSpec {
 
   const proto::DeviceSpec& spec() const { return spec_; }
   const std::string& origin() const { return origin_; }
+  // The spec's deterministic binary serialization, made once: what identifies
+  // the device in compile cache keys.
+  const std::string& serialized() const { return serialized_; }
 
   // Dense matmul peak: pe_rows x pe_columns multiply-adds per cycle (2 FLOPs
   // each) at the tensor engine's clock; fp32 divided by its slowdown.
@@ -43,6 +46,7 @@ class DeviceSpec {
 
   proto::DeviceSpec spec_;
   std::string origin_;
+  std::string serialized_;
 };
 
 }  // namespace neuron::runtime
