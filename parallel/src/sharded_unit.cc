@@ -92,6 +92,8 @@ struct ShardedUnit::State {
   std::mutex mu;
   std::uint64_t counted = 0;  // this unit's bytes in ProcessMemory()
   int armed = 0;  // forwards whose backward is still to come
+  bool sync = true;          // reduce at the end of each backward (else no_sync)
+  bool accumulated = false;  // grad_full holds no_sync backwards' gradients
   bool finalize_queued = false;
   std::vector<char> ready;
   std::size_t remaining = 0;
@@ -154,6 +156,12 @@ struct ShardedUnit::State {
   }
 
   void LaunchReduce() {
+    if (!sync) {  // no_sync: keep the full gradient for the next backward
+      accumulated = true;
+      if (options.stage == 3) Free();
+      return;
+    }
+    accumulated = false;
     if (options.stage == 1) {
       std::vector<at::Tensor> tensors{grad_full};
       reduce_work = group->allreduce(tensors);
@@ -238,9 +246,13 @@ struct ShardedUnit::State {
     at::Tensor slot = grad_full.narrow(0, offsets[i], numels[i]);
     at::Tensor& grad = params[i].mutable_grad();
     if (grad.defined()) {
-      slot.copy_(grad.reshape(-1));
+      if (accumulated) {
+        slot.add_(grad.reshape(-1));  // onto what no_sync backwards left
+      } else {
+        slot.copy_(grad.reshape(-1));
+      }
       grad.reset();  // sharded from here on: the full gradient is not kept
-    } else {
+    } else if (!accumulated) {
       slot.zero_();
     }
     ready[i] = 1;
@@ -349,6 +361,11 @@ bool ShardedUnit::gathered() const {
   return state_->full_valid;
 }
 
+bool ShardedUnit::gathering() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return static_cast<bool>(state_->gather_work);
+}
+
 void ShardedUnit::MarkStale() {
   std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->gather_work) state_->WaitGather();
@@ -405,9 +422,33 @@ void ShardedUnit::LoadFullParameters(const std::vector<at::Tensor>& values) {
   MarkStale();
 }
 
+void ShardedUnit::SetRequireGradientSync(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->sync = sync;
+}
+
 double ShardedUnit::LocalGradSquaredNorm() const {
   const at::Tensor& g = state_->master.grad();
   return g.defined() ? g.to(at::kDouble).pow(2).sum().item<double>() : 0.0;
+}
+
+double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const {
+  const State& s = *state_;
+  NEURON_CHECK(counted.size() == s.params.size(), s.What(), ": ", counted.size(),
+               " flags for ", s.params.size(), " parameters");
+  const at::Tensor& g = s.master.grad();
+  if (!g.defined()) return 0.0;
+  // Parameter i's elements in this rank's shard: the overlap of its range
+  // in the flat vector with [begin, end).
+  const std::int64_t begin = s.rank * s.shard_numel, end = begin + s.shard_numel;
+  double sum = 0;
+  for (std::size_t i = 0; i < counted.size(); ++i) {
+    const std::int64_t lo = std::max(begin, s.offsets[i]);
+    const std::int64_t hi = std::min(end, s.offsets[i] + s.numels[i]);
+    if (!counted[i] || lo >= hi) continue;
+    sum += g.narrow(0, lo - begin, hi - lo).to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return sum;
 }
 
 }  // namespace neuron::parallel

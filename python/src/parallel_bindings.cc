@@ -162,6 +162,7 @@ void BindParallel(py::module_& m) {
       .def_property_readonly("padded_numel", &ShardedUnit::padded_numel)
       .def_property_readonly("stage", &ShardedUnit::stage)
       .def_property_readonly("gathered", &ShardedUnit::gathered)
+      .def_property_readonly("gathering", &ShardedUnit::gathering)
       .def("start_gather", &ShardedUnit::StartGather, py::call_guard<py::gil_scoped_release>())
       .def("gather", &ShardedUnit::Gather, py::call_guard<py::gil_scoped_release>())
       .def("free", &ShardedUnit::Free, py::call_guard<py::gil_scoped_release>())
@@ -173,7 +174,13 @@ void BindParallel(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("unshard", &ShardedUnit::Unshard, py::call_guard<py::gil_scoped_release>())
       .def("shard_of", &ShardedUnit::Shard)
-      .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm);
+      .def("set_require_gradient_sync", &ShardedUnit::SetRequireGradientSync)
+      .def("local_grad_squared_norm",
+           py::overload_cast<>(&ShardedUnit::LocalGradSquaredNorm, py::const_))
+      .def("local_grad_squared_norm",
+           py::overload_cast<const std::vector<bool>&>(&ShardedUnit::LocalGradSquaredNorm,
+                                                       py::const_),
+           py::arg("counted"));
 
   // Tensor / sequence parallel collectives (autograd functions).
   m.def("_copy_to_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {

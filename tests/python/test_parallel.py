@@ -101,6 +101,8 @@ def test_zero_stages_train_bitwise_like_a_single_process():
                 "bitwise equal to the reference") in proc.stdout, proc.stdout
     assert ("zero extras: clip_grad_norm_, bf16 mixed precision, cpu offload, activation "
             "checkpointing, full state dict round trip: ok") in proc.stdout, proc.stdout
+    assert ("zero no_sync at stages 1-3 bitwise equal to DDP's; size policy, prefetch, bf16 "
+            "reduction: ok") in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("tp,sp", [(2, False), (4, True)])
@@ -113,7 +115,8 @@ def test_tensor_and_sequence_parallel_gpt_matches_one_device(tp, sp):
 
 @pytest.mark.parametrize("args", [
     ["--pp", "2", "--schedule", "1f1b", "--microbatches", "3"],
-    ["--pp", "2", "--tp", "2", "--schedule", "gpipe", "--microbatches", "4"],
+    ["--pp", "2", "--tp", "2", "--schedule", "gpipe", "--microbatches", "4", "--sp",
+     "--clip", "0.05"],
     ["--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--microbatches", "5"],
 ])
 def test_pipeline_schedules_match_one_device(args):
@@ -124,7 +127,9 @@ def test_pipeline_schedules_match_one_device(args):
 
 
 def test_3d_tensor_pipeline_and_zero_data_parallel_match_one_device():
-    proc = run(8, "pp_parity.py", "--pp", "2", "--tp", "2", "--zero", "1")
+    # ZeRO-3 with sequence parallelism and clipping across all three axes.
+    proc = run(8, "pp_parity.py", "--pp", "2", "--tp", "2", "--zero", "3", "--sp", "--clip",
+               "0.05")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"\[rank 0\]: pp parity .*: ok, \d+ checks close to one device; stage 0 "
                      r"modelled bubble 0\.\d+", proc.stdout), proc.stdout

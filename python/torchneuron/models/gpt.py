@@ -106,10 +106,17 @@ class Block(nn.Module):
         self.ln2 = _layer_norm(cfg.dim, sequence_parallel)
         self.mlp = MLP(cfg, group, sequence_parallel)
         self.dropout = cfg.dropout
+        self.group = group if sequence_parallel else False
+
+    def drop(self, x):
+        """Residual dropout; on a sequence shard, the one-device model's mask."""
+        if self.group is not False:
+            return tp.sequence_parallel_dropout(x, self.dropout, self.training, self.group)
+        return F.dropout(x, self.dropout, self.training)
 
     def forward(self, x):
-        x = x + F.dropout(self.attn(self.ln1(x)), self.dropout, self.training)
-        return x + F.dropout(self.mlp(self.ln2(x)), self.dropout, self.training)
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.mlp(self.ln2(x)))
 
 
 class Embedding(nn.Module):

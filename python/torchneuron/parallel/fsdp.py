@@ -17,6 +17,7 @@ same way) bitwise.
                                      mixed_precision=MixedPrecision(torch.bfloat16))
     opt = torch.optim.AdamW(model.parameters())   # the shards: optimizer state is sharded
 """
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -26,14 +27,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .. import _C
+from . import clip, mesh
 from .ddp import _default_group
 
 
 @dataclasses.dataclass(frozen=True)
 class MixedPrecision:
     """param_dtype: the gathered parameters and the computation (inputs are cast
-    to it); reduce_dtype: the gradient reduction. Master weights, optimizer
-    state and the gradients the optimizer sees stay fp32."""
+    to it); reduce_dtype: the gradient reduction, and the precision the
+    shard gradients are kept in (the optimizer sees them in it: a bf16
+    reduce_dtype halves the gradient memory, as ZeRO counts it). Master
+    weights and optimizer state stay fp32."""
     param_dtype: torch.dtype = torch.float32
     reduce_dtype: torch.dtype = torch.float32
 
@@ -105,8 +109,10 @@ class FullyShardedDataParallel(nn.Module):
     parameters() yields the fp32 shards, one per unit: build the optimizer
     from them. full_state_dict() / load_full_state_dict() give and take the
     module's ordinary state dict (collective). clip_grad_norm_() clips over
-    all shards. At construction every rank's module is made equal to the
-    group's rank 0's.
+    all shards. no_sync() accumulates gradients without reducing them.
+    Parameters marked sequence-parallel get their gradients summed over the
+    tensor-parallel group. At construction every rank's module is made
+    equal to the group's rank 0's.
     """
 
     def __init__(self, module, stage=3, process_group=None, wrap_policy=None,
@@ -150,6 +156,7 @@ class FullyShardedDataParallel(nn.Module):
         visit("", module)
         self._root = _Unit("", claim(module), self.process_group, stage,
                            self.mixed_precision, cpu_offload is not None)
+        self._sum_sequence_parallel_gradients(module)
         self._units = units
         self._order = []  # non-root units in forward order, learnt on the first forward
         self._order_known = False
@@ -164,6 +171,26 @@ class FullyShardedDataParallel(nn.Module):
                                                                         inputs, out))
 
     # -- the hooks ------------------------------------------------------------
+    @staticmethod
+    def _sum_sequence_parallel_gradients(module):
+        """Parameters used on a sequence shard (mark_sequence_parallel) need
+        their gradients summed over the tensor-parallel group before they are
+        sharded (allreduce_sequence_parallel_grads cannot: the unit takes
+        .grad during backward): a hook on each does it as its gradient
+        arrives."""
+        group = mesh.get_tensor_parallel_group() if mesh.is_initialized() else None
+        if group is None or dist.get_world_size(group) == 1:
+            return
+
+        def summed(grad):
+            grad = grad.clone()
+            dist.all_reduce(grad, group=group)
+            return grad
+
+        for p in module.parameters():
+            if p.requires_grad and getattr(p, "sequence_parallel", False):
+                p.register_hook(summed)
+
     def _neighbour(self, unit, step):
         if not (self.prefetch and self._order_known) or unit.order is None:
             return None
@@ -283,17 +310,31 @@ class FullyShardedDataParallel(nn.Module):
 
     def clip_grad_norm_(self, max_norm):
         """Scales every shard's gradient so that the global gradient's 2-norm is
-        at most max_norm; returns the norm before clipping (collective)."""
-        total = torch.tensor([sum(u.core.local_grad_squared_norm()
-                                  for u in self._units + [self._root])], dtype=torch.float64)
-        dist.all_reduce(total, group=self.process_group)
-        norm = total.sqrt()
-        coef = max_norm / (norm.item() + 1e-6)
-        if coef < 1:
-            for p in self.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(coef)
-        return norm.to(torch.float32)[0]
+        at most max_norm; returns the norm before clipping (collective; with
+        tensor or pipeline parallelism, the norm of the whole model: see
+        torchneuron.parallel.clip_grad_norm_, which also takes several parts)."""
+        return clip.clip_grad_norm_([self], max_norm)
+
+    def _local_grad_squares(self, tp_rank):
+        """Sum of grad^2 over this rank's shards, a tensor-parallel replica's
+        elements only on tensor-parallel rank 0."""
+        return sum(u.core.local_grad_squared_norm([clip._counted(p, tp_rank) for p in u.params])
+                   for u in self._units + [self._root])
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradient accumulation without communication: backwards inside add
+        their full gradients up locally (memory: a full gradient per unit, in
+        reduce_dtype); the first backward after it reduces the sum. With fp32
+        throughout the result equals DistributedDataParallel.no_sync's bitwise."""
+        units = self._units + [self._root]
+        for unit in units:
+            unit.core.set_require_gradient_sync(False)
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.core.set_require_gradient_sync(True)
 
 
 def model_state_memory():

@@ -254,6 +254,20 @@ def allreduce_sequence_parallel_grads(model, group=None):
         offset += g.numel()
 
 
+def sequence_parallel_dropout(x, p, training=True, group=None):
+    """Dropout of a sequence shard (dim 0 of x is this rank's 1/t of the
+    sequence) that drops what dropout of the whole sequence on one device
+    drops: the full mask is drawn from the default RNG (equal on the
+    tensor-parallel ranks, as F.dropout draws it: bernoulli(1 - p) / (1 - p))
+    and this rank keeps its slice."""
+    size, rank = _size_rank(_group(group))
+    if not training or p == 0 or size == 1:
+        return F.dropout(x, p, training)
+    shape = (x.shape[0] * size,) + tuple(x.shape[1:])
+    noise = torch.empty(shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)
+    return x * noise.narrow(0, rank * x.shape[0], x.shape[0])
+
+
 # -- RNG -------------------------------------------------------------------------
 class RNGStatesTracker:
     """Megatron's split of randomness: the default RNG is seeded equally on the

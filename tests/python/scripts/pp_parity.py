@@ -4,7 +4,8 @@ stages (and tensor-parallel within them) against the same GPT on one device.
 
     neuronrun -n 4 tests/python/scripts/pp_parity.py --pp 2 [--tp 2] [--schedule 1f1b]
                                                       [--chunks 1] [--microbatches 3] [--zero S]
-    neuronrun -n 8 tests/python/scripts/pp_parity.py --pp 2 --tp 2 --zero 1   # 3D: dp 2
+                                                      [--sp] [--clip MAX_NORM]
+    neuronrun -n 8 tests/python/scripts/pp_parity.py --pp 2 --tp 2 --zero 3 --sp --clip 0.05  # 3D: dp 2
 
 Both models come from the same seed; the pipeline engine runs the batch as
 microbatches (a count that need not divide the batch evenly, nor be a
@@ -15,7 +16,13 @@ unit of that stage. For 3 SGD steps, within the fp32 assert_close defaults:
 the loss (last stage, averaged over data parallel) and the gradient of every
 parameter a rank holds (without --zero: ZeRO's shards hold no per-parameter
 gradients, so then the losses are compared, and the parameters after the
-last step). Rank 0 prints one line, with the
+last step). --sp makes the tensor-parallel regions sequence parallel (the
+LayerNorms' gradients summed over the tensor-parallel group: by
+allreduce_sequence_parallel_grads, or by the sharded units' hooks under
+--zero). --clip clips with torchneuron.parallel.clip_grad_norm_ over every
+part of the model and checks its norm against the one-device model's
+(torch.nn.utils.clip_grad_norm_), which must exceed MAX_NORM so the
+gradients really are scaled. Rank 0 prints one line, with the
 first stage's modelled bubble next to the schedule's and the formula's.
 """
 import argparse
@@ -41,6 +48,8 @@ def main():
     p.add_argument("--chunks", type=int, default=1)
     p.add_argument("--microbatches", type=int, default=3)
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
+    p.add_argument("--sp", action="store_true", help="sequence parallel")
+    p.add_argument("--clip", type=float, help="clip the global gradient norm to this")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
@@ -50,7 +59,7 @@ def main():
     torch.manual_seed(11)
     ref = GPT(CFG, tp_group=False)
     torch.manual_seed(11)
-    model = GPT(CFG)
+    model = GPT(CFG, sequence_parallel=args.sp)
     chunks = pipeline.partition(model.stages(), args.chunks)
     layout = parallel.get_layout()
     parts = [parallel.FullyShardedDataParallel(c, stage=args.zero) for c in chunks] \
@@ -73,8 +82,17 @@ def main():
         loss = engine.step(tokens[share], targets[share])
         if not args.zero:
             parallel.average_gradients([q for _, q, _ in pairs])
+            if args.sp:
+                tp.allreduce_sequence_parallel_grads(model)
         want = ref(tokens, targets)
         want.backward()
+        if args.clip is not None:
+            norm = parallel.clip_grad_norm_(parts, args.clip)
+            ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), args.clip)
+            torch.testing.assert_close(norm, ref_norm,
+                                       msg=lambda m: f"step {step}: gradient norm: {m}")
+            assert ref_norm > args.clip, f"norm {ref_norm} does not exceed --clip {args.clip}"
+            checks += 1
         if engine.is_last:
             mean = loss.detach().reshape(1)
             dist.all_reduce(mean, group=parallel.get_data_parallel_group())
@@ -94,7 +112,12 @@ def main():
             full = dict(ref.named_parameters())
             prefix = {id(q): n for n, q in model.named_parameters()}
             for (key, value), q in zip(state.items(), part.module.parameters()):
-                torch.testing.assert_close(value, tp.local_part(full[prefix[id(q)]].detach(), q),
+                # ZeRO-3 leaves the module's parameters empty: split by the value's shape.
+                dim = getattr(q, "tensor_parallel_dim", None)
+                want = full[prefix[id(q)]].detach()
+                if dim is not None:
+                    want = tp.slice_padded(want, dim, value.shape[dim], layout.tp_rank)
+                torch.testing.assert_close(value, want,
                                            msg=lambda m: f"after 3 steps: {key}: {m}")
                 checks += 1
     counts = torch.tensor([checks])
@@ -103,7 +126,7 @@ def main():
     if rank == 0:
         b = engine.last
         print(f"pp parity pp={args.pp} tp={args.tp} dp={layout.dp} zero={args.zero} "
-              f"{args.schedule} chunks={args.chunks} microbatches={args.microbatches}: ok, {int(counts)} checks close to one device; "
+              f"sp={args.sp} clip={args.clip} {args.schedule} chunks={args.chunks} microbatches={args.microbatches}: ok, {int(counts)} checks close to one device; "
               f"stage 0 modelled bubble {b['bubble']:.3f} (schedule {b['schedule_bubble']:.3f}, "
               f"formula {b['formula_bubble']:.3f})", flush=True)
 

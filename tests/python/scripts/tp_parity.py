@@ -13,7 +13,8 @@ The vocabulary (51) is not divisible by the tensor-parallel size, so the
 padded vocab-parallel cross-entropy is exercised. Also: the RNG tracker's
 default stream is equal on the ranks of a tensor-parallel group and its
 fork differs, and dropout outside the tensor-parallel regions drops what
-the one-device model drops. Rank 0 prints one summary line.
+the one-device model drops (with --sp too: each rank keeps its slice of the
+whole sequence's mask). Rank 0 prints one summary line.
 """
 import argparse
 import datetime
@@ -79,7 +80,7 @@ def main():
     torch.manual_seed(11)
     ref = GPT(cfg, tp_group=False)
     torch.manual_seed(11)
-    model = GPT(cfg, sequence_parallel=False)
+    model = GPT(cfg, sequence_parallel=args.sp)
     ref.train()
     model.train()
     for step in range(2):

@@ -17,7 +17,11 @@ clip_grad_norm_ against the reference's global norm; bf16 compute over fp32
 masters within bf16 tolerance of the fp32 loss; CPU offload trains bitwise
 alike and charges its host traffic to the modelled time; activation checkpointing
 inside units leaves the gradients bitwise unchanged; load_full_state_dict round
-trip and its error naming a mismatched tensor. Rank 0 prints one line per
+trip and its error naming a mismatched tensor. no_sync() at every stage
+(bitwise equal to DDP's gradient accumulation, and nothing reduced inside
+it); size_policy's units; prefetch (the next unit's all-gather in flight
+when a unit's forward starts, none without it, the same losses); a bf16
+gradient reduction within bf16 precision. Rank 0 prints one line per
 check.
 """
 import argparse
@@ -199,6 +203,99 @@ def extras(rank, world):
         assert "3.weight has shape [20, 20] in the model but [21, 20] in the state dict" in str(e), e
 
 
+def no_sync(stage, rank, world):
+    """Two microbatches per rank, the first inside no_sync(): the unit reduces
+    once, the sum of both; equal bitwise to DDP's no_sync (each rank's .grad
+    accumulating both, then the rank-order sum over ranks / world)."""
+    model = wrapped(stage, rank)
+    opt = optimizer(model.parameters())
+    ref = Reference(world)
+    x, y = batch(0)
+    mine_x, mine_y = shard(x, rank, world), shard(y, rank, world)
+    half = mine_x.shape[0] // 2
+    group = model.process_group
+    before = len(torchneuron.fabric.records(group))
+    with model.no_sync():
+        nn.functional.mse_loss(model(mine_x[:half]), mine_y[:half]).backward()
+    inside = [r["op"] for r in torchneuron.fabric.records(group)[before:]]
+    assert not any("reduce" in op for op in inside), f"stage {stage}: no_sync reduced: {inside}"
+    nn.functional.mse_loss(model(mine_x[half:]), mine_y[half:]).backward()
+    opt.step()
+    grads = []
+    for r in range(world):
+        ref.model.zero_grad(set_to_none=True)
+        rx, ry = shard(x, r, world), shard(y, r, world)
+        for part in (slice(0, half), slice(half, None)):
+            nn.functional.mse_loss(ref.model(rx[part]), ry[part]).backward()
+        grads.append([p.grad for p in ref.model.parameters()])
+    for i, p in enumerate(ref.model.parameters()):
+        total = grads[0][i]
+        for r in range(1, world):
+            total = total + grads[r][i]
+        p.grad = total / world
+    ref.opt.step()
+    state = model.full_state_dict()
+    for k, v in ref.model.state_dict().items():
+        same(state[k], v, f"no_sync stage {stage}: {k}")
+
+
+def policies_and_prefetch(rank, world):
+    # size_policy wraps the outermost submodules with enough parameters:
+    # only the 20x20 Linear (420) reaches 300.
+    sized = parallel.FullyShardedDataParallel(make(), stage=1,
+                                              wrap_policy=parallel.size_policy(300))
+    assert [(name, params) for name, params, _ in sized.units()] == \
+        [("3", ["3.weight", "3.bias"]),
+         ("", ["0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"])], sized.units()
+
+    # Prefetch: once the forward order is known, entering unit i's forward
+    # has started unit i+1's all-gather; without prefetch nothing is in
+    # flight. The arithmetic is the same either way.
+    x, y = batch(0)
+    losses = []
+    for prefetch in (True, False):
+        model = wrapped(3, rank, prefetch=prefetch)
+        units = model._units
+        seen = []
+        for i, unit in enumerate(units[:-1]):
+            following = units[i + 1]
+            unit_module = [m for m in model.module if isinstance(m, nn.Linear)][i]
+            unit_module.register_forward_pre_hook(
+                lambda m, inputs, f=following: seen.append(f.core.gathering or f.core.gathered))
+        run = []
+        opt = optimizer(model.parameters())
+        for step in range(2):
+            seen.clear()
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(shard(x, rank, world)), shard(y, rank, world))
+            loss.backward()
+            opt.step()
+            run.append(loss.detach())
+        assert seen == [prefetch] * (len(units) - 1), (prefetch, seen)
+        losses.append(run)
+    for a, b in zip(*losses):
+        same(b, a, "prefetch off: loss")
+
+    # A bf16 gradient reduction: the shard gradients are kept in bf16 and
+    # are the fp32 average within bf16's precision.
+    model = wrapped(2, rank, mixed_precision=parallel.MixedPrecision(reduce_dtype=torch.bfloat16))
+    nn.functional.mse_loss(model(shard(x, rank, world)), shard(y, rank, world)).backward()
+    torch.manual_seed(SEED)
+    ref = make()
+    grads = []
+    for r in range(world):
+        ref.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(ref(shard(x, r, world)), shard(y, r, world)).backward()
+        grads.append({n: p.grad for n, p in ref.named_parameters()})
+    for unit in model._units + [model._root]:
+        assert unit.core.shard.grad.dtype == torch.bfloat16
+        for name, got in zip(unit.param_names,
+                             unit.core.unshard(unit.core.shard.grad.float())):
+            want = sum(g[name] for g in grads) / world
+            torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-3,
+                                       msg=lambda m: f"bf16 reduction: {name}: {m}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="123")
@@ -214,10 +311,15 @@ def main():
             print(f"zero parity stage {stage}: {args.steps} steps x {world} ranks: losses and "
                   f"{tensors} tensors bitwise equal to the reference", flush=True)
     extras(rank, world)
+    for stage in (1, 2, 3):
+        no_sync(stage, rank, world)
+    policies_and_prefetch(rank, world)
     dist.barrier()
     if rank == 0:
         print("zero extras: clip_grad_norm_, bf16 mixed precision, cpu offload, activation "
               "checkpointing, full state dict round trip: ok", flush=True)
+        print("zero no_sync at stages 1-3 bitwise equal to DDP's; size policy, prefetch, bf16 "
+              "reduction: ok", flush=True)
 
 
 if __name__ == "__main__":

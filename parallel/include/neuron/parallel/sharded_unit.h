@@ -20,7 +20,8 @@
 // gradient accumulator moves its gradient into the unit's flat gradient (and
 // drops .grad); once the unit has every gradient its reduction starts
 // asynchronously, and the end of backward waits for it. Parameters that get
-// no gradient in a backward count as zeros.
+// no gradient in a backward count as zeros. SetRequireGradientSync(false)
+// accumulates full gradients locally instead (no_sync).
 //
 //   ShardedUnit unit(params, group, {.stage = 3});
 //   unit.Gather();  ... forward ...  unit.Free();
@@ -78,6 +79,7 @@ class ShardedUnit {
   // Releases the full buffer (using a parameter before the next Gather is an error).
   void Free();
   bool gathered() const;
+  bool gathering() const;  // an all-gather started and not yet waited for (prefetch)
   // The shard changed (an optimizer step): the next Gather must fetch it.
   void MarkStale();
 
@@ -96,8 +98,18 @@ class ShardedUnit {
   std::vector<at::Tensor> Unshard(const at::Tensor& shard_like);
   at::Tensor Shard(const std::vector<at::Tensor>& values) const;
 
-  // Sum over this rank's shard of grad^2 (for clipping across shards).
+  // Gradient accumulation without communication (FSDP's no_sync): while
+  // false, each backward adds its gradients into the unit's full flat
+  // gradient (reduce_dtype, held between backwards) and reduces nothing; the
+  // next backward with sync reduces the sum of them all, so the result
+  // equals DDP's no_sync. Default true.
+  void SetRequireGradientSync(bool sync);
+
+  // Sum over this rank's shard of grad^2 (for clipping across shards); with
+  // `counted`, one flag per parameter, only the flagged parameters' elements
+  // (tensor-parallel replicas are counted on one rank only).
   double LocalGradSquaredNorm() const;
+  double LocalGradSquaredNorm(const std::vector<bool>& counted) const;
 
  private:
   struct State;
