@@ -3,10 +3,13 @@
 #include <ATen/ATen.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
@@ -120,11 +123,19 @@ proto::Manifest ReadManifest(const std::string& dir) {
   return manifest;
 }
 
-void RemoveManifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifest;
-  if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
-    throw IoError(StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Manifest& manifest) {
+  std::set<std::string> listed;
+  for (const auto& f : manifest.files()) listed.insert(f.name());
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard_file = name.rfind("shard-", 0) == 0 && name.find(".bin") != std::string::npos;
+    if (!shard_file || listed.count(name) > 0) continue;
+    if (std::filesystem::remove(entry.path(), error)) removed.push_back(name);
   }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 at::Tensor AssembleFull(const std::string& name, const std::vector<std::int64_t>& full_shape,

@@ -263,7 +263,9 @@ void BindParallel(py::module_& m) {
     d["tensors"] = tensors;
     return d;
   });
-  m.def("_remove_manifest", &np::RemoveManifest);
+  m.def("_remove_unlisted", [](const std::string& dir) {
+    return np::RemoveUnlisted(dir, np::ReadManifest(dir));
+  });
   m.def("_assemble_full", [](const std::string& name, const std::vector<std::int64_t>& shape,
                              const std::vector<PieceTuple>& pieces, const std::string& dir) {
     std::vector<np::TensorPiece> owned;

@@ -55,7 +55,11 @@ TEST(CheckpointIo, PiecesRoundTripThroughFilesAndAssembleIntoTheFullTensor) {
   }
   EXPECT_THROW(AssembleFull("w", {5, 3}, {&pieces[0], &pieces[0], &pieces[1]}, dir),
                InvalidUsage);
-  RemoveManifest(dir);
+  // Files of other saves go once a manifest is in place; listed ones stay.
+  WriteShardFile(dir + "/shard-0-old.bin", {});
+  EXPECT_EQ(RemoveUnlisted(dir, ReadManifest(dir)), std::vector<std::string>{"shard-0-old.bin"});
+  EXPECT_TRUE(std::filesystem::exists(dir + "/shard-0.bin"));
+  std::filesystem::remove(dir + "/manifest.textproto");
   EXPECT_THROW(ReadManifest(dir), InvalidUsage);
   std::filesystem::remove_all(dir);
 }

@@ -164,12 +164,18 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
                                          r"the checkpoint but \[20, 24\] in the model"):
         parallel.load_checkpoint(str(tmp_path), _tiny_gpt(3, dim=24))
 
-    shard = tmp_path / "shard-00000.bin"
+    # Saving again replaces the checkpoint: one file per rank, the old ones removed.
+    parallel.save_checkpoint(str(tmp_path), model, optimizer=opt, step=8)
+    assert parallel.load_checkpoint(str(tmp_path), other, optimizer=other_opt) == 8
+    shards = list(tmp_path.glob("shard-*.bin"))
+    assert len(shards) == 1, shards
+    shard = shards[0]
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(torchneuron.PeerError, match=r"shard-00000.bin has .* checksum .* the "
-                                                    r"file changed or is truncated"):
+    with pytest.raises(torchneuron.PeerError, match=r"shard-00000-00000008-\w+.bin has .* "
+                                                    r"checksum .* the file changed or is "
+                                                    r"truncated"):
         parallel.load_checkpoint(str(tmp_path), other)
     (tmp_path / "manifest.textproto").unlink()
     with pytest.raises(torchneuron.InvalidUsageError,
@@ -177,11 +183,30 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
         parallel.load_checkpoint(str(tmp_path), other)
 
 
+def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path):
+    directory = tmp_path / "ckpt"
+    proc = run(2, "checkpoint_killed.py", "--dir", str(directory))
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "[rank 1]: dying after writing shard-00001-00000002-" in proc.stdout, proc.stdout
+    # The second save's shard files are there, its manifest is not: the
+    # directory loads as the first save.
+    assert any("-00000002-" in f.name for f in directory.glob("shard-*.bin"))
+    expected = torch.load(tmp_path / "expected.pt")
+    loaded = parallel.load_full_state_dict(str(directory))
+    assert set(loaded) == set(expected)
+    for name, value in expected.items():
+        assert torch.equal(loaded[name], value), name
+    # The next complete save removes the leftovers.
+    parallel.save_checkpoint(str(directory), _tiny_gpt(1), step=3)
+    assert all("-00000003-" in f.name for f in directory.glob("shard-*.bin")), \
+        list(directory.glob("*"))
+
+
 def test_save_in_one_layout_load_in_another_and_continue(tmp_path):
     proc = run(4, "reshard_parity.py", "--dir", str(tmp_path / "ckpt"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2: 6 losses close" \
-        in proc.stdout, proc.stdout
+    assert ("reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2 and tp=1 dp=4 "
+            "ZeRO-2: 9 losses close") in proc.stdout, proc.stdout
 
 
 def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():

@@ -5,9 +5,10 @@ tensors it owns: its tensor-parallel slice of each parameter and of its
 optimizer state (gathered over the data-parallel group first when ZeRO
 shards them; data-parallel rank 0 writes, tensor-parallel rank 0 writes the
 unsplit ones), each pipeline stage its own layers. The files
-(neuron::parallel checkpoint_io, C++) are written atomically and a manifest
-listing them with checksums comes last: an interrupted save is never
-loaded. load_checkpoint assembles each full tensor a rank needs from the
+(neuron::parallel checkpoint_io, C++) are written atomically under names
+of their own, and a manifest listing them with checksums comes last,
+renamed over the previous one: an interrupted save is never loaded and
+leaves the previous checkpoint in the directory whole. load_checkpoint assembles each full tensor a rank needs from the
 pieces and keeps the part its layout holds, so a checkpoint saved with one
 (dp, tp, pp, ZeRO stage) loads into another. load_full_state_dict gives the
 consolidated state dict in one process.
@@ -18,6 +19,7 @@ modules this rank trains (pipeline chunks, FullyShardedDataParallel
 wrappers, or the model itself), whose parameters are `model`'s.
 """
 import os
+import secrets
 
 import torch
 import torch.distributed as dist
@@ -116,16 +118,20 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
     parts = parts if parts is not None else [model]
     rank = dist.get_rank() if dist.is_initialized() else 0
     dp_rank, tp_rank, layout = _coordinates()
+    # This save's files have names of their own: the previous checkpoint in
+    # `directory` stays whole (and is what loads) until the new manifest
+    # replaces its manifest in one rename.
+    save = f"{step:08d}-{secrets.token_hex(4)}" if rank == 0 else None
+    save = _broadcast(save)
     if rank == 0:
         os.makedirs(directory, exist_ok=True)
-        _C._remove_manifest(directory)  # the old checkpoint is gone from here on
     _barrier()
     pieces, infos = [], []
     for e in _entries(model, parts, optimizer):
         if dp_rank == 0 and (e.dim is not None or tp_rank == 0):
             pieces.append(e.piece(tp_rank))
             infos.append((e.name, e.full_shape, str(e.local.dtype).replace("torch.", "")))
-    name = f"shard-{rank:05d}.bin"
+    name = f"shard-{rank:05d}-{save}.bin"
     digest = _C._write_shard_file(os.path.join(directory, name), pieces)
     everything = _all_gather((name, digest, infos))
     if rank == 0:
@@ -135,7 +141,16 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
             for n, shape, dtype in info:
                 tensors.setdefault(n, (n, shape, dtype))
         _C._write_manifest(directory, step, layout, files, sorted(tensors.values()))
+        _C._remove_unlisted(directory)  # the previous save's files
     _barrier()
+
+
+def _broadcast(obj):
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _all_gather(obj):

@@ -6,8 +6,10 @@
 Phase A: tp=2 x dp=2, ZeRO-3 (a unit per block), AdamW, 3 steps, then
 save_checkpoint (parameters and sharded optimizer state). Phase B: a new
 GPT from another seed in tp=1 x pp=2 x dp=2 (1F1B, 2 microbatches,
-gradients averaged over data parallel), load_checkpoint, 3 more steps. The
-reference: the same GPT on one device, 6 AdamW steps on the whole batch.
+gradients averaged over data parallel), load_checkpoint, 3 more steps.
+Phase C: the same checkpoint loaded into tp=1 x dp=4 with ZeRO-2, 3 more
+steps. The vocabulary (41) is padded at tp=2. The reference: the same GPT
+on one device, 6 AdamW steps on the whole batch.
 Every step's loss (averaged over the data-parallel ranks, each of which
 trains on half the batch) within the fp32 assert_close defaults. Rank 0
 prints one line.
@@ -23,7 +25,7 @@ import torchneuron.parallel as parallel
 from torchneuron.models.gpt import GPT, Block, GPTConfig
 from torchneuron.parallel import pipeline
 
-CFG = GPTConfig(vocab_size=40, seq_len=8, dim=32, heads=4, layers=2)
+CFG = GPTConfig(vocab_size=41, seq_len=8, dim=32, heads=4, layers=2)  # 41: padded at tp 2
 BATCH = 8
 
 
@@ -102,10 +104,29 @@ def main():
         if engine.is_last:
             torch.testing.assert_close(dp_mean(loss), want[step],
                                        msg=lambda m: f"phase B step {step}: loss: {m}")
+
+    # Phase C: the same checkpoint into data parallelism over all 4 ranks
+    # with ZeRO-2 (the sharded optimizer state re-split 4 ways).
+    parallel.destroy()
+    parallel.initialize(tp=1, pp=1)
+    torch.manual_seed(998)
+    model = GPT(CFG)
+    zero = parallel.FullyShardedDataParallel(model, stage=2,
+                                             wrap_policy=parallel.module_type_policy(Block))
+    opt = optimizer(zero.parameters())
+    assert parallel.load_checkpoint(args.dir, model, [zero], opt) == 3
+    for step in range(3, 6):
+        opt.zero_grad()
+        tokens, targets = batch(step)
+        loss = zero(half(tokens), half(targets))
+        loss.backward()
+        opt.step()
+        torch.testing.assert_close(dp_mean(loss), want[step],
+                                   msg=lambda m: f"phase C step {step}: loss: {m}")
     dist.barrier()
     if rank == 0:
-        print("reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2: 6 losses close "
-              "to an uninterrupted run on one device", flush=True)
+        print("reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2 and tp=1 dp=4 "
+              "ZeRO-2: 9 losses close to an uninterrupted run on one device", flush=True)
 
 
 if __name__ == "__main__":

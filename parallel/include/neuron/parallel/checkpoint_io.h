@@ -1,10 +1,13 @@
 // The files of a sharded checkpoint: every rank writes the pieces of the
-// tensors it owns to shard-RANK.bin, then one rank writes manifest.textproto
-// listing every file with its size and checksum and every tensor with its
-// full shape. Each file is written to a temporary name, flushed and renamed,
-// and the manifest comes last, so a checkpoint whose save was interrupted
-// (a killed job) has no manifest and is never loaded; a shard file that
-// changed since is refused by its checksum.
+// tensors it owns to shard-RANK-SAVE.bin (SAVE: a name of this save), then
+// one rank writes manifest.textproto listing every file with its size and
+// checksum and every tensor with its full shape. Each file is written to a
+// temporary name, flushed and renamed, and the manifest comes last (an
+// atomic rename over the previous one): a save that was interrupted (a
+// killed job) leaves the previous checkpoint whole and loadable, and its own
+// files are never loaded; a shard file that changed since is refused by its
+// checksum. Once the new manifest is in place the previous save's files are
+// removed (RemoveUnlisted).
 //
 // Pieces are rectangular parts of the full (unsharded) tensors, so a
 // checkpoint loads into any layout: assemble a full tensor from its pieces,
@@ -49,8 +52,10 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest);
 // InvalidUsage when the directory holds no complete checkpoint.
 proto::Manifest ReadManifest(const std::string& dir);
-// Deletes the manifest (before a new save into `dir` starts).
-void RemoveManifest(const std::string& dir);
+// Deletes the shard files in `dir` that `manifest` does not list (those of
+// earlier saves, and of saves that did not finish, with their temporaries);
+// returns their names. Called once the new manifest is in place.
+std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Manifest& manifest);
 
 // The full tensor `name` from `pieces` (all of that name), which must cover
 // it exactly once; InvalidUsage naming the checkpoint and tensor otherwise.
