@@ -25,7 +25,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
 
 demo: build
-	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/04_train_gpt.py --tp 2 --pp 2 --zero 3
+	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/04_train_gpt.py --tp 2 --pp 2 --zero 3 --clip 1.0
 
 bench: build
 	$(PYTHON) benchmarks/launcher_bench.py --neuronrun $(BUILD_DIR)/launcher/neuronrun

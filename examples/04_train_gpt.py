@@ -5,20 +5,26 @@ parallelism at once (what `make demo` runs).
     neuronrun -n 4 examples/04_train_gpt.py --dp 4                      # plain data parallel
     neuronrun -n 8 examples/04_train_gpt.py --tp 2 --pp 2 --sp          # + sequence parallel
     neuronrun -n 2 examples/04_train_gpt.py --compile                   # compiled blocks (tp 1)
+    neuronrun -n 4 examples/04_train_gpt.py --pp 4 --schedule interleaved --layers 8
 
 Ranks: tensor-parallel groups of --tp contiguous ranks, --pp pipeline
-stages (1F1B over --microbatches), data parallel over the rest (--dp, if
-given, must agree): torchneuron.parallel.initialize. The data is a
+stages (1F1B over --microbatches; GPipe, or interleaved 1F1B with --chunks
+model chunks per stage), data parallel over the rest (--dp, if given, must
+agree): torchneuron.parallel.initialize. The data is a
 synthetic token dataset sharded over the data-parallel ranks by
 torchneuron.parallel.DistributedSampler. --zero 1/2/3 shards optimizer
 state / gradients / parameters over data parallel
 (FullyShardedDataParallel, a unit per transformer block); --zero 0
 averages gradients (DistributedDataParallel, or after the pipeline step).
+--clip clips the whole model's gradient norm (torchneuron.parallel.
+clip_grad_norm_, across every axis of the layout).
 
 Rank 0 prints per step: the loss; wall time per step and tokens/s on this
 machine; the modelled step time and tokens/s on Trainium2 (device model for
 the matmuls, fabric model for every collective and transfer, the slowest
-rank's clock); and the largest resident memory of any rank. --metrics-out
+rank's clock); and the largest resident memory of any rank. At the end it
+prints every rank's memory: resident set and ZeRO model-state peak (the
+sharded parameters, gradients and optimizer state). --metrics-out
 FILE writes the run's figures (key = value lines) for `neuronrun matrix`;
 --trace-out DIR records every rank's operation trace there, for
 `neuronrun replay` on a larger topology (docs/scaling.md).
@@ -48,7 +54,11 @@ def parse():
     p.add_argument("--sp", action="store_true", help="sequence parallel (needs --tp > 1)")
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
     p.add_argument("--microbatches", type=int, default=4, help="pipeline microbatches")
-    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    p.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
+    p.add_argument("--chunks", type=int, default=0,
+                   help="model chunks per pipeline stage (default: 2 for interleaved, else 1)")
+    p.add_argument("--clip", type=float, default=0.0,
+                   help="clip the global gradient norm to this (0: no clipping)")
     p.add_argument("--compile", action="store_true",
                    help="torchneuron.compile each transformer block (tensor parallel 1 only)")
     p.add_argument("--steps", type=int, default=5)
@@ -108,7 +118,8 @@ def main():
             model.blocks[i] = torchneuron.compile(block)
 
     # This rank's part of the model, and how its gradients are averaged.
-    chunks = pipeline.partition(model.stages()) if args.pp > 1 else [model]
+    per_stage = args.chunks or (2 if args.schedule == "interleaved" else 1)
+    chunks = pipeline.partition(model.stages(), per_stage) if args.pp > 1 else [model]
     if args.zero:
         parts = [parallel.FullyShardedDataParallel(
             c, stage=args.zero,
@@ -155,7 +166,11 @@ def main():
             parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
         if args.pp > 1 and not args.zero:
             parallel.average_gradients(params)
+        if args.clip:
+            parallel.clip_grad_norm_(parts, args.clip)
         opt.step()
+        if args.zero:
+            parallel.record_optimizer_state(opt)
         fabric.mark("step_end")
         # The slowest rank's figures, in one all-reduce.
         wall, modelled_us, compute_us, bubble_us, rss = slowest(
@@ -175,8 +190,25 @@ def main():
         fabric.save_trace(args.trace_out)
     if args.metrics_out:
         write_metrics(args, layout, history, tokens_per_step, rss)
+    print_memory(layout)
     dist.barrier()
     return 0
+
+
+def print_memory(layout):
+    """Every rank's memory, on rank 0: resident set and model-state peak."""
+    mine = (dist.get_rank(), layout.tp_rank, layout.pp_rank, layout.dp_rank,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            parallel.model_state_memory()["peak"] / 2**20)
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if dist.get_rank() != 0:
+        return
+    print("memory per rank (model state: ZeRO's sharded parameters, gradients and optimizer "
+          "state; 0 without --zero):", flush=True)
+    print(" rank  tp  pp  dp  max RSS MiB  model-state peak MiB", flush=True)
+    for rank, tp, pp, dp, rss, state in everyone:
+        print(f"{rank:5d} {tp:3d} {pp:3d} {dp:3d} {rss:12.0f} {state:21.3f}", flush=True)
 
 
 def write_metrics(args, layout, history, tokens_per_step, rss):

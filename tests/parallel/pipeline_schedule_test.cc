@@ -15,7 +15,9 @@ void ExpectComplete(const PipelinePlan& plan, int p, int m, int v, const std::st
     std::set<std::tuple<bool, int, int>> seen;
     for (const PipelineTask& t : plan.order[s]) {
       EXPECT_TRUE(seen.insert({t.forward, t.microbatch, t.chunk}).second) << what;
-      if (!t.forward) EXPECT_TRUE(seen.count({true, t.microbatch, t.chunk})) << what;
+      if (!t.forward) {
+        EXPECT_TRUE(seen.count({true, t.microbatch, t.chunk})) << what;
+      }
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(2 * m * v)) << what << " stage " << s;
   }

@@ -220,10 +220,18 @@ def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():
                            r"tokens/s \| modelled [\d.]+ us, [\d,]+ tokens/s \| max RSS \d+ MiB",
                            proc.stdout)
         assert len(found) == 2, proc.stdout
+        # Every rank's memory at the end: rank, tp, pp, dp, RSS, model state.
+        rows = re.findall(r"\[rank 0\]: +(\d+) +\d+ +\d+ +\d+ +\d+ +(\d+\.\d+)$", proc.stdout,
+                          re.MULTILINE)
+        assert [int(r) for r, _ in rows] == list(range(n)), proc.stdout
+        if "--zero" in args:
+            assert all(float(state) > 0 for _, state in rows), rows
         return found
 
-    # Both have 2 data-parallel ranks, so the same global batches.
-    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3") == losses(2)
+    # Both have 2 data-parallel ranks, so the same global batches; clipping
+    # is computed over the whole model in both.
+    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3", "--clip", "0.5") == \
+        losses(2, "--clip", "0.5")
 
 
 def test_a_pipeline_stage_that_dies_mid_step_ends_the_job_naming_it():

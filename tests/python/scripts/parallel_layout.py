@@ -92,6 +92,19 @@ def main():
             raise AssertionError(f"rank {rank}: {cfg} was accepted")
         except ValueError as e:
             assert message in str(e), e
+    # A hidden size the tensor-parallel size does not divide, layer by layer.
+    import torchneuron.parallel.tensor_parallel as tpl
+    for make, message in ((lambda: tpl.ColumnParallelLinear(8, 2 * tp + 1),
+                           f"ColumnParallelLinear: out_features ({2 * tp + 1}) is not divisible "
+                           f"by the tensor-parallel size {tp}"),
+                          (lambda: tpl.RowParallelLinear(2 * tp + 1, 8),
+                           f"RowParallelLinear: in_features ({2 * tp + 1}) is not divisible by "
+                           f"the tensor-parallel size {tp}")):
+        try:
+            make()
+            raise AssertionError(f"rank {rank}: {message} was accepted")
+        except ValueError as e:
+            assert message in str(e), e
     dist.barrier()
     if rank == 0:
         print(f"parallel layout tp={tp} dp={dp} pp={pp}: groups, sampler and DDP ok "
