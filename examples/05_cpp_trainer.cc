@@ -1,21 +1,26 @@
 // Example 05: a libtorch (C++) trainer on neuron::parallel, no Python.
 //
-//   neuronrun -n 8 build/examples/cpp_trainer --tp 2 --zero 3     # dp = 4
-//   neuronrun -n 8 build/examples/cpp_trainer --tp 2 --pp 2       # dp = 2, 1F1B
-//   neuronrun -n 2 build/examples/cpp_trainer                     # data parallel
+//   neuronrun -n 16 build/examples/cpp_trainer --tp 2 --pp 2 --zero 3  # dp = 4
+//   neuronrun -n 8 build/examples/cpp_trainer --tp 2 --zero 3          # dp = 4
+//   neuronrun -n 2 build/examples/cpp_trainer                          # data parallel
 //
-// A small language model (vocab-parallel embedding, residual MLP blocks of
-// column- and row-parallel linears, vocab-parallel LM head and
-// cross-entropy) trained on synthetic tokens with tensor parallelism (--tp),
-// pipeline stages (--pp: PipelineEngine, 1F1B over --microbatches; layers
-// balanced by parameter count) and data parallelism over the rest:
+// A small GPT (vocab-parallel embedding with learned positions; blocks of
+// layer norm, causal self-attention with its heads split over the
+// tensor-parallel group and an MLP of column- and row-parallel linears;
+// final layer norm, vocab-parallel LM head and cross-entropy) trained on
+// synthetic tokens with tensor parallelism (--tp), pipeline stages (--pp:
+// PipelineEngine, 1F1B over --microbatches; layers balanced by parameter
+// count) and data parallelism over the rest (--dp, if given, must agree):
 // gradients averaged by the GradientReducer (DDP) or AverageGradients (with
-// a pipeline), or with --zero 1/2/3 the model is one ZeRO unit
-// (ShardedUnit). The groups come from InitializeParallel over a c10d
-// TCPStore at MASTER_ADDR:MASTER_PORT (which neuronrun sets). Rank 0
-// prints per step: loss, wall time and tokens/s, the modelled step time and
-// tokens/s (device model for the matmuls, fabric model for collectives),
-// and the largest resident memory of any rank.
+// a pipeline), or with --zero 1/2/3 each stage's layers are one ZeRO unit
+// (ShardedUnit; stage 3 frees the parameters after each forward and gathers
+// them again when backward reaches the stage). The groups come from
+// InitializeParallel over a c10d TCPStore at MASTER_ADDR:MASTER_PORT (which
+// neuronrun sets). Rank 0 prints per step: loss, wall time and tokens/s,
+// the modelled step time and tokens/s (device model for the matmuls, fabric
+// model for collectives), and the largest resident memory of any rank; at
+// the end every rank's memory (RSS and ZeRO model-state peak). Not here:
+// compiled graphs (the Python example's --compile).
 #include <ATen/ATen.h>
 #include <sys/resource.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -45,8 +50,8 @@ namespace np = neuron::parallel;
 namespace {
 
 struct Options {
-  int tp = 1, pp = 1, zero = 0, microbatches = 4, steps = 5, batch = 8, seq = 32, dim = 64,
-      layers = 2, vocab = 256;
+  int dp = 0, tp = 1, pp = 1, zero = 0, microbatches = 4, steps = 5, batch = 8, seq = 32,
+      dim = 64, heads = 4, layers = 2, vocab = 256;
   double lr = 0.05;
 };
 
@@ -58,7 +63,8 @@ Options Parse(int argc, char** argv) {
       NEURON_CHECK(i + 1 < argc, "cpp_trainer: ", a, " needs a value");
       return std::atoi(argv[++i]);
     };
-    if (a == "--tp") o.tp = value();
+    if (a == "--dp") o.dp = value();
+    else if (a == "--tp") o.tp = value();
     else if (a == "--pp") o.pp = value();
     else if (a == "--microbatches") o.microbatches = value();
     else if (a == "--zero") o.zero = value();
@@ -66,9 +72,10 @@ Options Parse(int argc, char** argv) {
     else if (a == "--batch") o.batch = value();
     else if (a == "--layers") o.layers = value();
     else if (a == "--dim") o.dim = value();
+    else if (a == "--heads") o.heads = value();
     else throw neuron::InvalidUsage("cpp_trainer: unknown option " + a +
-                                    " (--tp N --pp N --zero 0-3 --microbatches N --steps N --batch N --layers N "
-                                    "--dim N)");
+                                    " (--dp N --tp N --pp N --zero 0-3 --microbatches N --steps N "
+                                    "--batch N --layers N --dim N --heads N)");
   }
   return o;
 }
@@ -80,21 +87,28 @@ int EnvInt(const char* name) {
 }
 
 // The model as layers (embedding, blocks, head), each with its parameters:
-// full tensors made from one seed on every rank, then this rank's
-// tensor-parallel slice.
+// full tensors made from one seed on every rank (the same draws whatever
+// the layout), then this rank's tensor-parallel slice.
 struct Model {
   np::GroupPtr tp;
-  int t = 1, r = 0;
-  std::int64_t vocab, padded_vocab;
-  std::vector<std::vector<at::Tensor>> layers;  // [embedding], [w1, b1, w2, b2]..., [head]
+  int t = 1, r = 0, heads = 1;  // heads: this rank's
+  std::int64_t vocab, padded_vocab, dim, seq;
+  // [token embedding, positions], per block [ln1 w, b, q w, b, k w, b, v w, b,
+  // out w, b, ln2 w, b, fc1 w, b, fc2 w, b], [ln w, b, head w]
+  std::vector<std::vector<at::Tensor>> layers;
 
   Model(const Options& o, np::GroupPtr group) : tp(std::move(group)) {
     t = tp->getSize();
     r = tp->getRank();
     vocab = o.vocab;
+    dim = o.dim;
+    seq = o.seq;
     padded_vocab = (o.vocab + t - 1) / t * t;
-    NEURON_CHECK(4 * o.dim % t == 0, "cpp_trainer: tensor parallel ", t,
-                 " does not divide the MLP width ", 4 * o.dim);
+    NEURON_CHECK(o.heads % t == 0, "cpp_trainer: tensor parallel ", t,
+                 " does not divide the ", o.heads, " attention heads");
+    NEURON_CHECK(o.dim % o.heads == 0, "cpp_trainer: ", o.heads,
+                 " heads do not divide the hidden size ", o.dim);
+    heads = o.heads / t;
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(1234);
     auto full = [&](std::vector<std::int64_t> shape, double scale) {
       return at::randn(shape, g) * scale;
@@ -104,16 +118,26 @@ struct Model {
       p.narrow(0, 0, w.size(0)).copy_(w);
       return p.narrow(0, r * n / t, n / t).clone();
     };
-    layers.push_back({rows(full({o.vocab, o.dim}, 1.0), padded_vocab)});
+    auto column = [&](std::int64_t out, std::int64_t in) {  // output rows split
+      return full({out, in}, 1 / std::sqrt(in)).narrow(0, r * out / t, out / t).clone();
+    };
+    auto row = [&](std::int64_t out, std::int64_t in) {  // input columns split
+      return full({out, in}, 1 / std::sqrt(in)).narrow(1, r * in / t, in / t).clone();
+    };
+    const std::int64_t d = o.dim, h = 4 * o.dim;
+    layers.push_back({rows(full({o.vocab, d}, 1.0), padded_vocab), full({o.seq, d}, 0.02)});
     for (int l = 0; l < o.layers; ++l) {
-      const std::int64_t h = 4 * o.dim;
-      layers.push_back(
-          {full({h, o.dim}, 1 / std::sqrt(o.dim)).narrow(0, r * h / t, h / t).clone(),
-           at::zeros({h / t}),
-           full({o.dim, h}, 1 / std::sqrt(h)).narrow(1, r * h / t, h / t).clone(),
-           at::zeros({o.dim})});
+      layers.push_back({at::ones({d}), at::zeros({d}),                      // ln1
+                        column(d, d), at::zeros({d / t}),                   // q (heads split)
+                        column(d, d), at::zeros({d / t}),                   // k
+                        column(d, d), at::zeros({d / t}),                   // v
+                        row(d, d), at::zeros({d}),                          // out
+                        at::ones({d}), at::zeros({d}),                      // ln2
+                        column(h, d), at::zeros({h / t}),                   // fc1
+                        row(d, h), at::zeros({d})});                        // fc2
     }
-    layers.push_back({rows(full({o.vocab, o.dim}, 1 / std::sqrt(o.dim)), padded_vocab)});
+    layers.push_back(
+        {at::ones({d}), at::zeros({d}), rows(full({o.vocab, d}, 1 / std::sqrt(d)), padded_vocab)});
     for (auto& layer : layers) {
       for (auto& p : layer) p.requires_grad_(true);
     }
@@ -125,7 +149,27 @@ struct Model {
     return out;
   }
 
-  // Layer i: tokens -> activations -> ... -> logits (this rank's vocabulary part).
+  // Causal self-attention over this rank's heads: x [b, s, d] (normed,
+  // replicated) -> [b, s, d] summed over the group.
+  at::Tensor Attention(const std::vector<at::Tensor>& w, const at::Tensor& x) const {
+    const at::Tensor in = np::CopyToGroup(x, tp);
+    const std::int64_t b = x.size(0), s = x.size(1), hd = dim / (heads * t);
+    auto split = [&](const at::Tensor& y) {  // [b, s, heads * hd] -> [b, heads, s, hd]
+      return y.view({b, s, heads, hd}).transpose(1, 2);
+    };
+    const at::Tensor q = split(at::linear(in, w[2], w[3])), k = split(at::linear(in, w[4], w[5])),
+                     v = split(at::linear(in, w[6], w[7]));
+    const at::Tensor causal = at::ones({s, s}, at::kBool).triu(1);
+    const at::Tensor att = at::matmul(q, k.transpose(-1, -2))
+                               .div(std::sqrt(static_cast<double>(hd)))
+                               .masked_fill(causal, -INFINITY)
+                               .softmax(-1);
+    const at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({b, s, heads * hd});
+    return np::ReduceFromGroup(at::linear(y, w[8]), tp) + w[9];
+  }
+
+  // Layer i: tokens [b, s] -> activations [b, s, d] -> ... -> logits (this
+  // rank's vocabulary part).
   at::Tensor Run(int i, const at::Tensor& x) const {
     const auto& w = layers[i];
     if (i == 0) {
@@ -134,27 +178,37 @@ struct Model {
       at::Tensor outside = (local < 0).logical_or(local >= part);
       at::Tensor e = at::embedding(w[0], local.masked_fill(outside, 0))
                          .masked_fill(outside.unsqueeze(-1), 0.0);
-      return np::ReduceFromGroup(e, tp);
+      return np::ReduceFromGroup(e, tp) + w[1].narrow(0, 0, x.size(1));
     }
     if (i + 1 == static_cast<int>(layers.size())) {
-      return at::linear(np::CopyToGroup(x, tp), w[0]);
+      const at::Tensor normed = at::layer_norm(x, {dim}, w[0], w[1]);
+      return at::linear(np::CopyToGroup(normed, tp), w[2]);
     }
-    at::Tensor h = at::gelu(at::linear(np::CopyToGroup(x, tp), w[0], w[1]));
-    return x + np::ReduceFromGroup(at::linear(h, w[2]), tp) + w[3];
+    at::Tensor y = x + Attention(w, at::layer_norm(x, {dim}, w[0], w[1]));
+    const at::Tensor hidden =
+        at::gelu(at::linear(np::CopyToGroup(at::layer_norm(y, {dim}, w[10], w[11]), tp), w[12],
+                            w[13]));
+    return y + np::ReduceFromGroup(at::linear(hidden, w[14]), tp) + w[15];
   }
 
   at::Tensor Loss(const at::Tensor& logits, const at::Tensor& targets) const {
     return np::VocabParallelCrossEntropy(logits, targets, tp, vocab).mean();
   }
 
-  // The device model's forward time of layers [begin, end) at this token count.
+  // The device model's forward time of layers [begin, end) at this token
+  // count: every weight's matmul, and the attention's two per head.
   double ForwardMicros(int begin, int end, std::int64_t tokens) const {
     static const neuron::runtime::CostModel cost(neuron::runtime::DeviceSpec::FromEnvironment());
+    const std::int64_t hd = dim / (heads * t);
     double us = 0;
     for (int i = std::max(begin, 1); i < end; ++i) {
       for (std::size_t k = 0; k < layers[i].size(); ++k) {
         if (layers[i][k].dim() != 2) continue;
         us += cost.Matmul(tokens, layers[i][k].size(1), layers[i][k].size(0), true).time.count();
+      }
+      if (i + 1 < static_cast<int>(layers.size())) {  // a block: scores and weighted values
+        us += heads * (cost.Matmul(tokens, hd, seq, true).time.count() +
+                       cost.Matmul(tokens, seq, hd, true).time.count());
       }
     }
     return us;
@@ -169,6 +223,27 @@ double Slowest(::c10d::ProcessGroup& world, double value) {
   return t[0].item<double>();
 }
 
+// Every rank's memory, on rank 0: resident set and ZeRO model-state peak.
+void PrintMemory(::c10d::ProcessGroup& world, const np::MeshLayout& layout, int rank) {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const at::Tensor mine = at::tensor(
+      {usage.ru_maxrss / 1024.0, np::ShardedModelStateMemory().peak / 1048576.0}, at::kDouble);
+  std::vector<at::Tensor> in{mine};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < world.getSize(); ++r) out[0].push_back(at::empty({2}, at::kDouble));
+  world.allgather(out, in)->wait();
+  if (rank != 0) return;
+  std::printf("memory per rank (model state: ZeRO's sharded parameters, gradients and optimizer "
+              "state; 0 without --zero):\n rank  tp  pp  dp  max RSS MiB  model-state peak MiB\n");
+  for (int r = 0; r < world.getSize(); ++r) {
+    const auto c = layout.Coordinates(r);
+    std::printf("%5d %3d %3d %3d %12.0f %21.3f\n", r, c.tp, c.pp, c.dp,
+                out[0][r][0].item<double>(), out[0][r][1].item<double>());
+  }
+  std::fflush(stdout);
+}
+
 int Run(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   const int rank = EnvInt("RANK"), world = EnvInt("WORLD_SIZE");
@@ -177,11 +252,9 @@ int Run(int argc, char** argv) {
   so.isServer = rank == 0;
   so.numWorkers = world;
   auto store = c10::make_intrusive<::c10d::TCPStore>(std::getenv("MASTER_ADDR"), so);
-  np::ParallelGroups groups = np::InitializeParallel(store, rank, world, {o.tp, o.pp, 0});
+  np::ParallelGroups groups = np::InitializeParallel(store, rank, world, {o.tp, o.pp, o.dp});
   const int dp = groups.layout.size(np::Axis::kData);
   const int dp_rank = groups.layout.Coordinates(rank).dp;
-  NEURON_CHECK(o.pp == 1 || o.zero == 0, "cpp_trainer: --zero with --pp is not supported here "
-               "(the Python example has it); data parallel averages the gradients instead");
 
   Model model(o, groups.tensor);
   // This stage's layers: a balanced split by parameter count.
@@ -200,27 +273,48 @@ int Run(int argc, char** argv) {
     for (int i = begin; i < end; ++i) y = model.Run(i, y);
     return y;
   };
-  const std::int64_t micro_tokens = static_cast<std::int64_t>(o.batch) * o.seq / o.microbatches;
-  const double layer_us = model.ForwardMicros(begin, end, micro_tokens);
-  np::PipelineEngine engine(
-      {1, o.microbatches, np::ScheduleKind::kOneForwardOneBackward, 0},
-      [&](int, int, const at::Tensor& x) { return run_layers(x); },
-      [&](const at::Tensor& logits, const at::Tensor& targets) {
-        return model.Loss(logits, targets);
-      },
-      groups.pipeline, [&](int, const at::Tensor&) { return layer_us; });
-
+  // How gradients are averaged over data parallel: this stage's layers as
+  // one ZeRO unit, else DDP (without a pipeline) or AverageGradients after it.
   std::unique_ptr<np::GradientReducer> reducer;
   std::unique_ptr<np::ShardedUnit> unit;
   std::vector<at::Tensor> trained = params;
   if (o.zero > 0) {
-    unit = std::make_unique<np::ShardedUnit>(params, groups.data,
-                                             np::ShardingOptions{o.zero, at::kFloat, at::kFloat,
-                                                                 "model"});
+    unit = std::make_unique<np::ShardedUnit>(
+        params, groups.data,
+        np::ShardingOptions{o.zero, at::kFloat, at::kFloat, "stage " + std::to_string(stage)});
     trained = {unit->shard()};
   } else if (o.pp == 1) {
     reducer = std::make_unique<np::GradientReducer>(params, groups.data, np::ReducerOptions{});
   }
+  // A forward of this stage's layers (a whole batch, or one microbatch):
+  // each arms one backward of the unit; ZeRO-3 frees the parameters after
+  // it and gathers them again when backward reaches the stage's output.
+  auto forward = [&](const at::Tensor& x) {
+    if (unit) {
+      unit->PrepareForBackward();
+      unit->Gather();
+    }
+    at::Tensor y = run_layers(x);
+    if (unit && o.zero == 3) {
+      unit->Free();
+      if (y.requires_grad()) {
+        y.register_hook([&unit](const at::Tensor& g) {
+          unit->Gather();
+          return g;
+        });
+      }
+    }
+    return y;
+  };
+  const std::int64_t micro_tokens = static_cast<std::int64_t>(o.batch) * o.seq / o.microbatches;
+  const double layer_us = model.ForwardMicros(begin, end, micro_tokens);
+  np::PipelineEngine engine(
+      {1, o.microbatches, np::ScheduleKind::kOneForwardOneBackward, 0},
+      [&](int, int, const at::Tensor& x) { return forward(x); },
+      [&](const at::Tensor& logits, const at::Tensor& targets) {
+        return model.Loss(logits, targets);
+      },
+      groups.pipeline, [&](int, const at::Tensor&) { return layer_us; });
   const double step_compute_us =
       3 * model.ForwardMicros(0, static_cast<int>(model.layers.size()),
                               static_cast<std::int64_t>(o.batch) * o.seq);
@@ -245,23 +339,11 @@ int Run(int argc, char** argv) {
     at::Tensor loss;
     if (o.pp > 1) {  // the pipeline charges its own modelled compute
       loss = engine.Step(tokens, targets);
-      np::AverageGradients(params, *groups.data);
+      if (!unit) np::AverageGradients(params, *groups.data);
       if (!loss.defined()) loss = at::zeros({});
     } else {
-      if (unit) {
-        unit->PrepareForBackward();
-        unit->Gather();
-      } else {
-        reducer->PrepareForBackward();
-      }
-      loss = model.Loss(run_layers(tokens), targets);
-      if (unit && o.zero == 3) {  // free after forward, gather again for backward
-        unit->Free();
-        loss.register_hook([&](const at::Tensor& g) {
-          unit->Gather();
-          return g;
-        });
-      }
+      if (reducer) reducer->PrepareForBackward();
+      loss = model.Loss(forward(tokens), targets);
       loss.backward();
       clock->AdvanceCompute(neuron::runtime::SimDuration(step_compute_us));
     }
@@ -272,7 +354,10 @@ int Run(int argc, char** argv) {
         trained[i].sub_(momentum[i] * o.lr);
         trained[i].mutable_grad().reset();
       }
-      if (unit) unit->MarkStale();
+      if (unit) {
+        unit->MarkStale();
+        np::SetOptimizerStateBytes(static_cast<std::uint64_t>(momentum[0].nbytes()));
+      }
     }
     const double wall =
         Slowest(*groups.world, std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -293,7 +378,7 @@ int Run(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  groups.world->barrier()->wait();
+  PrintMemory(*groups.world, groups.layout, rank);
   return 0;
 }
 

@@ -281,5 +281,8 @@ def test_cpp_trainer_trains_the_same_in_3d_as_in_plain_data_parallel():
         assert len(found) == 3, proc.stdout
         return found
 
-    # tp 2 x pp 2 x dp 2 (1F1B over 4 microbatches) against dp 2: the same global batches.
-    assert losses(8, "--tp", "2", "--pp", "2") == losses(2)
+    # tp 2 x pp 2 x dp 2 (1F1B over 4 microbatches), with and without ZeRO-3
+    # per stage, against dp 2: the same global batches.
+    plain = losses(2)
+    assert losses(8, "--tp", "2", "--pp", "2") == plain
+    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3", "--dp", "2") == plain
