@@ -53,7 +53,7 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
   h.model_bytes = static_cast<double>(send_at.back());
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   const char* in = static_cast<const char*>(o.input);
   char* out = static_cast<char*>(o.output);
   NEURON_CHECK(send_counts[rank_] == recv_counts[rank_], what, ": rank ", rank_,
@@ -100,7 +100,7 @@ void Communicator::AllGatherV(const AllGatherVOptions& o) {
   char* out = static_cast<char*>(o.output);
   if (o.counts[rank_] > 0)
     std::memmove(out + at[rank_], o.input, o.counts[rank_] * esize);
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
   for (int k = 0; k < size_ - 1; ++k) {
     const int send_block = Mod(rank_ - k, size_), recv_block = Mod(rank_ - k - 1, size_);

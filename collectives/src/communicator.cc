@@ -232,9 +232,14 @@ transport::Deadline Communicator::NewDeadline() const {
   return transport::Deadline::After(ScopedOpTimeout::Current(options_.timeout));
 }
 
-// Called once or twice per operation, so built with appends rather than
-// StrCat's stream (whose construction alone costs a small allreduce's time).
-std::string Communicator::Describe(const Header& h) const {
+std::string Communicator::Describe(const Header& h) const { return DescribeHeader(&h); }
+
+Label Communicator::Describing(const Header& h) { return Label(&DescribeHeader, &h); }
+
+// Made only for messages (errors, records), built with appends rather than
+// StrCat's stream.
+std::string Communicator::DescribeHeader(const void* header) {
+  const Header& h = *static_cast<const Header*>(header);
   std::string text;
   text.reserve(96);
   text.append(OpName(h.op)).append(" #").append(std::to_string(h.sequence));
@@ -258,7 +263,7 @@ std::string Communicator::Describe(const Header& h) const {
 
 void Communicator::Exchange(int send_to, const void* send, std::size_t send_bytes,
                             int recv_from, void* recv, std::size_t recv_bytes,
-                            const std::string& what) {
+                            const Label& what) {
   const auto s = transport_->Isend(send_to, send, send_bytes);
   const auto r = transport_->Irecv(recv_from, recv, recv_bytes);
   transport_->Wait({s, r}, NewDeadline(), what);
@@ -288,8 +293,12 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
   throw InvalidUsage(message);
 }
 
+const char* Communicator::InlineData(int rank) const {
+  return shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot + detail::kHeaderBytes;
+}
+
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
-                                             std::size_t staged_bytes) {
+                                             std::size_t staged_bytes, bool in_slot) {
   ++sequence_;
   // A straggler (rank_delays fault) reaches every collective that much later.
   mine.arrival_us = std::max(IssueTime(), stream_end_us_) +
@@ -297,14 +306,18 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
   Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
-    const std::string what = Describe(mine);
-    if (staged_bytes > 0) {
+    const Label what = Describing(mine);
+    const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
+    static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
+    if (in_slot) {
+      NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
+                   " bytes do not fit a header slot");
+      std::memcpy(shm_->Window(rank_) + slot + detail::kHeaderBytes, staged, staged_bytes);
+    } else if (staged_bytes > 0) {
       // The data area is free once every rank collected its last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
       std::memcpy(WindowData(rank_), staged, staged_bytes);
     }
-    const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
-    static_assert(sizeof(Header) <= kHeaderSlot, "header slot too small");
     std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));
     shm_->PublishPhase(kHandshakePhase, sequence_);
     shm_->WaitPhase(kHandshakePhase, sequence_, NewDeadline(), what);
@@ -323,24 +336,24 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     all[rank_] = mine;
     for (int k = 0; k < size_ - 1; ++k) {
       Exchange(right_rank, &all[Mod(rank_ - k, size_)], sizeof(Header), left_rank,
-               &all[Mod(rank_ - k - 1, size_)], sizeof(Header), Describe(mine));
+               &all[Mod(rank_ - k - 1, size_)], sizeof(Header), Describing(mine));
     }
     std::vector<const Header*> theirs(size_);
     for (int r = 0; r < size_; ++r) theirs[r] = &all[r];
     CheckHeaders(mine, theirs.data());
-    return RingMax(agreed, Describe(mine));
+    return RingMax(agreed, Describing(mine));
   }
   Header left;
-  Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describe(mine));
+  Exchange(right_rank, &mine, sizeof(mine), left_rank, &left, sizeof(left), Describing(mine));
   if (!(left == mine)) {
     std::vector<const Header*> theirs(size_, &mine);
     theirs[left_rank] = &left;
     CheckHeaders(mine, theirs.data());
   }
-  return RingMax(agreed, Describe(mine));
+  return RingMax(agreed, Describing(mine));
 }
 
-Communicator::Agreed Communicator::RingMax(Agreed mine, const std::string& what) {
+Communicator::Agreed Communicator::RingMax(Agreed mine, const Label& what) {
   // n-1 steps: after step k each rank holds the maximum over k+2 ranks.
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
   Agreed current = mine;
@@ -479,13 +492,15 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
                "allreduce: algorithm ", Name(algorithm), " does not implement it");
   h.algorithm = static_cast<std::uint8_t>(algorithm);  // all ranks must agree
   char* data = static_cast<char*>(o.data);
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   const bool small = algorithm == Algorithm::kDirect && size_ > 1 &&
                      bytes <= std::min(options_.small_message_bytes, WindowDataBytes());
-  // Data that fits the windows is staged with the header: one phase fewer.
+  // Data that fits the windows is staged with the header: one phase fewer;
+  // data that fits a header slot goes with the header itself.
   const bool staged = algorithm == Algorithm::kDirect && size_ > 1 && bytes <= WindowDataBytes();
+  const bool in_slot = small && bytes <= detail::kInlineBytes;
   h.model_bytes = static_cast<double>(bytes);
-  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0);
+  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0, in_slot);
   const OpScope scope(*this, h, agreed);
   if (size_ == 1 || o.count == 0) {
     if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
@@ -514,7 +529,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       return;
     default:
       if (small) {
-        SmallDirectAllReduce(data, o.count, o.dtype, o.op);
+        SmallDirectAllReduce(data, o.count, o.dtype, o.op, in_slot);
       } else {
         DirectAllReduce(data, o.count, o.dtype, o.op, what, staged);
       }
@@ -626,7 +641,7 @@ std::vector<std::size_t> Communicator::EvenChunks(std::size_t count) const {
 // holds chunk r (elements [chunks[r], chunks[r+1])) reduced over all ranks,
 // accumulated in ring order.
 void Communicator::RingReduceScatter(char* data, const std::vector<std::size_t>& chunks,
-                                     DataType dtype, ReduceOp op, const std::string& what) {
+                                     DataType dtype, ReduceOp op, const Label& what) {
   const std::size_t esize = ElementSize(dtype);
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
   std::size_t largest = 0;
@@ -646,7 +661,7 @@ void Communicator::RingReduceScatter(char* data, const std::vector<std::size_t>&
 // Ring allgather: rank r starts owning chunk r; in n-1 steps each chunk
 // travels once around the ring.
 void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
-                                 const std::string& what) {
+                                 const Label& what) {
   const std::size_t esize = ElementSize(dtype);
   const int right = Mod(rank_ + 1, size_), left = Mod(rank_ - 1, size_);
   for (int k = 0; k < size_ - 1; ++k) {
@@ -668,7 +683,7 @@ void Communicator::RingAllGather(char* data, std::size_t count, DataType dtype,
 // phase flags order it; each element is reduced exactly once, over all ranks
 // in rank order, so the result is the naive reference's, bitwise.
 void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                   const std::string& what, bool staged) {
+                                   const Label& what, bool staged) {
   const std::size_t esize = ElementSize(dtype);
   const std::size_t chunk = WindowDataBytes() / esize;
   std::vector<const void*> inputs(size_);
@@ -707,7 +722,7 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
 // equals the naive reference bitwise, as the direct allreduce's does).
 void Communicator::DirectReduceScatter(const char* input, char* output,
                                        const std::vector<std::size_t>& chunks,
-                                       DataType dtype, ReduceOp op, const std::string& what) {
+                                       DataType dtype, ReduceOp op, const Label& what) {
   const std::size_t esize = ElementSize(dtype);
   const std::size_t piece = std::max<std::size_t>(1, WindowDataBytes() / esize / size_);
   std::size_t longest = 0;
@@ -744,12 +759,14 @@ void Communicator::DirectReduceScatter(const char* input, char* output,
 // staged every rank's data, so each rank reduces the whole buffer from all
 // windows (in rank order, like the naive reference) and is done.
 void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                        ReduceOp op) {
-  std::vector<const void*> inputs(size_);
-  for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r);
-  ReduceInputs(dtype, op, inputs.data(), inputs.size(), data, count,
+                                        ReduceOp op, bool in_slot) {
+  window_inputs_.resize(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    window_inputs_[static_cast<std::size_t>(r)] = in_slot ? InlineData(r) : WindowData(r);
+  }
+  ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
                static_cast<std::size_t>(size_));
-  shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  if (!in_slot) shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
 }
 
 // The ranks beyond the largest power of two p of the power-of-two
@@ -757,7 +774,7 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
 // (rank i's data first), and waits for the result. Returns p, or 0 on the
 // ranks folded in (their data then holds the result).
 int Communicator::FoldExtraRanks(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                 const std::string& what) {
+                                 const Label& what) {
   const std::size_t bytes = count * ElementSize(dtype);
   int p = 1;
   while (p * 2 <= size_) p *= 2;
@@ -776,7 +793,7 @@ int Communicator::FoldExtraRanks(char* data, std::size_t count, DataType dtype, 
 
 // After the power-of-two algorithm: rank i sends the result to rank p + i.
 void Communicator::ServeExtraRanks(const char* data, std::size_t bytes, int p,
-                                   const std::string& what) {
+                                   const Label& what) {
   if (rank_ < size_ - p) {
     transport_->Wait({transport_->Isend(rank_ + p, data, bytes)}, NewDeadline(), what);
   }
@@ -788,7 +805,7 @@ void Communicator::ServeExtraRanks(const char* data, std::size_t bytes, int p,
 // exchange combines the lower-ranked half first, so all ranks compute the
 // same expression tree and get bitwise the same result.
 void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype,
-                                              ReduceOp op, const std::string& what) {
+                                              ReduceOp op, const Label& what) {
   const std::size_t bytes = count * ElementSize(dtype);
   const int p = FoldExtraRanks(data, count, dtype, op, what);
   if (p == 0) return;  // folded in: the result came back
@@ -812,7 +829,7 @@ void Communicator::RecursiveDoublingAllReduce(char* data, std::size_t count, Dat
 // the largest power of two of ranks (the others folded in first and served
 // last). Each exchange combines the lower-ranked side first.
 void Communicator::RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype,
-                                         ReduceOp op, const std::string& what) {
+                                         ReduceOp op, const Label& what) {
   const std::size_t esize = ElementSize(dtype), bytes = count * esize;
   const int p = FoldExtraRanks(data, count, dtype, op, what);
   if (p == 0) return;  // folded in: the result came back
@@ -862,7 +879,7 @@ void Communicator::RabenseifnerAllReduce(char* data, std::size_t count, DataType
 // steps; in step k rank r sends what it holds to r - 2^k and appends what
 // r + 2^k holds; a final rotation puts the blocks in rank order.
 void Communicator::BruckAllGather(char* out, const void* in, std::size_t block,
-                                  const std::string& what) {
+                                  const Label& what) {
   std::vector<char> held(block * size_);
   std::memcpy(held.data(), in, block);
   for (int k = 1; k < size_; k *= 2) {
@@ -891,7 +908,7 @@ void Communicator::Broadcast(const BroadcastOptions& o) {
     HierarchicalBroadcast(o.data, o.count, o.dtype, o.root);
     return;
   }
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   const int v = Mod(rank_ - o.root, size_);
   int mask = 1;
   while (mask < size_) {
@@ -935,11 +952,11 @@ void Communicator::AllGather(const AllGatherOptions& o) {
     return;
   }
   if (algorithm == Algorithm::kBruck && size_ > 1) {
-    BruckAllGather(out, o.input, block, Describe(h));
+    BruckAllGather(out, o.input, block, Describing(h));
     return;
   }
   if (out + rank_ * block != o.input) std::memmove(out + rank_ * block, o.input, block);
-  if (size_ > 1) RingAllGather(out, o.count * size_, o.dtype, Describe(h));
+  if (size_ > 1) RingAllGather(out, o.count * size_, o.dtype, Describing(h));
 }
 
 void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
@@ -963,12 +980,12 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
   if (chunks.back() == 0) return;
   if (shm_ != nullptr && size_ > 1) {
     DirectReduceScatter(static_cast<const char*>(o.input), static_cast<char*>(o.output),
-                        chunks, o.dtype, o.op, Describe(h));
+                        chunks, o.dtype, o.op, Describing(h));
     return;
   }
   std::vector<char> work(static_cast<const char*>(o.input),
                          static_cast<const char*>(o.input) + chunks.back() * esize);
-  if (size_ > 1) RingReduceScatter(work.data(), chunks, o.dtype, o.op, Describe(h));
+  if (size_ > 1) RingReduceScatter(work.data(), chunks, o.dtype, o.op, Describing(h));
   char* block = work.data() + chunks[rank_] * esize;
   if (o.op == ReduceOp::kAvg && mine > 0) {
     FinishAverage(o.dtype, block, mine, static_cast<std::size_t>(size_));
@@ -983,7 +1000,7 @@ void Communicator::Barrier() {
   h.model_bytes = 0;
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   char out = 1, in = 0;
   for (int k = 1; k < size_; k *= 2) {
     Exchange(Mod(rank_ + k, size_), &out, 1, Mod(rank_ - k, size_), &in, 1, what);

@@ -55,8 +55,15 @@ inline constexpr int kReducedPhase = 1;    // each rank's slice is reduced
 inline constexpr int kCollectedPhase = 2;  // the window data areas may be reused
 inline constexpr int kStagedPhase = 3;     // inputs are staged (large direct allreduce)
 // Each window starts with two header slots (by sequence parity: a rank can
-// be at most one collective ahead of any other), then the data area.
-inline constexpr std::size_t kHeaderSlot = 64;
+// be at most one collective ahead of any other), then the data area. A
+// slot holds the header and, after it, up to kInlineBytes of an allreduce's
+// data: a rank writes slot s at collective n only after every rank
+// published its handshake of collective n - 1, which each does after it
+// finished reading slot s at collective n - 2, so inline data needs no
+// "collected" phase (the data area does).
+inline constexpr std::size_t kHeaderBytes = 64;
+inline constexpr std::size_t kInlineBytes = 960;
+inline constexpr std::size_t kHeaderSlot = kHeaderBytes + kInlineBytes;
 inline constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
 
 }  // namespace detail

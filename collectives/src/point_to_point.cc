@@ -108,7 +108,7 @@ void Communicator::ReapSends(transport::Clock::time_point until) {
   auto& t = *p2p_->transport;
   while (!p2p_->in_flight.empty()) {
     PointToPoint::InFlight& oldest = p2p_->in_flight.front();
-    if (!t.TryWait(oldest.ids, {until}, oldest.what)) return;
+    if (!t.TryWait(oldest.ids, transport::Deadline::Until(until), oldest.what)) return;
     p2p_->in_flight_bytes -= oldest.payload.size();
     p2p_->in_flight.pop_front();
   }

@@ -28,7 +28,7 @@ void Communicator::Reduce(const ReduceOptions& o) {
   const OpScope scope(*this, h, agreed);
   const std::size_t bytes = o.count * ElementSize(o.dtype);
   if (bytes == 0) return;
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   if (rank_ != o.root) {
     transport_->Wait({transport_->Isend(o.root, o.data, bytes)}, NewDeadline(), what);
     return;
@@ -76,7 +76,7 @@ void Communicator::Linear(OpCode op, const void* input, void* output, std::size_
   const OpScope scope(*this, h, agreed);
   const std::size_t block = count * ElementSize(dtype);
   if (block == 0) return;
-  const std::string what = Describe(h);
+  const Label what = Describing(h);
   if (rank_ != root) {
     const auto id = gather ? transport_->Isend(root, input, block)
                            : transport_->Irecv(root, output, block);

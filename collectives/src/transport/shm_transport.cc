@@ -242,7 +242,7 @@ bool ShmTransport::Progress() {
   return moved;
 }
 
-void ShmTransport::CheckAlive(int peer, const std::string& what, const std::string& pending) {
+void ShmTransport::CheckAlive(int peer, const Label& what, const std::string& pending) {
   const pid_t pid = segments_[peer]->owner_pid;
   if (!ProcessAlive(pid)) {
     throw IoError(StrCat(what, ": rank ", peer, " (pid ", pid, ") died; rank ", rank_,
@@ -252,8 +252,14 @@ void ShmTransport::CheckAlive(int peer, const std::string& what, const std::stri
 
 template <typename Ready, typename PendingText, typename Peers>
 void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline deadline,
-                         const std::string& what, bool* expired) {
+                         const Label& what, bool* expired) {
   Segment* own = segments_[rank_];
+  // Done already (the common case of a small collective whose peers are
+  // ahead): no clock read at all.
+  if (own->aborted.load(std::memory_order_acquire) != 2) {
+    bool moved = false;
+    if (ready(&moved)) return;
+  }
   auto spin_start = Clock::now();
   auto spin_until = spin_start + options_.spin_time;
   auto next_check = spin_start + kCheckInterval;
@@ -281,7 +287,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
       }
       continue;
     }
-    if (now >= deadline.at) {
+    if (now >= deadline.At(now)) {
       if (expired != nullptr) {
         *expired = true;
         return;
@@ -295,7 +301,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
     }
     own->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (own->doorbell.load(std::memory_order_seq_cst) == bell) {
-      const auto sleep = std::min<Clock::duration>(deadline.at - now, kCheckInterval);
+      const auto sleep = std::min<Clock::duration>(deadline.At(now) - now, kCheckInterval);
       FutexWait(&own->doorbell, bell, std::chrono::duration_cast<std::chrono::nanoseconds>(sleep));
     }
     own->sleepers.fetch_sub(1, std::memory_order_seq_cst);
@@ -306,7 +312,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
 
 template <typename Done>
 void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                             const std::string& what, bool* expired) {
+                             const Label& what, bool* expired) {
   Block(
       [&](bool* moved) {
         if (done()) return true;
@@ -318,21 +324,21 @@ void ShmTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
 }
 
 void ShmTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
-                        const std::string& what) {
+                        const Label& what) {
   WaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
 }
 
 bool ShmTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
-                           const std::string& what) {
+                           const Label& what) {
   return TryWaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
 }
 
 std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
-                                  const std::string& what) {
+                                  const Label& what) {
   return WaitAnyOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
@@ -350,7 +356,7 @@ void ShmTransport::PublishPhase(int index, std::uint64_t value) {
 }
 
 void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
-                             const std::string& what) {
+                             const Label& what) {
   auto behind = [&] {
     std::vector<int> late;
     for (int p = 0; p < size_; ++p) {
@@ -358,7 +364,13 @@ void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
     }
     return late;
   };
-  Block([&](bool*) { return behind().empty(); },
+  auto arrived = [&](bool*) {  // no allocation: this runs on every poll
+    for (int p = 0; p < size_; ++p) {
+      if (segments_[p]->phase[index].load(std::memory_order_acquire) < value) return false;
+    }
+    return true;
+  };
+  Block(arrived,
         [&] {
           std::string text = "ranks that have not arrived:";
           for (int p : behind()) text += " " + std::to_string(p);

@@ -229,7 +229,7 @@ RequestId TcpTransport::Irecv(int peer, void* data, std::size_t bytes) {
   return requests_->Post(peer, false, data, bytes);
 }
 
-void TcpTransport::PeerLost(int peer, const std::string& what, const std::string& how) {
+void TcpTransport::PeerLost(int peer, const Label& what, const std::string& how) {
   // An aborting rank leaves its reason in the store before it hangs up;
   // give it a moment to land (the hang-up can overtake the store write).
   std::string reason;
@@ -242,7 +242,7 @@ void TcpTransport::PeerLost(int peer, const std::string& what, const std::string
   throw IoError(StrCat(what, ": rank ", peer, " ", how, "; rank ", rank_, " lost its stream"));
 }
 
-bool TcpTransport::ProgressSend(int peer, const std::string& what) {
+bool TcpTransport::ProgressSend(int peer, const Label& what) {
   bool moved = false;
   auto& queue = requests_->sends(peer);
   while (!queue.empty()) {
@@ -268,7 +268,7 @@ bool TcpTransport::ProgressSend(int peer, const std::string& what) {
   return moved;
 }
 
-bool TcpTransport::ProgressRecv(int peer, const std::string& what) {
+bool TcpTransport::ProgressRecv(int peer, const Label& what) {
   bool moved = false;
   auto& queue = requests_->recvs(peer);
   while (!queue.empty()) {
@@ -298,7 +298,7 @@ bool TcpTransport::ProgressRecv(int peer, const std::string& what) {
   return moved;
 }
 
-bool TcpTransport::Progress(const std::string& what) {
+bool TcpTransport::Progress(const Label& what) {
   bool moved = false;
   for (int p = 0; p < size_; ++p) {
     if (!requests_->sends(p).empty()) moved |= ProgressSend(p, what);
@@ -308,21 +308,21 @@ bool TcpTransport::Progress(const std::string& what) {
 }
 
 void TcpTransport::Wait(const std::vector<RequestId>& ids, Deadline deadline,
-                        const std::string& what) {
+                        const Label& what) {
   WaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
 }
 
 bool TcpTransport::TryWait(const std::vector<RequestId>& ids, Deadline deadline,
-                           const std::string& what) {
+                           const Label& what) {
   return TryWaitAllOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
 }
 
 std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
-                                  const std::string& what) {
+                                  const Label& what) {
   return WaitAnyOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
@@ -330,7 +330,7 @@ std::size_t TcpTransport::WaitAny(const std::vector<RequestId>& ids, Deadline de
 
 template <typename Done>
 void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                             const std::string& what, bool* expired) {
+                             const Label& what, bool* expired) {
   while (true) {
     Progress(what);
     if (done()) break;
@@ -343,7 +343,7 @@ void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
       if (events) fds.push_back({sockets_[p], events, 0});
     }
     const auto now = Clock::now();
-    if (now >= deadline.at) {
+    if (now >= deadline.At(now)) {
       if (expired != nullptr) {
         *expired = true;
         return;
@@ -351,7 +351,7 @@ void TcpTransport::WaitUntil(Done done, const std::vector<RequestId>& ids, Deadl
       throw TimeoutError(StrCat(what, " on rank ", rank_, " timed out; still pending: ",
                                 requests_->Pending(ids)));
     }
-    const auto slice = std::min<Clock::duration>(deadline.at - now, kPollSlice);
+    const auto slice = std::min<Clock::duration>(deadline.At(now) - now, kPollSlice);
     ::poll(fds.data(), fds.size(),
            static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
   }

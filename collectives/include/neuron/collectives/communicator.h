@@ -49,6 +49,7 @@ namespace neuron::collectives {
 namespace transport {
 class ShmTransport;
 }
+using transport::Label;
 namespace detail {
 enum class OpCode : std::uint8_t;  // defined in communicator_internal.h
 }
@@ -292,8 +293,8 @@ class Communicator {
   // Recursive doubling's and Rabenseifner's handling of the ranks beyond the
   // largest power of two (communicator.cc).
   int FoldExtraRanks(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                     const std::string& what);
-  void ServeExtraRanks(const char* data, std::size_t bytes, int p, const std::string& what);
+                     const Label& what);
+  void ServeExtraRanks(const char* data, std::size_t bytes, int p, const Label& what);
   // Gather (op kGather) or Scatter (kScatter).
   void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
               DataType dtype, int root);
@@ -302,16 +303,21 @@ class Communicator {
   void ReapSends(std::chrono::steady_clock::time_point until);
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
-  // window first, so a small direct allreduce needs no phase of its own.
+  // window first, so a small direct allreduce needs no phase of its own;
+  // with `in_slot` (at most kInlineBytes) into the header's slot instead
+  // (InlineData), which needs no "collected" phase either.
   // Stamps the header with this rank's arrival time and returns the
   // latest arrival and largest model size over all ranks.
   struct Agreed {
     double start_us = 0;
     double model_bytes = 0;
   };
-  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
+                   bool in_slot = false);
+  // Where rank `rank` put the current collective's inline data.
+  const char* InlineData(int rank) const;
   // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
-  Agreed RingMax(Agreed mine, const std::string& what);
+  Agreed RingMax(Agreed mine, const Label& what);
   // The fabric model's duration of the operation `h` with `model_bytes`.
   double ModelledMicros(const Header& h, double model_bytes, std::string* algorithm);
   void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
@@ -326,6 +332,9 @@ class Communicator {
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
   std::string Describe(const Header& h) const;
+  // A label that describes `h` (which must outlive it) when a message needs it.
+  static Label Describing(const Header& h);
+  static std::string DescribeHeader(const void* header);
   // The header of the next collective (this rank's sequence number).
   Header NewHeader(detail::OpCode op, DataType dtype, std::uint64_t count, ReduceOp reduce = ReduceOp::kSum,
                    int root = -1) const;
@@ -334,22 +343,25 @@ class Communicator {
   // Element offsets of chunk c at [c], c = 0..size (equal chunks of count).
   std::vector<std::size_t> EvenChunks(std::size_t count) const;
   void RingReduceScatter(char* data, const std::vector<std::size_t>& chunks, DataType dtype,
-                         ReduceOp op, const std::string& what);
-  void RingAllGather(char* data, std::size_t count, DataType dtype, const std::string& what);
+                         ReduceOp op, const Label& what);
+  void RingAllGather(char* data, std::size_t count, DataType dtype, const Label& what);
   // `staged`: the handshake already staged all of `data` (it fits the windows).
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                       const std::string& what, bool staged);
-  void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op);
+                       const Label& what, bool staged);
+  // From the staged data areas (then publishes "collected"), or with
+  // `in_slot` from the header slots' inline data.
+  void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                            bool in_slot);
   void DirectReduceScatter(const char* input, char* output,
                            const std::vector<std::size_t>& chunks, DataType dtype,
-                           ReduceOp op, const std::string& what);
+                           ReduceOp op, const Label& what);
   void RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                             const std::string& what);
-  void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const std::string& what);
+                             const Label& what);
+  void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const Label& what);
   void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                  const std::string& what);
+                                  const Label& what);
   void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
-                void* recv, std::size_t recv_bytes, const std::string& what);
+                void* recv, std::size_t recv_bytes, const Label& what);
 
   std::shared_ptr<Store> store_;
   int rank_;
@@ -360,6 +372,7 @@ class Communicator {
   std::uint64_t window_sequence_ = 0;       // uses of the windows' data areas
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
+  std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
   std::shared_ptr<runtime::SimClock> clock_;
   std::shared_ptr<const runtime::FabricModel> fabric_;
   std::vector<int> global_ranks_;

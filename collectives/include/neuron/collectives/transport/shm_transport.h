@@ -53,11 +53,11 @@ class ShmTransport : public Transport {
   RequestId Isend(int peer, const void* data, std::size_t bytes) override;
   RequestId Irecv(int peer, void* data, std::size_t bytes) override;
   void Wait(const std::vector<RequestId>& ids, Deadline deadline,
-            const std::string& what) override;
+            const Label& what) override;
   bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
-               const std::string& what) override;
+               const Label& what) override;
   std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
-                      const std::string& what) override;
+                      const Label& what) override;
   void Abort(const std::string& reason) override;
 
   // Shared staging: every rank's window is readable and writable by every
@@ -68,7 +68,7 @@ class ShmTransport : public Transport {
   // counter `index` (0..kPhases-1) and wakes every peer; WaitPhase blocks until
   // every rank's counter `index` is at least `value`.
   void PublishPhase(int index, std::uint64_t value);
-  void WaitPhase(int index, std::uint64_t value, Deadline deadline, const std::string& what);
+  void WaitPhase(int index, std::uint64_t value, Deadline deadline, const Label& what);
 
  private:
   struct Segment;
@@ -80,18 +80,18 @@ class ShmTransport : public Transport {
   // throws TimeoutError.
   template <typename Ready, typename Pending, typename Peers>
   void Block(Ready ready, Pending pending, Peers peers, Deadline deadline,
-             const std::string& what, bool* expired = nullptr);
+             const Label& what, bool* expired = nullptr);
   // Moves as many bytes as possible for the head request of every queue;
   // returns true when anything moved.
   // Makes progress, blocking on the doorbell, until done() (errors as Wait).
   template <typename Done>
   void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                 const std::string& what, bool* expired = nullptr);
+                 const Label& what, bool* expired = nullptr);
   bool Progress();
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);
   void RingDoorbell(int peer);
-  void CheckAlive(int peer, const std::string& what, const std::string& pending);
+  void CheckAlive(int peer, const Label& what, const std::string& pending);
 
   int rank_;
   int size_;

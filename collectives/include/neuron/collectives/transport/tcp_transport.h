@@ -48,11 +48,11 @@ class TcpTransport : public Transport {
   RequestId Isend(int peer, const void* data, std::size_t bytes) override;
   RequestId Irecv(int peer, void* data, std::size_t bytes) override;
   void Wait(const std::vector<RequestId>& ids, Deadline deadline,
-            const std::string& what) override;
+            const Label& what) override;
   bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
-               const std::string& what) override;
+               const Label& what) override;
   std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
-                      const std::string& what) override;
+                      const Label& what) override;
   void Abort(const std::string& reason) override;
 
  private:
@@ -60,11 +60,11 @@ class TcpTransport : public Transport {
   // Makes progress, blocking in poll(), until done() (errors as Wait).
   template <typename Done>
   void WaitUntil(Done done, const std::vector<RequestId>& ids, Deadline deadline,
-                 const std::string& what, bool* expired = nullptr);
-  bool Progress(const std::string& what);
-  bool ProgressSend(int peer, const std::string& what);
-  bool ProgressRecv(int peer, const std::string& what);
-  [[noreturn]] void PeerLost(int peer, const std::string& what, const std::string& how);
+                 const Label& what, bool* expired = nullptr);
+  bool Progress(const Label& what);
+  bool ProgressSend(int peer, const Label& what);
+  bool ProgressRecv(int peer, const Label& what);
+  [[noreturn]] void PeerLost(int peer, const Label& what, const std::string& how);
 
   Store& store_;
   int rank_;

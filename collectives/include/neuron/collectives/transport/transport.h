@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,67 @@ namespace neuron::collectives::transport {
 
 using Clock = std::chrono::steady_clock;
 
-struct Deadline {
-  Clock::time_point at;
-  static Deadline After(std::chrono::milliseconds timeout) { return {Clock::now() + timeout}; }
+// A wait's time limit. After(timeout) does not read the clock: the limit is
+// fixed by the wait's first look at the clock, which a wait whose requests
+// are already done never takes (reading the clock was a fifth of a small
+// allreduce). So the timeout counts from when the wait first found it had
+// to wait.
+class Deadline {
+ public:
+  static Deadline After(std::chrono::milliseconds timeout) {
+    Deadline d;
+    d.timeout_ = timeout;
+    return d;
+  }
+  static Deadline Until(Clock::time_point at) {
+    Deadline d;
+    d.at_ = at;
+    d.fixed_ = true;
+    return d;
+  }
+  // The limit; the first call fixes it at now + timeout.
+  Clock::time_point At(Clock::time_point now) {
+    if (!fixed_) {
+      at_ = now + timeout_;
+      fixed_ = true;
+    }
+    return at_;
+  }
+
+ private:
+  std::chrono::milliseconds timeout_{0};
+  Clock::time_point at_{};
+  bool fixed_ = false;
 };
+
+// What an operation is called in errors ("allreduce #12 of 1024 f32 (sum)").
+// A label refers to its text, or to a function that makes it when an error
+// needs it: describing every operation up front cost a tenth of a small
+// allreduce. Only a parameter: what it refers to must outlive the call.
+class Label {
+ public:
+  Label(const std::string& text) : text_(&text) {}  // NOLINT: implicit on purpose
+  Label(const char* text) : literal_(text) {}       // NOLINT
+  // make(context) builds the text.
+  Label(std::string (*make)(const void*), const void* context)
+      : make_(make), context_(context) {}
+
+  std::string str() const {
+    if (text_ != nullptr) return *text_;
+    if (literal_ != nullptr) return literal_;
+    return make_(context_);
+  }
+
+ private:
+  const std::string* text_ = nullptr;
+  const char* literal_ = nullptr;
+  std::string (*make_)(const void*) = nullptr;
+  const void* context_ = nullptr;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const Label& label) {
+  return out << label.str();
+}
 
 using RequestId = std::uint64_t;
 
@@ -53,18 +111,18 @@ class Transport {
   // peers still pending, IoError naming a peer that died or hung up,
   // RemoteError when the communicator was aborted (by any rank).
   virtual void Wait(const std::vector<RequestId>& ids, Deadline deadline,
-                    const std::string& what) = 0;
+                    const Label& what) = 0;
 
   // As Wait, but returns false when `deadline` passes first, leaving the
   // requests posted and the transport usable (Wait breaks it on a timeout).
   // For progress in the background: buffered sends nobody else waits for.
   virtual bool TryWait(const std::vector<RequestId>& ids, Deadline deadline,
-                       const std::string& what) = 0;
+                       const Label& what) = 0;
 
   // Blocks until at least one request in `ids` is complete; returns the
   // index (into `ids`) of one that is. Errors as Wait.
   virtual std::size_t WaitAny(const std::vector<RequestId>& ids, Deadline deadline,
-                              const std::string& what) = 0;
+                              const Label& what) = 0;
 
   // Makes every rank's pending and future waits fail with `reason`.
   virtual void Abort(const std::string& reason) = 0;
