@@ -166,8 +166,7 @@ def main():
             parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
         if args.pp > 1 and not args.zero:
             parallel.average_gradients(params)
-        if args.clip:
-            parallel.clip_grad_norm_(parts, args.clip)
+        norm = parallel.clip_grad_norm_(parts, args.clip).item() if args.clip else None
         opt.step()
         if args.zero:
             parallel.record_optimizer_state(opt)
@@ -185,7 +184,9 @@ def main():
             print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
                   f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
                   f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
-                  f"max RSS {rss:.0f} MiB", flush=True)
+                  f"max RSS {rss:.0f} MiB" +
+                  (f" | grad norm {norm:.4f} (clip {args.clip:g})" if norm is not None else ""),
+                  flush=True)
     if args.trace_out:
         fabric.save_trace(args.trace_out)
     if args.metrics_out:

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <new>
+#include <stdexcept>
 #include <vector>
 
 namespace neuron::compiler {
@@ -29,17 +29,20 @@ std::string Hex(const unsigned char (&digest)[SHA256_DIGEST_LENGTH]) {
 class Encoder {
  public:
   Encoder() : sha_(EVP_MD_CTX_new()) {
-    if (sha_ == nullptr || EVP_DigestInit_ex(sha_, EVP_sha256(), nullptr) != 1)
-      throw std::bad_alloc();
+    if (sha_ != nullptr && EVP_DigestInit_ex(sha_, EVP_sha256(), nullptr) == 1) return;
+    EVP_MD_CTX_free(sha_);  // the destructor does not run when this throws
+    throw std::runtime_error("graph digest: cannot set up SHA-256 (OpenSSL)");
   }
   ~Encoder() { EVP_MD_CTX_free(sha_); }
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
 
   std::string Finish() {
-    EVP_DigestUpdate(sha_, buffer_, used_);
     unsigned char digest[SHA256_DIGEST_LENGTH];
-    EVP_DigestFinal_ex(sha_, digest, nullptr);
+    if (EVP_DigestUpdate(sha_, buffer_, used_) != 1 ||
+        EVP_DigestFinal_ex(sha_, digest, nullptr) != 1) {
+      throw std::runtime_error("graph digest: SHA-256 failed (OpenSSL)");
+    }
     return Hex(digest);
   }
   void Tag(char tag) { Raw(&tag, 1); }
@@ -102,15 +105,21 @@ class Encoder {
  private:
   void Raw(const void* data, std::size_t bytes) {
     if (used_ + bytes > sizeof(buffer_)) {
-      EVP_DigestUpdate(sha_, buffer_, used_);
+      Update(buffer_, used_);
       used_ = 0;
       if (bytes > sizeof(buffer_)) {
-        EVP_DigestUpdate(sha_, data, bytes);
+        Update(data, bytes);
         return;
       }
     }
     std::memcpy(buffer_ + used_, data, bytes);
     used_ += bytes;
+  }
+
+  void Update(const void* data, std::size_t bytes) {
+    if (EVP_DigestUpdate(sha_, data, bytes) != 1) {
+      throw std::runtime_error("graph digest: SHA-256 failed (OpenSSL)");
+    }
   }
 
   EVP_MD_CTX* sha_;

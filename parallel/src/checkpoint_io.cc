@@ -1,6 +1,8 @@
 #include "neuron/parallel/checkpoint_io.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
@@ -108,6 +110,15 @@ void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   runtime::WriteFileAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
+  // The rename must reach the disk before the previous save's files are
+  // removed (RemoveUnlisted): sync the directory.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    throw IoError(StrCat("cannot sync the directory ", dir, ": ", std::strerror(e)));
+  }
+  ::close(fd);
 }
 
 proto::Manifest ReadManifest(const std::string& dir) {
@@ -128,11 +139,15 @@ std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Man
   for (const auto& f : manifest.files()) listed.insert(f.name());
   std::vector<std::string> removed;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
+  // Best effort, never throwing: the new checkpoint is complete already.
+  std::filesystem::directory_iterator it(dir, error), end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
     const bool shard_file = name.rfind("shard-", 0) == 0 && name.find(".bin") != std::string::npos;
-    if (!shard_file || listed.count(name) > 0) continue;
-    if (std::filesystem::remove(entry.path(), error)) removed.push_back(name);
+    const bool manifest_temporary = name.rfind(std::string(kManifest) + ".tmp.", 0) == 0;
+    if (!(shard_file || manifest_temporary) || listed.count(name) > 0) continue;
+    std::error_code remove_error;
+    if (std::filesystem::remove(it->path(), remove_error)) removed.push_back(name);
   }
   std::sort(removed.begin(), removed.end());
   return removed;

@@ -282,8 +282,9 @@ struct ShardedUnit::State {
     }
     Complete();
     --armed;
-    // With every backward done the optimizer step comes next.
-    if (options.stage != 3 && armed == 0) full_valid = false;
+    // With every backward done the optimizer step comes next (not after a
+    // no_sync backward: the parameters are unchanged until a synced one).
+    if (options.stage != 3 && armed == 0 && sync) full_valid = false;
     ResetBackward();
   }
 };
@@ -427,9 +428,17 @@ void ShardedUnit::SetRequireGradientSync(bool sync) {
   state_->sync = sync;
 }
 
-double ShardedUnit::LocalGradSquaredNorm() const {
-  const at::Tensor& g = state_->master.grad();
-  return g.defined() ? g.to(at::kDouble).pow(2).sum().item<double>() : 0.0;
+void ShardedUnit::DiscardAccumulatedGradients() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  State& s = *state_;
+  if (!s.accumulated) return;
+  s.accumulated = false;
+  if (s.options.stage == 1) {
+    s.grad_full.zero_();  // stage 1 keeps its full gradient buffer
+  } else {
+    s.grad_full.reset();
+  }
+  s.Recount();
 }
 
 double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const {

@@ -175,12 +175,8 @@ void BindParallel(py::module_& m) {
       .def("unshard", &ShardedUnit::Unshard, py::call_guard<py::gil_scoped_release>())
       .def("shard_of", &ShardedUnit::Shard)
       .def("set_require_gradient_sync", &ShardedUnit::SetRequireGradientSync)
-      .def("local_grad_squared_norm",
-           py::overload_cast<>(&ShardedUnit::LocalGradSquaredNorm, py::const_))
-      .def("local_grad_squared_norm",
-           py::overload_cast<const std::vector<bool>&>(&ShardedUnit::LocalGradSquaredNorm,
-                                                       py::const_),
-           py::arg("counted"));
+      .def("discard_accumulated_gradients", &ShardedUnit::DiscardAccumulatedGradients)
+      .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm, py::arg("counted"));
 
   // Tensor / sequence parallel collectives (autograd functions).
   m.def("_copy_to_group", [](const at::Tensor& x, ::c10d::ProcessGroup& g) {

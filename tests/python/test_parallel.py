@@ -126,9 +126,10 @@ def test_pipeline_schedules_match_one_device(args):
                      r"modelled bubble 0\.\d+", proc.stdout), proc.stdout
 
 
-def test_3d_tensor_pipeline_and_zero_data_parallel_match_one_device():
-    # ZeRO-3 with sequence parallelism and clipping across all three axes.
-    proc = run(8, "pp_parity.py", "--pp", "2", "--tp", "2", "--zero", "3", "--sp", "--clip",
+@pytest.mark.parametrize("zero", ["1", "3"])
+def test_3d_tensor_pipeline_and_zero_data_parallel_match_one_device(zero):
+    # ZeRO with sequence parallelism and clipping across all three axes.
+    proc = run(8, "pp_parity.py", "--pp", "2", "--tp", "2", "--zero", zero, "--sp", "--clip",
                "0.05")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"\[rank 0\]: pp parity .*: ok, \d+ checks close to one device; stage 0 "
@@ -198,8 +199,8 @@ def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path
         assert torch.equal(loaded[name], value), name
     # The next complete save removes the leftovers.
     parallel.save_checkpoint(str(directory), _tiny_gpt(1), step=3)
-    assert all("-00000003-" in f.name for f in directory.glob("shard-*.bin")), \
-        list(directory.glob("*"))
+    left = [f.name for f in directory.glob("shard-*.bin")]
+    assert len(left) == 1 and "-00000003-" in left[0], list(directory.glob("*"))
 
 
 def test_save_in_one_layout_load_in_another_and_continue(tmp_path):
@@ -220,6 +221,9 @@ def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():
                            r"tokens/s \| modelled [\d.]+ us, [\d,]+ tokens/s \| max RSS \d+ MiB",
                            proc.stdout)
         assert len(found) == 2, proc.stdout
+        if "--clip" in args:  # the limit is below the norm: clipping really scales
+            norms = re.findall(r"\| grad norm (\d+\.\d+) \(clip 0\.3\)", proc.stdout)
+            assert len(norms) == 2 and min(map(float, norms)) > 0.3, proc.stdout
         # Every rank's memory at the end: rank, tp, pp, dp, RSS, model state.
         rows = re.findall(r"\[rank 0\]: +(\d+) +\d+ +\d+ +\d+ +\d+ +(\d+\.\d+)$", proc.stdout,
                           re.MULTILINE)
@@ -230,8 +234,8 @@ def test_gpt_example_trains_the_same_in_a_3d_layout_as_in_plain_data_parallel():
 
     # Both have 2 data-parallel ranks, so the same global batches; clipping
     # is computed over the whole model in both.
-    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3", "--clip", "0.5") == \
-        losses(2, "--clip", "0.5")
+    assert losses(8, "--tp", "2", "--pp", "2", "--zero", "3", "--clip", "0.3") == \
+        losses(2, "--clip", "0.3")
 
 
 def test_a_pipeline_stage_that_dies_mid_step_ends_the_job_naming_it():

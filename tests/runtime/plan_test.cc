@@ -181,5 +181,25 @@ TEST(Executable, FilesRoundTripAndDamageIsDetected) {
   std::remove(path.c_str());
 }
 
+TEST(Executable, AFileOfAnotherFormatSaysWhichWhenItDoesNotParse) {
+  const DeviceSpec device = DeviceSpec::Default();
+  const std::string path = ::testing::TempDir() + "old.nexe";
+  // A payload this runtime cannot parse (fused ops nested beyond
+  // protobuf's depth limit) from a format-1 writer.
+  proto::Executable e = SmallPlan();
+  e.set_format_version(1);
+  proto::Instruction* nested = e.mutable_instructions(0);
+  for (int depth = 0; depth < 120; ++depth) nested = nested->add_fused();
+  SaveExecutable(e, path);
+  const std::string error = ErrorOf([&] { LoadExecutable(path, device); });
+  EXPECT_NE(error.find("old.nexe: format version 1, this runtime reads " +
+                       std::to_string(kExecutableFormatVersion)),
+            std::string::npos)
+      << error;
+  EXPECT_NE(ErrorOf([&] { LoadExecutableShared(path, device); }).find("format version 1"),
+            std::string::npos);
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace neuron::runtime

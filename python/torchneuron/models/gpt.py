@@ -45,11 +45,11 @@ class GPTConfig:
         return v * d + self.seq_len * d + self.layers * block + 2 * d + v * d
 
 
-def _layer_norm(dim, sequence_parallel):
+def _layer_norm(dim, sequence_parallel, group=None):
     ln = nn.LayerNorm(dim)
     if sequence_parallel:
-        tp.mark_sequence_parallel(ln.weight)
-        tp.mark_sequence_parallel(ln.bias)
+        tp.mark_sequence_parallel(ln.weight, group)
+        tp.mark_sequence_parallel(ln.bias, group)
     return ln
 
 
@@ -101,9 +101,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg, group=None, sequence_parallel=False):
         super().__init__()
-        self.ln1 = _layer_norm(cfg.dim, sequence_parallel)
+        self.ln1 = _layer_norm(cfg.dim, sequence_parallel, group)
         self.attn = Attention(cfg, group, sequence_parallel)
-        self.ln2 = _layer_norm(cfg.dim, sequence_parallel)
+        self.ln2 = _layer_norm(cfg.dim, sequence_parallel, group)
         self.mlp = MLP(cfg, group, sequence_parallel)
         self.dropout = cfg.dropout
         self.group = group if sequence_parallel else False
@@ -130,7 +130,7 @@ class Embedding(nn.Module):
                                                 sequence_parallel=sequence_parallel)
         self.positions = nn.Embedding(cfg.seq_len, cfg.dim)
         if sequence_parallel:
-            tp.mark_sequence_parallel(self.positions.weight)
+            tp.mark_sequence_parallel(self.positions.weight, group)
 
     def forward(self, tokens):
         s = tokens.shape[1]
@@ -147,7 +147,7 @@ class Head(nn.Module):
 
     def __init__(self, cfg, group=None, sequence_parallel=False):
         super().__init__()
-        self.ln = _layer_norm(cfg.dim, sequence_parallel)
+        self.ln = _layer_norm(cfg.dim, sequence_parallel, group)
         self.out = tp.ColumnParallelLinear(cfg.dim, cfg.vocab_size, bias=False, group=group,
                                            sequence_parallel=sequence_parallel, pad_output=True)
 

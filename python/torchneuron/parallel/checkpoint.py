@@ -141,7 +141,7 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
             for n, shape, dtype in info:
                 tensors.setdefault(n, (n, shape, dtype))
         _C._write_manifest(directory, step, layout, files, sorted(tensors.values()))
-        _C._remove_unlisted(directory)  # the previous save's files
+        _C._remove_unlisted(directory)  # the previous save's files (best effort)
     _barrier()
 
 

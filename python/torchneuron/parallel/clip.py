@@ -23,8 +23,14 @@ import torch.distributed as dist
 from . import mesh
 
 
-def _counted(param, tp_rank):
+def counted(param, tp_rank):
+    """Whether `param`'s gradient counts on tensor-parallel rank `tp_rank`:
+    a split parameter everywhere, a replicated one on rank 0 only."""
     return tp_rank == 0 or getattr(param, "tensor_parallel_dim", None) is not None
+
+
+def _params(part):
+    return part.parameters() if isinstance(part, torch.nn.Module) else [part]
 
 
 def _local_squares(parts, tp_rank):
@@ -36,9 +42,8 @@ def _local_squares(parts, tp_rank):
             group = part.process_group
             sharded[group] = sharded.get(group, 0.0) + part._local_grad_squares(tp_rank)
         else:
-            params = part.parameters() if isinstance(part, torch.nn.Module) else [part]
-            for p in params:
-                if p.grad is not None and _counted(p, tp_rank):
+            for p in _params(part):
+                if p.grad is not None and counted(p, tp_rank):
                     plain += p.grad.detach().double().pow(2).sum().item()
     return sharded, plain
 
@@ -68,8 +73,7 @@ def clip_grad_norm_(parts, max_norm):
     coef = max_norm / (norm.item() + 1e-6)
     if coef < 1:
         for part in parts:
-            params = part.parameters() if isinstance(part, torch.nn.Module) else [part]
-            for p in params:
+            for p in _params(part):
                 if p.grad is not None:
                     p.grad.detach().mul_(coef)
     return norm.to(torch.float32)[0]

@@ -171,25 +171,36 @@ class FullyShardedDataParallel(nn.Module):
                                                                         inputs, out))
 
     # -- the hooks ------------------------------------------------------------
-    @staticmethod
-    def _sum_sequence_parallel_gradients(module):
+    def _sum_sequence_parallel_gradients(self, module):
         """Parameters used on a sequence shard (mark_sequence_parallel) need
-        their gradients summed over the tensor-parallel group before they are
-        sharded (allreduce_sequence_parallel_grads cannot: the unit takes
+        their gradients summed over their tensor-parallel group before they
+        are sharded (allreduce_sequence_parallel_grads cannot: the unit takes
         .grad during backward): a hook on each does it as its gradient
-        arrives."""
-        group = mesh.get_tensor_parallel_group() if mesh.is_initialized() else None
-        if group is None or dist.get_world_size(group) == 1:
-            return
-
-        def summed(grad):
-            grad = grad.clone()
-            dist.all_reduce(grad, group=group)
-            return grad
-
+        arrives. One hook per parameter however often it is wrapped; removed
+        with this wrapper."""
+        handles = []
         for p in module.parameters():
-            if p.requires_grad and getattr(p, "sequence_parallel", False):
-                p.register_hook(summed)
+            group = getattr(p, "sequence_parallel_group", False)
+            if not (p.requires_grad and getattr(p, "sequence_parallel", False)) or \
+                    group is False or getattr(p, "_sequence_parallel_hook", None) is not None:
+                continue
+            if dist.get_world_size(group) == 1:
+                continue
+
+            def summed(grad, group=group):
+                grad = grad.clone()
+                dist.all_reduce(grad, group=group)
+                return grad
+
+            p._sequence_parallel_hook = p.register_hook(summed)
+            handles.append(p)
+
+        def remove(params=handles):
+            for q in params:
+                q._sequence_parallel_hook.remove()
+                q._sequence_parallel_hook = None
+
+        weakref.finalize(self, remove)
 
     def _neighbour(self, unit, step):
         if not (self.prefetch and self._order_known) or unit.order is None:
@@ -258,6 +269,16 @@ class FullyShardedDataParallel(nn.Module):
         self._hook_outputs(self._root, out)
         return out
 
+    def zero_grad(self, set_to_none=True):
+        """Clears the shards' gradients and what no_sync() accumulated."""
+        for unit in self._units + [self._root]:
+            unit.core.discard_accumulated_gradients()
+            if unit.core.numel and unit.core.shard.grad is not None:
+                if set_to_none:
+                    unit.core.shard.grad = None
+                else:
+                    unit.core.shard.grad.zero_()
+
     def parameters(self, recurse=True):
         for _, p in self.named_parameters():
             yield p
@@ -318,7 +339,7 @@ class FullyShardedDataParallel(nn.Module):
     def _local_grad_squares(self, tp_rank):
         """Sum of grad^2 over this rank's shards, a tensor-parallel replica's
         elements only on tensor-parallel rank 0."""
-        return sum(u.core.local_grad_squared_norm([clip._counted(p, tp_rank) for p in u.params])
+        return sum(u.core.local_grad_squared_norm([clip.counted(p, tp_rank) for p in u.params])
                    for u in self._units + [self._root])
 
     @contextlib.contextmanager
@@ -326,7 +347,10 @@ class FullyShardedDataParallel(nn.Module):
         """Gradient accumulation without communication: backwards inside add
         their full gradients up locally (memory: a full gradient per unit, in
         reduce_dtype); the first backward after it reduces the sum. With fp32
-        throughout the result equals DistributedDataParallel.no_sync's bitwise."""
+        throughout the result equals DistributedDataParallel.no_sync's bitwise.
+        The accumulated gradients are not .grad yet: the optimizer's
+        zero_grad() does not see them; this module's zero_grad() discards
+        them (an abandoned accumulation)."""
         units = self._units + [self._root]
         for unit in units:
             unit.core.set_require_gradient_sync(False)

@@ -184,7 +184,7 @@ class RowParallelLinear(nn.Module):
         self.weight = _split(w, 1, self.group)
         self.bias = nn.Parameter(b) if bias else None
         if self.bias is not None and sequence_parallel:
-            mark_sequence_parallel(self.bias)
+            mark_sequence_parallel(self.bias, self.group)
 
     def forward(self, x):
         if not self.input_is_parallel:
@@ -229,11 +229,13 @@ class VocabParallelEmbedding(nn.Module):
 
 
 # -- sequence-parallel gradients ---------------------------------------------------
-def mark_sequence_parallel(param):
+def mark_sequence_parallel(param, group=None):
     """Marks a parameter used on a sequence shard (LayerNorm in a
-    sequence-parallel region): its gradient is summed over the group by
-    allreduce_sequence_parallel_grads."""
+    sequence-parallel region) of `group` (None: torchneuron.parallel's
+    tensor-parallel group): its gradient is summed over that group by
+    allreduce_sequence_parallel_grads, or by FullyShardedDataParallel."""
     param.sequence_parallel = True
+    param.sequence_parallel_group = _group(group)
     return param
 
 

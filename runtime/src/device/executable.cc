@@ -175,14 +175,24 @@ std::pair<const char*, std::size_t> Payload(const std::string& bytes, const std:
   return {payload, h.size};
 }
 
+// Why a payload does not parse: another format version, or damage.
+std::string WhyNotParsed(const char* payload, std::size_t size, const std::string& path) {
+  proto::ExecutableVersion version;
+  if (version.ParseFromArray(payload, static_cast<int>(size)) &&
+      version.format_version() != kExecutableFormatVersion) {
+    return StrCat("executable ", path, ": format version ", version.format_version(),
+                  ", this runtime reads ", kExecutableFormatVersion);
+  }
+  return StrCat("executable ", path, ": corrupt (does not parse)");
+}
+
 }  // namespace
 
 proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
   const std::string bytes = ReadFile(path, "executable");
   const auto [payload, size] = Payload(bytes, path);
   proto::Executable e;
-  NEURON_CHECK(e.ParseFromArray(payload, static_cast<int>(size)), "executable ", path,
-               ": corrupt (does not parse)");
+  NEURON_CHECK(e.ParseFromArray(payload, static_cast<int>(size)), WhyNotParsed(payload, size, path));
   ValidateExecutable(e, device);
   return e;
 }
@@ -193,8 +203,8 @@ std::shared_ptr<const proto::Executable> LoadExecutableShared(const std::string&
   const auto [payload, size] = Payload(bytes, path);
   auto arena = std::make_shared<google::protobuf::Arena>();
   auto* e = google::protobuf::Arena::CreateMessage<proto::Executable>(arena.get());
-  NEURON_CHECK(e->ParseFromArray(payload, static_cast<int>(size)), "executable ", path,
-               ": corrupt (does not parse)");
+  NEURON_CHECK(e->ParseFromArray(payload, static_cast<int>(size)),
+               WhyNotParsed(payload, size, path));
   ValidateExecutable(*e, device);
   return std::shared_ptr<const proto::Executable>(arena, e);  // owns the arena
 }

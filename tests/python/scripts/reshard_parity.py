@@ -51,6 +51,18 @@ def optimizer(params):
     return torch.optim.AdamW(params, lr=0.01, weight_decay=0.1)
 
 
+def train(zero, opt, steps, want, phase):
+    """Steps of a data-parallel (sharded) model, each loss against want[step]."""
+    for step in steps:
+        opt.zero_grad()
+        tokens, targets = batch(step)
+        loss = zero(half(tokens), half(targets))
+        loss.backward()
+        opt.step()
+        torch.testing.assert_close(dp_mean(loss), want[step],
+                                   msg=lambda m: f"phase {phase} step {step}: loss: {m}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True)
@@ -76,14 +88,7 @@ def main():
     zero = parallel.FullyShardedDataParallel(model, stage=3,
                                              wrap_policy=parallel.module_type_policy(Block))
     opt = optimizer(zero.parameters())
-    for step in range(3):
-        opt.zero_grad()
-        tokens, targets = batch(step)
-        loss = zero(half(tokens), half(targets))
-        loss.backward()
-        opt.step()
-        torch.testing.assert_close(dp_mean(loss), want[step],
-                                   msg=lambda m: f"phase A step {step}: loss: {m}")
+    train(zero, opt, range(3), want, "A")
     parallel.save_checkpoint(args.dir, model, [zero], opt, step=3)
 
     parallel.destroy()
@@ -115,14 +120,7 @@ def main():
                                              wrap_policy=parallel.module_type_policy(Block))
     opt = optimizer(zero.parameters())
     assert parallel.load_checkpoint(args.dir, model, [zero], opt) == 3
-    for step in range(3, 6):
-        opt.zero_grad()
-        tokens, targets = batch(step)
-        loss = zero(half(tokens), half(targets))
-        loss.backward()
-        opt.step()
-        torch.testing.assert_close(dp_mean(loss), want[step],
-                                   msg=lambda m: f"phase C step {step}: loss: {m}")
+    train(zero, opt, range(3, 6), want, "C")
     dist.barrier()
     if rank == 0:
         print("reshard parity: tp=2 dp=2 ZeRO-3 -> checkpoint -> tp=1 pp=2 dp=2 and tp=1 dp=4 "

@@ -18,8 +18,8 @@ masters within bf16 tolerance of the fp32 loss; CPU offload trains bitwise
 alike and charges its host traffic to the modelled time; activation checkpointing
 inside units leaves the gradients bitwise unchanged; load_full_state_dict round
 trip and its error naming a mismatched tensor. no_sync() at every stage
-(bitwise equal to DDP's gradient accumulation, and nothing reduced inside
-it); size_policy's units; prefetch (the next unit's all-gather in flight
+(bitwise equal to DDP's gradient accumulation, nothing reduced inside it,
+and an abandoned accumulation discarded by zero_grad()); size_policy's units; prefetch (the next unit's all-gather in flight
 when a unit's forward starts, none without it, the same losses); a bf16
 gradient reduction within bf16 precision. Rank 0 prints one line per
 check.
@@ -214,6 +214,10 @@ def no_sync(stage, rank, world):
     mine_x, mine_y = shard(x, rank, world), shard(y, rank, world)
     half = mine_x.shape[0] // 2
     group = model.process_group
+    # An accumulation abandoned and discarded by zero_grad() leaves no trace.
+    with model.no_sync():
+        nn.functional.mse_loss(model(mine_x * 3), mine_y).backward()
+    model.zero_grad()
     before = len(torchneuron.fabric.records(group))
     with model.no_sync():
         nn.functional.mse_loss(model(mine_x[:half]), mine_y[:half]).backward()

@@ -13,7 +13,7 @@
 // checkpoint loads into any layout: assemble a full tensor from its pieces,
 // then take the part the new layout needs.
 //
-//   FileDigest d = WriteShardFile(dir + "/shard-00003.bin", pieces);
+//   FileDigest d = WriteShardFile(dir + "/shard-00003-00000100-9f3a0c2e.bin", pieces);
 //   ... manifest.add_files() with d, on one rank, after every rank wrote ...
 //   WriteManifest(dir, manifest);
 //   proto::Manifest m = ReadManifest(dir);
@@ -49,12 +49,14 @@ FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece
 // the file otherwise).
 std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& file);
 
+// Atomically, and with the directory synced (the rename is durable).
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest);
 // InvalidUsage when the directory holds no complete checkpoint.
 proto::Manifest ReadManifest(const std::string& dir);
 // Deletes the shard files in `dir` that `manifest` does not list (those of
-// earlier saves, and of saves that did not finish, with their temporaries);
-// returns their names. Called once the new manifest is in place.
+// earlier saves, and of saves that did not finish, with their temporaries)
+// and leftover temporaries of the manifest; returns their names. Best
+// effort: never throws. Called once the new manifest is in place.
 std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Manifest& manifest);
 
 // The full tensor `name` from `pieces` (all of that name), which must cover

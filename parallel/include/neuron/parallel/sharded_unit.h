@@ -104,11 +104,13 @@ class ShardedUnit {
   // next backward with sync reduces the sum of them all, so the result
   // equals DDP's no_sync. Default true.
   void SetRequireGradientSync(bool sync);
+  // Drops what no_sync backwards accumulated (an abandoned accumulation:
+  // the optimizer's zero_grad cannot see it, it is not a .grad yet).
+  void DiscardAccumulatedGradients();
 
-  // Sum over this rank's shard of grad^2 (for clipping across shards); with
-  // `counted`, one flag per parameter, only the flagged parameters' elements
-  // (tensor-parallel replicas are counted on one rank only).
-  double LocalGradSquaredNorm() const;
+  // Sum over this rank's shard of grad^2 (for clipping across shards), of
+  // the parameters flagged in `counted` (one flag per parameter:
+  // tensor-parallel replicas are counted on one rank only).
   double LocalGradSquaredNorm(const std::vector<bool>& counted) const;
 
  private:
