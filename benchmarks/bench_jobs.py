@@ -1,8 +1,20 @@
 """Running a benchmark's worker mode as a neuronrun job (the drivers of
 pipeline_bubble.py and zero_memory.py)."""
+import argparse
 import os
 import subprocess
 import sys
+
+
+def driver_args(description, sizes_flag, default_sizes, sizes_help):
+    """The drivers' command line: --build, `sizes_flag` (the rank counts or
+    stage counts to run) and the hidden --worker."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+    ap.add_argument(sizes_flag, type=int, nargs="+", default=default_sizes, help=sizes_help)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args()
 
 
 def worker_rows(build, ranks, script, tag):

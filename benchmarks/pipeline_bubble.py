@@ -13,14 +13,11 @@ includes the modelled stage-to-stage transfers); "schedule" is the bubble of
 the schedule's own simulation (forward 1, backward 2, no transfer time);
 "formula" is (p-1)/(m+p-1), or (p-1)/(v m) interleaved.
 """
-import argparse
 import datetime
-import os
 import sys
 
 import bench_jobs
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [("gpipe", 1, 4), ("gpipe", 1, 8), ("1f1b", 1, 4), ("1f1b", 1, 8), ("1f1b", 1, 16),
          ("interleaved", 2, 8), ("interleaved", 2, 16)]
 
@@ -60,11 +57,8 @@ def worker():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
-    ap.add_argument("--stages", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = bench_jobs.driver_args(__doc__.splitlines()[0], "--stages", [2, 4],
+                                  "pipeline stage counts (one job each)")
     if args.worker:
         return worker()
     print(f"{'p':>2} {'schedule':>11} {'v':>2} {'m':>3} | {'measured':>8} {'schedule':>8} "

@@ -16,15 +16,12 @@ and stage 3 with CPUOffload ("3o": master shards, their gradients and the
 optimizer state in host memory; no formula: what stays on the device is the
 working set of gathered parameters and gradients in flight).
 """
-import argparse
 import datetime
 import gc
-import os
 import sys
 
 import bench_jobs
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 FORMULA = {"1": lambda psi, n: 4 * psi + 12 * psi / n,
            "2": lambda psi, n: 2 * psi + 14 * psi / n,
            "3": lambda psi, n: 16 * psi / n,
@@ -71,11 +68,8 @@ def worker():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
-    ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = bench_jobs.driver_args(__doc__.splitlines()[0], "--ranks", [4, 8],
+                                  "data-parallel rank counts (one job each)")
     if args.worker:
         return worker()
     print(f"{'N':>3} {'stage':>5} {'psi':>9} | {'measured MiB':>12} {'formula MiB':>11} "

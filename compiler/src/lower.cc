@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
@@ -1066,22 +1067,23 @@ class Lowering {
     // output_mask is not needed: all three gradients are computed (the
     // graph leaves the unwanted ones unused).
     const std::int64_t cols = x.shape(x.shape_size() - 1);
-    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
-    Step s;
-    s.instruction.set_engine(rp::VECTOR);
-    s.instruction.set_op(forward ? "layer_norm_rows" : "layer_norm_backward_rows");
-    s.instruction.set_m(cols == 0 ? 0 : Elements(x) / cols);
-    s.instruction.set_n(cols);
-    s.instruction.set_elements(Elements(x));
-    s.instruction.set_operand_count(forward ? 3 : 5);  // passes over each row
+    std::vector<std::string> outs;
+    for (const auto& out : n.outputs()) {
+      AddSlot(out.name(), out, rp::SBUF, where);
+      outs.push_back(out.name());
+    }
+    // Over the elements of x (the first output has its shape), in passes
+    // over each row: 3 forward, 5 backward.
+    rp::Instruction& i = AddStep(
+        rp::VECTOR, forward ? "layer_norm_rows" : "layer_norm_backward_rows",
+        forward ? in : std::vector<std::string>(in.begin(), in.begin() + 5), outs, source,
+        forward ? 3 : 5);
+    i.set_m(cols == 0 ? 0 : Elements(x) / cols);
+    i.set_n(cols);
     if (forward) {
       auto eps = n.attrs().find("eps");
-      s.instruction.set_scalar(eps == n.attrs().end() ? 1e-5 : eps->second.f());
+      i.set_scalar(eps == n.attrs().end() ? 1e-5 : eps->second.f());
     }
-    s.instruction.set_source(source);
-    s.reads = forward ? in : std::vector<std::string>(in.begin(), in.begin() + 5);
-    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
-    steps_.push_back(std::move(s));
   }
 
   // nll_loss_forward (log-probabilities [N, C], targets [N] -> loss, total
@@ -1098,20 +1100,19 @@ class Lowering {
                  ": reduction ", reduction, " is none (0), mean (1) or sum (2)");
     const auto& logp = slots_.at(in[forward ? 0 : 1]).value.type();
     NEURON_CHECK(logp.shape_size() == 2, where, ": supported for [N, C] inputs");
-    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
-    Step s;
-    s.instruction.set_engine(rp::VECTOR);
-    s.instruction.set_op(forward ? "nll_loss_rows" : "nll_loss_backward_rows");
-    s.instruction.set_m(logp.shape(0));
-    s.instruction.set_n(logp.shape(1));
-    s.instruction.set_k(AttrInt(n, "ignore_index", -100));
-    s.instruction.set_scalar(static_cast<double>(reduction));
-    s.instruction.set_elements(Elements(logp));
-    s.instruction.set_operand_count(1);
-    s.instruction.set_source(source);
-    s.reads = forward ? in : std::vector<std::string>{in[0], in[2], in[3]};
-    for (const auto& out : n.outputs()) s.writes.push_back(out.name());
-    steps_.push_back(std::move(s));
+    std::vector<std::string> outs;
+    for (const auto& out : n.outputs()) {
+      AddSlot(out.name(), out, rp::SBUF, where);
+      outs.push_back(out.name());
+    }
+    rp::Instruction& i = AddStep(
+        rp::VECTOR, forward ? "nll_loss_rows" : "nll_loss_backward_rows",
+        forward ? in : std::vector<std::string>{in[0], in[2], in[3]}, outs, source, 1);
+    i.set_m(logp.shape(0));
+    i.set_n(logp.shape(1));
+    i.set_k(AttrInt(n, "ignore_index", -100));
+    i.set_scalar(static_cast<double>(reduction));
+    i.set_elements(Elements(logp));  // over the log-probabilities, not the loss
   }
 
   // Fusion: a chain of elementwise steps, each reading the previous one's
@@ -1137,47 +1138,68 @@ class Lowering {
     for (const auto& s : steps_) {
       for (const auto& r : s.reads) ++readers[r];
     }
-    std::vector<Step> out;
+    // The steps kept so far; a producer moved into a chain leaves an empty
+    // place (dropped at the end), so indices stay valid. `writers` indexes
+    // them by what they write, so finding a producer is not a scan.
+    FusionState f;
+    std::unordered_set<std::string> fused_away;  // intermediates that left SBUF
     for (auto& step : steps_) {
       if (Fusible(step)) {
         // The producer of one of its operands, if that operand is read
         // nowhere else: it moves down here (its inputs were ready before).
         for (const auto& x : step.reads) {
-          const int p = Producer(out, x);
+          const int p = Producer(f, x);
           if (p < 0 || readers[x] != 1 || slots_.at(x).space != rp::SBUF ||
               std::count(step.reads.begin(), step.reads.end(), x) != 1 ||
-              out[p].instruction.elements() != step.instruction.elements() ||
+              f.out[p].instruction.elements() != step.instruction.elements() ||
               Elements(slots_.at(x).value.type()) != step.instruction.elements()) {
             continue;
           }
-          Step chain = std::move(out[p]);
-          out.erase(out.begin() + p);
+          Step chain = std::move(f.out[p]);
+          f.live[p] = false;
+          f.writers[x].pop_back();  // p was its latest writer
           if (chain.instruction.op() != "fused") chain = Fused(std::move(chain));
           AppendFused(chain, step, x);
+          fused_away.insert(x);
           step = std::move(chain);
           break;
         }
       }
-      out.push_back(std::move(step));
+      for (const auto& w : step.writes) f.writers[w].push_back(static_cast<int>(f.out.size()));
+      f.out.push_back(std::move(step));
+      f.live.push_back(true);
     }
-    steps_ = std::move(out);
+    steps_.clear();
+    for (std::size_t i = 0; i < f.out.size(); ++i) {
+      if (f.live[i]) steps_.push_back(std::move(f.out[i]));
+    }
+    order_.erase(std::remove_if(order_.begin(), order_.end(),
+                                [&](const std::string& v) { return fused_away.count(v) > 0; }),
+                 order_.end());
   }
 
-  // The index in `steps` of the fusible (or fused) step that writes `x`
-  // and only `x`, when no later step writes what it reads; else -1.
-  int Producer(const std::vector<Step>& steps, const std::string& x) const {
-    for (int p = static_cast<int>(steps.size()) - 1; p >= 0; --p) {
-      const Step& s = steps[p];
-      if (std::find(s.writes.begin(), s.writes.end(), x) == s.writes.end()) continue;
-      if (s.writes.size() != 1 || (s.instruction.op() != "fused" && !Fusible(s))) return -1;
-      for (std::size_t q = p + 1; q < steps.size(); ++q) {
-        for (const auto& w : steps[q].writes) {
-          if (std::find(s.reads.begin(), s.reads.end(), w) != s.reads.end()) return -1;
-        }
-      }
-      return p;
+  struct FusionState {
+    std::vector<Step> out;
+    std::vector<bool> live;
+    std::unordered_map<std::string, std::vector<int>> writers;  // live writers, ascending
+  };
+
+  // The index in f.out of the fusible (or fused) step that writes `x` last
+  // and only `x`, when no later step writes what it reads (it may move down
+  // past them); else -1.
+  static int Producer(const FusionState& f, const std::string& x) {
+    const auto latest = [&](const std::string& name) {
+      auto it = f.writers.find(name);
+      return it == f.writers.end() || it->second.empty() ? -1 : it->second.back();
+    };
+    const int p = latest(x);
+    if (p < 0) return -1;
+    const Step& s = f.out[p];
+    if (s.writes.size() != 1 || (s.instruction.op() != "fused" && !Fusible(s))) return -1;
+    for (const auto& r : s.reads) {
+      if (latest(r) > p) return -1;
     }
-    return -1;
+    return p;
   }
 
   // A one-op fused step (the head of a chain).
@@ -1214,7 +1236,6 @@ class Lowering {
     chain.fused_reads.push_back(std::move(reads));
     chain.writes = next.writes;
     chain.instruction.set_source(next.instruction.source());
-    order_.erase(std::remove(order_.begin(), order_.end(), x), order_.end());
   }
 
   void Store(const std::string& name) {
