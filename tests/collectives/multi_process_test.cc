@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "neuron/collectives/store/file_store.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -83,6 +85,8 @@ class Job {
   }
   Rank& operator[](int r) { return ranks_[r]; }
 
+  std::string store_path() const { return dir_ + "/store"; }
+
  private:
   static std::string MakeDir() {
     char tmpl[] = "/tmp/cc_multi_process.XXXXXX";
@@ -92,10 +96,16 @@ class Job {
   std::vector<Rank> ranks_;
 };
 
-int NeuronSegments() {
+// The job's shared-memory segments in /dev/shm (named by the uid its
+// ranks agreed on in their store; segments of tests running alongside do
+// not count).
+int NeuronSegments(const std::string& store_path) {
+  const std::string uid =
+      neuron::collectives::FileStore(store_path).Get("shm/uid", std::chrono::seconds(5));
+  const std::string prefix = "neuron-" + uid + "-";
   int n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind("neuron-", 0) == 0;
+    while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
     ::closedir(d);
   }
   return n;
@@ -128,7 +138,6 @@ TEST(MultiProcess, AStoppedPeerMakesTheOthersTimeOutNamingIt) {
 }
 
 TEST(MultiProcess, AKilledPeerMakesTheOthersFailFastAndLeavesNoSharedMemory) {
-  const int before = NeuronSegments();
   Job job(3, 60000);
   ASSERT_TRUE(job.AllReady(std::chrono::seconds(30)));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -146,7 +155,7 @@ TEST(MultiProcess, AKilledPeerMakesTheOthersFailFastAndLeavesNoSharedMemory) {
   // Well within the 60 s timeout: the death is seen, not waited out.
   EXPECT_LT(Clock::now() - killed, std::chrono::seconds(10));
   ASSERT_TRUE(job.Reap(1, std::chrono::seconds(10)));
-  EXPECT_EQ(NeuronSegments(), before);
+  EXPECT_EQ(NeuronSegments(job.store_path()), 0);
 }
 
 }  // namespace

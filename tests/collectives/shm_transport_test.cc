@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include <numeric>
 
 #include "neuron/collectives/store/file_store.h"
@@ -20,10 +22,13 @@ using namespace std::chrono_literals;
 using collectives::testing::RunRanks;
 using testing::ExchangeWithEveryRank;
 
-int ShmSegments() {
+// Segments in /dev/shm of the transports whose store holds `uid` ("shm/uid";
+// only this test's, so tests running alongside do not count).
+int ShmSegments(const std::string& uid) {
   int n = 0;
+  const std::string prefix = "neuron-" + uid + "-";
   DIR* d = ::opendir("/dev/shm");
-  while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind("neuron-", 0) == 0;
+  while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
   ::closedir(d);
   return n;
 }
@@ -31,13 +36,20 @@ int ShmSegments() {
 // Every rank sends to every rank (itself included) messages of several sizes,
 // bigger than the ring, so flow control and wrap-around are exercised.
 TEST(ShmTransport, AllPairsStreamsArriveIntact) {
+  std::vector<std::string> uids;
+  std::mutex mu;
   for (int size : {1, 2, 3, 5}) {
-    RunRanks(size, [size](int rank, Store& store) {
+    RunRanks(size, [&, size](int rank, Store& store) {
       ShmTransport t(store, rank, size, {.ring_bytes = 4096});
+      if (rank == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        uids.push_back(store.Get("shm/uid", 30s));
+      }
       ExchangeWithEveryRank(t, rank, size, {0, 1, 4097, 100003}, 30s);
     });
   }
-  EXPECT_EQ(ShmSegments(), 0) << "segments left in /dev/shm";
+  ASSERT_EQ(uids.size(), 4u);
+  for (const auto& uid : uids) EXPECT_EQ(ShmSegments(uid), 0) << "segments left in /dev/shm";
 }
 
 TEST(ShmTransport, MessagesToOnePeerKeepTheirOrder) {
@@ -166,8 +178,9 @@ TEST(ShmTransport, DeadPeerIsNamedWithinTheCheckInterval) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   ::waitpid(child, nullptr, 0);
+  const std::string uid = store.Get("shm/uid", 5s);
   std::system(("rm -rf " + std::string(tmpl)).c_str());
-  EXPECT_EQ(ShmSegments(), 0);
+  EXPECT_EQ(ShmSegments(uid), 0);
 }
 
 TEST(ShmTransport, BadArgumentsAreRejected) {
