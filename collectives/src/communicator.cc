@@ -257,6 +257,8 @@ std::string Communicator::DescribeHeader(const void* header) {
   }
   if (h.op == OpCode::kAllReduce) {
     text.append(" by ").append(Name(static_cast<Algorithm>(h.algorithm)));
+    if (h.path == 1) text.append(" (staged)");
+    if (h.path == 2) text.append(" (in the header slots)");
   }
   return text;
 }
@@ -312,7 +314,9 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     if (in_slot) {
       NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
                    " bytes do not fit a header slot");
-      std::memcpy(shm_->Window(rank_) + slot + detail::kHeaderBytes, staged, staged_bytes);
+      if (staged_bytes > 0) {
+        std::memcpy(shm_->Window(rank_) + slot + detail::kHeaderBytes, staged, staged_bytes);
+      }
     } else if (staged_bytes > 0) {
       // The data area is free once every rank collected its last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
@@ -499,6 +503,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   // data that fits a header slot goes with the header itself.
   const bool staged = algorithm == Algorithm::kDirect && size_ > 1 && bytes <= WindowDataBytes();
   const bool in_slot = small && bytes <= detail::kInlineBytes;
+  h.path = in_slot ? 2 : small ? 1 : 0;  // ranks with other options must not mix paths
   h.model_bytes = static_cast<double>(bytes);
   const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0, in_slot);
   const OpScope scope(*this, h, agreed);

@@ -75,6 +75,10 @@ struct Communicator::Header {
   DataType dtype = DataType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
   std::uint8_t algorithm = 0;  // Algorithm, where the call names or picks one
+  // How the data travels where ranks could choose differently (their
+  // options): 0 as the algorithm says, 1 staged in the windows (small direct
+  // allreduce), 2 in the header slots (kInlineBytes at most).
+  std::uint8_t path = 0;
   std::int32_t root = -1;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
@@ -88,7 +92,8 @@ struct Communicator::Header {
   // Equal calls (the per-rank stamps aside).
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
-           algorithm == o.algorithm && root == o.root && sequence == o.sequence &&
+           algorithm == o.algorithm && path == o.path && root == o.root &&
+           sequence == o.sequence &&
            count == o.count && fingerprint == o.fingerprint;
   }
 };

@@ -99,13 +99,18 @@ class Job {
 // The job's shared-memory segments in /dev/shm (named by the uid its
 // ranks agreed on in their store; segments of tests running alongside do
 // not count).
+// (The collectives' transport and the point-to-point channel's.)
 int NeuronSegments(const std::string& store_path) {
-  const std::string uid =
-      neuron::collectives::FileStore(store_path).Get("shm/uid", std::chrono::seconds(5));
-  const std::string prefix = "neuron-" + uid + "-";
+  neuron::collectives::FileStore store(store_path);
+  std::vector<std::string> prefixes;
+  for (const char* key : {"shm/uid", "p2p/shm/uid"}) {
+    prefixes.push_back("neuron-" + store.Get(key, std::chrono::seconds(5)) + "-");
+  }
   int n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    while (dirent* e = ::readdir(d)) {
+      for (const auto& prefix : prefixes) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    }
     ::closedir(d);
   }
   return n;

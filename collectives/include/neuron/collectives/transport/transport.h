@@ -68,7 +68,8 @@ class Deadline {
 class Label {
  public:
   Label(const std::string& text) : text_(&text) {}  // NOLINT: implicit on purpose
-  Label(const char* text) : literal_(text) {}       // NOLINT
+  Label(std::string&&) = delete;  // would dangle when kept in a variable
+  Label(const char* text) : literal_(text != nullptr ? text : "") {}  // NOLINT
   // make(context) builds the text.
   Label(std::string (*make)(const void*), const void* context)
       : make_(make), context_(context) {}
