@@ -257,8 +257,8 @@ std::string Communicator::DescribeHeader(const void* header) {
   }
   if (h.op == OpCode::kAllReduce) {
     text.append(" by ").append(Name(static_cast<Algorithm>(h.algorithm)));
-    if (h.path == 1) text.append(" (staged)");
-    if (h.path == 2) text.append(" (in the header slots)");
+    if (h.path == detail::kPathStaged) text.append(" (staged)");
+    if (h.path == detail::kPathHeaderSlot) text.append(" (in the header slots)");
   }
   return text;
 }
@@ -295,12 +295,12 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
   throw InvalidUsage(message);
 }
 
-const char* Communicator::InlineData(int rank) const {
+char* Communicator::InlineData(int rank) const {
   return shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot + detail::kHeaderBytes;
 }
 
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
-                                             std::size_t staged_bytes, bool in_slot) {
+                                             std::size_t staged_bytes) {
   ++sequence_;
   // A straggler (rank_delays fault) reaches every collective that much later.
   mine.arrival_us = std::max(IssueTime(), stream_end_us_) +
@@ -311,12 +311,10 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     const Label what = Describing(mine);
     const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
     static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
-    if (in_slot) {
+    if (mine.path == detail::kPathHeaderSlot) {
       NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
                    " bytes do not fit a header slot");
-      if (staged_bytes > 0) {
-        std::memcpy(shm_->Window(rank_) + slot + detail::kHeaderBytes, staged, staged_bytes);
-      }
+      if (staged_bytes > 0) std::memcpy(InlineData(rank_), staged, staged_bytes);
     } else if (staged_bytes > 0) {
       // The data area is free once every rank collected its last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
@@ -428,13 +426,16 @@ double Communicator::IssueTime() const {
   return context != nullptr ? context->issued_us : clock_->compute().count();
 }
 
-std::pair<runtime::OpTrace*, std::uint64_t> Communicator::TraceTarget(bool messages_lane) {
+std::pair<std::shared_ptr<runtime::OpTrace>, std::uint64_t> Communicator::TraceTarget(
+    bool messages_lane) {
   if (const auto* context = detail::ScopedIssue::Current(clock_.get())) {
-    return {context->trace.get(), context->index};
+    return {context->trace, context->index};
   }
-  const std::shared_ptr<runtime::OpTrace> trace = clock_->trace();
+  if (!clock_->tracing()) return {nullptr, 0};  // the common case: no lock taken
+  std::shared_ptr<runtime::OpTrace> trace = clock_->trace();
   if (trace == nullptr) return {nullptr, 0};
-  return {trace.get(), trace->Issue(messages_lane, join_compute_)};
+  const std::uint64_t issue = trace->Issue(messages_lane, join_compute_);
+  return {std::move(trace), issue};
 }
 
 void Communicator::ResetStats() {
@@ -503,9 +504,10 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   // data that fits a header slot goes with the header itself.
   const bool staged = algorithm == Algorithm::kDirect && size_ > 1 && bytes <= WindowDataBytes();
   const bool in_slot = small && bytes <= detail::kInlineBytes;
-  h.path = in_slot ? 2 : small ? 1 : 0;  // ranks with other options must not mix paths
+  // Ranks with other options must not mix paths: the header says which.
+  h.path = in_slot ? detail::kPathHeaderSlot : small ? detail::kPathStaged : detail::kPathAlgorithm;
   h.model_bytes = static_cast<double>(bytes);
-  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0, in_slot);
+  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0);
   const OpScope scope(*this, h, agreed);
   if (size_ == 1 || o.count == 0) {
     if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);

@@ -65,6 +65,10 @@ inline constexpr std::size_t kHeaderBytes = 64;
 inline constexpr std::size_t kInlineBytes = 960;
 inline constexpr std::size_t kHeaderSlot = kHeaderBytes + kInlineBytes;
 inline constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
+// Header::path values.
+inline constexpr std::uint8_t kPathAlgorithm = 0;   // as the algorithm says
+inline constexpr std::uint8_t kPathStaged = 1;      // staged in the windows (small direct)
+inline constexpr std::uint8_t kPathHeaderSlot = 2;  // in the header slots (kInlineBytes at most)
 
 }  // namespace detail
 
@@ -76,8 +80,7 @@ struct Communicator::Header {
   ReduceOp reduce = ReduceOp::kSum;
   std::uint8_t algorithm = 0;  // Algorithm, where the call names or picks one
   // How the data travels where ranks could choose differently (their
-  // options): 0 as the algorithm says, 1 staged in the windows (small direct
-  // allreduce), 2 in the header slots (kInlineBytes at most).
+  // options): kPathAlgorithm, kPathStaged or kPathHeaderSlot.
   std::uint8_t path = 0;
   std::int32_t root = -1;
   std::uint64_t sequence = 0;

@@ -63,12 +63,11 @@ DataType ParseDtype(const std::string& name) {
 }
 
 CollectiveKind ParseOp(const std::string& name) {
-  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
-                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast}) {
-    if (name == runtime::Name(k)) return k;
-  }
-  NEURON_CHECK(false, "--op must be allreduce, allgather, reducescatter or broadcast, got '",
-               name, "'");
+  const auto k = runtime::ParseCollectiveKind(name);
+  NEURON_CHECK(k == CollectiveKind::kAllReduce || k == CollectiveKind::kAllGather ||
+                   k == CollectiveKind::kReduceScatter || k == CollectiveKind::kBroadcast,
+               "--op must be allreduce, allgather, reducescatter or broadcast, got '", name, "'");
+  return *k;
 }
 
 PerfOptions Parse(int argc, char** argv) {

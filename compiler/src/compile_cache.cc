@@ -119,13 +119,15 @@ CompileCache::CompileCache(Options options) : options_(std::move(options)) {
 }
 
 CompileCache::Entry CompileCache::LoadFromDisk(const CacheKey& key, const std::string& base,
-                                               const runtime::DeviceSpec& device) {
+                                               const runtime::DeviceSpec& device,
+                                               bool* damaged) {
   std::shared_ptr<const runtime::proto::Executable> entry;
   try {
     entry = runtime::LoadExecutableShared(base + ".nexe", device);
   } catch (const IoError&) {
     return nullptr;  // not there (yet)
   } catch (const Error& e) {
+    *damaged = true;
     ++counters_.corrupt;
     last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
     return nullptr;
@@ -204,28 +206,30 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
     lru_.splice(lru_.begin(), lru_, it->second.second);
     return it->second.first;
   }
-  if (options_.dir.empty()) {
-    ++counters_.misses;
-    runtime::proto::Executable executable = compile();
-    runtime::ValidateExecutable(executable, device);
-    return Remember(key, std::move(executable));
-  }
+  if (options_.dir.empty()) return Compile(key, compile, device, "");
   const std::string base = options_.dir + "/" + key.digest;
   // A hit needs no lock: entries appear whole (written aside, then renamed).
-  if (auto hit = LoadFromDisk(key, base, device)) return hit;
+  bool damaged = false;
+  if (auto hit = LoadFromDisk(key, base, device, &damaged)) return hit;
   FileLock file_lock(base + ".lock");  // one compile per key across processes
-  if (!last_report_.empty()) {
-    // A damaged entry: compiled again below.
-  } else if (std::filesystem::exists(base + ".nexe")) {  // compiled meanwhile
-    if (auto hit = LoadFromDisk(key, base, device)) return hit;
-  } else if (options_.explain) {
-    last_report_ = Explain(key);
+  if (!damaged) {
+    // Another process may have compiled it while this one waited for the lock.
+    if (auto hit = LoadFromDisk(key, base, device, &damaged)) return hit;
+    if (!damaged && options_.explain) last_report_ = Explain(key);
   }
+  return Compile(key, compile, device, base);
+}
+
+CompileCache::Entry CompileCache::Compile(
+    const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
+    const runtime::DeviceSpec& device, const std::string& base) {
   ++counters_.misses;
   runtime::proto::Executable executable = compile();
   runtime::ValidateExecutable(executable, device);
-  runtime::SaveExecutable(executable, base + ".nexe");
-  runtime::WriteFileAtomically(base + ".key", KeyText(key));
+  if (!base.empty()) {
+    runtime::SaveExecutable(executable, base + ".nexe");
+    runtime::WriteFileAtomically(base + ".key", KeyText(key));
+  }
   return Remember(key, std::move(executable));
 }
 

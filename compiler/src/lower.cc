@@ -434,6 +434,14 @@ class Lowering {
     const auto x_shape = Shape(slots_.at(in[conv_back || pool_back ? 1 : 0]).value.type());
     NEURON_CHECK(x_shape.size() == 4, where, ": supported for [N, C, H, W] inputs");
     const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+    // The window geometry, output size last (torch's formula, no ceil_mode).
+    auto geometry = [&](std::int64_t kh, std::int64_t kw, const std::vector<std::int64_t>& stride,
+                        const std::vector<std::int64_t>& pad,
+                        const std::vector<std::int64_t>& dil) -> std::vector<std::int64_t> {
+      const std::int64_t oh = (H + 2 * pad[0] - dil[0] * (kh - 1) - 1) / stride[0] + 1;
+      const std::int64_t ow = (W + 2 * pad[1] - dil[1] * (kw - 1) - 1) / stride[1] + 1;
+      return {N, C, H, W, kh, kw, stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], oh, ow};
+    };
     for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
     if (pool || pool_back) {
       const auto kernel = pair("kernel_size", 1);
@@ -441,10 +449,7 @@ class Lowering {
       if (stride[0] == 0) stride = kernel;  // torch: the kernel size by default
       const auto pad = pair("padding", 0), dil = pair("dilation", 1);
       NEURON_CHECK(AttrInt(n, "ceil_mode", 0) == 0, where, ": ceil_mode is not supported");
-      const std::int64_t OH = (H + 2 * pad[0] - dil[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
-      const std::int64_t OW = (W + 2 * pad[1] - dil[1] * (kernel[1] - 1) - 1) / stride[1] + 1;
-      const std::vector<std::int64_t> g = {N, C, H, W, kernel[0], kernel[1], stride[0], stride[1],
-                                           pad[0], pad[1], dil[0], dil[1], OH, OW};
+      const std::vector<std::int64_t> g = geometry(kernel[0], kernel[1], stride, pad, dil);
       if (pool) {
         NEURON_CHECK(n.outputs_size() == 2, where, ": gives the maxima and the indices");
         WindowStep("maxpool2d", {in[0]}, {n.outputs(0).name(), n.outputs(1).name()}, g, source);
@@ -461,10 +466,8 @@ class Lowering {
                  ": a [OC, C, KH, KW] weight for C = ", C);
     const std::int64_t OC = w_shape[0], KH = w_shape[2], KW = w_shape[3];
     const auto stride = pair("stride", 1), pad = pair("padding", 0), dil = pair("dilation", 1);
-    const std::int64_t OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) / stride[0] + 1;
-    const std::int64_t OW = (W + 2 * pad[1] - dil[1] * (KW - 1) - 1) / stride[1] + 1;
-    const std::vector<std::int64_t> g = {N, C, H, W, KH, KW, stride[0], stride[1],
-                                         pad[0], pad[1], dil[0], dil[1], OH, OW};
+    const std::vector<std::int64_t> g = geometry(KH, KW, stride, pad, dil);
+    const std::int64_t OH = g[12], OW = g[13];
     const std::int64_t M = N * OH * OW, K = C * KH * KW;
     const std::string base = n.outputs(0).name();
     const std::string dtype = slots_.at(in[conv ? 0 : 1]).value.type().dtype();
@@ -669,16 +672,10 @@ class Lowering {
     const proto::Value& out = n.outputs(0);
     const auto shape = Shape(slots_.at(in[0]).value.type());
     std::set<std::size_t> reduced;
-    auto it = n.attrs().find("dim");
-    if (it == n.attrs().end() || (it->second.value_case() != proto::Attribute::kI &&
-                                  it->second.ints().values_size() == 0)) {
+    const std::vector<std::int64_t> dims = AttrInts(n, "dim");
+    for (auto d : dims) reduced.insert(static_cast<std::size_t>(Dim(d, shape.size(), where)));
+    if (dims.empty()) {
       for (std::size_t d = 0; d < shape.size(); ++d) reduced.insert(d);  // sum of all
-    } else if (it->second.value_case() == proto::Attribute::kI) {
-      reduced.insert(static_cast<std::size_t>(Dim(it->second.i(), shape.size(), where)));
-    } else {
-      for (auto d : it->second.ints().values()) {
-        reduced.insert(static_cast<std::size_t>(Dim(d, shape.size(), where)));
-      }
     }
     std::int64_t rows = 1, cols = 1;
     std::vector<std::int64_t> sizes, view;

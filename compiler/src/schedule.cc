@@ -9,28 +9,12 @@
 
 namespace neuron::compiler {
 
-namespace {
-
 namespace rp = runtime::proto;
-
-// Each instruction's modelled duration.
-std::vector<double> Durations(const rp::Executable& e, const runtime::CostModel& model) {
-  std::unordered_map<std::uint32_t, const rp::Buffer*> buffers;
-  for (const auto& b : e.buffers()) buffers[b.id()] = &b;
-  std::vector<double> out;
-  for (const auto& i : e.instructions()) {
-    const bool fp32 = i.engine() == rp::TENSOR && !i.inputs().empty() &&
-                      buffers.at(i.inputs(0))->dtype() == rp::F32;
-    out.push_back(runtime::InstructionDuration(i, model, fp32).count());
-  }
-  return out;
-}
-
-}  // namespace
 
 ScheduleResult ScheduleInstructions(rp::Executable& e, const runtime::CostModel& model) {
   ScheduleResult result;
-  result.before_us = result.after_us = runtime::TimePlan(e, model).total.count();
+  const runtime::PlanTiming before = runtime::TimePlan(e, model);
+  result.before_us = result.after_us = before.total.count();
   const int n = e.instructions_size();
   if (n < 3) return result;
   std::unordered_map<std::uint32_t, int> index;  // id -> position
@@ -44,12 +28,14 @@ ScheduleResult ScheduleInstructions(rp::Executable& e, const runtime::CostModel&
     }
   }
   // Priority: the longest modelled path from the instruction to the end.
-  const std::vector<double> cost = Durations(e, model);
+  // Each instruction's duration: its span in the timeline just made (the
+  // schedule lists the instructions in their order).
   std::vector<double> rank(static_cast<std::size_t>(n), 0);
   for (int k = n - 1; k >= 0; --k) {  // users come later in a valid order
     double longest = 0;
     for (int u : users[static_cast<std::size_t>(k)]) longest = std::max(longest, rank[u]);
-    rank[static_cast<std::size_t>(k)] = cost[static_cast<std::size_t>(k)] + longest;
+    const auto& span = before.schedule[static_cast<std::size_t>(k)];
+    rank[static_cast<std::size_t>(k)] = (span.end - span.start).count() + longest;
   }
   auto later = [&](int a, int b) {  // the queue's order: higher rank, then earlier
     return rank[a] != rank[b] ? rank[a] < rank[b] : a > b;

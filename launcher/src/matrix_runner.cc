@@ -20,6 +20,7 @@
 #include "child_process.h"
 #include "matrix_replay.h"
 #include "ports.h"
+#include "rank_env.h"
 
 namespace neuron::launcher {
 
@@ -49,18 +50,13 @@ void WriteFigures(const fs::path& file, const Figures& figures) {
 // Starts `argv` with stdout and stderr appended to `log` and `extra_env`
 // over this process's environment; it dies with us (launcher Spawn).
 pid_t Start(const std::vector<std::string>& argv, const fs::path& log,
-            const std::vector<std::string>& extra_env) {
+            const Environment& extra_env) {
   SpawnRequest request;
   request.path = argv[0];
   request.argv = argv;
-  for (char** e = environ; *e != nullptr; ++e) request.env.emplace_back(*e);
-  for (const auto& e : extra_env) {  // replacing what this environment has
-    const std::string name = e.substr(0, e.find('=') + 1);
-    request.env.erase(std::remove_if(request.env.begin(), request.env.end(),
-                                     [&](const std::string& v) { return v.rfind(name, 0) == 0; }),
-                      request.env.end());
-    request.env.push_back(e);
-  }
+  Environment env = CurrentEnvironment();
+  for (const auto& [name, value] : extra_env) env[name] = value;
+  request.env = ToEnvp(env);
   request.output_file = log.string();
   return Spawn(request).pid;
 }
@@ -186,10 +182,10 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
   std::vector<std::string> common;
   if (!c.topology.empty()) common = {"--topology", c.topology};
   std::vector<pid_t> agents;
-  std::vector<std::string> env;
+  Environment env;
   if (c.compile) {  // a fresh compile cache: the cell's compile time is cold
     fs::remove_all(dir / "cache");
-    env.push_back("NEURON_CACHE_DIR=" + (dir / "cache").string());
+    env["NEURON_CACHE_DIR"] = (dir / "cache").string();
   }
   if (c.nodes == 1) {
     std::vector<std::string> argv = {neuronrun, "-n", std::to_string(c.ranks_per_node)};
@@ -198,7 +194,7 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
     agents.push_back(Start(argv, log, env));
   } else {  // one agent per simulated node, rendezvous on this machine
     const std::string endpoint = "127.0.0.1:" + std::to_string(PickFreePort());
-    env.push_back("NEURON_RDZV_SECRET=" + collectives::auth::GenerateSecret());
+    env["NEURON_RDZV_SECRET"] = collectives::auth::GenerateSecret();
     for (int node = 0; node < c.nodes; ++node) {
       std::vector<std::string> argv = {neuronrun, "--nnodes", std::to_string(c.nodes),
                                        "--node-rank", std::to_string(node), "--rdzv-endpoint",
@@ -431,9 +427,10 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
       const fs::path dir = out / "cells" / c.id;
       const fs::path result = dir / "result.txt";
       Figures f = ReadFigures(result);
-      const bool finished = f.count("status") && (f["status"] == "completed" ||
-                                                   f["status"] == "modelled");
-      if (finished && !modelled) {
+      // A real cell ran before (a result marked "modelled" came from a run
+      // with another max_real_ranks: it is run for real now).
+      const bool ran = f.count("status") && f["status"] == "completed";
+      if (ran && !modelled) {
         ++skipped;
       } else {
         progress << "[matrix " << spec.matrix.name() << "] " << (modelled ? "modelling " : "running ")

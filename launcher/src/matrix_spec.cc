@@ -179,9 +179,17 @@ MatrixSpec LoadMatrix(const std::string& path) {
     m.set_topologies(t, file.string());
   }
 
-  // Every combination, each checked as a layout.
+  // Every combination, each checked as a layout; each topology read once and
+  // checked to fit each node shape once.
+  std::vector<runtime::Topology> topologies;
+  for (const std::string& topology : m.topologies()) {
+    if (!topology.empty()) topologies.push_back(runtime::Topology::FromFile(topology));
+  }
   for (int n : m.nodes()) {
     for (int r : m.ranks_per_node()) {
+      for (const auto& topology : topologies) {
+        topology.CheckFits(n, {static_cast<std::uint32_t>(r)});
+      }
       for (int s = 0; s < m.strategies_size(); ++s) {
         const proto::Strategy& st = m.strategies(s);
         const int world = n * r;
@@ -210,9 +218,6 @@ MatrixSpec LoadMatrix(const std::string& path) {
             NEURON_CHECK(!compile || st.tp() == 1, at.At("tp", "strategies", s),
                          ": compile needs tp 1 (strategy ", st.name(), ")");
             for (const std::string& topology : m.topologies()) {
-              if (!topology.empty()) {
-                runtime::Topology::FromFile(topology).CheckFits(n, {static_cast<std::uint32_t>(r)});
-              }
               MatrixCell cell;
               cell.nodes = n;
               cell.ranks_per_node = r;

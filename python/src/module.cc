@@ -204,8 +204,9 @@ PYBIND11_MODULE(_C, m) {
         for (const auto& [name, us] : i.pass_us) passes[name.c_str()] = us;
         d["pass_us"] = passes;
         py::dict engines;
-        const char* names[] = {"tensor", "vector", "scalar", "gpsimd", "dma"};
-        for (int k = 0; k < neuron::runtime::kEngineCount; ++k) engines[names[k]] = i.engine_us[k];
+        for (int k = 0; k < neuron::runtime::kEngineCount; ++k) {
+          engines[neuron::runtime::Name(static_cast<neuron::runtime::Engine>(k))] = i.engine_us[k];
+        }
         d["engine_us"] = engines;
         d["fused_groups"] = i.fused_groups;
         d["fused_ops"] = i.fused_ops;

@@ -14,8 +14,12 @@
 
 namespace neuron::runtime {
 
+namespace {
+constexpr const char* kTemporary = ".tmp.";  // then the writer's pid
+}  // namespace
+
 void WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = StrCat(path, ".tmp.", ::getpid());
+  const std::string temp = StrCat(path, kTemporary, ::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(errno)));
   std::size_t done = 0;
@@ -36,6 +40,20 @@ void WriteFileAtomically(const std::string& path, const std::string& bytes) {
     std::remove(temp.c_str());
     throw IoError(StrCat("cannot move ", temp, " to ", path, ": ", std::strerror(e)));
   }
+}
+
+bool IsTemporaryOf(const std::string& name, const std::string& target) {
+  return name.rfind(target + kTemporary, 0) == 0;
+}
+
+void SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    throw IoError(StrCat("cannot sync the directory ", dir, ": ", std::strerror(e)));
+  }
+  ::close(fd);
 }
 
 std::string ReadFile(const std::string& path, const char* what) {

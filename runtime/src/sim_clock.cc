@@ -44,6 +44,7 @@ void SimClock::Reset() {
 
 void SimClock::set_trace(std::shared_ptr<OpTrace> trace) {
   std::lock_guard<std::mutex> lock(mutex_);
+  tracing_.store(trace != nullptr, std::memory_order_release);
   trace_ = std::move(trace);
 }
 

@@ -3,8 +3,6 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
@@ -40,9 +38,11 @@ void ParseTextProto(const std::string& text, const std::string& origin, const ch
 }
 
 std::string ReadTextFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  NEURON_CHECK(in.good(), "cannot read ", what, " file ", path);  // InvalidUsage: a bad path
-  return ReadFile(path, what);
+  try {
+    return ReadFile(path, what);
+  } catch (const IoError& e) {
+    throw InvalidUsage(e.what());  // a bad path the user gave: bad input
+  }
 }
 
 }  // namespace neuron::runtime

@@ -357,26 +357,29 @@ void ShmTransport::PublishPhase(int index, std::uint64_t value) {
 
 void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
                              const Label& what) {
-  auto behind = [&] {
-    std::vector<int> late;
-    for (int p = 0; p < size_; ++p) {
-      if (segments_[p]->phase[index].load(std::memory_order_acquire) < value) late.push_back(p);
-    }
-    return late;
+  auto late = [&](int p) {
+    return segments_[p]->phase[index].load(std::memory_order_acquire) < value;
   };
-  auto arrived = [&](bool*) {  // no allocation: this runs on every poll
+  auto behind = [&] {  // for messages only
+    std::vector<int> out;
     for (int p = 0; p < size_; ++p) {
-      if (segments_[p]->phase[index].load(std::memory_order_acquire) < value) return false;
+      if (late(p)) out.push_back(p);
     }
-    return true;
+    return out;
   };
-  Block(arrived,
-        [&] {
-          std::string text = "ranks that have not arrived:";
-          for (int p : behind()) text += " " + std::to_string(p);
-          return text;
-        },
-        behind, deadline, what);
+  Block(
+      [&](bool*) {  // no allocation: this runs on every poll
+        for (int p = 0; p < size_; ++p) {
+          if (late(p)) return false;
+        }
+        return true;
+      },
+      [&] {
+        std::string text = "ranks that have not arrived:";
+        for (int p : behind()) text += " " + std::to_string(p);
+        return text;
+      },
+      behind, deadline, what);
 }
 
 void ShmTransport::Abort(const std::string& reason) {

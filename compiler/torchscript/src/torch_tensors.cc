@@ -10,50 +10,43 @@ namespace neuron::compiler {
 
 namespace rp = runtime::proto;
 
-rp::ElementType ElementTypeOf(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return rp::F32;
-    case at::kBFloat16:
-      return rp::BF16;
-    case at::kHalf:
-      return rp::F16;
-    case at::kLong:
-      return rp::I64;
-    case at::kInt:
-      return rp::I32;
-    case at::kChar:
-      return rp::I8;
-    case at::kByte:
-      return rp::U8;
-    case at::kBool:
-      return rp::BOOL;
-    default:
-      throw InvalidUsage(StrCat("compiled graph: dtype ",
-                                                c10::toString(type),
-                                                " is not supported on the device"));
+namespace {
+
+// The dtypes the device takes: torch's, the runtime's, the IR's name.
+struct DeviceType {
+  at::ScalarType torch;
+  rp::ElementType device;
+  const char* ir;
+};
+constexpr DeviceType kTypes[] = {
+    {at::kFloat, rp::F32, "f32"}, {at::kBFloat16, rp::BF16, "bf16"},
+    {at::kHalf, rp::F16, "f16"},  {at::kLong, rp::I64, "i64"},
+    {at::kInt, rp::I32, "i32"},   {at::kChar, rp::I8, "i8"},
+    {at::kByte, rp::U8, "u8"},    {at::kBool, rp::BOOL, "bool"}};
+
+const DeviceType& Find(at::ScalarType type, const std::string& where) {
+  for (const auto& t : kTypes) {
+    if (t.torch == type) return t;
   }
+  throw InvalidUsage(
+      StrCat(where, ": dtype ", c10::toString(type), " is not supported on the device"));
+}
+
+}  // namespace
+
+rp::ElementType ElementTypeOf(at::ScalarType type) {
+  return Find(type, "compiled graph").device;
+}
+
+std::string IrDtypeOf(at::ScalarType type, const std::string& where) {
+  return Find(type, where).ir;
 }
 
 at::ScalarType ScalarTypeOf(rp::ElementType type) {
-  switch (type) {
-    case rp::F32:
-      return at::kFloat;
-    case rp::BF16:
-      return at::kBFloat16;
-    case rp::F16:
-      return at::kHalf;
-    case rp::I64:
-      return at::kLong;
-    case rp::I32:
-      return at::kInt;
-    case rp::I8:
-      return at::kChar;
-    case rp::U8:
-      return at::kByte;
-    default:
-      return at::kBool;
+  for (const auto& t : kTypes) {
+    if (t.device == type) return t.torch;
   }
+  return at::kBool;  // as before: what the table does not name is read as bytes of bool
 }
 
 runtime::HostTensor ToHost(const at::Tensor& t) {

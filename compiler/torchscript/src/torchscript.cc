@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "neuron/compiler/native_ops.h"
+#include "neuron/compiler/torch_tensors.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -16,22 +17,6 @@ namespace {
 
 using torch::jit::Node;
 using torch::jit::Value;
-
-std::string DtypeName(at::ScalarType t, const std::string& where) {
-  switch (t) {
-    case at::kFloat: return "f32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "f16";
-    case at::kLong: return "i64";
-    case at::kInt: return "i32";
-    case at::kChar: return "i8";
-    case at::kByte: return "u8";
-    case at::kBool: return "bool";
-    default:
-      throw InvalidUsage(StrCat(where, ": dtype ", c10::toString(t),
-                                " is not supported on the device"));
-  }
-}
 
 // The IR op for an aten op: "aten.add" for aten::add.Tensor, the overload
 // kept where it names a different op ("aten.sum.dim_IntList"), as the
@@ -86,7 +71,7 @@ class Translator {
   proto::Value TypeOf(const std::string& name, const at::Tensor& t, const std::string& where) {
     proto::Value v;
     v.set_name(name);
-    v.mutable_type()->set_dtype(DtypeName(t.scalar_type(), where));
+    v.mutable_type()->set_dtype(IrDtypeOf(t.scalar_type(), where));
     for (auto d : t.sizes()) v.mutable_type()->add_shape(d);
     return v;
   }

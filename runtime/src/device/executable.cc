@@ -188,36 +188,43 @@ std::string WhyNotParsed(const char* payload, std::size_t size, const std::strin
 
 }  // namespace
 
-proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
+namespace {
+
+// Reads, checks, parses into `e` and validates the executable file `path`.
+void LoadInto(const std::string& path, const DeviceSpec& device, proto::Executable* e) {
   const std::string bytes = ReadFile(path, "executable");
   const auto [payload, size] = Payload(bytes, path);
+  NEURON_CHECK(e->ParseFromArray(payload, static_cast<int>(size)),
+               WhyNotParsed(payload, size, path));
+  ValidateExecutable(*e, device);
+}
+
+}  // namespace
+
+proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
   proto::Executable e;
-  NEURON_CHECK(e.ParseFromArray(payload, static_cast<int>(size)), WhyNotParsed(payload, size, path));
-  ValidateExecutable(e, device);
+  LoadInto(path, device, &e);
   return e;
 }
 
 std::shared_ptr<const proto::Executable> LoadExecutableShared(const std::string& path,
                                                               const DeviceSpec& device) {
-  const std::string bytes = ReadFile(path, "executable");
-  const auto [payload, size] = Payload(bytes, path);
   auto arena = std::make_shared<google::protobuf::Arena>();
   auto* e = google::protobuf::Arena::CreateMessage<proto::Executable>(arena.get());
-  NEURON_CHECK(e->ParseFromArray(payload, static_cast<int>(size)),
-               WhyNotParsed(payload, size, path));
-  ValidateExecutable(*e, device);
+  LoadInto(path, device, e);
   return std::shared_ptr<const proto::Executable>(arena, e);  // owns the arena
 }
 
 void SaveExecutable(const proto::Executable& executable, const std::string& path) {
-  const std::string payload = executable.SerializeAsString();
+  // The header, then the payload serialized in place after it (one buffer).
+  std::string bytes(sizeof(FileHeader), '\0');
+  executable.AppendToString(&bytes);
   FileHeader h;
   std::memcpy(h.magic, kMagic, 4);
   h.version = kExecutableFileVersion;
-  h.size = payload.size();
-  h.checksum = Checksum(payload.data(), payload.size());
-  std::string bytes(reinterpret_cast<const char*>(&h), sizeof(h));
-  bytes += payload;
+  h.size = bytes.size() - sizeof(FileHeader);
+  h.checksum = Checksum(bytes.data() + sizeof(FileHeader), h.size);
+  std::memcpy(bytes.data(), &h, sizeof(h));
   WriteFileAtomically(path, bytes);
 }
 

@@ -183,19 +183,28 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
     throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
   std::vector<float> acc, result(n);
+  std::vector<std::vector<float>> loaded;  // this sub-op's outside operands
+  std::vector<const std::vector<float>*> args;
   for (const auto& sub : i.fused()) {
-    std::vector<std::vector<float>> args;
+    loaded.clear();
+    loaded.reserve(static_cast<std::size_t>(sub.inputs_size()));
+    args.clear();
     for (auto id : sub.inputs()) {
-      args.push_back(id == kFusedPrevious ? acc : operand(id));
+      if (id == kFusedPrevious) {
+        args.push_back(&acc);  // the chain's value so far: not copied
+      } else {
+        loaded.push_back(operand(id));
+        args.push_back(&loaded.back());
+      }
     }
-    NEURON_CHECK(!args.empty() && args[0].size() == n, what, ": fused op ", sub.op(),
+    NEURON_CHECK(!args.empty() && args[0]->size() == n, what, ": fused op ", sub.op(),
                  " needs its first operand at full size");
+    result.resize(n);  // the kernels write every element
     const bool known = args.size() == 1
-                           ? kernels::Unary(sub.op(), args[0], sub.scalar(), result)
-                           : kernels::Binary(sub.op(), args[0], args[1], sub.scalar(), result);
+                           ? kernels::Unary(sub.op(), *args[0], sub.scalar(), result)
+                           : kernels::Binary(sub.op(), *args[0], *args[1], sub.scalar(), result);
     NEURON_CHECK(known, what, ": unknown fused op '", sub.op(), "'");
     acc.swap(result);
-    result.assign(n, 0.0f);
   }
   kernels::FromFloat(acc, out[0].buffer->dtype(), out[0].data);
 }
@@ -684,18 +693,29 @@ using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
 Runner RunnerFor(const proto::Instruction& i) {
   if (i.engine() == proto::DMA) return RunDma;
   if (i.engine() == proto::TENSOR) return RunMatmul;
+  static const std::unordered_map<std::string, Runner> kByOp = {
+      {"fused", RunFused},
+      {"strided_copy", RunStridedCopy},
+      {"masked_fill", RunMaskedFill},
+      {"fill", RunSequence},
+      {"iota", RunSequence},
+      {"where", RunSelect},
+      {"im2col", RunIm2Col},
+      {"col2im", RunIm2Col},
+      {"maxpool2d", RunMaxPool},
+      {"maxpool2d_backward", RunMaxPool},
+      {"dropout", RunDropout},
+      {"masked_scale", RunDropout},
+      {"bernoulli", RunDropout},
+      {"gather_rows", RunRows},
+      {"scatter_add_rows", RunRows},
+      {"nll_loss_rows", RunNllLoss},
+      {"nll_loss_backward_rows", RunNllLoss},
+      {"layer_norm_rows", RunLayerNorm},
+      {"layer_norm_backward_rows", RunLayerNorm}};
   const std::string& op = i.op();
-  if (op == "strided_copy") return RunStridedCopy;
-  if (op == "masked_fill") return RunMaskedFill;
-  if (op == "fill" || op == "iota") return RunSequence;
-  if (op == "where" || op.rfind("compare_", 0) == 0) return RunSelect;
-  if (op == "im2col" || op == "col2im") return RunIm2Col;
-  if (op == "maxpool2d" || op == "maxpool2d_backward") return RunMaxPool;
-  if (op == "dropout" || op == "masked_scale" || op == "bernoulli") return RunDropout;
-  if (op == "fused") return RunFused;
-  if (op == "gather_rows" || op == "scatter_add_rows") return RunRows;
-  if (op == "nll_loss_rows" || op == "nll_loss_backward_rows") return RunNllLoss;
-  if (op == "layer_norm_rows" || op == "layer_norm_backward_rows") return RunLayerNorm;
+  if (auto it = kByOp.find(op); it != kByOp.end()) return it->second;
+  if (op.rfind("compare_", 0) == 0) return RunSelect;
   if (kernels::IsShaped(op)) return RunShaped;
   return RunElementwise;
 }

@@ -19,13 +19,10 @@ Schedule Linear(const std::vector<int>& group, int root_index, double bytes, boo
 }
 
 CollectiveKind ParseKind(const std::string& kind) {
-  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
-                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
-                 CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
-    if (kind == Name(k)) return k;
-  }
-  NEURON_CHECK(false, "unknown collective '", kind, "' (allreduce, allgather, reducescatter, ",
-               "broadcast, reduce, alltoall, gather, scatter)");
+  const auto k = ParseCollectiveKind(kind);
+  NEURON_CHECK(k.has_value(), "unknown collective '", kind, "' (allreduce, allgather, ",
+               "reducescatter, broadcast, reduce, alltoall, gather, scatter)");
+  return *k;
 }
 
 }  // namespace

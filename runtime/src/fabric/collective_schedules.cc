@@ -222,6 +222,15 @@ const char* Name(CollectiveKind kind) {
   return "unknown";
 }
 
+std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name) {
+  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
+                 CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
+    if (name == Name(k)) return k;
+  }
+  return std::nullopt;
+}
+
 const char* Name(FabricAlgorithm algorithm) {
   switch (algorithm) {
     case FabricAlgorithm::kAuto: return "auto";

@@ -304,18 +304,17 @@ class Communicator {
   // Shows every rank this call and checks theirs; throws on mismatch.
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own;
-  // with `in_slot` (at most kInlineBytes) into the header's slot instead
-  // (InlineData), which needs no "collected" phase either.
+  // when mine.path is kPathHeaderSlot (at most kInlineBytes) into the
+  // header's slot instead (InlineData), which needs no "collected" phase.
   // Stamps the header with this rank's arrival time and returns the
   // latest arrival and largest model size over all ranks.
   struct Agreed {
     double start_us = 0;
     double model_bytes = 0;
   };
-  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
-                   bool in_slot = false);
-  // Where rank `rank` put the current collective's inline data.
-  const char* InlineData(int rank) const;
+  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  // Where rank `rank` puts the current collective's inline data.
+  char* InlineData(int rank) const;
   // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
   Agreed RingMax(Agreed mine, const Label& what);
   // The fabric model's duration of the operation `h` with `model_bytes`.
@@ -326,7 +325,7 @@ class Communicator {
   double IssueTime() const;
   // Where the running operation's parts are recorded when the rank's clock
   // has a trace (op_trace.h): {trace, issue index}, or {null, 0}.
-  std::pair<runtime::OpTrace*, std::uint64_t> TraceTarget(bool messages_lane);
+  std::pair<std::shared_ptr<runtime::OpTrace>, std::uint64_t> TraceTarget(bool messages_lane);
   void TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag);
   void CheckHeaders(const Header& mine, const Header* const* theirs);
   char* WindowData(int rank) const;

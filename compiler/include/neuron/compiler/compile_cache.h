@@ -82,10 +82,13 @@ class CompileCache {
   using Entry = std::shared_ptr<const runtime::proto::Executable>;
   Entry Remember(const CacheKey& key, runtime::proto::Executable executable);
   Entry Remember(const CacheKey& key, Entry entry);
-  // The entry on disk, or null when there is none or it is damaged (then
-  // counted and reported in last_report()).
+  // The entry on disk, or null when there is none, or when it is damaged
+  // (then *damaged is set, and it is counted and reported in last_report()).
   Entry LoadFromDisk(const CacheKey& key, const std::string& base,
-                     const runtime::DeviceSpec& device);
+                     const runtime::DeviceSpec& device, bool* damaged);
+  // A miss: compiles, validates, saves at `base` (unless empty), remembers.
+  Entry Compile(const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
+                const runtime::DeviceSpec& device, const std::string& base);
   std::string Explain(const CacheKey& key) const;
 
   Options options_;

@@ -14,6 +14,15 @@ namespace neuron::runtime {
 // one, never a part. Throws IoError naming the file.
 void WriteFileAtomically(const std::string& path, const std::string& bytes);
 
+// Whether `name` (a file name, no directory) is a temporary that
+// WriteFileAtomically leaves behind for `target` (also a file name) when the
+// process dies mid-write.
+bool IsTemporaryOf(const std::string& name, const std::string& target);
+
+// Flushes `dir` itself to disk, so the renames done in it are durable.
+// Throws IoError naming it.
+void SyncDirectory(const std::string& dir);
+
 // The whole file; throws IoError "cannot read <what> file <path>: <reason>".
 std::string ReadFile(const std::string& path, const char* what);
 

@@ -14,6 +14,7 @@
 // Thread-safe: a rank's compute thread and its progress thread share it.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -39,12 +40,15 @@ class SimClock {
   // communicators sharing this clock record what they issue (op_trace.h).
   void set_trace(std::shared_ptr<OpTrace> trace);
   std::shared_ptr<OpTrace> trace() const;
+  // Whether a trace is set: lock-free, for the per-operation check.
+  bool tracing() const { return tracing_.load(std::memory_order_acquire); }
 
  private:
   mutable std::mutex mutex_;
   SimDuration compute_{0};
   SimDuration collective_{0};
   std::shared_ptr<OpTrace> trace_;
+  std::atomic<bool> tracing_{false};
 };
 
 // The clock of the rank this process runs (one rank per process: under

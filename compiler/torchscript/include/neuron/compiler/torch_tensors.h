@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 #include "neuron/runtime/device/executor.h"
 
 namespace neuron::compiler {
@@ -16,6 +18,9 @@ namespace neuron::compiler {
 // the device does not take (float64, complex, ...).
 runtime::proto::ElementType ElementTypeOf(at::ScalarType type);
 at::ScalarType ScalarTypeOf(runtime::proto::ElementType type);
+// The IR's name of a torch dtype ("f32", ...); InvalidUsage, naming `where`,
+// for one the device does not take.
+std::string IrDtypeOf(at::ScalarType type, const std::string& where);
 
 // A contiguous copy of a dense CPU tensor; InvalidUsage otherwise.
 runtime::HostTensor ToHost(const at::Tensor& tensor);

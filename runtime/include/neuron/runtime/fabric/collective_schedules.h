@@ -20,6 +20,8 @@
 //   Schedule s = BuildSchedule(model, shape, ChooseAlgorithm(model, shape));
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "neuron/runtime/fabric/fabric_model.h"
@@ -40,6 +42,8 @@ struct CollectiveShape {
 
 const char* Name(CollectiveKind kind);
 const char* Name(FabricAlgorithm algorithm);
+// The kind Name() calls `name` ("allreduce", ...), or none.
+std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name);
 // Parses "ring", "mesh", "rdh", "recursive_doubling", "hierarchical", "tree",
 // "auto"; throws InvalidUsage listing the names.
 FabricAlgorithm ParseFabricAlgorithm(const std::string& name);
