@@ -1,5 +1,5 @@
 """Running a benchmark's worker mode as a neuronrun job (the drivers of
-pipeline_bubble.py and zero_memory.py)."""
+pipeline_bubble.py, zero_memory.py and ddp_bench.py)."""
 import argparse
 import os
 import subprocess
@@ -17,12 +17,13 @@ def driver_args(description, sizes_flag, default_sizes, sizes_help):
     return ap.parse_args()
 
 
-def worker_rows(build, ranks, script, tag):
-    """Runs `script --worker` under `neuronrun -n ranks` and returns the
-    fields of every line "<tag> f1 f2 ..." it printed; exits with the job's
-    output when it fails."""
-    cmd = [os.path.join(build, "launcher", "neuronrun"), "-n", str(ranks),
-           os.path.abspath(script), "--worker"]
+def worker_rows(build, ranks, script, tag, worker_args=(), python=None):
+    """Runs `script --worker [worker_args]` under `neuronrun -n ranks [--python
+    python]` and returns the fields of every line "<tag> f1 f2 ..." it
+    printed; exits with the job's output when it fails."""
+    cmd = ([os.path.join(build, "launcher", "neuronrun"), "-n", str(ranks)] +
+           (["--python", python] if python else []) +
+           [os.path.abspath(script), "--worker", *worker_args])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")

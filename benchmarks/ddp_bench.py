@@ -29,11 +29,11 @@ import argparse
 import contextlib
 import datetime
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
+
+import bench_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, WIDTH, BATCH = 6, 1024, 1
@@ -104,19 +104,19 @@ def worker(args):
     os._exit(0)
 
 
-def measure(neuronrun, python, n, column, args):
+def measure(build, python, n, column, args):
+    """(step ms, compute ms, no-comm ms) of one backend/DDP column at n ranks."""
     backend, _, ddp = column.partition("/")
     ddp = ddp or "torch"
-    cmd = [neuronrun, "-n", str(n), "--python", python, os.path.abspath(__file__), "--worker",
-           "--backend", backend, "--ddp", ddp, "--steps", str(args.steps),
-           "--warmup", str(args.warmup),
-           "--batch", str(args.batch)] + (["--bucket-view"] if args.bucket_view else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(rf"ddp_bench {re.escape(backend)}/{ddp} {n} ([\d.]+) ([\d.]+) ([\d.]+)",
-                  proc.stdout)
-    if proc.returncode != 0 or not m:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
-    return float(m.group(1)), float(m.group(2)), float(m.group(3))
+    rows = bench_jobs.worker_rows(
+        build, n, __file__, "ddp_bench",
+        ["--backend", backend, "--ddp", ddp, "--steps", str(args.steps),
+         "--warmup", str(args.warmup), "--batch", str(args.batch)] +
+        (["--bucket-view"] if args.bucket_view else []), python=python)
+    rows = [r for r in rows if r[0] == f"{backend}/{ddp}" and r[1] == str(n)]
+    if not rows:
+        sys.exit(f"ddp_bench: the {column} job at {n} ranks printed no figures")
+    return tuple(float(v) for v in rows[0][2:5])
 
 
 def main():
@@ -139,7 +139,6 @@ def main():
         return worker(args)
 
     base, cand = args.backends.split(",")
-    neuronrun = os.path.join(args.build, "launcher", "neuronrun")
     params = LAYERS * (WIDTH * WIDTH + WIDTH)
     print(f"DDP, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}): {params / 1e6:.1f}M parameters "
           f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
@@ -149,8 +148,8 @@ def main():
           f"{cand + ' ms':>9} | {cand + '/' + base:>11} {'floor':>5} {'target':>7}")
     misses = []
     for n in [int(r) for r in args.ranks.split(",")]:
-        t_base, compute_base, free_base = measure(neuronrun, args.python, n, base, args)
-        t_cand, compute_cand, free_cand = measure(neuronrun, args.python, n, cand, args)
+        t_base, compute_base, free_base = measure(args.build, args.python, n, base, args)
+        t_cand, compute_cand, free_cand = measure(args.build, args.python, n, cand, args)
         compute = min(compute_base, compute_cand)
         free = min(x for x in (free_base, free_cand, t_base, t_cand) if x > 0)
         ratio = t_cand / t_base

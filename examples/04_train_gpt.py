@@ -30,7 +30,6 @@ FILE writes the run's figures (key = value lines) for `neuronrun matrix`;
 `neuronrun replay` on a larger topology (docs/scaling.md).
 """
 import argparse
-import contextlib
 import datetime
 import resource
 import sys
@@ -162,7 +161,7 @@ def main():
             # The device model's estimate of the forward and backward.
             compute_us, bubble_us = 3 * pipeline.device_forward_us(model, x), 0.0
             fabric.advance_compute(compute_us)
-        if args.sp:
+        if args.sp and not args.zero:  # (the sharded units sum them themselves)
             parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
         if args.pp > 1 and not args.zero:
             parallel.average_gradients(params)
@@ -189,22 +188,28 @@ def main():
                   flush=True)
     if args.trace_out:
         fabric.save_trace(args.trace_out)
+    memory = gather_memory(layout)
     if args.metrics_out:
-        write_metrics(args, layout, history, tokens_per_step, rss)
-    print_memory(layout)
+        write_metrics(args, layout, history, tokens_per_step, rss,
+                      max(row[5] for row in memory))
+    if dist.get_rank() == 0:
+        print_memory(memory)
     dist.barrier()
     return 0
 
 
-def print_memory(layout):
-    """Every rank's memory, on rank 0: resident set and model-state peak."""
+def gather_memory(layout):
+    """Every rank's (rank, tp, pp, dp, max RSS MiB, model-state peak MiB), on
+    every rank (one collective)."""
     mine = (dist.get_rank(), layout.tp_rank, layout.pp_rank, layout.dp_rank,
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             parallel.model_state_memory()["peak"] / 2**20)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
-    if dist.get_rank() != 0:
-        return
+    return everyone
+
+
+def print_memory(everyone):
     print("memory per rank (model state: ZeRO's sharded parameters, gradients and optimizer "
           "state; 0 without --zero):", flush=True)
     print(" rank  tp  pp  dp  max RSS MiB  model-state peak MiB", flush=True)
@@ -212,14 +217,12 @@ def print_memory(layout):
         print(f"{rank:5d} {tp:3d} {pp:3d} {dp:3d} {rss:12.0f} {state:21.3f}", flush=True)
 
 
-def write_metrics(args, layout, history, tokens_per_step, rss):
+def write_metrics(args, layout, history, tokens_per_step, rss, model_state_mib):
     """The figures `neuronrun matrix` collects, from rank 0 (steps after the
-    first; the slowest rank's times)."""
+    first; the slowest rank's times and the largest model state)."""
     groups = [None, parallel.get_tensor_parallel_group(), parallel.get_data_parallel_group(),
               parallel.get_pipeline_parallel_group()]
     volume = collective_bytes(groups, len(history))
-    state = torch.tensor([parallel.model_state_memory()["peak"] / 2**20], dtype=torch.float64)
-    dist.all_reduce(state, op=dist.ReduceOp.MAX)
     # Compile time (IR to executable; the slowest rank's): cold, where the
     # graphs were compiled, and warm, loading them from the disk cache.
     compile_ms = None
@@ -244,7 +247,7 @@ def write_metrics(args, layout, history, tokens_per_step, rss):
         "wall_tokens_per_s": tokens_per_step / median([h[0] for h in warm]),
         "modelled_tokens_per_s": tokens_per_step / modelled * 1e6,
         "modelled_tokens_per_s_per_device": tokens_per_step / modelled * 1e6 / layout.world_size,
-        "max_rss_mib": rss, "model_state_mib": state.item(),
+        "max_rss_mib": rss, "model_state_mib": model_state_mib,
     }
     if compile_ms is not None and compile_ms[2].item() > 0:  # some graph compiled
         figures["compiled_graphs"] = int(compile_ms[2].item())

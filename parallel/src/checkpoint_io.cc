@@ -1,13 +1,9 @@
 #include "neuron/parallel/checkpoint_io.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -111,14 +107,8 @@ void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   runtime::WriteFileAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
   // The rename must reach the disk before the previous save's files are
-  // removed (RemoveUnlisted): sync the directory.
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int e = errno;
-    if (fd >= 0) ::close(fd);
-    throw IoError(StrCat("cannot sync the directory ", dir, ": ", std::strerror(e)));
-  }
-  ::close(fd);
+  // removed (RemoveUnlisted).
+  runtime::SyncDirectory(dir);
 }
 
 proto::Manifest ReadManifest(const std::string& dir) {
@@ -144,7 +134,7 @@ std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Man
   for (; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
     const bool shard_file = name.rfind("shard-", 0) == 0 && name.find(".bin") != std::string::npos;
-    const bool manifest_temporary = name.rfind(std::string(kManifest) + ".tmp.", 0) == 0;
+    const bool manifest_temporary = runtime::IsTemporaryOf(name, kManifest);
     if (!(shard_file || manifest_temporary) || listed.count(name) > 0) continue;
     std::error_code remove_error;
     if (std::filesystem::remove(it->path(), remove_error)) removed.push_back(name);

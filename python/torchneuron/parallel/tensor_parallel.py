@@ -118,7 +118,11 @@ def local_part(full, param, group=None):
     dim = getattr(param, "tensor_parallel_dim", None)
     if dim is None:
         return full
-    return slice_padded(full, dim, param.shape[dim], _size_rank(_group(group))[1])
+    size, rank = _size_rank(_group(group))
+    # The part's length as _split made it (the parameter itself may be empty:
+    # ZeRO-3 frees it between uses).
+    part = math.ceil(param.tensor_parallel_full / size)
+    return slice_padded(full, dim, part, rank)
 
 
 def _check_divides(what, n, group):
@@ -240,20 +244,24 @@ def mark_sequence_parallel(param, group=None):
 
 
 def allreduce_sequence_parallel_grads(model, group=None):
-    """Sums the gradients of marked parameters over the tensor-parallel group
-    (one coalesced all-reduce)."""
+    """Sums the gradients of marked parameters over their group (the one
+    they were marked with; `group` overrides it), one coalesced all-reduce
+    per group."""
     import torch.distributed as dist
-    group = _group(group)
-    grads = [p.grad for p in model.parameters()
-             if getattr(p, "sequence_parallel", False) and p.grad is not None]
-    if not grads or _size_rank(group)[0] == 1:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=group)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    by_group = {}
+    for p in model.parameters():
+        if not getattr(p, "sequence_parallel", False) or p.grad is None:
+            continue
+        g = group if group is not None else getattr(p, "sequence_parallel_group", _group(None))
+        if _size_rank(g)[0] > 1:
+            by_group.setdefault(id(g), (g, []))[1].append(p.grad)
+    for g, grads in by_group.values():
+        flat = torch.cat([d.reshape(-1) for d in grads])
+        dist.all_reduce(flat, group=g)
+        offset = 0
+        for d in grads:
+            d.copy_(flat[offset:offset + d.numel()].view_as(d))
+            offset += d.numel()
 
 
 def sequence_parallel_dropout(x, p, training=True, group=None):

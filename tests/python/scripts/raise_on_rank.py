@@ -1,7 +1,6 @@
 """A rank script that joins the process group, then raises on one rank while
 the others block in a collective waiting for it."""
 import datetime
-import os
 import sys
 
 import torch

@@ -64,21 +64,31 @@ class Reference:
         self.model, self.world = make(), world
         self.opt = optimizer(self.model.parameters())
 
-    def step(self, step, clip=None):
-        x, y = batch(step)
+    def average_grads(self, x, y, parts=(slice(None),)):
+        """Sets every .grad to what the sharded reduction computes: each
+        rank's gradient (its shard of the batch, accumulated over `parts` of
+        it in order), summed in rank order, divided by the world size.
+        Returns each rank's loss on its first part."""
         losses, grads = [], []
         for r in range(self.world):
             self.model.zero_grad(set_to_none=True)
-            loss = nn.functional.mse_loss(self.model(shard(x, r, self.world)), shard(y, r, self.world))
-            loss.backward()
-            losses.append(loss.detach())
+            rx, ry = shard(x, r, self.world), shard(y, r, self.world)
+            for k, part in enumerate(parts):
+                loss = nn.functional.mse_loss(self.model(rx[part]), ry[part])
+                loss.backward()
+                if k == 0:
+                    losses.append(loss.detach())
             grads.append([p.grad for p in self.model.parameters()])
-        norm = None
         for i, p in enumerate(self.model.parameters()):
             total = grads[0][i]
             for r in range(1, self.world):
                 total = total + grads[r][i]
             p.grad = total / self.world
+        return losses
+
+    def step(self, step, clip=None):
+        losses = self.average_grads(*batch(step))
+        norm = None
         if clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         self.opt.step()
@@ -225,18 +235,7 @@ def no_sync(stage, rank, world):
     assert not any("reduce" in op for op in inside), f"stage {stage}: no_sync reduced: {inside}"
     nn.functional.mse_loss(model(mine_x[half:]), mine_y[half:]).backward()
     opt.step()
-    grads = []
-    for r in range(world):
-        ref.model.zero_grad(set_to_none=True)
-        rx, ry = shard(x, r, world), shard(y, r, world)
-        for part in (slice(0, half), slice(half, None)):
-            nn.functional.mse_loss(ref.model(rx[part]), ry[part]).backward()
-        grads.append([p.grad for p in ref.model.parameters()])
-    for i, p in enumerate(ref.model.parameters()):
-        total = grads[0][i]
-        for r in range(1, world):
-            total = total + grads[r][i]
-        p.grad = total / world
+    ref.average_grads(x, y, (slice(0, half), slice(half, None)))
     ref.opt.step()
     state = model.full_state_dict()
     for k, v in ref.model.state_dict().items():
@@ -284,19 +283,14 @@ def policies_and_prefetch(rank, world):
     # are the fp32 average within bf16's precision.
     model = wrapped(2, rank, mixed_precision=parallel.MixedPrecision(reduce_dtype=torch.bfloat16))
     nn.functional.mse_loss(model(shard(x, rank, world)), shard(y, rank, world)).backward()
-    torch.manual_seed(SEED)
-    ref = make()
-    grads = []
-    for r in range(world):
-        ref.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(ref(shard(x, r, world)), shard(y, r, world)).backward()
-        grads.append({n: p.grad for n, p in ref.named_parameters()})
+    ref = Reference(world)
+    ref.average_grads(x, y)
+    average = {n: p.grad for n, p in ref.model.named_parameters()}
     for unit in model._units + [model._root]:
         assert unit.core.shard.grad.dtype == torch.bfloat16
         for name, got in zip(unit.param_names,
                              unit.core.unshard(unit.core.shard.grad.float())):
-            want = sum(g[name] for g in grads) / world
-            torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-3,
+            torch.testing.assert_close(got, average[name], rtol=1.6e-2, atol=1e-3,
                                        msg=lambda m: f"bf16 reduction: {name}: {m}")
 
 

@@ -52,6 +52,12 @@ struct ShardingOptions {
   // state, which the trainer reports) live in host memory, so they are not
   // counted as device model-state memory.
   bool offload = false;
+  // Sequence parallelism: the flagged parameters (one flag per parameter, or
+  // none) were used on a sequence shard of `sequence_parallel_group`, so
+  // their gradients are summed over that group (one all-reduce of them all)
+  // before the unit's own reduction.
+  std::vector<bool> sequence_parallel = {};
+  c10::intrusive_ptr<::c10d::ProcessGroup> sequence_parallel_group = {};
 };
 
 class ShardedUnit {
