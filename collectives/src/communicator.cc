@@ -15,6 +15,7 @@
 #include "issue_context.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/store/prefix_store.h"
+#include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/config.h"
@@ -300,8 +301,10 @@ char* Communicator::InlineData(int rank) const {
 }
 
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
-                                             std::size_t staged_bytes) {
+                                             std::size_t staged_bytes, const void* slot_data,
+                                             std::size_t slot_bytes) {
   ++sequence_;
+  registered_op_ = false;
   // A straggler (rank_delays fault) reaches every collective that much later.
   mine.arrival_us = std::max(IssueTime(), stream_end_us_) +
                     fabric_->topology().RankDelay(global_ranks_[rank_]).count();
@@ -319,6 +322,11 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
       // The data area is free once every rank collected its last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
       std::memcpy(WindowData(rank_), staged, staged_bytes);
+    }
+    if (slot_bytes > 0) {
+      NEURON_ASSERT(mine.path != detail::kPathHeaderSlot && slot_bytes <= detail::kInlineBytes,
+                    what, ": slot data does not fit");
+      std::memcpy(InlineData(rank_), slot_data, slot_bytes);
     }
     std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));
     shm_->PublishPhase(kHandshakePhase, sequence_);
@@ -393,6 +401,7 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
   r.arrival_us = arrival_us;
   r.start_us = agreed.start_us;
   r.end_us = agreed.start_us + r.modelled_us;
+  r.registered = registered_op_;
   if (r.modelled_us > 0) {
     r.algbw_gbps = r.bytes / r.modelled_us / 1e3;
     r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);
@@ -507,7 +516,16 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   // Ranks with other options must not mix paths: the header says which.
   h.path = in_slot ? detail::kPathHeaderSlot : small ? detail::kPathStaged : detail::kPathAlgorithm;
   h.model_bytes = static_cast<double>(bytes);
-  const Agreed agreed = Handshake(h, staged ? data : nullptr, staged ? bytes : 0);
+  // A large direct allreduce shows every rank where its buffer lives when
+  // it is registered (SharedBufferPool): when all are, nothing is staged.
+  const bool sliced = algorithm == Algorithm::kDirect && size_ > 1 && !small;
+  transport::SharedRegion region;
+  if (sliced) {
+    if (auto found = transport::SharedBufferPool::Instance().Find(data, bytes)) region = *found;
+  }
+  const bool stage = staged && region.fd < 0;
+  const Agreed agreed = Handshake(h, stage ? data : nullptr, stage ? bytes : 0,
+                                  sliced ? &region : nullptr, sliced ? sizeof(region) : 0);
   const OpScope scope(*this, h, agreed);
   if (size_ == 1 || o.count == 0) {
     if (o.op == ReduceOp::kAvg && o.count > 0) FinishAverage(o.dtype, o.data, o.count, 1);
@@ -537,8 +555,18 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     default:
       if (small) {
         SmallDirectAllReduce(data, o.count, o.dtype, o.op, in_slot);
-      } else {
-        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged);
+        return;
+      }
+      int registered = 0;  // ranks whose buffer is registered, from their slots
+      for (int r = 0; r < size_; ++r) {
+        transport::SharedRegion theirs;
+        std::memcpy(&theirs, InlineData(r), sizeof(theirs));
+        registered += theirs.fd >= 0 ? 1 : 0;
+      }
+      if (registered == size_) {
+        RegisteredDirectAllReduce(data, o.count, o.dtype, o.op, what);
+      } else {  // staged by the handshake only if every rank staged
+        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged && registered == 0);
       }
       return;
   }

@@ -22,6 +22,7 @@
 #include "neuron/collectives/half.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/store/tcp_store.h"
+#include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
@@ -41,6 +42,7 @@ struct PerfOptions {
   DataType dtype = DataType::kFloat32;
   Algorithm algorithm = Algorithm::kAuto;
   TransportKind transport = TransportKind::kAuto;
+  bool registered = false;  // buffers from SharedBufferPool (nccl-tests' -R)
 };
 
 std::size_t ParseSize(const std::string& text) {
@@ -85,6 +87,7 @@ PerfOptions Parse(int argc, char** argv) {
     else if (a == "-n" || a == "--iters") o.iterations = std::stoi(value());
     else if (a == "-w" || a == "--warmup_iters") o.warmup = std::stoi(value());
     else if (a == "--check") o.check = true;
+    else if (a == "-R" || a == "--registered") o.registered = true;
     else if (a == "--dtype") o.dtype = ParseDtype(value());
     else if (a == "--algo") o.algorithm = ParseAlgorithm(value());
     else if (a == "--transport") {
@@ -99,7 +102,9 @@ PerfOptions Parse(int argc, char** argv) {
                    "reducescatter|broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
                    "       [-w WARMUP] [--check] [--dtype float32|float64|float16|bfloat16|"
                    "int32|int64] [--algo auto|ring|recursive_doubling|rabenseifner|direct|hierarchical]\n"
-                   "       [--transport auto|shm|tcp]\n";
+                   "       [--transport auto|shm|tcp] [-R|--registered]\n"
+                   "  -R: buffers registered with the collectives (shared with the peers on\n"
+                   "      this host: the direct allreduce stages nothing), as nccl-tests' -R\n";
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
   }
@@ -154,14 +159,37 @@ double Get(DataType type, const void* data, std::size_t i) {
   }
 }
 
+// A benchmark buffer: ordinary memory, or registered (SharedBufferPool).
+class Buffer {
+ public:
+  Buffer(std::size_t bytes, bool registered) {
+    if (registered && bytes > 0) {
+      shared_ = static_cast<char*>(transport::SharedBufferPool::Instance().Allocate(bytes));
+      NEURON_CHECK(shared_ != nullptr, "cannot allocate ", bytes, " bytes of registered memory");
+    } else {
+      plain_.resize(bytes);
+    }
+  }
+  ~Buffer() {
+    if (shared_ != nullptr) transport::SharedBufferPool::Instance().Free(shared_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* data() { return shared_ != nullptr ? shared_ : plain_.data(); }
+  const char* data() const { return shared_ != nullptr ? shared_ : plain_.data(); }
+
+ private:
+  char* shared_ = nullptr;
+  std::vector<char> plain_;
+};
+
 // Runs one operation of the benchmark; `count` is per-rank elements as
 // nccl-tests counts them (allgather: the gathered total).
 class Runner {
  public:
   Runner(Communicator& comm, const PerfOptions& o, std::size_t count)
-      : comm_(comm), o_(o), count_(count), esize_(ElementSize(o.dtype)) {
-    in_.resize(count * esize_);
-    out_.resize(count * esize_);
+      : comm_(comm), o_(o), count_(count), esize_(ElementSize(o.dtype)),
+        in_(count * esize_, o.registered), out_(count * esize_, o.registered) {
     block_ = o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter
                  ? count / comm.size() : count;
   }
@@ -210,7 +238,7 @@ class Runner {
   Communicator& comm_;
   const PerfOptions& o_;
   std::size_t count_, esize_, block_ = 0;
-  std::vector<char> in_, out_;
+  Buffer in_, out_;
 };
 
 int Main(int argc, char** argv) {
@@ -226,9 +254,9 @@ int Main(int argc, char** argv) {
       topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)));
   const double factor = runtime::BusBandwidthFactor(o.op, size);
   if (rank == 0) {
-    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport, %d iterations after %d "
+    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport%s, %d iterations after %d "
                 "warm-up\n", runtime::Name(o.op), size, Name(o.dtype), comm->transport_name(),
-                o.iterations, o.warmup);
+                o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
     std::printf("# topology %s; modelled with Neuron's algorithm choice\n",
                 topology.spec().name().c_str());
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",

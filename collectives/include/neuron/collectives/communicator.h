@@ -48,6 +48,7 @@ namespace neuron::collectives {
 
 namespace transport {
 class ShmTransport;
+class PeerBufferMap;
 }
 using transport::Label;
 namespace detail {
@@ -312,7 +313,10 @@ class Communicator {
     double start_us = 0;
     double model_bytes = 0;
   };
-  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0);
+  // `slot_data` (at most kInlineBytes) goes into this rank's header slot
+  // with the header, for the ranks to read until the next collective.
+  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
+                   const void* slot_data = nullptr, std::size_t slot_bytes = 0);
   // Where rank `rank` puts the current collective's inline data.
   char* InlineData(int rank) const;
   // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
@@ -349,6 +353,8 @@ class Communicator {
                        const Label& what, bool staged);
   // From the staged data areas (then publishes "collected"), or with
   // `in_slot` from the header slots' inline data.
+  void RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                 const Label& what);
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                             bool in_slot);
   void DirectReduceScatter(const char* input, char* output,
@@ -372,6 +378,9 @@ class Communicator {
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
   std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
+  // Peers' registered buffers mapped here (RegisteredDirectAllReduce).
+  std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
+  bool registered_op_ = false;  // this operation used them (for its OpRecord)
   std::shared_ptr<runtime::SimClock> clock_;
   std::shared_ptr<const runtime::FabricModel> fabric_;
   std::vector<int> global_ranks_;

@@ -19,6 +19,9 @@ struct OpRecord {
   double end_us = 0;           // simulated: start + modelled duration
   double algbw_gbps = 0;       // bytes / modelled time
   double busbw_gbps = 0;       // algbw x nccl-tests factor
+  // The direct allreduce read and wrote every rank's registered buffer in
+  // place (transport/shared_buffers.h): nothing was staged.
+  bool registered = false;
 };
 
 struct CommunicatorTotals {

@@ -1,0 +1,123 @@
+// SharedBufferPool and PeerBufferMap: registered memory that another
+// process maps through /proc/<pid>/fd, reused by size class, found by any
+// address inside a live allocation.
+#include "neuron/collectives/transport/shared_buffers.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::collectives::transport {
+namespace {
+
+TEST(SharedBufferPool, FindsAddressesInsideLiveAllocationsOnly) {
+  auto& pool = SharedBufferPool::Instance();
+  char* p = static_cast<char*>(pool.Allocate(100000));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 4096, 0u);
+  const auto whole = pool.Find(p, 100000);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->offset, 0u);
+  EXPECT_EQ(whole->pid, ::getpid());
+  EXPECT_GE(whole->segment_bytes, 100000u);
+  const auto inside = pool.Find(p + 4000, 96000);
+  ASSERT_TRUE(inside.has_value());
+  EXPECT_EQ(inside->offset, 4000u);
+  EXPECT_EQ(inside->fd, whole->fd);
+  EXPECT_FALSE(pool.Find(p + 4000, 96001).has_value());  // runs past the allocation
+  int on_stack = 0;
+  EXPECT_FALSE(pool.Find(&on_stack, sizeof(on_stack)).has_value());
+  pool.Free(p);
+  EXPECT_FALSE(pool.Find(p, 1).has_value());  // freed
+}
+
+TEST(SharedBufferPool, ReusesAFreedSegmentOfTheSameSizeClass) {
+  auto& pool = SharedBufferPool::Instance();
+  void* a = pool.Allocate(3 << 20);
+  ASSERT_NE(a, nullptr);
+  const std::size_t segments = pool.segments();
+  pool.Free(a);
+  void* b = pool.Allocate((3 << 20) - 1000);  // same class
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.segments(), segments);
+  void* c = pool.Allocate(5 << 20);  // another class: a new segment
+  EXPECT_NE(c, a);
+  EXPECT_EQ(pool.segments(), segments + 1);
+  pool.Free(b);
+  pool.Free(c);
+}
+
+TEST(SharedBufferPool, FreeingForeignMemoryIsInvalidUsage) {
+  int x = 0;
+  EXPECT_THROW(SharedBufferPool::Instance().Free(&x), InvalidUsage);
+  void* p = SharedBufferPool::Instance().Allocate(4096);
+  SharedBufferPool::Instance().Free(p);
+  EXPECT_THROW(SharedBufferPool::Instance().Free(p), InvalidUsage);  // twice
+}
+
+// A child process allocates and fills a buffer and shows its region; this
+// process maps it, checks the child's bytes, writes its own, and the child
+// checks those: both see one memory.
+TEST(PeerBufferMap, AnotherProcessMapsTheSameMemory) {
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  constexpr std::size_t kBytes = 1 << 20;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto& pool = SharedBufferPool::Instance();
+    auto* p = static_cast<unsigned char*>(pool.Allocate(kBytes));
+    for (std::size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i % 251);
+    const SharedRegion region = *pool.Find(p + 64, kBytes - 64);
+    if (::write(to_parent[1], &region, sizeof(region)) != sizeof(region)) ::_exit(2);
+    char go = 0;
+    if (::read(to_child[0], &go, 1) != 1) ::_exit(3);
+    for (std::size_t i = 64; i < kBytes; ++i) {
+      if (p[i] != static_cast<unsigned char>(255 - i % 251)) ::_exit(4);
+    }
+    ::_exit(0);
+  }
+  SharedRegion region;
+  ASSERT_EQ(::read(to_parent[0], &region, sizeof(region)), static_cast<ssize_t>(sizeof(region)));
+  EXPECT_EQ(region.pid, child);
+  {
+    PeerBufferMap map;
+    auto* q = reinterpret_cast<unsigned char*>(map.Map(region));
+    EXPECT_EQ(reinterpret_cast<unsigned char*>(map.Map(region)), q);  // mapped once
+    bool same = true;
+    for (std::size_t i = 64; i < kBytes; ++i) same = same && q[i - 64] == i % 251;
+    EXPECT_TRUE(same) << "the child's bytes";
+    for (std::size_t i = 64; i < kBytes; ++i) q[i - 64] = static_cast<unsigned char>(255 - i % 251);
+  }
+  ASSERT_EQ(::write(to_child[1], "g", 1), 1);
+  int status = -1;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+}
+
+TEST(PeerBufferMap, AGoneProcessIsAnIoErrorNamingIt) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  SharedRegion region;
+  region.pid = child;
+  region.fd = 3;
+  region.segment_bytes = 4096;
+  PeerBufferMap map;
+  try {
+    map.Map(region);
+    FAIL() << "mapped a dead process's buffer";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/" + std::to_string(child) + "/fd/3"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace neuron::collectives::transport
