@@ -3,7 +3,8 @@
 the neuron backend, side by side in one run, with the ratio and the target.
 
     /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
-                                             [--backends gloo,neuron]
+                                             [--backends gloo,neuron] [--bucket-view]
+                                             [--shared-tensors]
 
 For each rank count the driver launches `neuronrun -n R` on this script in
 worker mode, once per backend. The workers train the same model with SGD: an
@@ -47,6 +48,8 @@ def worker(args):
 
     if args.backend == "neuron" or args.ddp == "torchneuron":
         import torchneuron  # noqa: F401  registers the "neuron" backend
+    if args.backend == "neuron" and args.shared_tensors:
+        os.environ["NEURON_SHARED_TENSORS"] = "1"  # read when the process group is made
     if args.ddp == "torchneuron":
         import torchneuron.parallel
         DDP = torchneuron.parallel.DistributedDataParallel  # noqa: N806
@@ -112,7 +115,8 @@ def measure(build, python, n, column, args):
         build, n, __file__, "ddp_bench",
         ["--backend", backend, "--ddp", ddp, "--steps", str(args.steps),
          "--warmup", str(args.warmup), "--batch", str(args.batch)] +
-        (["--bucket-view"] if args.bucket_view else []), python=python)
+        (["--bucket-view"] if args.bucket_view else []) +
+        (["--shared-tensors"] if args.shared_tensors else []), python=python)
     rows = [r for r in rows if r[0] == f"{backend}/{ddp}" and r[1] == str(n)]
     if not rows:
         sys.exit(f"ddp_bench: the {column} job at {n} ranks printed no figures")
@@ -130,6 +134,9 @@ def main():
     p.add_argument("--bucket-view", action="store_true",
                    help="DDP(gradient_as_bucket_view=True) on both backends: gradients live "
                         "in the allreduce buckets, saving DDP two copies of them per step")
+    p.add_argument("--shared-tensors", action="store_true",
+                   help="NEURON_SHARED_TENSORS=1 for the neuron backend: gradients and buckets "
+                        "in registered memory, so its allreduce works in place (no staging)")
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
@@ -142,7 +149,8 @@ def main():
     params = LAYERS * (WIDTH * WIDTH + WIDTH)
     print(f"DDP, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}): {params / 1e6:.1f}M parameters "
           f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
-          f"gradient_as_bucket_view={args.bucket_view}; "
+          f"gradient_as_bucket_view={args.bucket_view}, "
+          f"NEURON_SHARED_TENSORS={int(args.shared_tensors)}; "
           f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step\n")
     print(f"{'ranks':>5} | {'compute ms':>10} {'no-comm ms':>10} | {base + ' ms':>9} "
           f"{cand + ' ms':>9} | {cand + '/' + base:>11} {'floor':>5} {'target':>7}")

@@ -72,6 +72,7 @@ py::dict ToDict(const neuron::collectives::OpRecord& r) {
   d["end_us"] = r.end_us;
   d["algbw_gbps"] = r.algbw_gbps;
   d["busbw_gbps"] = r.busbw_gbps;
+  d["registered"] = r.registered;
   return d;
 }
 

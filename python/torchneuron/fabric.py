@@ -34,7 +34,9 @@ def _process_group(group):
 def records(group=None):
     """Returns one dict per completed collective: op, sequence, bytes,
     wall_us, modelled_us, fabric_algorithm, arrival_us, start_us, end_us,
-    algbw_gbps and busbw_gbps (nccl-tests definitions, modelled time)."""
+    algbw_gbps and busbw_gbps (nccl-tests definitions, modelled time), and
+    registered (the allreduce worked in place on every rank's registered
+    buffer: NEURON_SHARED_TENSORS=1, docs/collectives.md)."""
     return _process_group(group).records()
 
 

@@ -53,6 +53,9 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kFallback, "NEURON_FALLBACK", "1",
            "0: a compiled graph with operators the device does not support is an error instead "
            "of running on the CPU", false},
+          {ConfigKey::kSharedTensors, "NEURON_SHARED_TENSORS", "0",
+           "1: the neuron backend allocates CPU tensors of 1 MiB or more in memory the ranks of "
+           "a host share, so a large allreduce on them stages nothing", false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

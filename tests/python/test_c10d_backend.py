@@ -13,9 +13,10 @@ SOURCE = os.environ["NEURON_SOURCE_DIR"]
 SCRIPTS = os.path.join(SOURCE, "tests/python/scripts")
 
 
-def run(script, *args, timeout=300):
+def run(script, *args, timeout=300, env=None):
     return subprocess.run([NEURONRUN, "-n", "4", os.path.join(SCRIPTS, script), *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_every_collective_dtype_and_reduce_op_matches_gloo_and_the_reference():
@@ -39,3 +40,18 @@ def test_unchanged_ddp_trains_bitwise_like_a_single_process():
     for case, line in zip("abcde", lines):
         assert re.fullmatch(rf"\[rank 0\]: torch ddp parity \({case}\) .*: 10 steps x 4 ranks, backend "
                             r"neuron: ok, \d+ checks bitwise equal to the reference", line), line
+
+
+def test_ddp_on_shared_tensors_reduces_in_place_and_stays_bitwise():
+    # NEURON_SHARED_TENSORS=1: the 2 MiB first-layer gradient and its bucket
+    # are registered, so their allreduce works in place on every rank's
+    # buffer; training must stay bitwise equal to the single-process reference.
+    proc = run("ddp_parity.py", "--backend", "neuron", "--cases", "ab", "--in-features", "16384",
+               env={"NEURON_SHARED_TENSORS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for case in "ab":
+        assert re.search(rf"^\[rank 0\]: torch ddp parity \({case}\) .*: 10 steps x 4 ranks, "
+                         r"backend neuron: ok, \d+ checks bitwise equal", proc.stdout,
+                         re.MULTILINE), proc.stdout
+    registered = re.search(r"registered allreduces: (\d+) of (\d+)", proc.stdout)
+    assert registered and int(registered.group(1)) >= 20, proc.stdout  # a bucket per step, at least

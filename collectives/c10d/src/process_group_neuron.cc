@@ -4,9 +4,11 @@
 
 #include <algorithm>
 
+#include "neuron/c10d/shared_tensor_allocator.h"
 #include "neuron/c10d/store_adapter.h"
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
 #include "neuron_work.h"
@@ -61,6 +63,9 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
                "neuron process group: ", options_.global_ranks.size(),
                " global ranks for a group of ", size);
   try {
+    if (runtime::ConfigRegistry::Get().GetInt(runtime::ConfigKey::kSharedTensors) != 0) {
+      InstallSharedTensorAllocator();
+    }
     auto communicator =
         std::make_unique<Communicator>(std::make_shared<C10dStore>(store_), rank, size,
                                        CommunicatorOptionsFor(options_));

@@ -31,6 +31,7 @@ that all replicas are identical. Cases:
       running statistics; the module must see rank 0's buffers at every
       forward, and after it rank 0's buffers updated with the local shard's
       batch statistics (loss in train mode, per-shard batch statistics)
+--in-features widens the input (first layer) for large gradients and buckets.
 --tolerance bitwise (default) needs the rank-order sum; Gloo's ring sums in
 another order, so check Gloo with --tolerance close (torch.testing.assert_close
 with fp32 defaults). Rank 0 prints one line per case.
@@ -252,14 +253,18 @@ def run_case(case, tolerance, rank, world):
 
 
 def main():
+    global DDP, SUM_THEN_DIVIDE, IN
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="neuron", help="torch.distributed backend (default neuron)")
     p.add_argument("--tolerance", choices=["bitwise", "close"], default="bitwise")
     p.add_argument("--cases", default="abcde", help="which cases to run (default abcde)")
     p.add_argument("--ddp", choices=["torch", "torchneuron"], default="torch",
                    help="whose DistributedDataParallel (default torch's)")
+    p.add_argument("--in-features", type=int, default=IN,
+                   help=f"input width (default {IN}); 8192 or more makes the first layer's "
+                        "gradient 1 MiB or more (registered with NEURON_SHARED_TENSORS=1)")
     args = p.parse_args()
-    global DDP, SUM_THEN_DIVIDE
+    IN = args.in_features
     if args.ddp == "torchneuron":
         import torchneuron.parallel
         DDP, SUM_THEN_DIVIDE = torchneuron.parallel.DistributedDataParallel, True
@@ -276,6 +281,11 @@ def main():
         if rank == 0:
             print(f"{args.ddp} ddp parity ({case}) {name}: {STEPS} steps x {world} ranks, backend "
                   f"{args.backend}: ok, {checks} checks {how} the reference", flush=True)
+    if args.backend == "neuron" and rank == 0:
+        import torchneuron.fabric
+        records = torchneuron.fabric.records()
+        registered = sum(1 for r in records if r["registered"])
+        print(f"registered allreduces: {registered} of {len(records)} collectives", flush=True)
     return 0
 
 

@@ -39,6 +39,7 @@ enum class ConfigKey {
   kCacheExplain,         // NEURON_CACHE_EXPLAIN
   kFallback,             // NEURON_FALLBACK
   kMasterAddr,           // MASTER_ADDR (torchrun contract)
+  kSharedTensors,        // NEURON_SHARED_TENSORS
 };
 
 struct ConfigEntry {
