@@ -33,7 +33,6 @@ using detail::Mod;
 using detail::OpCode;
 using detail::OpName;
 using detail::kCollectedPhase;
-using detail::kHandshakePhase;
 using detail::kHeaderSlot;
 using detail::kReducedPhase;
 using detail::kStagedPhase;
@@ -328,16 +327,24 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
                     what, ": slot data does not fit");
       std::memcpy(InlineData(rank_), slot_data, slot_bytes);
     }
-    std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));
-    shm_->PublishPhase(kHandshakePhase, sequence_);
-    shm_->WaitPhase(kHandshakePhase, sequence_, NewDeadline(), what);
-    std::vector<const Header*> theirs(size_);
+    // The header's `published`, stored last, is the handshake's flag: a
+    // peer polls the header's own cache line.
+    std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));  // mine.published: 0
+    const std::size_t flag = slot + offsetof(Header, published);
+    shm_->SyncWindowWord(flag, sequence_, NewDeadline(), what);
+    if (mine.path == detail::kPathHeaderSlot) {
+      // The headers' lines are here (their flags were); start fetching the
+      // inline data now, while the headers are checked.
+      for (int r = 0; r < size_; ++r) __builtin_prefetch(InlineData(r));
+    }
+    header_views_.resize(static_cast<std::size_t>(size_));
+    const Header** theirs = header_views_.data();
     for (int r = 0; r < size_; ++r) {
       theirs[r] = reinterpret_cast<const Header*>(shm_->Window(r) + slot);
       agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
       agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
     }
-    CheckHeaders(mine, theirs.data());
+    CheckHeaders(mine, theirs);
     return agreed;
   }
   const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
@@ -378,16 +385,18 @@ Communicator::Agreed Communicator::RingMax(Agreed mine, const Label& what) {
 
 double Communicator::ModelledMicros(const Header& h, double bytes, std::string* algorithm) {
   const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
-  auto cached = model_cache_.find(key);
-  if (cached != model_cache_.end()) {
-    *algorithm = cached->second.second;
-    return cached->second.first;
+  if (last_model_ == nullptr || key != last_model_key_) {
+    auto cached = model_cache_.find(key);
+    if (cached == model_cache_.end()) {
+      const runtime::CollectiveCost cost = runtime::ModelCollective(
+          *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
+      cached = model_cache_.emplace(key, std::make_pair(cost.micros, cost.algorithm)).first;
+    }
+    last_model_key_ = key;
+    last_model_ = &cached->second;  // map entries stay put
   }
-  const runtime::CollectiveCost cost = runtime::ModelCollective(
-      *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
-  model_cache_[key] = {cost.micros, cost.algorithm};
-  *algorithm = cost.algorithm;
-  return cost.micros;
+  *algorithm = last_model_->second;
+  return last_model_->first;
 }
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
@@ -730,8 +739,7 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
       // The data areas are free once every rank collected their last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
       std::memcpy(WindowData(rank_), mine, n * esize);
-      shm_->PublishPhase(kStagedPhase, seq);
-      shm_->WaitPhase(kStagedPhase, seq, NewDeadline(), what);
+      shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
     }
     window_sequence_ = seq;
     const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
@@ -741,8 +749,7 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
       ReduceInputs(dtype, op, inputs.data(), inputs.size(), WindowData(rank_) + b * esize,
                    e - b, static_cast<std::size_t>(size_));
     }
-    shm_->PublishPhase(kReducedPhase, seq);
-    shm_->WaitPhase(kReducedPhase, seq, NewDeadline(), what);
+    shm_->SyncPhase(kReducedPhase, seq, NewDeadline(), what);
     for (int r = 0; r < size_; ++r) {
       const std::size_t rb = Begin(n, size_, r), re = Begin(n, size_, r + 1);
       std::memcpy(mine + rb * esize, WindowData(r) + rb * esize, (re - rb) * esize);
@@ -778,8 +785,7 @@ void Communicator::DirectReduceScatter(const char* input, char* output,
                     input + (chunks[b] + start) * esize, n * esize);
       }
     }
-    shm_->PublishPhase(kStagedPhase, seq);
-    shm_->WaitPhase(kStagedPhase, seq, NewDeadline(), what);
+    shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
     const std::size_t n = length(rank_, start);
     if (n > 0) {
       for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + rank_ * piece * esize;

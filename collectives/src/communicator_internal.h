@@ -14,6 +14,7 @@
 #include <exception>
 
 #include "neuron/collectives/communicator.h"
+#include "neuron/runtime/cycle_clock.h"
 #include "neuron/runtime/fnv.h"
 #include "neuron/collectives/transport/transport.h"
 
@@ -50,7 +51,7 @@ inline std::size_t Begin(std::size_t count, int n, int c) {
 inline int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Phase counters of the shm transport (see ShmTransport::PublishPhase).
-inline constexpr int kHandshakePhase = 0;  // headers (and small data) are in the windows
+// (Phase 0 is unused: the headers' `published` words flag the handshake.)
 inline constexpr int kReducedPhase = 1;    // each rank's slice is reduced
 inline constexpr int kCollectedPhase = 2;  // the window data areas may be reused
 inline constexpr int kStagedPhase = 3;     // inputs are staged (large direct allreduce)
@@ -91,6 +92,10 @@ struct Communicator::Header {
   // Not compared: they differ between ranks.
   double arrival_us = 0;   // this rank's simulated arrival
   double model_bytes = 0;  // this rank's size for the fabric model
+  // The handshake's flag (shared memory): 0 while the header is written,
+  // then sequence + 1 (ShmTransport::PublishWindowWord); in the header's
+  // cache line, so a waiting peer moves that line only.
+  std::uint64_t published = 0;
 
   // Equal calls (the per-rank stamps aside).
   bool operator==(const Header& o) const {
@@ -111,11 +116,10 @@ class Communicator::OpScope {
  public:
   OpScope(Communicator& comm, const Header& header, const Agreed& agreed)
       : comm_(comm), header_(header), agreed_(agreed),
-        exceptions_(std::uncaught_exceptions()), wall_start_(std::chrono::steady_clock::now()) {}
+        exceptions_(std::uncaught_exceptions()), wall_start_(runtime::CycleClock::Now()) {}
   ~OpScope() {
     if (std::uncaught_exceptions() != exceptions_) return;  // failed: nothing to account
-    const double wall = std::chrono::duration<double, std::micro>(
-                            std::chrono::steady_clock::now() - wall_start_).count();
+    const double wall = runtime::CycleClock::Micros(runtime::CycleClock::Now() - wall_start_);
     comm_.Record(header_, agreed_, header_.arrival_us, wall);
   }
 
@@ -124,7 +128,7 @@ class Communicator::OpScope {
   Header header_;
   Agreed agreed_;
   int exceptions_;
-  std::chrono::steady_clock::time_point wall_start_;
+  std::int64_t wall_start_;
 };
 
 namespace detail {

@@ -62,8 +62,7 @@ void Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, Data
     }
   }
   const std::uint64_t seq = ++window_sequence_;
-  shm_->PublishPhase(detail::kReducedPhase, seq);
-  shm_->WaitPhase(detail::kReducedPhase, seq, NewDeadline(), what);
+  shm_->SyncPhase(detail::kReducedPhase, seq, NewDeadline(), what);
   // The windows were not used: they are as free as before.
   shm_->PublishPhase(detail::kCollectedPhase, seq);
 }

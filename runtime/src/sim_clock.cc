@@ -6,31 +6,38 @@
 
 namespace neuron::runtime {
 
+namespace {
+
+// value = max(value, x), atomically.
+void StoreMax(std::atomic<double>& value, double x) {
+  double seen = value.load(std::memory_order_relaxed);
+  while (seen < x && !value.compare_exchange_weak(seen, x, std::memory_order_acq_rel)) {
+  }
+}
+
+}  // namespace
+
 SimDuration SimClock::compute() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return compute_;
+  return SimDuration(compute_.load(std::memory_order_acquire));
 }
 
 SimDuration SimClock::collective() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return collective_;
+  return SimDuration(collective_.load(std::memory_order_acquire));
 }
 
 void SimClock::AdvanceCompute(SimDuration d) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  compute_ += d;
-  if (trace_) trace_->Compute(d);
+  double seen = compute_.load(std::memory_order_relaxed);
+  while (!compute_.compare_exchange_weak(seen, seen + d.count(), std::memory_order_acq_rel)) {
+  }
+  if (tracing()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (trace_) trace_->Compute(d);
+  }
 }
 
-void SimClock::FinishCollective(SimDuration end) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  collective_ = std::max(collective_, end);
-}
+void SimClock::FinishCollective(SimDuration end) { StoreMax(collective_, end.count()); }
 
-void SimClock::JoinCompute(SimDuration t) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  compute_ = std::max(compute_, t);
-}
+void SimClock::JoinCompute(SimDuration t) { StoreMax(compute_, t.count()); }
 
 std::shared_ptr<SimClock> ProcessClock() {
   static const std::shared_ptr<SimClock> clock = std::make_shared<SimClock>();
@@ -38,8 +45,8 @@ std::shared_ptr<SimClock> ProcessClock() {
 }
 
 void SimClock::Reset() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  compute_ = collective_ = SimDuration(0);
+  compute_.store(0);
+  collective_.store(0);
 }
 
 void SimClock::set_trace(std::shared_ptr<OpTrace> trace) {

@@ -378,6 +378,7 @@ class Communicator {
   std::uint64_t sequence_ = 0;
   std::vector<char> scratch_;
   std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
+  std::vector<const Header*> header_views_;  // Handshake's, reused
   // Peers' registered buffers mapped here (RegisteredDirectAllReduce).
   std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
   bool registered_op_ = false;  // this operation used them (for its OpRecord)
@@ -392,6 +393,9 @@ class Communicator {
   double stream_end_us_ = 0;
   // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
   std::map<std::tuple<int, double, int>, std::pair<double, std::string>> model_cache_;
+  // The last lookup's entry: a loop of one collective skips the map.
+  std::tuple<int, double, int> last_model_key_{-1, 0.0, 0};
+  const std::pair<double, std::string>* last_model_ = nullptr;
   std::vector<OpRecord> records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;

@@ -12,6 +12,8 @@
 //   clock.JoinCompute(end);                           // work.wait()
 //
 // Thread-safe: a rank's compute thread and its progress thread share it.
+// The clocks are atomics (every collective reads and advances them; no
+// lock); the mutex guards the trace.
 #pragma once
 
 #include <atomic>
@@ -44,9 +46,9 @@ class SimClock {
   bool tracing() const { return tracing_.load(std::memory_order_acquire); }
 
  private:
-  mutable std::mutex mutex_;
-  SimDuration compute_{0};
-  SimDuration collective_{0};
+  mutable std::mutex mutex_;       // trace_
+  std::atomic<double> compute_{0};     // microseconds
+  std::atomic<double> collective_{0};
   std::shared_ptr<OpTrace> trace_;
   std::atomic<bool> tracing_{false};
 };

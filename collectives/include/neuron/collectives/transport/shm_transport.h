@@ -65,10 +65,19 @@ class ShmTransport : public Transport {
   char* Window(int rank) const;
   std::size_t window_bytes() const { return options_.window_bytes; }
   // Phase counters order the use of the windows: Publish sets this rank's
-  // counter `index` (0..kPhases-1) and wakes every peer; WaitPhase blocks until
-  // every rank's counter `index` is at least `value`.
+  // counter `index` (0..kPhases-1) and wakes the peers that sleep (polling
+  // ones see it; see Block); WaitPhase blocks until every rank's counter
+  // `index` is at least `value`.
   void PublishPhase(int index, std::uint64_t value);
   void WaitPhase(int index, std::uint64_t value, Deadline deadline, const Label& what);
+  // PublishPhase, then WaitPhase: a barrier on the counter.
+  void SyncPhase(int index, std::uint64_t value, Deadline deadline, const Label& what);
+  // SyncPhase on a 64-bit word of the windows, at `offset` (8-aligned) in
+  // every rank's: a flag that shares a cache line with what it guards (the
+  // communicator's headers), so a waiting peer moves that one line. The
+  // store follows (release) everything this rank wrote before.
+  void SyncWindowWord(std::size_t offset, std::uint64_t value, Deadline deadline,
+                      const Label& what);
 
  private:
   struct Segment;
@@ -91,6 +100,11 @@ class ShmTransport : public Transport {
   bool ProgressSend(int peer);
   bool ProgressRecv(int peer);
   void RingDoorbell(int peer);
+  void WakeSleepers();
+  template <typename Flag>
+  void WaitAll(Flag flag, std::uint64_t value, Deadline deadline, const Label& what);
+  template <typename Flag>
+  void Sync(Flag flag, std::uint64_t value, Deadline deadline, const Label& what);
   void CheckAlive(int peer, const Label& what, const std::string& pending);
 
   int rank_;
