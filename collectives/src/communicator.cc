@@ -401,7 +401,8 @@ double Communicator::ModelledMicros(const Header& h, double bytes, std::string* 
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
                           double wall_us) {
-  OpRecord r;
+  if (records_.size() >= options_.max_records && !records_.empty()) records_.pop_front();
+  OpRecord& r = records_.emplace_back();  // filled in place: no copy per operation
   r.op = OpName(h.op);
   r.sequence = h.sequence;
   r.bytes = agreed.model_bytes;
@@ -433,10 +434,6 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
   totals_.wall_us += r.wall_us;
   totals_.modelled_us += r.modelled_us;
   totals_.waited_us += r.start_us - r.arrival_us;
-  if (records_.size() >= options_.max_records && !records_.empty()) {
-    records_.erase(records_.begin(), records_.begin() + records_.size() / 2);
-  }
-  records_.push_back(std::move(r));
 }
 
 double Communicator::IssueTime() const {

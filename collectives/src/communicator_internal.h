@@ -112,6 +112,8 @@ inline std::uint64_t Fingerprint(const std::vector<std::size_t>& counts) {
 }
 
 // Accounts one operation on both clocks once it completed on this rank.
+// Holds references: the header and agreement outlive it (locals declared
+// before it in the operation).
 class Communicator::OpScope {
  public:
   OpScope(Communicator& comm, const Header& header, const Agreed& agreed)
@@ -125,8 +127,8 @@ class Communicator::OpScope {
 
  private:
   Communicator& comm_;
-  Header header_;
-  Agreed agreed_;
+  const Header& header_;
+  const Agreed& agreed_;
   int exceptions_;
   std::int64_t wall_start_;
 };

@@ -224,7 +224,7 @@ void ProcessGroupNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
 
 std::vector<collectives::OpRecord> ProcessGroupNeuron::Records() {
   std::vector<collectives::OpRecord> records;
-  RunLocal([&](Communicator& c) { records = c.records(); });
+  RunLocal([&](Communicator& c) { records.assign(c.records().begin(), c.records().end()); });
   return records;
 }
 

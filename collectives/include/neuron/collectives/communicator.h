@@ -24,6 +24,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <tuple>
 #include <cstdint>
@@ -271,7 +272,8 @@ class Communicator {
   std::unique_ptr<Communicator> Split(int color, int key, CommunicatorOptions options = {});
 
   // Two-clock accounting of every completed operation.
-  const std::vector<OpRecord>& records() const { return records_; }
+  // The latest records, oldest first (at most max_records).
+  const std::deque<OpRecord>& records() const { return records_; }
   CommunicatorTotals totals() const { return totals_; }
   void ResetStats();
   // Writes the records as a Chrome trace (chrome://tracing, Perfetto): one
@@ -396,7 +398,7 @@ class Communicator {
   // The last lookup's entry: a loop of one collective skips the map.
   std::tuple<int, double, int> last_model_key_{-1, 0.0, 0};
   const std::pair<double, std::string>* last_model_ = nullptr;
-  std::vector<OpRecord> records_;
+  std::deque<OpRecord> records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
