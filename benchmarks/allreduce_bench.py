@@ -98,7 +98,7 @@ def main():
             else:  # latency: ratio of times, peer / ours (> 1: we are faster)
                 rg, rm, rrg, rrm = gu / au, mu / au, gu / ru, mu / ru
                 if n == 2 and au > mu:
-                    misses.append(f"8 B latency at 2 ranks: {au:.1f} us vs mpi {mu:.1f} us")
+                    misses.append(f"8 B latency at 2 ranks: {au:.2f} us vs mpi {mu:.2f} us")
             print(f"{n:>5} {label:>9} | {au:>10.2f} {ab:>7.3f} | {ru:>9.2f} {rb:>7.3f} | "
                   f"{gu:>9.1f} {gb:>7.3f} | {mu:>9.2f} {mb:>7.3f} | {rg:>6.2f} {rm:>6.2f} | "
                   f"{rrg:>9.2f} {rrm:>6.2f}")
@@ -107,7 +107,7 @@ def main():
             print(f"{'':>5} 64 MiB at 2 ranks (-R): busbw = {frac:.0%} of memcpy "
                   f"(staged: {a[64 << 20][1] / memcpy:.0%})")
             if frac < 0.4:
-                misses.append(f"64 MiB at 2 ranks: {frac:.0%} of memcpy (target 40%)")
+                misses.append(f"64 MiB at 2 ranks (-R): {frac:.0%} of memcpy (target 40%)")
     print("\nratios: busbw ours/peer for MiB sizes; time peer/ours for 8 B (> 1 is better); "
           "-R: registered buffers, on which the MiB targets are checked")
     print("targets missed:" if misses else "all targets met")

@@ -329,7 +329,10 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     }
     // The header's `published`, stored last, is the handshake's flag: a
     // peer polls the header's own cache line.
-    std::memcpy(shm_->Window(rank_) + slot, &mine, sizeof(mine));  // mine.published: 0
+    // Everything but the flag, which peers may be reading (atomically).
+    static_assert(offsetof(Header, published) + sizeof(Header::published) == sizeof(Header),
+                  "Header::published must be its last member");
+    std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
     const std::size_t flag = slot + offsetof(Header, published);
     shm_->SyncWindowWord(flag, sequence_, NewDeadline(), what);
     if (mine.path == detail::kPathHeaderSlot) {
@@ -563,16 +566,10 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
         SmallDirectAllReduce(data, o.count, o.dtype, o.op, in_slot);
         return;
       }
-      int registered = 0;  // ranks whose buffer is registered, from their slots
-      for (int r = 0; r < size_; ++r) {
-        transport::SharedRegion theirs;
-        std::memcpy(&theirs, InlineData(r), sizeof(theirs));
-        registered += theirs.fd >= 0 ? 1 : 0;
-      }
-      if (registered == size_) {
-        RegisteredDirectAllReduce(data, o.count, o.dtype, o.op, what);
-      } else {  // staged by the handshake only if every rank staged
-        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged && registered == 0);
+      bool none_registered = false;
+      if (!RegisteredDirectAllReduce(data, o.count, o.dtype, o.op, what, &none_registered)) {
+        // Staged by the handshake only if every rank staged.
+        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged && none_registered);
       }
       return;
   }

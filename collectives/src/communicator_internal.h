@@ -92,9 +92,10 @@ struct Communicator::Header {
   // Not compared: they differ between ranks.
   double arrival_us = 0;   // this rank's simulated arrival
   double model_bytes = 0;  // this rank's size for the fabric model
-  // The handshake's flag (shared memory): 0 while the header is written,
-  // then sequence + 1 (ShmTransport::PublishWindowWord); in the header's
-  // cache line, so a waiting peer moves that line only.
+  // The handshake's flag (shared memory): sequence + 1 once the rest of the
+  // header is written (ShmTransport::SyncWindowWord); in the header's cache
+  // line, so a waiting peer moves that line only. Last member: the header
+  // is written without it.
   std::uint64_t published = 0;
 
   // Equal calls (the per-rank stamps aside).

@@ -13,6 +13,8 @@
 // (user buffer) intra-node collectives.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "communicator_internal.h"
@@ -25,25 +27,45 @@
 namespace neuron::collectives {
 
 namespace {
+
+// The message of the exception being handled.
+std::string DescribeCurrent() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 // Blocks small enough to stay in cache between their reduction and the
 // copies into the other buffers.
 constexpr std::size_t kBlockBytes = 64u << 10;
 }  // namespace
 
-void Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                             ReduceOp op, const Label& what) {
+bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype,
+                                             ReduceOp op, const Label& what,
+                                             bool* none_registered) {
+  std::vector<transport::SharedRegion> regions(static_cast<std::size_t>(size_));
+  int registered = 0;
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(&regions[r], InlineData(r), sizeof(transport::SharedRegion));
+    registered += regions[r].fd >= 0 ? 1 : 0;
+  }
+  *none_registered = registered == 0;
+  if (registered < size_) return false;
   const std::size_t esize = ElementSize(dtype);
   if (peer_buffers_ == nullptr) peer_buffers_ = std::make_unique<transport::PeerBufferMap>();
   std::vector<char*> buffers(static_cast<std::size_t>(size_));
   try {
     for (int r = 0; r < size_; ++r) {
-      transport::SharedRegion region;  // as rank r published it with its header
-      std::memcpy(&region, InlineData(r), sizeof(region));
-      buffers[r] = r == rank_ ? data : peer_buffers_->Map(region);
+      buffers[r] = r == rank_ ? data : peer_buffers_->Map(regions[r]);
     }
-  } catch (const Error& e) {
-    const std::string message = StrCat(what, " on rank ", rank_, ": ", e.what());
-    transport_->Abort(message);  // the others must not wait for this rank
+  } catch (...) {
+    // The others must not wait for this rank.
+    const std::string message = StrCat(what, " on rank ", rank_, ": ", DescribeCurrent());
+    transport_->Abort(message);
     throw IoError(message);
   }
   registered_op_ = true;
@@ -65,6 +87,7 @@ void Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, Data
   shm_->SyncPhase(detail::kReducedPhase, seq, NewDeadline(), what);
   // The windows were not used: they are as free as before.
   shm_->PublishPhase(detail::kCollectedPhase, seq);
+  return true;
 }
 
 }  // namespace neuron::collectives

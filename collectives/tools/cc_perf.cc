@@ -104,7 +104,9 @@ PerfOptions Parse(int argc, char** argv) {
                    "int32|int64] [--algo auto|ring|recursive_doubling|rabenseifner|direct|hierarchical]\n"
                    "       [--transport auto|shm|tcp] [-R|--registered]\n"
                    "  -R: buffers registered with the collectives (shared with the peers on\n"
-                   "      this host: the direct allreduce stages nothing), as nccl-tests' -R\n";
+                   "      this host), as nccl-tests' -R: a direct allreduce above 16 KiB works\n"
+                   "      in place on them (with --check, one that staged counts as wrong);\n"
+                   "      the other operations still stage\n";
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
   }
@@ -264,6 +266,11 @@ int Main(int argc, char** argv) {
   }
   const std::size_t esize = ElementSize(o.dtype);
   double total_wrong = 0;
+  // Whether allreduces take the direct algorithm (the registered path's).
+  const std::string forced =
+      runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kCollectiveAlgorithm);
+  const bool direct = o.algorithm == Algorithm::kDirect ||
+                      (o.algorithm == Algorithm::kAuto && (forced.empty() || forced == "direct"));
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
     if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {
@@ -283,6 +290,16 @@ int Main(int argc, char** argv) {
       runner.Prepare();
       runner.Run();
       wrong = static_cast<double>(runner.Wrong());
+      // Registered buffers must have been used in place where the path
+      // applies (a direct allreduce above the small-message size).
+      if (o.registered && o.op == CollectiveKind::kAllReduce && size > 1 && direct &&
+          comm->transport_name() == std::string("shm") &&
+          count * esize > CommunicatorOptions{}.small_message_bytes &&
+          !comm->records().back().registered) {
+        std::fprintf(stderr, "rank %d: the allreduce of %zu bytes staged its registered buffer\n",
+                     rank, count * esize);
+        wrong += 1;
+      }
       comm->AllReduce({&wrong, 1, DataType::kFloat64, ReduceOp::kSum});
       total_wrong += wrong;
     }

@@ -15,9 +15,13 @@ namespace {
 using Steady = std::chrono::steady_clock;
 
 // Whether the time-stamp counter runs at a constant rate, in every power
-// state (else frequency changes would skew durations).
-bool ConstantRateCounter() {
+// state, and the kernel trusts it as its own clock source (it does not
+// when the counters of a VM's or a machine's CPUs disagree).
+bool TrustedCounter() {
 #if defined(__x86_64__)
+  std::ifstream source("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string name;
+  if (!(source >> name) || name != "tsc") return false;
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line)) {
@@ -30,30 +34,42 @@ bool ConstantRateCounter() {
   return false;
 }
 
+#if defined(__x86_64__)
+// One counter reading with the steady time at its middle; false when the
+// two steady reads around it lie over 2 us apart (preempted: retry).
+bool Sample(double* steady_us, std::int64_t* ticks) {
+  const auto before = Steady::now();
+  *ticks = static_cast<std::int64_t>(__rdtsc());
+  const auto after = Steady::now();
+  const double width = std::chrono::duration<double, std::micro>(after - before).count();
+  *steady_us = std::chrono::duration<double, std::micro>(before.time_since_epoch()).count() +
+               width / 2;
+  return width < 2.0;
+}
+#endif
+
 struct Calibration {
   bool counter = false;
   double micros_per_tick = 1e-3;  // steady_clock's nanoseconds otherwise
 };
 
+// Over 2 ms between two bracketed samples: within ~1e-3 of the true rate.
 const Calibration& Calibrated() {
   static const Calibration c = [] {
     Calibration out;
 #if defined(__x86_64__)
-    out.counter = ConstantRateCounter();
-    if (out.counter) {
-      const auto t0 = Steady::now();
-      const std::int64_t c0 = static_cast<std::int64_t>(__rdtsc());
-      Steady::time_point t1;
-      do {
-        t1 = Steady::now();
-      } while (t1 - t0 < std::chrono::milliseconds(1));
-      const std::int64_t c1 = static_cast<std::int64_t>(__rdtsc());
-      const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
-      if (c1 > c0) {
-        out.micros_per_tick = us / static_cast<double>(c1 - c0);
-      } else {
-        out.counter = false;
+    if (!TrustedCounter()) return out;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      double us0 = 0, us1 = 0;
+      std::int64_t c0 = 0, c1 = 0;
+      if (!Sample(&us0, &c0)) continue;
+      while (std::chrono::duration<double, std::micro>(Steady::now().time_since_epoch())
+                 .count() < us0 + 2000) {
       }
+      if (!Sample(&us1, &c1) || c1 <= c0) continue;
+      out.counter = true;
+      out.micros_per_tick = (us1 - us0) / static_cast<double>(c1 - c0);
+      break;
     }
 #endif
     return out;

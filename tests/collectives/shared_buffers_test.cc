@@ -16,7 +16,7 @@ namespace neuron::collectives::transport {
 namespace {
 
 TEST(SharedBufferPool, FindsAddressesInsideLiveAllocationsOnly) {
-  auto& pool = SharedBufferPool::Instance();
+  SharedBufferPool pool;
   char* p = static_cast<char*>(pool.Allocate(100000));
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 4096, 0u);
@@ -37,7 +37,7 @@ TEST(SharedBufferPool, FindsAddressesInsideLiveAllocationsOnly) {
 }
 
 TEST(SharedBufferPool, ReusesAFreedSegmentOfTheSameSizeClass) {
-  auto& pool = SharedBufferPool::Instance();
+  SharedBufferPool pool;
   void* a = pool.Allocate(3 << 20);
   ASSERT_NE(a, nullptr);
   const std::size_t segments = pool.segments();
@@ -53,11 +53,52 @@ TEST(SharedBufferPool, ReusesAFreedSegmentOfTheSameSizeClass) {
 }
 
 TEST(SharedBufferPool, FreeingForeignMemoryIsInvalidUsage) {
+  SharedBufferPool pool;
   int x = 0;
-  EXPECT_THROW(SharedBufferPool::Instance().Free(&x), InvalidUsage);
-  void* p = SharedBufferPool::Instance().Allocate(4096);
-  SharedBufferPool::Instance().Free(p);
-  EXPECT_THROW(SharedBufferPool::Instance().Free(p), InvalidUsage);  // twice
+  EXPECT_THROW(pool.Free(&x), InvalidUsage);
+  void* p = pool.Allocate(4096);
+  pool.Free(p);
+  EXPECT_THROW(pool.Free(p), InvalidUsage);  // twice
+}
+
+TEST(SharedBufferPool, KeepsAtMostKMaxFreeBytesOfFreeSegments) {
+  SharedBufferPool pool;
+  const std::size_t bytes = SharedBufferPool::kMaxFreeBytes / 2;
+  void* a = pool.Allocate(bytes);
+  void* b = pool.Allocate(bytes);
+  void* c = pool.Allocate(bytes);
+  ASSERT_TRUE(a && b && c);
+  pool.Free(a);
+  pool.Free(b);  // two halves: at the limit, kept
+  EXPECT_EQ(pool.segments(), 3u);
+  pool.Free(c);  // beyond it: closed and unmapped
+  EXPECT_EQ(pool.segments(), 2u);
+  EXPECT_EQ(pool.bytes_mapped(), 2 * bytes);
+}
+
+// The process's pool in a forked child: disabled, so the child never hands
+// out a segment the parent also uses; its parent's pool goes on as before.
+TEST(SharedBufferPool, AForkedChildGetsADisabledPool) {
+  auto& pool = SharedBufferPool::Instance();
+  void* freed = pool.Allocate(3 << 20);
+  void* live = pool.Allocate(3 << 20);
+  pool.Free(freed);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const bool ok = pool.Allocate(3 << 20) == nullptr && !pool.Find(live, 1).has_value();
+    pool.Free(live);  // allowed, and not reused
+    ::_exit(ok && pool.Allocate(4096) == nullptr ? 0 : 1);
+  }
+  int status = -1;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::size_t segments = pool.segments();
+  void* again = pool.Allocate(3 << 20);
+  EXPECT_NE(again, nullptr);
+  EXPECT_EQ(pool.segments(), segments);  // the parent reuses a freed segment
+  EXPECT_TRUE(pool.Find(live, 1).has_value());
+  pool.Free(again);
+  pool.Free(live);
 }
 
 // A child process allocates and fills a buffer and shows its region; this
@@ -70,7 +111,7 @@ TEST(PeerBufferMap, AnotherProcessMapsTheSameMemory) {
   constexpr std::size_t kBytes = 1 << 20;
   const pid_t child = ::fork();
   if (child == 0) {
-    auto& pool = SharedBufferPool::Instance();
+    SharedBufferPool pool;  // the process's own is disabled in a forked child
     auto* p = static_cast<unsigned char*>(pool.Allocate(kBytes));
     for (std::size_t i = 0; i < kBytes; ++i) p[i] = static_cast<unsigned char>(i % 251);
     const SharedRegion region = *pool.Find(p + 64, kBytes - 64);

@@ -73,6 +73,34 @@ TEST(ShmTransport, MessagesToOnePeerKeepTheirOrder) {
   });
 }
 
+// Phases ring only sleeping peers (a fence on each side: Dekker). A ping-
+// pong in which every wake-up matters: rank 1 sleeps (no spinning) until
+// rank 0 raises phase 1 to i, then raises phase 2 to i, for which rank 0
+// sleeps; nothing else is published meanwhile. With no periodic check
+// before the deadline, one lost wake-up leaves both asleep until it: a
+// TimeoutError fails the test.
+TEST(ShmTransport, NoWakeUpIsLostBetweenPublishAndSleep) {
+  constexpr int kRounds = 3000;
+  RunRanks(2, [&](int rank, Store& store) {
+    ShmOptions o;
+    o.spin_time = 0us;
+    o.check_interval = std::chrono::hours(1);
+    ShmTransport t(store, rank, 2, o);
+    // A wait covers every rank's counter: each rank's own counter of the
+    // phase it waits for is set out of the way first.
+    t.PublishPhase(rank == 0 ? 2 : 1, kRounds);
+    for (int i = 1; i <= kRounds; ++i) {
+      if (rank == 0) {
+        t.PublishPhase(1, i);
+        t.WaitPhase(2, i, Deadline::After(30s), "pong");
+      } else {
+        t.WaitPhase(1, i, Deadline::After(30s), "ping");
+        t.PublishPhase(2, i);
+      }
+    }
+  });
+}
+
 TEST(ShmTransport, TimeoutNamesThePendingPeer) {
   try {
     RunRanks(2, [](int rank, Store& store) {

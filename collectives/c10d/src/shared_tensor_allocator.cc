@@ -2,7 +2,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
-#include <atomic>
+#include <cstdio>
+#include <exception>
 #include <mutex>
 
 #include "neuron/collectives/transport/shared_buffers.h"
@@ -13,12 +14,30 @@ namespace {
 
 using collectives::transport::SharedBufferPool;
 
-void FreeShared(void* p) { SharedBufferPool::Instance().Free(p); }
+// Torch frees in noexcept destructors: a failure is reported, not thrown.
+void FreeShared(void* p) noexcept {
+  try {
+    SharedBufferPool::Instance().Free(p);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "neuron: freeing a shared tensor: %s\n", e.what());
+  }
+}
+
+at::Allocator* fallback = nullptr;  // the allocator this one replaced
+
+// For raw_allocate/raw_deallocate: either allocator's memory.
+void RawDelete(void* p) {
+  if (p == nullptr) return;
+  if (SharedBufferPool::Instance().Holds(p)) {
+    FreeShared(p);
+  } else {
+    fallback->raw_deallocate(p);
+  }
+}
 
 class SharedTensorAllocator final : public at::Allocator {
  public:
-  SharedTensorAllocator(at::Allocator* fallback, std::size_t min_bytes)
-      : fallback_(fallback), min_bytes_(min_bytes) {}
+  explicit SharedTensorAllocator(std::size_t min_bytes) : min_bytes_(min_bytes) {}
 
   at::DataPtr allocate(std::size_t n) const override {
     if (n >= min_bytes_) {
@@ -26,28 +45,26 @@ class SharedTensorAllocator final : public at::Allocator {
         return {p, p, &FreeShared, at::Device(at::DeviceType::CPU)};
       }
     }
-    return fallback_->allocate(n);
+    return fallback->allocate(n);
+  }
+  at::DeleterFnPtr raw_deleter() const override {
+    return fallback->raw_deleter() != nullptr ? &RawDelete : nullptr;
   }
 
  private:
-  at::Allocator* fallback_;
   std::size_t min_bytes_;
 };
-
-std::atomic<bool> installed{false};
 
 }  // namespace
 
 void InstallSharedTensorAllocator(std::size_t min_bytes) {
   static std::once_flag once;
   std::call_once(once, [&] {
+    fallback = c10::GetCPUAllocator();
     // Lives for the process: tensors it made may be freed at exit.
-    static auto* allocator = new SharedTensorAllocator(c10::GetCPUAllocator(), min_bytes);
+    static auto* allocator = new SharedTensorAllocator(min_bytes);
     c10::SetCPUAllocator(allocator);
-    installed.store(true);
   });
 }
-
-bool SharedTensorAllocatorInstalled() { return installed.load(); }
 
 }  // namespace neuron::c10d

@@ -1,7 +1,9 @@
 #include "neuron/collectives/transport/shared_buffers.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,19 +32,50 @@ std::size_t SizeClass(std::size_t bytes) {
 }  // namespace
 
 SharedBufferPool& SharedBufferPool::Instance() {
-  static SharedBufferPool* pool = new SharedBufferPool();  // never destroyed: torch frees late
+  static SharedBufferPool* pool = [] {
+    auto* p = new SharedBufferPool();  // never destroyed: torch frees tensors late
+    // fork(): the child must not hand out segments its parent also uses,
+    // and must not inherit the mutex locked by another thread.
+    ::pthread_atfork([] { Instance().mutex_.lock(); }, [] { Instance().mutex_.unlock(); },
+                     &SharedBufferPool::DisableInChild);
+    return p;
+  }();
   return *pool;
+}
+
+void SharedBufferPool::DisableInChild() {
+  SharedBufferPool& pool = Instance();
+  pool.disabled_ = true;
+  pool.free_by_size_.clear();
+  pool.free_bytes_ = 0;
+  pool.mutex_.unlock();
+}
+
+SharedBufferPool::~SharedBufferPool() {
+  for (auto& [base, s] : segments_) {
+    ::munmap(s.base, s.bytes);
+    ::close(s.fd);
+  }
 }
 
 void* SharedBufferPool::Allocate(std::size_t bytes) {
   NEURON_CHECK(bytes > 0, "shared buffer of 0 bytes");
   const std::size_t size = SizeClass(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (disabled_) return nullptr;
   if (auto it = free_by_size_.find(size); it != free_by_size_.end()) {
     Segment& s = segments_.at(it->second);
     free_by_size_.erase(it);
+    free_bytes_ -= s.bytes;
     s.used = bytes;
     return s.base;
+  }
+  // Each segment holds a descriptor: leave three quarters of the limit to
+  // the rest of the process (sockets, pipes, files).
+  struct rlimit files {};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY &&
+      segments_.size() >= files.rlim_cur / 4) {
+    return nullptr;
   }
   const int fd = ::memfd_create("neuron-shared-buffer", MFD_CLOEXEC);
   if (fd < 0) return nullptr;
@@ -58,9 +91,22 @@ void* SharedBufferPool::Allocate(std::size_t bytes) {
     return nullptr;
   }
   Segment s{static_cast<char*>(base), size, fd, static_cast<std::uint64_t>(st.st_ino), bytes};
-  segments_.emplace(s.base, s);
+  try {
+    segments_.emplace(s.base, s);
+  } catch (...) {
+    ::munmap(base, size);
+    ::close(fd);
+    return nullptr;
+  }
   bytes_mapped_ += size;
   return base;
+}
+
+void SharedBufferPool::Release(std::map<const char*, Segment>::iterator it) {
+  ::munmap(it->second.base, it->second.bytes);
+  ::close(it->second.fd);
+  bytes_mapped_ -= it->second.bytes;
+  segments_.erase(it);
 }
 
 void SharedBufferPool::Free(void* p) {
@@ -69,12 +115,19 @@ void SharedBufferPool::Free(void* p) {
   NEURON_CHECK(it != segments_.end() && it->second.used > 0,
                "SharedBufferPool::Free of ", p, ", which it did not allocate");
   it->second.used = 0;
+  if (disabled_) return;  // a forked child's inherited segment: never reused
+  if (free_bytes_ + it->second.bytes > kMaxFreeBytes) {
+    Release(it);
+    return;
+  }
+  free_bytes_ += it->second.bytes;
   free_by_size_.emplace(it->second.bytes, it->first);
 }
 
 std::optional<SharedRegion> SharedBufferPool::Find(const void* p, std::size_t bytes) const {
   const char* c = static_cast<const char*>(p);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (disabled_) return std::nullopt;
   auto it = segments_.upper_bound(c);
   if (it == segments_.begin()) return std::nullopt;
   const Segment& s = std::prev(it)->second;
@@ -87,6 +140,19 @@ std::optional<SharedRegion> SharedBufferPool::Find(const void* p, std::size_t by
   r.offset = static_cast<std::uint64_t>(c - s.base);
   r.owner_base = reinterpret_cast<std::uintptr_t>(s.base);
   return r;
+}
+
+bool SharedBufferPool::Holds(const void* p) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = segments_.find(static_cast<const char*>(p));
+  return it != segments_.end() && it->second.used > 0;
+}
+
+bool SharedBufferPool::Owns(std::int32_t fd, std::uint64_t inode, std::uint64_t base) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = segments_.find(reinterpret_cast<const char*>(static_cast<std::uintptr_t>(base)));
+  return it != segments_.end() && it->second.fd == fd && it->second.inode == inode &&
+         it->second.used > 0;
 }
 
 std::size_t SharedBufferPool::segments() const {
@@ -104,13 +170,18 @@ PeerBufferMap::~PeerBufferMap() {
 }
 
 char* PeerBufferMap::Map(const SharedRegion& region) {
-  if (region.pid == static_cast<std::int32_t>(::getpid())) {
+  // Our own segment (ranks as threads of one process): its address here.
+  // The pool's word, not the pid's (pids repeat across pid namespaces).
+  if (region.pid == static_cast<std::int32_t>(::getpid()) &&
+      SharedBufferPool::Instance().Owns(region.fd, region.inode, region.owner_base)) {
     return reinterpret_cast<char*>(region.owner_base) + region.offset;
   }
-  for (const Mapping& m : mappings_) {
-    if (m.pid == region.pid && m.fd == region.fd && m.inode == region.inode) {
-      return m.base + region.offset;
-    }
+  for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
+    if (it->pid != region.pid || it->fd != region.fd) continue;
+    if (it->inode == region.inode) return it->base + region.offset;
+    ::munmap(it->base, it->bytes);  // the descriptor holds another segment now
+    mappings_.erase(it);
+    break;
   }
   const std::string path =
       "/proc/" + std::to_string(region.pid) + "/fd/" + std::to_string(region.fd);

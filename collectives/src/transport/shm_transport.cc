@@ -24,8 +24,6 @@ namespace {
 
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kReasonBytes = 512;
-// How often a sleeping rank wakes to check deadlines and its peers' pids.
-constexpr std::chrono::milliseconds kCheckInterval(100);
 // Polling without yielding first, for a peer that runs on another core.
 constexpr std::chrono::microseconds kPurePoll(5);
 
@@ -263,7 +261,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
   }
   auto spin_start = Clock::now();
   auto spin_until = spin_start + options_.spin_time;
-  auto next_check = spin_start + kCheckInterval;
+  auto next_check = spin_start + options_.check_interval;
   while (true) {
     if (own->aborted.load(std::memory_order_acquire) == 2) {
       throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", own->reason));
@@ -298,7 +296,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
     }
     if (now >= next_check) {
       for (int peer : peers()) CheckAlive(peer, what, pending());
-      next_check = now + kCheckInterval;
+      next_check = now + options_.check_interval;
     }
     own->sleepers.fetch_add(1, std::memory_order_seq_cst);
     // Publishers of phases ring only sleepers (PublishPhase): look once
@@ -310,7 +308,7 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
       ready_now = ready(&ignored);
     }
     if (!ready_now && own->doorbell.load(std::memory_order_seq_cst) == bell) {
-      const auto sleep = std::min<Clock::duration>(deadline.At(now) - now, kCheckInterval);
+      const auto sleep = std::min<Clock::duration>(deadline.At(now) - now, options_.check_interval);
       FutexWait(&own->doorbell, bell, std::chrono::duration_cast<std::chrono::nanoseconds>(sleep));
     }
     own->sleepers.fetch_sub(1, std::memory_order_seq_cst);

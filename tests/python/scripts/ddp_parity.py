@@ -4,7 +4,8 @@
 on every rank.
 
     neuronrun -n 4 tests/python/scripts/ddp_parity.py [--backend neuron] [--tolerance bitwise|close]
-                                                       [--ddp torch|torchneuron]
+                                                       [--ddp torch|torchneuron] [--cases abcde]
+                                                       [--in-features N]
 
 Each case builds a small fp32 model on every rank (from seed + rank, so DDP's
 initial broadcast of rank 0's state matters), wraps it in DDP on the default

@@ -353,10 +353,15 @@ class Communicator {
   // `staged`: the handshake already staged all of `data` (it fits the windows).
   void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                        const Label& what, bool staged);
+  // After a handshake in which every rank put its buffer's SharedRegion in
+  // its slot (fd -1: not registered): when all are registered, reduces in
+  // place on every rank's buffer (registered_allreduce.cc) and returns true;
+  // else returns false and sets *none_registered. A peer's buffer that
+  // cannot be mapped aborts the group and throws IoError naming it.
+  bool RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                 const Label& what, bool* none_registered);
   // From the staged data areas (then publishes "collected"), or with
   // `in_slot` from the header slots' inline data.
-  void RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                 const Label& what);
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                             bool in_slot);
   void DirectReduceScatter(const char* input, char* output,

@@ -6,7 +6,9 @@
 // the pool; smaller ones (and any the pool cannot make) from the allocator
 // it replaced. Tensors allocated before stay where they are. Caveats, as
 // for any shared mapping: a process forked afterwards shares (does not
-// copy) these tensors' memory, and freed memory is kept for reuse.
+// copy) these tensors' memory (and gets a disabled pool: its own large
+// tensors are ordinary memory), and freed memory is kept for reuse (up to
+// SharedBufferPool::kMaxFreeBytes).
 //
 // ProcessGroupNeuron installs it when NEURON_SHARED_TENSORS=1.
 //
@@ -23,6 +25,5 @@ inline constexpr std::size_t kSharedTensorMinBytes = std::size_t{1} << 20;
 
 // Idempotent; the first call's `min_bytes` holds.
 void InstallSharedTensorAllocator(std::size_t min_bytes = kSharedTensorMinBytes);
-bool SharedTensorAllocatorInstalled();
 
 }  // namespace neuron::c10d

@@ -4,13 +4,21 @@
 // SharedBufferPool hands out memory backed by memfd segments. A peer process
 // maps a segment by opening /proc/<owner pid>/fd/<fd> (same user, no name in
 // /dev/shm, so nothing is left behind when a rank is killed). The direct
-// allreduce then reduces straight from every rank's own buffer and copies
-// the result straight out of them: no staging copy in or out (about 3 bytes
-// of memory traffic per byte of buffer instead of 5).
+// allreduce then reduces straight from every rank's own buffer and writes
+// the result straight into them: each rank reads and writes its buffer's
+// size once, against about five times that when staging.
 //
-// Segments are kept for the life of the process once made: a freed buffer's
-// segment is reused by the next allocation of its size class. So a peer's
-// mapping of (pid, fd, inode) stays valid as long as the owner lives.
+// A freed buffer's segment is kept for the next allocation of its size
+// class, up to kMaxFreeBytes of free segments; beyond, segments are closed
+// and unmapped (a peer tells the next segment behind a reused descriptor by
+// its inode). The pool makes at most a quarter of the process's open-file
+// limit in segments, then returns null (the caller falls back to ordinary
+// memory).
+//
+// fork(): a child process gets a disabled pool (Allocate returns null, Find
+// finds nothing, nothing is reused), so it never hands out memory its parent
+// also uses. Buffers it inherited stay mapped shared with the parent, as
+// any MAP_SHARED memory does: writes on either side are seen by the other.
 //
 // Usage:
 //   auto& pool = SharedBufferPool::Instance();
@@ -45,17 +53,31 @@ struct SharedRegion {
 
 class SharedBufferPool {
  public:
-  // The process's pool (torch's allocator and every communicator share it).
+  static constexpr std::size_t kMaxFreeBytes = std::size_t{1} << 30;
+
+  // The process's pool (torch's allocator and every communicator share it;
+  // the communicators look buffers up here).
   static SharedBufferPool& Instance();
+  // A pool of one's own (tests); closes its segments when destroyed.
+  SharedBufferPool() = default;
+  ~SharedBufferPool();
+  SharedBufferPool(const SharedBufferPool&) = delete;
+  SharedBufferPool& operator=(const SharedBufferPool&) = delete;
 
   // `bytes` (> 0) of page-aligned shared memory, or nullptr when no segment
-  // can be made (out of file descriptors or memory): the caller falls back
-  // to ordinary memory and the collectives to staging.
+  // can be made (the segment limit, out of memory, or a forked child): the
+  // caller falls back to ordinary memory and the collectives to staging.
   void* Allocate(std::size_t bytes);
   // Returns memory from Allocate for reuse. InvalidUsage for other pointers.
   void Free(void* p);
   // The region of [p, p + bytes) when it lies inside one live allocation.
   std::optional<SharedRegion> Find(const void* p, std::size_t bytes) const;
+  // Whether `p` starts a live allocation of this pool (a forked child's
+  // inherited ones included).
+  bool Holds(const void* p) const;
+  // Whether this pool maps segment (fd, inode) at `base` (a region this
+  // process published itself).
+  bool Owns(std::int32_t fd, std::uint64_t inode, std::uint64_t base) const;
 
   // Counters for tests and docs.
   std::size_t segments() const;
@@ -69,16 +91,20 @@ class SharedBufferPool {
     std::uint64_t inode = 0;
     std::size_t used = 0;  // bytes of the live allocation (0: free)
   };
-  SharedBufferPool() = default;
+  void Release(std::map<const char*, Segment>::iterator it);  // mutex_ held
+  static void DisableInChild();  // pthread_atfork: see "fork()" above
 
   mutable std::mutex mutex_;
   std::map<const char*, Segment> segments_;              // by base address
   std::multimap<std::size_t, const char*> free_by_size_;  // free segments
   std::size_t bytes_mapped_ = 0;
+  std::size_t free_bytes_ = 0;
+  bool disabled_ = false;  // a forked child's
 };
 
 // A communicator's mappings of its peers' segments, made on first use and
-// unmapped when it is destroyed. Not thread-safe (one communicator thread).
+// unmapped when it is destroyed (or when the peer's descriptor is found to
+// hold another segment). Not thread-safe (one communicator thread).
 class PeerBufferMap {
  public:
   PeerBufferMap() = default;
@@ -86,9 +112,9 @@ class PeerBufferMap {
   PeerBufferMap(const PeerBufferMap&) = delete;
   PeerBufferMap& operator=(const PeerBufferMap&) = delete;
 
-  // The address of `region`'s buffer in this process. The owner's own
-  // address when this process is the owner. Throws IoError naming the
-  // process and descriptor when the segment cannot be opened or mapped.
+  // The address of `region`'s buffer in this process: the owner's own
+  // address when this process's pool owns the segment. Throws IoError
+  // naming the process and descriptor when it cannot be opened or mapped.
   char* Map(const SharedRegion& region);
 
  private:

@@ -34,6 +34,9 @@ struct ShmOptions {
   // enough to catch a peer running on another core, short when ranks
   // outnumber cores (then every poll also yields the core).
   std::chrono::microseconds spin_time{50};
+  // How often a sleeping rank wakes on its own to check its deadline and
+  // its peers' pids. Tests raise it so that a lost wake-up is a timeout.
+  std::chrono::milliseconds check_interval{100};
 };
 
 class ShmTransport : public Transport {
