@@ -146,6 +146,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
   clock_ = options_.clock ? options_.clock : std::make_shared<runtime::SimClock>();
+  // Made now, in the thread that creates the group, not first in a progress
+  // thread while another thread may fork (its fork handlers: shared_buffers.h).
+  transport::SharedBufferPool::Instance();
   if (const auto forced =
           runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm)) {
     forced_algorithm_ = ParseAlgorithm(*forced);  // read once, not on every call

@@ -270,7 +270,8 @@ int Main(int argc, char** argv) {
   const std::string forced =
       runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kCollectiveAlgorithm);
   const bool direct = o.algorithm == Algorithm::kDirect ||
-                      (o.algorithm == Algorithm::kAuto && (forced.empty() || forced == "direct"));
+                      (o.algorithm == Algorithm::kAuto &&
+                       (forced.empty() || forced == "auto" || forced == "direct"));
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
     if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {

@@ -61,19 +61,39 @@ TEST(SharedBufferPool, FreeingForeignMemoryIsInvalidUsage) {
   EXPECT_THROW(pool.Free(p), InvalidUsage);  // twice
 }
 
-TEST(SharedBufferPool, KeepsAtMostKMaxFreeBytesOfFreeSegments) {
-  SharedBufferPool pool;
-  const std::size_t bytes = SharedBufferPool::kMaxFreeBytes / 2;
-  void* a = pool.Allocate(bytes);
-  void* b = pool.Allocate(bytes);
-  void* c = pool.Allocate(bytes);
+TEST(SharedBufferPool, KeepsAtMostItsCapOfFreeSegments) {
+  constexpr std::size_t kBytes = 64 << 10;
+  SharedBufferPool pool(2 * kBytes);  // two free segments at most
+  void* a = pool.Allocate(kBytes);
+  void* b = pool.Allocate(kBytes);
+  void* c = pool.Allocate(kBytes);
   ASSERT_TRUE(a && b && c);
   pool.Free(a);
-  pool.Free(b);  // two halves: at the limit, kept
+  pool.Free(b);  // at the cap: kept
   EXPECT_EQ(pool.segments(), 3u);
   pool.Free(c);  // beyond it: closed and unmapped
   EXPECT_EQ(pool.segments(), 2u);
-  EXPECT_EQ(pool.bytes_mapped(), 2 * bytes);
+  EXPECT_EQ(pool.bytes_mapped(), 2 * kBytes);
+}
+
+// A released segment's descriptor may come back holding another segment:
+// a peer's map tells them apart by inode and maps the new one.
+TEST(PeerBufferMap, ARecycledDescriptorIsMappedAnew) {
+  constexpr std::size_t kBytes = 64 << 10;
+  SharedBufferPool pool(0);  // keeps no free segment
+  PeerBufferMap map;  // not the process's pool: maps through /proc/self/fd
+  auto* first = static_cast<char*>(pool.Allocate(kBytes));
+  first[0] = 'a';
+  const SharedRegion one = *pool.Find(first, kBytes);
+  EXPECT_EQ(map.Map(one)[0], 'a');
+  pool.Free(first);  // released: the descriptor is closed
+  auto* second = static_cast<char*>(pool.Allocate(kBytes));
+  second[0] = 'b';
+  const SharedRegion two = *pool.Find(second, kBytes);
+  ASSERT_EQ(two.fd, one.fd);  // the lowest free descriptor, reused
+  ASSERT_NE(two.inode, one.inode);
+  EXPECT_EQ(map.Map(two)[0], 'b');
+  pool.Free(second);
 }
 
 // The process's pool in a forked child: disabled, so the child never hands
@@ -95,10 +115,11 @@ TEST(SharedBufferPool, AForkedChildGetsADisabledPool) {
   const std::size_t segments = pool.segments();
   void* again = pool.Allocate(3 << 20);
   EXPECT_NE(again, nullptr);
-  EXPECT_EQ(pool.segments(), segments);  // the parent reuses a freed segment
+  EXPECT_EQ(pool.segments(), segments);  // the parent reuses one free at the fork
   EXPECT_TRUE(pool.Find(live, 1).has_value());
+  pool.Free(live);  // live at the fork (a child may hold it): released
+  EXPECT_EQ(pool.segments(), segments - 1);
   pool.Free(again);
-  pool.Free(live);
 }
 
 // A child process allocates and fills a buffer and shows its region; this

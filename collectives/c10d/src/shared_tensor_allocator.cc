@@ -61,6 +61,7 @@ void InstallSharedTensorAllocator(std::size_t min_bytes) {
   static std::once_flag once;
   std::call_once(once, [&] {
     fallback = c10::GetCPUAllocator();
+    SharedBufferPool::Instance();  // made (and its fork handlers set) before any fork
     // Lives for the process: tensors it made may be freed at exit.
     static auto* allocator = new SharedTensorAllocator(min_bytes);
     c10::SetCPUAllocator(allocator);

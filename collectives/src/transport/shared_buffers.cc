@@ -36,11 +36,19 @@ SharedBufferPool& SharedBufferPool::Instance() {
     auto* p = new SharedBufferPool();  // never destroyed: torch frees tensors late
     // fork(): the child must not hand out segments its parent also uses,
     // and must not inherit the mutex locked by another thread.
-    ::pthread_atfork([] { Instance().mutex_.lock(); }, [] { Instance().mutex_.unlock(); },
+    ::pthread_atfork([] { Instance().mutex_.lock(); }, &SharedBufferPool::MarkForked,
                      &SharedBufferPool::DisableInChild);
     return p;
   }();
   return *pool;
+}
+
+void SharedBufferPool::MarkForked() {
+  SharedBufferPool& pool = Instance();
+  for (auto& [base, s] : pool.segments_) {
+    if (s.used > 0) s.forked = true;
+  }
+  pool.mutex_.unlock();
 }
 
 void SharedBufferPool::DisableInChild() {
@@ -116,7 +124,7 @@ void SharedBufferPool::Free(void* p) {
                "SharedBufferPool::Free of ", p, ", which it did not allocate");
   it->second.used = 0;
   if (disabled_) return;  // a forked child's inherited segment: never reused
-  if (free_bytes_ + it->second.bytes > kMaxFreeBytes) {
+  if (it->second.forked || free_bytes_ + it->second.bytes > max_free_bytes_) {
     Release(it);
     return;
   }

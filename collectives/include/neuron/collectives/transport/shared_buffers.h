@@ -17,8 +17,11 @@
 //
 // fork(): a child process gets a disabled pool (Allocate returns null, Find
 // finds nothing, nothing is reused), so it never hands out memory its parent
-// also uses. Buffers it inherited stay mapped shared with the parent, as
-// any MAP_SHARED memory does: writes on either side are seen by the other.
+// also uses; and the parent never reuses a segment that was live at the
+// fork (freed, it is released), so no new buffer of the parent's aliases
+// one a child still holds. Buffers the child inherited stay mapped shared
+// with the parent, as any MAP_SHARED memory does: writes on either side are
+// seen by the other.
 //
 // Usage:
 //   auto& pool = SharedBufferPool::Instance();
@@ -59,7 +62,8 @@ class SharedBufferPool {
   // the communicators look buffers up here).
   static SharedBufferPool& Instance();
   // A pool of one's own (tests); closes its segments when destroyed.
-  SharedBufferPool() = default;
+  explicit SharedBufferPool(std::size_t max_free_bytes = kMaxFreeBytes)
+      : max_free_bytes_(max_free_bytes) {}
   ~SharedBufferPool();
   SharedBufferPool(const SharedBufferPool&) = delete;
   SharedBufferPool& operator=(const SharedBufferPool&) = delete;
@@ -90,15 +94,18 @@ class SharedBufferPool {
     int fd = -1;
     std::uint64_t inode = 0;
     std::size_t used = 0;  // bytes of the live allocation (0: free)
+    bool forked = false;   // live at a fork: a child may hold it, never reuse
   };
   void Release(std::map<const char*, Segment>::iterator it);  // mutex_ held
-  static void DisableInChild();  // pthread_atfork: see "fork()" above
+  static void MarkForked();      // pthread_atfork, parent: see "fork()" above
+  static void DisableInChild();  // pthread_atfork, child
 
   mutable std::mutex mutex_;
   std::map<const char*, Segment> segments_;              // by base address
   std::multimap<std::size_t, const char*> free_by_size_;  // free segments
   std::size_t bytes_mapped_ = 0;
   std::size_t free_bytes_ = 0;
+  std::size_t max_free_bytes_ = kMaxFreeBytes;
   bool disabled_ = false;  // a forked child's
 };
 
