@@ -4,11 +4,13 @@
 #include "neuron/collectives/transport/shared_buffers.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "neuron/runtime/error.h"
 
@@ -74,6 +76,27 @@ TEST(SharedBufferPool, KeepsAtMostItsCapOfFreeSegments) {
   pool.Free(c);  // beyond it: closed and unmapped
   EXPECT_EQ(pool.segments(), 2u);
   EXPECT_EQ(pool.bytes_mapped(), 2 * kBytes);
+}
+
+// At its segment limit (a quarter of the open-file limit) the pool makes
+// room by releasing a free segment, and returns null when none is free.
+// In a child, whose open-file limit can be lowered without harm.
+TEST(SharedBufferPool, AtItsSegmentLimitReleasesAFreeSegmentOrFallsBack) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const rlimit files{40, 40};  // 10 segments at most
+    if (::setrlimit(RLIMIT_NOFILE, &files) != 0) ::_exit(2);
+    SharedBufferPool pool;
+    std::vector<void*> held;
+    for (int i = 0; i < 10; ++i) held.push_back(pool.Allocate(4096));
+    if (pool.Allocate(8192) != nullptr) ::_exit(3);  // none free: fall back
+    pool.Free(held.back());
+    void* other = pool.Allocate(8192);  // another size class: the free one makes room
+    ::_exit(other != nullptr && pool.segments() == 10 ? 0 : 4);
+  }
+  int status = -1;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 // A released segment's descriptor may come back holding another segment:

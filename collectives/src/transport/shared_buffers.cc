@@ -83,7 +83,8 @@ void* SharedBufferPool::Allocate(std::size_t bytes) {
   struct rlimit files {};
   if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY &&
       segments_.size() >= files.rlim_cur / 4) {
-    return nullptr;
+    if (free_by_size_.empty()) return nullptr;
+    ReleaseFree(std::prev(free_by_size_.end()));  // the largest free one makes room
   }
   const int fd = ::memfd_create("neuron-shared-buffer", MFD_CLOEXEC);
   if (fd < 0) return nullptr;
@@ -117,6 +118,13 @@ void SharedBufferPool::Release(std::map<const char*, Segment>::iterator it) {
   segments_.erase(it);
 }
 
+void SharedBufferPool::ReleaseFree(std::multimap<std::size_t, const char*>::iterator it) {
+  auto segment = segments_.find(it->second);
+  free_bytes_ -= segment->second.bytes;
+  free_by_size_.erase(it);
+  Release(segment);
+}
+
 void SharedBufferPool::Free(void* p) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = segments_.find(static_cast<const char*>(p));
@@ -124,7 +132,16 @@ void SharedBufferPool::Free(void* p) {
                "SharedBufferPool::Free of ", p, ", which it did not allocate");
   it->second.used = 0;
   if (disabled_) return;  // a forked child's inherited segment: never reused
-  if (it->second.forked || free_bytes_ + it->second.bytes > max_free_bytes_) {
+  if (it->second.forked) {
+    Release(it);
+    return;
+  }
+  // Keep the segment just freed, the likeliest to be asked for again: make
+  // room by releasing the largest other free ones.
+  while (free_bytes_ + it->second.bytes > max_free_bytes_ && !free_by_size_.empty()) {
+    ReleaseFree(std::prev(free_by_size_.end()));
+  }
+  if (free_bytes_ + it->second.bytes > max_free_bytes_) {
     Release(it);
     return;
   }

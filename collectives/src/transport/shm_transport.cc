@@ -388,8 +388,10 @@ void ShmTransport::WaitAll(Flag flag, std::uint64_t value, Deadline deadline,
         return true;
       },
       [&] {
+        const std::vector<int> late_ranks = behind();
+        if (late_ranks.empty()) return std::string("none (the last rank arrived as the wait ended)");
         std::string text = "ranks that have not arrived:";
-        for (int p : behind()) text += " " + std::to_string(p);
+        for (int p : late_ranks) text += " " + std::to_string(p);
         return text;
       },
       behind, deadline, what);

@@ -9,11 +9,12 @@
 // size once, against about five times that when staging.
 //
 // A freed buffer's segment is kept for the next allocation of its size
-// class, up to kMaxFreeBytes of free segments; beyond, segments are closed
-// and unmapped (a peer tells the next segment behind a reused descriptor by
-// its inode). The pool makes at most a quarter of the process's open-file
-// limit in segments, then returns null (the caller falls back to ordinary
-// memory).
+// class, up to kMaxFreeBytes of free segments; beyond, the largest other
+// free segments are closed and unmapped (a peer tells the next segment
+// behind a reused descriptor by its inode). The pool makes at most a
+// quarter of the process's open-file limit in segments: at that limit it
+// releases a free segment to make a new one, or, with none free, returns
+// null (the caller falls back to ordinary memory).
 //
 // fork(): a child process gets a disabled pool (Allocate returns null, Find
 // finds nothing, nothing is reused), so it never hands out memory its parent
@@ -97,6 +98,7 @@ class SharedBufferPool {
     bool forked = false;   // live at a fork: a child may hold it, never reuse
   };
   void Release(std::map<const char*, Segment>::iterator it);  // mutex_ held
+  void ReleaseFree(std::multimap<std::size_t, const char*>::iterator it);  // mutex_ held
   static void MarkForked();      // pthread_atfork, parent: see "fork()" above
   static void DisableInChild();  // pthread_atfork, child
 

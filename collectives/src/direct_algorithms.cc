@@ -1,0 +1,112 @@
+// The direct shared-memory algorithms (ranks on one host): allreduce and
+// reduce-scatter staged through the shared windows, and the small-message
+// allreduce from the windows or the header slots. The registered-buffer
+// allreduce is in registered_allreduce.cc.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "communicator_internal.h"
+#include "neuron/collectives/communicator.h"
+#include "neuron/collectives/reduce.h"
+#include "neuron/collectives/transport/shm_transport.h"
+
+namespace neuron::collectives {
+
+using detail::Begin;
+using detail::kCollectedPhase;
+using detail::kReducedPhase;
+using detail::kStagedPhase;
+
+// Direct shared-memory reduction (the scheme of shared-memory allreduce in
+// CPU collective libraries such as oneCCL and DeepSpeed's shm backend): per
+// window-sized chunk, every rank stages its input in its shared window, then
+// reduces its 1/n slice straight from every rank's window, in rank order,
+// into its own window, then copies every rank's reduced slice out. Three
+// phase flags order it; each element is reduced exactly once, over all ranks
+// in rank order, so the result is the naive reference's, bitwise.
+void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                                   const Label& what, bool staged) {
+  const std::size_t esize = ElementSize(dtype);
+  const std::size_t chunk = WindowDataBytes() / esize;
+  std::vector<const void*> inputs(size_);
+  for (std::size_t start = 0; start < count; start += chunk) {
+    const std::size_t n = std::min(chunk, count - start);
+    char* mine = data + start * esize;
+    const std::uint64_t seq = window_sequence_ + 1;
+    if (!staged) {  // else the handshake staged everything and all ranks saw it
+      // The data areas are free once every rank collected their last use.
+      shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+      std::memcpy(WindowData(rank_), mine, n * esize);
+      shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
+    }
+    window_sequence_ = seq;
+    const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
+    for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + b * esize;
+    if (e > b) {
+      // Only this rank reads or writes slice `rank_` of its own window now.
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(), WindowData(rank_) + b * esize,
+                   e - b, static_cast<std::size_t>(size_));
+    }
+    shm_->SyncPhase(kReducedPhase, seq, NewDeadline(), what);
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t rb = Begin(n, size_, r), re = Begin(n, size_, r + 1);
+      std::memcpy(mine + rb * esize, WindowData(r) + rb * esize, (re - rb) * esize);
+    }
+    shm_->PublishPhase(kCollectedPhase, seq);
+  }
+}
+
+// Reduce-scatter by direct shared-memory reduction: each round every rank
+// stages the next piece of every block in its window, then reduces the
+// piece of its own block from all windows, in rank order (so the result
+// equals the naive reference bitwise, as the direct allreduce's does).
+void Communicator::DirectReduceScatter(const char* input, char* output,
+                                       const std::vector<std::size_t>& chunks,
+                                       DataType dtype, ReduceOp op, const Label& what) {
+  const std::size_t esize = ElementSize(dtype);
+  const std::size_t piece = std::max<std::size_t>(1, WindowDataBytes() / esize / size_);
+  std::size_t longest = 0;
+  for (int r = 0; r < size_; ++r) longest = std::max(longest, chunks[r + 1] - chunks[r]);
+  std::vector<const void*> inputs(size_);
+  auto length = [&](int block, std::size_t start) {
+    const std::size_t count = chunks[block + 1] - chunks[block];
+    return start < count ? std::min(piece, count - start) : 0;
+  };
+  for (std::size_t start = 0; start < longest; start += piece) {
+    // The windows are free once every rank collected from them.
+    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+    const std::uint64_t seq = ++window_sequence_;
+    for (int b = 0; b < size_; ++b) {
+      const std::size_t n = length(b, start);
+      if (n > 0) {
+        std::memcpy(WindowData(rank_) + b * piece * esize,
+                    input + (chunks[b] + start) * esize, n * esize);
+      }
+    }
+    shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
+    const std::size_t n = length(rank_, start);
+    if (n > 0) {
+      for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + rank_ * piece * esize;
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(), output + start * esize, n,
+                   static_cast<std::size_t>(size_));
+    }
+    shm_->PublishPhase(kCollectedPhase, seq);
+  }
+}
+
+// The small-message form of the direct reduction: the handshake already
+// staged every rank's data, so each rank reduces the whole buffer from all
+// windows (in rank order, like the naive reference) and is done.
+void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
+                                        ReduceOp op, bool in_slot) {
+  window_inputs_.resize(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    window_inputs_[static_cast<std::size_t>(r)] = in_slot ? InlineData(r) : WindowData(r);
+  }
+  ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
+               static_cast<std::size_t>(size_));
+  if (!in_slot) shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
+}
+
+}  // namespace neuron::collectives
