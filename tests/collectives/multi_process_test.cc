@@ -36,7 +36,8 @@ std::string Read(const std::string& path) {
 
 class Job {
  public:
-  Job(int size, int timeout_ms) : dir_(MakeDir()) {
+  // `mode`: "" or "registered" (cc_rank's last argument).
+  Job(int size, int timeout_ms, const std::string& mode = "") : dir_(MakeDir()) {
     const std::string store = dir_ + "/store";
     for (int r = 0; r < size; ++r) {
       Rank rank;
@@ -47,7 +48,8 @@ class Job {
         const std::string rs = std::to_string(r), ss = std::to_string(size),
                           ts = std::to_string(timeout_ms);
         ::execl(CC_RANK_PATH, CC_RANK_PATH, store.c_str(), rs.c_str(), ss.c_str(),
-                ts.c_str(), static_cast<char*>(nullptr));
+                ts.c_str(), mode.empty() ? static_cast<char*>(nullptr) : mode.c_str(),
+                static_cast<char*>(nullptr));
         ::_exit(127);
       }
       ranks_.push_back(rank);
@@ -142,8 +144,18 @@ TEST(MultiProcess, AStoppedPeerMakesTheOthersTimeOutNamingIt) {
   ASSERT_TRUE(job.Reap(2, std::chrono::seconds(10)));
 }
 
-TEST(MultiProcess, AKilledPeerMakesTheOthersFailFastAndLeavesNoSharedMemory) {
-  Job job(3, 60000);
+// The same with registered buffers: each rank's allreduce works in place
+// on the others' memory (mapped through /proc), and cc_rank checks that it
+// did until the kill.
+class KilledPeer : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Buffers, KilledPeer, ::testing::Values("", "registered"),
+                         [](const auto& info) {
+                           return info.param.empty() ? std::string("ordinary") : info.param;
+                         });
+
+TEST_P(KilledPeer, MakesTheOthersFailFastAndLeavesNoSharedMemory) {
+  Job job(3, 60000, GetParam());
   ASSERT_TRUE(job.AllReady(std::chrono::seconds(30)));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(job[1].pid, SIGKILL);

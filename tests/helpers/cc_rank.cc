@@ -2,11 +2,13 @@
 // rank, a communicator bootstrapped from a FileStore, allreduces until an
 // error (or 60 s).
 //
-//   cc_rank STORE_FILE RANK SIZE TIMEOUT_MS
+//   cc_rank STORE_FILE RANK SIZE TIMEOUT_MS [registered]
 //
 // Prints "ready" once the communicator exists, then on the first error
 // "error <TimeoutError|IoError|RemoteError|InvalidUsage|Error>: <message>"
-// and exits 3; "done" and exit 0 after 60 s without one.
+// and exits 3; "done" and exit 0 after 60 s without one. With "registered"
+// the buffer comes from the SharedBufferPool, and an allreduce that did not
+// work in place on it is an error ("error NotRegistered").
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/store/file_store.h"
+#include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/runtime/error.h"
 
 namespace {
@@ -33,8 +36,9 @@ const char* ClassOf(const std::exception& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: cc_rank STORE_FILE RANK SIZE TIMEOUT_MS\n");
+  const bool registered = argc == 6 && std::string(argv[5]) == "registered";
+  if (argc != 5 && !registered) {
+    std::fprintf(stderr, "usage: cc_rank STORE_FILE RANK SIZE TIMEOUT_MS [registered]\n");
     return 2;
   }
   const int rank = std::atoi(argv[2]), size = std::atoi(argv[3]);
@@ -46,12 +50,21 @@ int main(int argc, char** argv) {
     std::printf("ready\n");
     std::fflush(stdout);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    std::vector<float> data(1 << 16);
+    constexpr std::size_t kCount = 1 << 16;
+    std::vector<float> plain(registered ? 0 : kCount);
+    float* data = registered ? static_cast<float*>(
+                                   collectives::transport::SharedBufferPool::Instance().Allocate(
+                                       kCount * sizeof(float)))
+                             : plain.data();
     while (std::chrono::steady_clock::now() < end) {
-      std::fill(data.begin(), data.end(), 1.0f);
-      comm.AllReduce({data.data(), data.size(), collectives::DataType::kFloat32});
-      if (data[0] != static_cast<float>(size)) {
+      std::fill(data, data + kCount, 1.0f);
+      comm.AllReduce({data, kCount, collectives::DataType::kFloat32});
+      if (data[0] != static_cast<float>(size) || data[kCount - 1] != static_cast<float>(size)) {
         std::printf("error WrongResult: %f\n", data[0]);
+        return 3;
+      }
+      if (registered && !comm.records().back().registered) {
+        std::printf("error NotRegistered: the allreduce staged\n");
         return 3;
       }
     }
