@@ -128,6 +128,16 @@ class Lowering {
     return slots_[name] = s;
   }
 
+  // A slot in SBUF for every output of `n`; returns their names in order.
+  std::vector<std::string> AddOutputSlots(const proto::Node& n, const std::string& where) {
+    std::vector<std::string> names;
+    for (const auto& out : n.outputs()) {
+      AddSlot(out.name(), out, rp::SBUF, where);
+      names.push_back(out.name());
+    }
+    return names;
+  }
+
   // `name` is a view of `of`: its own type, `of`'s bytes and buffer.
   void Alias(const std::string& name, const proto::Value& v, const std::string& of) {
     Slot s = slots_.at(of);
@@ -365,9 +375,7 @@ class Lowering {
     if (op != "aten.native_dropout" && op != "aten.native_dropout_backward" && !bernoulli) {
       return false;
     }
-    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
-    std::vector<std::string> writes;
-    for (const auto& out : n.outputs()) writes.push_back(out.name());
+    const std::vector<std::string> writes = AddOutputSlots(n, where);
     const double p = AttrNumber(n, "p", 0.5);
     const auto stream = static_cast<std::int64_t>(AttrNumber(n, "stream", 0));
     if (bernoulli) {  // (shape source, seed) {p, stream}: 1 with probability p, else 0
@@ -442,7 +450,7 @@ class Lowering {
       const std::int64_t ow = (W + 2 * pad[1] - dil[1] * (kw - 1) - 1) / stride[1] + 1;
       return {N, C, H, W, kh, kw, stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], oh, ow};
     };
-    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    AddOutputSlots(n, where);
     if (pool || pool_back) {
       const auto kernel = pair("kernel_size", 1);
       auto stride = pair("stride", 0);
@@ -552,7 +560,7 @@ class Lowering {
         "aten.cat"};
     if (!kViews.count(op)) return false;
     NEURON_CHECK(!in.empty(), where, ": takes a tensor input");
-    for (const auto& out : n.outputs()) AddSlot(out.name(), out, rp::SBUF, where);
+    AddOutputSlots(n, where);
     if (op == "aten.stack" || op == "aten.cat") {
       const auto out = Shape(n.outputs(0).type());
       const auto out_strides = ContiguousStrides(out);
@@ -1064,11 +1072,7 @@ class Lowering {
     // output_mask is not needed: all three gradients are computed (the
     // graph leaves the unwanted ones unused).
     const std::int64_t cols = x.shape(x.shape_size() - 1);
-    std::vector<std::string> outs;
-    for (const auto& out : n.outputs()) {
-      AddSlot(out.name(), out, rp::SBUF, where);
-      outs.push_back(out.name());
-    }
+    const std::vector<std::string> outs = AddOutputSlots(n, where);
     // Over the elements of x (the first output has its shape), in passes
     // over each row: 3 forward, 5 backward.
     rp::Instruction& i = AddStep(
@@ -1097,11 +1101,7 @@ class Lowering {
                  ": reduction ", reduction, " is none (0), mean (1) or sum (2)");
     const auto& logp = slots_.at(in[forward ? 0 : 1]).value.type();
     NEURON_CHECK(logp.shape_size() == 2, where, ": supported for [N, C] inputs");
-    std::vector<std::string> outs;
-    for (const auto& out : n.outputs()) {
-      AddSlot(out.name(), out, rp::SBUF, where);
-      outs.push_back(out.name());
-    }
+    const std::vector<std::string> outs = AddOutputSlots(n, where);
     rp::Instruction& i = AddStep(
         rp::VECTOR, forward ? "nll_loss_rows" : "nll_loss_backward_rows",
         forward ? in : std::vector<std::string>{in[0], in[2], in[3]}, outs, source, 1);
