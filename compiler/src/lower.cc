@@ -1081,10 +1081,7 @@ class Lowering {
         forward ? 3 : 5);
     i.set_m(cols == 0 ? 0 : Elements(x) / cols);
     i.set_n(cols);
-    if (forward) {
-      auto eps = n.attrs().find("eps");
-      i.set_scalar(eps == n.attrs().end() ? 1e-5 : eps->second.f());
-    }
+    if (forward) i.set_scalar(AttrNumber(n, "eps", 1e-5));
   }
 
   // nll_loss_forward (log-probabilities [N, C], targets [N] -> loss, total

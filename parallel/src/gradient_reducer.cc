@@ -285,6 +285,14 @@ void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::Process
       [&](std::size_t k, const at::Tensor& sum) { at::div_out(grads[k], sum, world); });
 }
 
+void SumCoalesced(const std::vector<at::Tensor>& tensors, ::c10d::ProcessGroup& group,
+                  std::int64_t bucket_bytes) {
+  at::NoGradGuard no_grad;
+  Coalesced(
+      tensors, bucket_bytes, [&](std::vector<at::Tensor>& flat) { group.allreduce(flat)->wait(); },
+      [&](std::size_t k, const at::Tensor& sum) { tensors[k].copy_(sum); });
+}
+
 void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group, int root,
                         std::int64_t bucket_bytes) {
   at::NoGradGuard no_grad;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "accumulator_hooks.h"
+#include "neuron/parallel/gradient_reducer.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
@@ -178,19 +179,13 @@ struct ShardedUnit::State {
   // The sequence-parallel parameters' slots of the flat gradient, summed over
   // their group in one all-reduce (their ranks saw different sequence shards).
   void SumSequenceParallelGradients() {
-    if (!options.sequence_parallel_group) return;
+    if (options.sequence_parallel.empty() || !options.sequence_parallel_group) return;
     std::vector<at::Tensor> slots;
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (options.sequence_parallel[i]) slots.push_back(grad_full.narrow(0, offsets[i], numels[i]));
     }
-    if (slots.empty()) return;
-    std::vector<at::Tensor> packed{at::cat(slots)};
-    options.sequence_parallel_group->allreduce(packed)->wait();
-    std::int64_t at = 0;
-    for (auto& slot : slots) {
-      slot.copy_(packed[0].narrow(0, at, slot.numel()));
-      at += slot.numel();
-    }
+    // One dtype (the flat gradient's), so one message up to the bucket size.
+    if (!slots.empty()) SumCoalesced(slots, *options.sequence_parallel_group);
   }
 
   // Stages 2 and 3 hold a unit's full gradient only until its reduction is
@@ -318,7 +313,6 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   NEURON_CHECK(options.sequence_parallel.empty() || options.sequence_parallel.size() == params.size(),
                "sharded unit '", options.name, "': ", options.sequence_parallel.size(),
                " sequence-parallel flags for ", params.size(), " parameters");
-  if (options.sequence_parallel.empty()) options.sequence_parallel_group.reset();
   s.params = std::move(params);
   s.group = std::move(group);
   s.options = std::move(options);

@@ -8,21 +8,14 @@
 #include <string>
 
 #include "../c10d/group_threads.h"
+#include "../runtime/error_of.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
 namespace {
 
 using c10d::testing::RunGroup;
-
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using runtime::testing::ErrorOf;
 
 TEST(PipelineP2p, MessagesArriveByTagInAnyOrderWithShapeAndDtype) {
   RunGroup(2, [](c10d::ProcessGroupNeuron& pg, int rank) {

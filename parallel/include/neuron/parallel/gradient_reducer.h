@@ -94,6 +94,12 @@ class GradientReducer {
 void AverageGradients(const std::vector<at::Tensor>& parameters, ::c10d::ProcessGroup& group,
                       std::int64_t bucket_bytes = 25 << 20);
 
+// Replaces `tensors` (views may be given: written in place) by their sums
+// over `group`, in rank order, packed into flat per-dtype messages of up to
+// `bucket_bytes`.
+void SumCoalesced(const std::vector<at::Tensor>& tensors, ::c10d::ProcessGroup& group,
+                  std::int64_t bucket_bytes = 25 << 20);
+
 // Makes `tensors` equal to rank `root`'s on every rank of `group`, packed
 // into flat per-dtype messages of up to `bucket_bytes` (DDP's start).
 void BroadcastCoalesced(std::vector<at::Tensor> tensors, ::c10d::ProcessGroup& group,
