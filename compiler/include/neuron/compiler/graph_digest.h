@@ -6,9 +6,11 @@
 // name nor the nodes' source lines, which are labels. Equal graphs give
 // equal digests on every rank and run.
 //
-// Written field by field into one buffer (each string length-prefixed, so
-// no two graphs encode alike) and hashed once: serializing every node as a
-// protobuf message cost a quarter of a disk cache hit. A test walks the IR's
+// Written field by field (each string length-prefixed, so no two graphs
+// encode alike) into SHA-256 through a small buffer: serializing every node
+// as a protobuf message cost a quarter of a disk cache hit, and gathering
+// the whole encoding in one string first made a memory hit 18 us instead of
+// 11.6 (24 layers). A test walks the IR's
 // descriptors so a field added to graph.proto cannot be left out silently
 // (tests/compiler/graph_digest_test.cc).
 #pragma once
