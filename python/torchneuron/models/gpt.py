@@ -106,13 +106,11 @@ class Block(nn.Module):
         self.ln2 = _layer_norm(cfg.dim, sequence_parallel, group)
         self.mlp = MLP(cfg, group, sequence_parallel)
         self.dropout = cfg.dropout
-        self.group = group if sequence_parallel else False
+        self.group = group if sequence_parallel else False  # False: plain dropout
 
     def drop(self, x):
         """Residual dropout; on a sequence shard, the one-device model's mask."""
-        if self.group is not False:
-            return tp.sequence_parallel_dropout(x, self.dropout, self.training, self.group)
-        return F.dropout(x, self.dropout, self.training)
+        return tp.sequence_parallel_dropout(x, self.dropout, self.training, self.group)
 
     def forward(self, x):
         x = x + self.drop(self.attn(self.ln1(x)))

@@ -92,7 +92,7 @@ def _unit_entries(name_of, unit, optimizer):
 
 
 def _units(part):
-    return part._units + [part._root]
+    return part._all_units()
 
 
 def _entries(model, parts, optimizer):
@@ -121,11 +121,13 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
     # This save's files have names of their own: the previous checkpoint in
     # `directory` stays whole (and is what loads) until the new manifest
     # replaces its manifest in one rename.
-    save = f"{step:08d}-{secrets.token_hex(4)}" if rank == 0 else None
-    save = _broadcast(save)
+    # Rank 0 names the save only once the directory exists: the broadcast
+    # of the name is the others' sign that they may write into it.
+    save = None
     if rank == 0:
         os.makedirs(directory, exist_ok=True)
-    _barrier()
+        save = f"{step:08d}-{secrets.token_hex(4)}"
+    save = _broadcast(save)
     pieces, infos = [], []
     for e in _entries(model, parts, optimizer):
         if dp_rank == 0 and (e.dim is not None or tp_rank == 0):

@@ -28,7 +28,7 @@ import torch.nn as nn
 from .. import _C
 from . import clip
 from .ddp import _default_group
-from .tensor_parallel import _size_rank
+from .tensor_parallel import sequence_parallel_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +93,9 @@ def _sequence_parallel(params, unit):
     unit sums their gradients over it before it reduces its own."""
     flags, groups = [], {}
     for p in params:
-        group = getattr(p, "sequence_parallel_group", False)
-        marked = getattr(p, "sequence_parallel", False) and _size_rank(group)[0] > 1
-        flags.append(marked)
-        if marked:
+        group = sequence_parallel_group(p)
+        flags.append(group is not None)
+        if group is not None:
             groups[id(group)] = group
     if len(groups) > 1:
         raise ValueError(f"FullyShardedDataParallel: unit {unit!r} has sequence-parallel "
@@ -188,6 +187,10 @@ class FullyShardedDataParallel(nn.Module):
                                                                         inputs, out))
 
     # -- the hooks ------------------------------------------------------------
+
+    def _all_units(self):
+        """The wrapped units, then the root's (its unwrapped parameters)."""
+        return self._units + [self._root]
     def _neighbour(self, unit, step):
         if not (self.prefetch and self._order_known) or unit.order is None:
             return None
@@ -233,14 +236,14 @@ class FullyShardedDataParallel(nn.Module):
         if self._offload_steps > 0:
             grad_size = torch.empty(0, dtype=self.mixed_precision.reduce_dtype).element_size()
             param_size = torch.empty(0, dtype=self.mixed_precision.param_dtype).element_size()
-            elements = sum(u.core.shard_numel for u in self._units + [self._root])
+            elements = sum(u.core.shard_numel for u in self._all_units())
             _C._advance_compute(elements * (grad_size + param_size) /
                                 (self.cpu_offload.host_gbps * 1e3))
         self._offload_steps += 1
 
     def forward(self, *args, **kwargs):
         self._charge_offload()
-        for unit in self._units + [self._root]:
+        for unit in self._all_units():
             unit.in_backward = False
             if torch.is_grad_enabled():
                 unit.core.prepare_for_backward()
@@ -257,7 +260,7 @@ class FullyShardedDataParallel(nn.Module):
 
     def zero_grad(self, set_to_none=True):
         """Clears the shards' gradients and what no_sync() accumulated."""
-        for unit in self._units + [self._root]:
+        for unit in self._all_units():
             unit.core.discard_accumulated_gradients()
         super().zero_grad(set_to_none)
 
@@ -266,7 +269,7 @@ class FullyShardedDataParallel(nn.Module):
             yield p
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
-        for unit in self._units + [self._root]:
+        for unit in self._all_units():
             if unit.core.numel == 0:
                 continue  # a root without parameters of its own
             name = unit.name + ".flat_shard" if unit.name else "flat_shard"
@@ -275,14 +278,14 @@ class FullyShardedDataParallel(nn.Module):
     def units(self):
         """(name, parameter names, padded flat size) of each unit, the root last."""
         return [(u.name, list(u.param_names), u.core.padded_numel)
-                for u in self._units + [self._root]]
+                for u in self._all_units()]
 
     # -- state ----------------------------------------------------------------
     def full_state_dict(self):
         """The wrapped module's state dict with full fp32 parameters (collective:
         every rank of the group calls it and gets it)."""
         values = {}
-        for unit in self._units + [self._root]:
+        for unit in self._all_units():
             values.update(zip(unit.param_names, unit.core.full_parameters()))
         full = self.module.state_dict()
         return {k: values[k] if k in values else full[k].detach().clone()
@@ -296,7 +299,7 @@ class FullyShardedDataParallel(nn.Module):
         if missing or unexpected:
             raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}, unexpected keys "
                            f"{unexpected[:5]}")
-        for unit in self._units + [self._root]:
+        for unit in self._all_units():
             for name, shape in zip(unit.param_names, unit.shapes):
                 got = tuple(state_dict[name].shape)
                 if got != shape:
@@ -304,7 +307,7 @@ class FullyShardedDataParallel(nn.Module):
                                      f"the model but {list(got)} in the state dict")
             unit.core.load_full_parameters(
                 [state_dict[n].detach().to(torch.float32) for n in unit.param_names])
-        sharded = {n for u in self._units + [self._root] for n in u.param_names}
+        sharded = {n for u in self._all_units() for n in u.param_names}
         with torch.no_grad():
             own = self.module.state_dict(keep_vars=True)
             for k in self._state_keys:
@@ -322,7 +325,7 @@ class FullyShardedDataParallel(nn.Module):
         """Sum of grad^2 over this rank's shards, a tensor-parallel replica's
         elements only on tensor-parallel rank 0."""
         return sum(u.core.local_grad_squared_norm([clip.counted(p, tp_rank) for p in u.params])
-                   for u in self._units + [self._root])
+                   for u in self._all_units())
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -333,7 +336,7 @@ class FullyShardedDataParallel(nn.Module):
         The accumulated gradients are not .grad yet: the optimizer's
         zero_grad() does not see them; this module's zero_grad() discards
         them (an abandoned accumulation)."""
-        units = self._units + [self._root]
+        units = self._all_units()
         for unit in units:
             unit.core.set_require_gradient_sync(False)
         try:

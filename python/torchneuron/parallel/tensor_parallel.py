@@ -243,6 +243,15 @@ def mark_sequence_parallel(param, group=None):
     return param
 
 
+def sequence_parallel_group(param):
+    """The group over which `param`'s gradient must be summed (it was marked
+    with mark_sequence_parallel on a group of several ranks), else None."""
+    if not getattr(param, "sequence_parallel", False):
+        return None
+    group = param.sequence_parallel_group
+    return group if _size_rank(group)[0] > 1 else None
+
+
 def allreduce_sequence_parallel_grads(model, group=None):
     """Sums the gradients of marked parameters over their group (the one
     they were marked with; `group` overrides it), one coalesced all-reduce
@@ -250,10 +259,10 @@ def allreduce_sequence_parallel_grads(model, group=None):
     import torch.distributed as dist
     by_group = {}
     for p in model.parameters():
-        if not getattr(p, "sequence_parallel", False) or p.grad is None:
+        if p.grad is None or not getattr(p, "sequence_parallel", False):
             continue
-        g = group if group is not None else getattr(p, "sequence_parallel_group", _group(None))
-        if _size_rank(g)[0] > 1:
+        g = group if group is not None else sequence_parallel_group(p)
+        if g is not None and _size_rank(g)[0] > 1:
             by_group.setdefault(id(g), (g, []))[1].append(p.grad)
     for g, grads in by_group.values():
         flat = torch.cat([d.reshape(-1) for d in grads])

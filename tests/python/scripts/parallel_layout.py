@@ -85,15 +85,14 @@ def main():
     # A model the tensor-parallel size does not fit is refused, naming the
     # sizes: heads, and a hidden size layer by layer.
     from torchneuron.models.gpt import GPT, GPTConfig
-    import torchneuron.parallel.tensor_parallel as tpl
     refused = [
         (lambda: GPT(GPTConfig(heads=3, dim=48)),
          f"tensor-parallel size {tp} does not divide the 3 attention heads"),
         (lambda: GPT(GPTConfig(heads=4, dim=30)), "4 heads do not divide the hidden size 30"),
-        (lambda: tpl.ColumnParallelLinear(8, 2 * tp + 1),
+        (lambda: parallel.ColumnParallelLinear(8, 2 * tp + 1),
          f"ColumnParallelLinear: out_features ({2 * tp + 1}) is not divisible by the "
          f"tensor-parallel size {tp}"),
-        (lambda: tpl.RowParallelLinear(2 * tp + 1, 8),
+        (lambda: parallel.RowParallelLinear(2 * tp + 1, 8),
          f"RowParallelLinear: in_features ({2 * tp + 1}) is not divisible by the "
          f"tensor-parallel size {tp}"),
     ]

@@ -260,9 +260,8 @@ def policies_and_prefetch(rank, world):
         model = wrapped(3, rank, prefetch=prefetch)
         units = model._units
         seen = []
-        for i, unit in enumerate(units[:-1]):
-            following = units[i + 1]
-            unit_module = [m for m in model.module if isinstance(m, nn.Linear)][i]
+        linears = [m for m in model.module if isinstance(m, nn.Linear)]
+        for unit_module, following in zip(linears, units[1:]):
             unit_module.register_forward_pre_hook(
                 lambda m, inputs, f=following: seen.append(f.core.gathering or f.core.gathered))
         run = []
@@ -286,7 +285,7 @@ def policies_and_prefetch(rank, world):
     ref = Reference(world)
     ref.average_grads(x, y)
     average = {n: p.grad for n, p in ref.model.named_parameters()}
-    for unit in model._units + [model._root]:
+    for unit in model._all_units():
         assert unit.core.shard.grad.dtype == torch.bfloat16
         for name, got in zip(unit.param_names,
                              unit.core.unshard(unit.core.shard.grad.float())):
