@@ -9,12 +9,10 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 #include "communicator_internal.h"
 #include "issue_context.h"
 #include "neuron/collectives/reduce.h"
-#include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
@@ -34,8 +32,6 @@ using detail::OpCode;
 using detail::OpName;
 using detail::kCollectedPhase;
 using detail::kHeaderSlot;
-using detail::kReducedPhase;
-using detail::kStagedPhase;
 using detail::kWindowDataOffset;
 
 namespace {
@@ -235,7 +231,6 @@ transport::Deadline Communicator::NewDeadline() const {
   return transport::Deadline::After(ScopedOpTimeout::Current(options_.timeout));
 }
 
-std::string Communicator::Describe(const Header& h) const { return DescribeHeader(&h); }
 
 Label Communicator::Describing(const Header& h) { return Label(&DescribeHeader, &h); }
 
@@ -287,8 +282,8 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
   }
   if (differ.empty()) return;
   std::string message = StrCat("mismatched collectives: rank ", rank_, " called ",
-                               Describe(mine), " but rank ", differ[0], " called ",
-                               Describe(*theirs[differ[0]]));
+                               DescribeHeader(&mine), " but rank ", differ[0], " called ",
+                               DescribeHeader(theirs[differ[0]]));
   if (debug_) {
     std::string ranks;
     for (int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -391,18 +386,17 @@ Communicator::Agreed Communicator::RingMax(Agreed mine, const Label& what) {
 
 double Communicator::ModelledMicros(const Header& h, double bytes, std::string* algorithm) {
   const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
-  if (last_model_ == nullptr || key != last_model_key_) {
+  if (last_model_ == nullptr || key != last_model_->first) {
     auto cached = model_cache_.find(key);
     if (cached == model_cache_.end()) {
       const runtime::CollectiveCost cost = runtime::ModelCollective(
           *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
       cached = model_cache_.emplace(key, std::make_pair(cost.micros, cost.algorithm)).first;
     }
-    last_model_key_ = key;
-    last_model_ = &cached->second;  // map entries stay put
+    last_model_ = &*cached;
   }
-  *algorithm = last_model_->second;
-  return last_model_->first;
+  *algorithm = last_model_->second.second;
+  return last_model_->second.first;
 }
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,

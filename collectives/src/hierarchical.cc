@@ -10,7 +10,6 @@
 #include "communicator_internal.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/reduce.h"
-#include "neuron/collectives/store/prefix_store.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
 

@@ -9,7 +9,7 @@
 #include "issue_context.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/store/prefix_store.h"
-#include "neuron/collectives/transport/shared_buffers.h"
+#include "neuron/collectives/transport/shared_buffers.h"  // ~Communicator: PeerBufferMap
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/error.h"

@@ -28,17 +28,6 @@ namespace neuron::collectives {
 
 namespace {
 
-// The message of the exception being handled.
-std::string DescribeCurrent() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 // Blocks small enough to stay in cache between their reduction and the
 // copies into the other buffers.
 constexpr std::size_t kBlockBytes = 64u << 10;
@@ -47,12 +36,13 @@ constexpr std::size_t kBlockBytes = 64u << 10;
 bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype,
                                              ReduceOp op, const Label& what,
                                              bool* none_registered) {
-  std::vector<transport::SharedRegion> regions(static_cast<std::size_t>(size_));
+  auto region_of = [&](int r) {
+    transport::SharedRegion region;  // as rank r published it with its header
+    std::memcpy(&region, InlineData(r), sizeof(region));
+    return region;
+  };
   int registered = 0;
-  for (int r = 0; r < size_; ++r) {
-    std::memcpy(&regions[r], InlineData(r), sizeof(transport::SharedRegion));
-    registered += regions[r].fd >= 0 ? 1 : 0;
-  }
+  for (int r = 0; r < size_; ++r) registered += region_of(r).fd >= 0 ? 1 : 0;
   *none_registered = registered == 0;
   if (registered < size_) return false;
   const std::size_t esize = ElementSize(dtype);
@@ -60,11 +50,11 @@ bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, Data
   std::vector<char*> buffers(static_cast<std::size_t>(size_));
   try {
     for (int r = 0; r < size_; ++r) {
-      buffers[r] = r == rank_ ? data : peer_buffers_->Map(regions[r]);
+      buffers[r] = r == rank_ ? data : peer_buffers_->Map(region_of(r));
     }
-  } catch (...) {
+  } catch (const std::exception& e) {  // IoError, or bad_alloc
     // The others must not wait for this rank.
-    const std::string message = StrCat(what, " on rank ", rank_, ": ", DescribeCurrent());
+    const std::string message = StrCat(what, " on rank ", rank_, ": ", e.what());
     transport_->Abort(message);
     throw IoError(message);
   }

@@ -267,11 +267,11 @@ int Main(int argc, char** argv) {
   const std::size_t esize = ElementSize(o.dtype);
   double total_wrong = 0;
   // Whether allreduces take the direct algorithm (the registered path's).
-  const std::string forced =
-      runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kCollectiveAlgorithm);
-  const bool direct = o.algorithm == Algorithm::kDirect ||
-                      (o.algorithm == Algorithm::kAuto &&
-                       (forced.empty() || forced == "auto" || forced == "direct"));
+  const auto forced =
+      runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
+  const Algorithm chosen = o.algorithm != Algorithm::kAuto ? o.algorithm
+                           : forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
+  const bool direct = chosen == Algorithm::kAuto || chosen == Algorithm::kDirect;
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
     if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {
@@ -295,7 +295,7 @@ int Main(int argc, char** argv) {
       // applies (a direct allreduce above the small-message size).
       if (o.registered && o.op == CollectiveKind::kAllReduce && size > 1 && direct &&
           comm->transport_name() == std::string("shm") &&
-          count * esize > CommunicatorOptions{}.small_message_bytes &&
+          count * esize > comm_options.small_message_bytes &&
           !comm->records().back().registered) {
         std::fprintf(stderr, "rank %d: the allreduce of %zu bytes staged its registered buffer\n",
                      rank, count * esize);

@@ -76,6 +76,7 @@ void* SharedBufferPool::Allocate(std::size_t bytes) {
     free_by_size_.erase(it);
     free_bytes_ -= s.bytes;
     s.used = bytes;
+    live_.fetch_add(1, std::memory_order_relaxed);
     return s.base;
   }
   // Each segment holds a descriptor: leave three quarters of the limit to
@@ -108,6 +109,7 @@ void* SharedBufferPool::Allocate(std::size_t bytes) {
     return nullptr;
   }
   bytes_mapped_ += size;
+  live_.fetch_add(1, std::memory_order_relaxed);
   return base;
 }
 
@@ -131,6 +133,7 @@ void SharedBufferPool::Free(void* p) {
   NEURON_CHECK(it != segments_.end() && it->second.used > 0,
                "SharedBufferPool::Free of ", p, ", which it did not allocate");
   it->second.used = 0;
+  live_.fetch_sub(1, std::memory_order_relaxed);
   if (disabled_) return;  // a forked child's inherited segment: never reused
   if (it->second.forked) {
     Release(it);
@@ -150,6 +153,7 @@ void SharedBufferPool::Free(void* p) {
 }
 
 std::optional<SharedRegion> SharedBufferPool::Find(const void* p, std::size_t bytes) const {
+  if (live_.load(std::memory_order_relaxed) == 0) return std::nullopt;
   const char* c = static_cast<const char*>(p);
   std::lock_guard<std::mutex> lock(mutex_);
   if (disabled_) return std::nullopt;

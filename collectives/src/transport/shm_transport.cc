@@ -420,8 +420,8 @@ void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
 
 void ShmTransport::SyncPhase(int index, std::uint64_t value, Deadline deadline,
                              const Label& what) {
-  Sync([&](int p) -> std::atomic<std::uint64_t>& { return segments_[p]->phase[index]; }, value,
-       deadline, what);
+  PublishPhase(index, value);
+  WaitPhase(index, value, deadline, what);
 }
 
 void ShmTransport::SyncWindowWord(std::size_t offset, std::uint64_t value, Deadline deadline,

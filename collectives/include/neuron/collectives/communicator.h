@@ -336,7 +336,6 @@ class Communicator {
   void CheckHeaders(const Header& mine, const Header* const* theirs);
   char* WindowData(int rank) const;
   std::size_t WindowDataBytes() const;
-  std::string Describe(const Header& h) const;
   // A label that describes `h` (which must outlive it) when a message needs it.
   static Label Describing(const Header& h);
   static std::string DescribeHeader(const void* header);
@@ -400,9 +399,9 @@ class Communicator {
   double stream_end_us_ = 0;
   // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
   std::map<std::tuple<int, double, int>, std::pair<double, std::string>> model_cache_;
-  // The last lookup's entry: a loop of one collective skips the map.
-  std::tuple<int, double, int> last_model_key_{-1, 0.0, 0};
-  const std::pair<double, std::string>* last_model_ = nullptr;
+  // The last lookup's entry (map entries stay put): a loop of one
+  // collective skips the map.
+  const decltype(model_cache_)::value_type* last_model_ = nullptr;
   std::deque<OpRecord> records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -108,6 +109,9 @@ class SharedBufferPool {
   std::size_t bytes_mapped_ = 0;
   std::size_t free_bytes_ = 0;
   std::size_t max_free_bytes_ = kMaxFreeBytes;
+  // Live allocations, read without the lock: Find on every large allreduce
+  // returns at once while nothing is registered (the usual case).
+  std::atomic<std::size_t> live_{0};
   bool disabled_ = false;  // a forked child's
 };
 
