@@ -9,6 +9,8 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
+#include <set>
+#include <string_view>
 
 #include "communicator_internal.h"
 #include "issue_context.h"
@@ -138,7 +140,8 @@ Algorithm ParseAlgorithm(const std::string& name) {
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
                            CommunicatorOptions options)
-    : store_(std::move(store)), rank_(rank), size_(size), options_(options) {
+    : store_(std::move(store)), rank_(rank), size_(size), options_(options),
+      records_(options.max_records) {
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
   clock_ = options_.clock ? options_.clock : std::make_shared<runtime::SimClock>();
@@ -207,7 +210,7 @@ Communicator::Header Communicator::NewHeader(OpCode op, DataType dtype, std::uin
   h.count = count;
   h.reduce = reduce;
   h.root = root;
-  h.sequence = sequence_;
+  h.published = sequence_ + 1;
   return h;
 }
 
@@ -240,7 +243,7 @@ std::string Communicator::DescribeHeader(const void* header) {
   const Header& h = *static_cast<const Header*>(header);
   std::string text;
   text.reserve(96);
-  text.append(OpName(h.op)).append(" #").append(std::to_string(h.sequence));
+  text.append(OpName(h.op)).append(" #").append(std::to_string(h.sequence()));
   if (h.op != OpCode::kBarrier) {
     text.append(" of ").append(std::to_string(h.count)).append(" ").append(Name(h.dtype));
   }
@@ -257,6 +260,7 @@ std::string Communicator::DescribeHeader(const void* header) {
     text.append(" by ").append(Name(static_cast<Algorithm>(h.algorithm)));
     if (h.path == detail::kPathStaged) text.append(" (staged)");
     if (h.path == detail::kPathHeaderSlot) text.append(" (in the header slots)");
+    if (h.path == detail::kPathHeaderLine) text.append(" (in the header line)");
   }
   return text;
 }
@@ -297,6 +301,10 @@ char* Communicator::InlineData(int rank) const {
   return shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot + detail::kHeaderBytes;
 }
 
+const unsigned char* Communicator::TinyData(int rank) const {
+  return reinterpret_cast<const Header*>(shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot)->tiny;
+}
+
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
                                              std::size_t staged_bytes, const void* slot_data,
                                              std::size_t slot_bytes) {
@@ -311,7 +319,11 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     const Label what = Describing(mine);
     const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
     static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
-    if (mine.path == detail::kPathHeaderSlot) {
+    if (mine.path == detail::kPathHeaderLine) {
+      NEURON_CHECK(staged_bytes <= detail::kTinyBytes, what, ": ", staged_bytes,
+                   " bytes do not fit a header");
+      if (staged_bytes > 0) std::memcpy(mine.tiny, staged, staged_bytes);
+    } else if (mine.path == detail::kPathHeaderSlot) {
       NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
                    " bytes do not fit a header slot");
       if (staged_bytes > 0) std::memcpy(InlineData(rank_), staged, staged_bytes);
@@ -332,7 +344,8 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
                   "Header::published must be its last member");
     std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
     const std::size_t flag = slot + offsetof(Header, published);
-    shm_->SyncWindowWord(flag, sequence_, NewDeadline(), what);
+    NEURON_ASSERT(mine.published == sequence_, what, ": header made for another collective");
+    shm_->SyncWindowWord(flag, mine.published, NewDeadline(), what);
     if (mine.path == detail::kPathHeaderSlot) {
       // The headers' lines are here (their flags were); start fetching the
       // inline data now, while the headers are checked.
@@ -384,14 +397,26 @@ Communicator::Agreed Communicator::RingMax(Agreed mine, const Label& what) {
   return current;
 }
 
-double Communicator::ModelledMicros(const Header& h, double bytes, std::string* algorithm) {
+namespace {
+// A view of a copy of `name` that lives as long as the process (the
+// records' algorithm names): one copy per distinct name.
+std::string_view Interned(const std::string& name) {
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> names;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return *names.insert(name).first;
+}
+}  // namespace
+
+double Communicator::ModelledMicros(const Header& h, double bytes, std::string_view* algorithm) {
   const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
   if (last_model_ == nullptr || key != last_model_->first) {
     auto cached = model_cache_.find(key);
     if (cached == model_cache_.end()) {
       const runtime::CollectiveCost cost = runtime::ModelCollective(
           *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
-      cached = model_cache_.emplace(key, std::make_pair(cost.micros, cost.algorithm)).first;
+      cached = model_cache_.emplace(key, std::make_pair(cost.micros, Interned(cost.algorithm)))
+                   .first;
     }
     last_model_ = &*cached;
   }
@@ -401,10 +426,9 @@ double Communicator::ModelledMicros(const Header& h, double bytes, std::string* 
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
                           double wall_us) {
-  if (records_.size() >= options_.max_records && !records_.empty()) records_.pop_front();
-  OpRecord& r = records_.emplace_back();  // filled in place: no copy per operation
+  OpRecord& r = records_.Append();  // filled in place: no copy per operation
   r.op = OpName(h.op);
-  r.sequence = h.sequence;
+  r.sequence = h.sequence();
   r.bytes = agreed.model_bytes;
   r.wall_us = wall_us;
   r.modelled_us = ModelledMicros(h, agreed.model_bytes, &r.fabric_algorithm);
@@ -424,7 +448,7 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
     part.set_kind(FabricName(h.op));
     for (int g : global_ranks_) part.add_group(g);
     part.set_communicator(trace_id_);
-    part.set_sequence(h.sequence);
+    part.set_sequence(h.sequence());
     part.set_bytes(agreed.model_bytes);
     part.set_root(std::max(h.root, 0));
     trace->AddCollective(issue, std::move(part));
@@ -518,9 +542,11 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   // Data that fits the windows is staged with the header: one phase fewer;
   // data that fits a header slot goes with the header itself.
   const bool staged = algorithm == Algorithm::kDirect && size_ > 1 && bytes <= WindowDataBytes();
-  const bool in_slot = small && bytes <= detail::kInlineBytes;
   // Ranks with other options must not mix paths: the header says which.
-  h.path = in_slot ? detail::kPathHeaderSlot : small ? detail::kPathStaged : detail::kPathAlgorithm;
+  h.path = !small                         ? detail::kPathAlgorithm
+           : bytes <= detail::kTinyBytes   ? detail::kPathHeaderLine
+           : bytes <= detail::kInlineBytes ? detail::kPathHeaderSlot
+                                           : detail::kPathStaged;
   h.model_bytes = static_cast<double>(bytes);
   // A large direct allreduce shows every rank where its buffer lives when
   // it is registered (SharedBufferPool): when all are, nothing is staged.
@@ -560,7 +586,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       return;
     default:
       if (small) {
-        SmallDirectAllReduce(data, o.count, o.dtype, o.op, in_slot);
+        SmallDirectAllReduce(data, o.count, o.dtype, o.op, h.path);
         return;
       }
       bool none_registered = false;

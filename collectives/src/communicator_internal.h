@@ -70,6 +70,11 @@ inline constexpr std::size_t kWindowDataOffset = 2 * kHeaderSlot;
 inline constexpr std::uint8_t kPathAlgorithm = 0;   // as the algorithm says
 inline constexpr std::uint8_t kPathStaged = 1;      // staged in the windows (small direct)
 inline constexpr std::uint8_t kPathHeaderSlot = 2;  // in the header slots (kInlineBytes at most)
+inline constexpr std::uint8_t kPathHeaderLine = 3;  // in the header itself (kTinyBytes at most)
+// An allreduce of at most this many bytes travels in its header
+// (Header::tiny), in the flag's cache line: a peer that saw the flag has
+// the data too, one cache line per rank and collective.
+inline constexpr std::size_t kTinyBytes = 8;
 
 }  // namespace detail
 
@@ -81,10 +86,9 @@ struct Communicator::Header {
   ReduceOp reduce = ReduceOp::kSum;
   std::uint8_t algorithm = 0;  // Algorithm, where the call names or picks one
   // How the data travels where ranks could choose differently (their
-  // options): kPathAlgorithm, kPathStaged or kPathHeaderSlot.
+  // options): kPathAlgorithm, kPathStaged, kPathHeaderSlot or kPathHeaderLine.
   std::uint8_t path = 0;
   std::int32_t root = -1;
-  std::uint64_t sequence = 0;
   std::uint64_t count = 0;
   // FNV-1a of the per-rank block sizes every rank passes (uneven allgather
   // and reduce-scatter), 0 otherwise.
@@ -92,17 +96,22 @@ struct Communicator::Header {
   // Not compared: they differ between ranks.
   double arrival_us = 0;   // this rank's simulated arrival
   double model_bytes = 0;  // this rank's size for the fabric model
-  // The handshake's flag (shared memory): sequence + 1 once the rest of the
-  // header is written (ShmTransport::SyncWindowWord); in the header's cache
-  // line, so a waiting peer moves that line only. Last member: the header
-  // is written without it.
+  // A kPathHeaderLine allreduce's data (this rank's input).
+  alignas(8) unsigned char tiny[detail::kTinyBytes] = {};
+  // The collective's sequence number on the communicator + 1 (so 0 is
+  // none). With shared memory, the handshake's flag: stored once the rest of
+  // the header is written (ShmTransport::SyncWindowWord), in the header's
+  // cache line, so a waiting peer moves that line only. Last member: the
+  // header is written without it.
   std::uint64_t published = 0;
+
+  std::uint64_t sequence() const { return published - 1; }
 
   // Equal calls (the per-rank stamps aside).
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
            algorithm == o.algorithm && path == o.path && root == o.root &&
-           sequence == o.sequence &&
+           published == o.published &&
            count == o.count && fingerprint == o.fingerprint;
   }
 };

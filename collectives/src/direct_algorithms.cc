@@ -96,17 +96,22 @@ void Communicator::DirectReduceScatter(const char* input, char* output,
 }
 
 // The small-message form of the direct reduction: the handshake already
-// staged every rank's data, so each rank reduces the whole buffer from all
-// windows (in rank order, like the naive reference) and is done.
+// staged every rank's data (in the headers, the header slots or the
+// windows, as `path` says), so each rank reduces the whole buffer from all
+// of them (in rank order, like the naive reference) and is done.
 void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                        ReduceOp op, bool in_slot) {
+                                        ReduceOp op, std::uint8_t path) {
   window_inputs_.resize(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {
-    window_inputs_[static_cast<std::size_t>(r)] = in_slot ? InlineData(r) : WindowData(r);
+    window_inputs_[static_cast<std::size_t>(r)] =
+        path == detail::kPathHeaderLine   ? static_cast<const void*>(TinyData(r))
+        : path == detail::kPathHeaderSlot ? InlineData(r)
+                                          : WindowData(r);
   }
   ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
                static_cast<std::size_t>(size_));
-  if (!in_slot) shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  // The windows' data areas are reused once every rank collected from them.
+  if (path == detail::kPathStaged) shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
 }
 
 }  // namespace neuron::collectives

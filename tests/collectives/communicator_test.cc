@@ -513,21 +513,25 @@ TEST_P(CommunicatorSweep, DifferentAlgorithmsAreAMismatch) {
 }
 
 // Ranks whose options send a small allreduce different ways (in the header
-// slots, staged in the windows) are told, not left to read stale data.
+// line or the header slots, staged in the windows) are told, not left to
+// read stale data.
 TEST(Communicator, RanksThatWouldMoveASmallAllreduceDifferentlyAreAMismatch) {
-  try {
-    RunRanks(2, [&](int rank, Store& store) {
-      CommunicatorOptions options;
-      options.transport = TransportKind::kShm;
-      options.small_message_bytes = rank == 0 ? (16u << 10) : 0;  // rank 1: never small
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
-      std::vector<float> data(2, 1.0f);
-      comm.AllReduce({data.data(), 2, DataType::kFloat32, ReduceOp::kSum});
-    });
-    FAIL() << "ranks moved the data differently unnoticed";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("(in the header slots)"), std::string::npos)
-        << e.what();
+  // 2 floats travel in the header's line, 16 in the header slot.
+  for (const auto& [count, path] : {std::pair<std::size_t, std::string>{2, "(in the header line)"},
+                                    {16, "(in the header slots)"}}) {
+    try {
+      RunRanks(2, [&](int rank, Store& store) {
+        CommunicatorOptions options;
+        options.transport = TransportKind::kShm;
+        options.small_message_bytes = rank == 0 ? (16u << 10) : 0;  // rank 1: never small
+        Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
+        std::vector<float> data(count, 1.0f);
+        comm.AllReduce({data.data(), count, DataType::kFloat32, ReduceOp::kSum});
+      });
+      ADD_FAILURE() << "ranks moved " << count << " floats differently unnoticed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
   }
 }
 

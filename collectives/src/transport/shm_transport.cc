@@ -26,6 +26,9 @@ constexpr std::size_t kPage = 4096;
 constexpr std::size_t kReasonBytes = 512;
 // Polling without yielding first, for a peer that runs on another core.
 constexpr std::chrono::microseconds kPurePoll(5);
+// Polls before the first clock read, when every rank has a core: ~100 ns
+// (the time a flag takes to cross between cores on this kind of machine).
+constexpr int kClocklessPolls = 64;
 
 
 std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -157,6 +160,7 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
   }
   // Everyone has it mapped: the name can go, the memory stays until unmapped.
   ::shm_unlink(own_name.c_str());
+  for (Segment* s : segments_) windows_.push_back(s->window(size, options_.ring_bytes));
 }
 
 ShmTransport::~ShmTransport() {
@@ -254,10 +258,14 @@ void ShmTransport::Block(Ready ready, PendingText pending, Peers peers, Deadline
                          const Label& what, bool* expired) {
   Segment* own = segments_[rank_];
   // Done already (the common case of a small collective whose peers are
-  // ahead): no clock read at all.
+  // ahead), or soon (a peer on another core a cache-line transfer away):
+  // no clock read at all.
   if (own->aborted.load(std::memory_order_acquire) != 2) {
     bool moved = false;
-    if (ready(&moved)) return;
+    const int polls = oversubscribed_ ? 1 : kClocklessPolls;
+    for (int i = 0; i < polls; ++i) {
+      if (ready(&moved)) return;
+    }
   }
   auto spin_start = Clock::now();
   auto spin_until = spin_start + options_.spin_time;
@@ -349,10 +357,6 @@ std::size_t ShmTransport::WaitAny(const std::vector<RequestId>& ids, Deadline de
   return WaitAnyOf(*requests_, ids, [&](auto done, bool* expired) {
     WaitUntil(done, ids, deadline, what, expired);
   });
-}
-
-char* ShmTransport::Window(int rank) const {
-  return segments_[rank]->window(size_, options_.ring_bytes);
 }
 
 // Rings the peers that sleep. After this rank stored a flag, the seq_cst

@@ -24,7 +24,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <map>
 #include <tuple>
 #include <cstdint>
@@ -103,7 +102,7 @@ struct CommunicatorOptions {
   std::shared_ptr<const runtime::FabricModel> fabric;
   std::vector<int> global_ranks;
   // Per-operation records kept (the oldest are dropped beyond this).
-  std::size_t max_records = 100000;
+  std::size_t max_records = 4096;
 };
 
 // Overrides CommunicatorOptions::timeout for the operations this thread
@@ -273,7 +272,7 @@ class Communicator {
 
   // Two-clock accounting of every completed operation.
   // The latest records, oldest first (at most max_records).
-  const std::deque<OpRecord>& records() const { return records_; }
+  const RecordLog& records() const { return records_; }
   CommunicatorTotals totals() const { return totals_; }
   void ResetStats();
   // Writes the records as a Chrome trace (chrome://tracing, Perfetto): one
@@ -308,7 +307,8 @@ class Communicator {
   // `staged` (at most the window's data size) is copied into this rank's
   // window first, so a small direct allreduce needs no phase of its own;
   // when mine.path is kPathHeaderSlot (at most kInlineBytes) into the
-  // header's slot instead (InlineData), which needs no "collected" phase.
+  // header's slot instead (InlineData), which needs no "collected" phase,
+  // and when kPathHeaderLine (at most kTinyBytes) into the header itself.
   // Stamps the header with this rank's arrival time and returns the
   // latest arrival and largest model size over all ranks.
   struct Agreed {
@@ -321,10 +321,12 @@ class Communicator {
                    const void* slot_data = nullptr, std::size_t slot_bytes = 0);
   // Where rank `rank` puts the current collective's inline data.
   char* InlineData(int rank) const;
+  // Rank `rank`'s kPathHeaderLine data, in its current header.
+  const unsigned char* TinyData(int rank) const;
   // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
   Agreed RingMax(Agreed mine, const Label& what);
   // The fabric model's duration of the operation `h` with `model_bytes`.
-  double ModelledMicros(const Header& h, double model_bytes, std::string* algorithm);
+  double ModelledMicros(const Header& h, double model_bytes, std::string_view* algorithm);
   void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
   // When the compute stream issued the running operation (issue_context.h):
   // its clock at the enqueue, or now for a synchronous call.
@@ -359,10 +361,11 @@ class Communicator {
   // cannot be mapped aborts the group and throws IoError naming it.
   bool RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                                  const Label& what, bool* none_registered);
-  // From the staged data areas (then publishes "collected"), or with
-  // `in_slot` from the header slots' inline data.
+  // From where the handshake put every rank's data, as `path` (a
+  // Header::path) says: the headers (TinyData), the header slots
+  // (InlineData), or the staged data areas (then publishes "collected").
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                            bool in_slot);
+                            std::uint8_t path);
   void DirectReduceScatter(const char* input, char* output,
                            const std::vector<std::size_t>& chunks, DataType dtype,
                            ReduceOp op, const Label& what);
@@ -398,11 +401,11 @@ class Communicator {
   // simulated times depend on which thread the host ran first).
   double stream_end_us_ = 0;
   // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
-  std::map<std::tuple<int, double, int>, std::pair<double, std::string>> model_cache_;
+  std::map<std::tuple<int, double, int>, std::pair<double, std::string_view>> model_cache_;
   // The last lookup's entry (map entries stay put): a loop of one
   // collective skips the map.
   const decltype(model_cache_)::value_type* last_model_ = nullptr;
-  std::deque<OpRecord> records_;
+  RecordLog records_;
   CommunicatorTotals totals_;
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO

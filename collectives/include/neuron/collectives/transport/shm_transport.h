@@ -65,7 +65,7 @@ class ShmTransport : public Transport {
 
   // Shared staging: every rank's window is readable and writable by every
   // rank of the group (the direct algorithms reduce straight from it).
-  char* Window(int rank) const;
+  char* Window(int rank) const { return windows_[static_cast<std::size_t>(rank)]; }
   std::size_t window_bytes() const { return options_.window_bytes; }
   // Phase counters order the use of the windows: Publish sets this rank's
   // counter `index` (0..kPhases-1) and wakes the peers that sleep (polling
@@ -115,6 +115,7 @@ class ShmTransport : public Transport {
   ShmOptions options_;
   bool oversubscribed_;  // more ranks than cores: yield while polling
   std::vector<Segment*> segments_;  // mapped segment of every rank (own included)
+  std::vector<char*> windows_;      // every rank's window in its segment
   std::size_t segment_bytes_ = 0;
   std::unique_ptr<RequestTable> requests_;
 };
