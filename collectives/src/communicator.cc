@@ -171,6 +171,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
     NEURON_CHECK(g >= 0 && g < fabric_->world_size(), "communicator: global rank ", g,
                  " is not on the fabric model's ", fabric_->world_size(), " ranks");
   }
+  rank_delay_us_ = fabric_->topology().RankDelay(global_ranks_[rank]).count();
   const std::string me = HostIdentity(options_.host);
   store_->Set("host/" + std::to_string(rank), me);
   std::vector<std::string> hosts(size);
@@ -311,8 +312,7 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
   ++sequence_;
   registered_op_ = false;
   // A straggler (rank_delays fault) reaches every collective that much later.
-  mine.arrival_us = std::max(IssueTime(), stream_end_us_) +
-                    fabric_->topology().RankDelay(global_ranks_[rank_]).count();
+  mine.arrival_us = std::max(IssueTime(), stream_end_us_) + rank_delay_us_;
   Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
@@ -342,10 +342,14 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     // Everything but the flag, which peers may be reading (atomically).
     static_assert(offsetof(Header, published) + sizeof(Header::published) == sizeof(Header),
                   "Header::published must be its last member");
-    std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
-    const std::size_t flag = slot + offsetof(Header, published);
+    // The flag's store follows the header's at once: a peer polling the line
+    // between the two would take it back, and the flag store would wait for
+    // the line a second time.
     NEURON_ASSERT(mine.published == sequence_, what, ": header made for another collective");
-    shm_->SyncWindowWord(flag, mine.published, NewDeadline(), what);
+    const std::size_t flag = slot + offsetof(Header, published);
+    const transport::Deadline deadline = NewDeadline();
+    std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
+    shm_->SyncWindowWord(flag, mine.published, deadline, what);
     if (mine.path == detail::kPathHeaderSlot) {
       // The headers' lines are here (their flags were); start fetching the
       // inline data now, while the headers are checked.

@@ -311,7 +311,7 @@ int Main(int argc, char** argv) {
     if (rank == 0) {
       const double algbw = s / us / 1e3;
       const double model_busbw = model_us > 0 ? s / model_us / 1e3 * factor : 0;
-      std::printf("%12zu %12zu %10.2f %11.3f %11.3f %11.2f %11s %11.1f %7s\n",
+      std::printf("%12zu %12zu %10.3f %11.3f %11.3f %11.2f %11s %11.1f %7s\n",
                   static_cast<std::size_t>(s), count, us, algbw, algbw * factor, model_us,
                   runtime::Name(algorithm), model_busbw,
                   o.check ? std::to_string(static_cast<long>(wrong)).c_str() : "-");

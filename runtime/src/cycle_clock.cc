@@ -48,47 +48,32 @@ bool Sample(double* steady_us, std::int64_t* ticks) {
 }
 #endif
 
-struct Calibration {
-  bool counter = false;
-  double micros_per_tick = 1e-3;  // steady_clock's nanoseconds otherwise
-};
-
-// Over 2 ms between two bracketed samples: within ~1e-3 of the true rate.
-const Calibration& Calibrated() {
-  static const Calibration c = [] {
-    Calibration out;
-#if defined(__x86_64__)
-    if (!TrustedCounter()) return out;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      double us0 = 0, us1 = 0;
-      std::int64_t c0 = 0, c1 = 0;
-      if (!Sample(&us0, &c0)) continue;
-      while (std::chrono::duration<double, std::micro>(Steady::now().time_since_epoch())
-                 .count() < us0 + 2000) {
-      }
-      if (!Sample(&us1, &c1) || c1 <= c0) continue;
-      out.counter = true;
-      out.micros_per_tick = (us1 - us0) / static_cast<double>(c1 - c0);
-      break;
-    }
-#endif
-    return out;
-  }();
-  return c;
-}
-
 }  // namespace
 
-std::int64_t CycleClock::Now() {
+// Over 2 ms between two bracketed samples: within ~1e-3 of the true rate.
+CycleClock::Calibration CycleClock::Calibrate() {
+  Calibration out;
 #if defined(__x86_64__)
-  if (Calibrated().counter) return static_cast<std::int64_t>(__rdtsc());
+  if (!TrustedCounter()) return out;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    double us0 = 0, us1 = 0;
+    std::int64_t c0 = 0, c1 = 0;
+    if (!Sample(&us0, &c0)) continue;
+    while (std::chrono::duration<double, std::micro>(Steady::now().time_since_epoch()).count() <
+           us0 + 2000) {
+    }
+    if (!Sample(&us1, &c1) || c1 <= c0) continue;
+    out.counter = true;
+    out.micros_per_tick = (us1 - us0) / static_cast<double>(c1 - c0);
+    break;
+  }
 #endif
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Steady::now().time_since_epoch())
-      .count();
+  return out;
 }
 
-double CycleClock::Micros(std::int64_t ticks) {
-  return static_cast<double>(ticks) * Calibrated().micros_per_tick;
+std::int64_t CycleClock::SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Steady::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace neuron::runtime

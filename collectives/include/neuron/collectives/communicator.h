@@ -393,6 +393,7 @@ class Communicator {
   bool registered_op_ = false;  // this operation used them (for its OpRecord)
   std::shared_ptr<runtime::SimClock> clock_;
   std::shared_ptr<const runtime::FabricModel> fabric_;
+  double rank_delay_us_ = 0;  // this rank's straggler fault (topology rank_delays)
   std::vector<int> global_ranks_;
   std::string trace_id_;  // names this communicator in traces, equal on every member
   // This communicator's collective stream: its previous collective's end.

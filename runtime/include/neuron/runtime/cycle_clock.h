@@ -17,10 +17,30 @@ namespace neuron::runtime {
 class CycleClock {
  public:
   // Ticks since an arbitrary origin; only differences mean anything.
-  static std::int64_t Now();
+  // Inline: a collective reads it twice, and a call costs a tenth of that.
+  static std::int64_t Now() {
+#if defined(__x86_64__)
+    if (Rate().counter) return static_cast<std::int64_t>(__builtin_ia32_rdtsc());
+#endif
+    return SteadyNanos();
+  }
   // Microseconds in `ticks` (calibrated once against steady_clock, over
   // 2 ms, at the first call of Now or Micros in the process).
-  static double Micros(std::int64_t ticks);
+  static double Micros(std::int64_t ticks) {
+    return static_cast<double>(ticks) * Rate().micros_per_tick;
+  }
+
+ private:
+  struct Calibration {
+    bool counter = false;           // ticks are the time-stamp counter's
+    double micros_per_tick = 1e-3;  // steady_clock's nanoseconds otherwise
+  };
+  static const Calibration& Rate() {
+    static const Calibration rate = Calibrate();
+    return rate;
+  }
+  static Calibration Calibrate();
+  static std::int64_t SteadyNanos();
 };
 
 }  // namespace neuron::runtime
