@@ -4,7 +4,7 @@ the neuron backend, side by side in one run, with the ratio and the target.
 
     /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
                                              [--backends gloo,neuron] [--bucket-view]
-                                             [--shared-tensors]
+                                             [--shared-tensors] [--rounds R]
 
 For each rank count the driver launches `neuronrun -n R` on this script in
 worker mode, once per backend. The workers train the same model with SGD: an
@@ -22,6 +22,10 @@ step: compute / Gloo step (the "floor" column) must be well below 0.5. With
 this machine's torch (generic BLAS, 2 cores) a batch of 8 per rank costs
 ~80 ms of compute per step against ~50 ms of Gloo allreduce at 2 ranks (floor
 0.63-0.75 at 2-8 ranks), so the default batch is 1 per rank (floor ~0.35-0.4).
+The two backends' jobs alternate --rounds times per rank count and every
+column is the median over the rounds: this machine's two vCPUs move between
+faster and slower states for seconds at a time, and one job each would let
+one backend have the slow seconds.
 --backends names the two columns (gloo,gloo tries the driver without neuron);
 a column BACKEND/torchneuron trains with torchneuron.parallel's own
 DistributedDataParallel instead of torch's (e.g. gloo,neuron/torchneuron).
@@ -137,6 +141,8 @@ def main():
     p.add_argument("--shared-tensors", action="store_true",
                    help="NEURON_SHARED_TENSORS=1 for the neuron backend: gradients and buckets "
                         "in registered memory, so its allreduce works in place (no staging)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternating jobs per backend and rank count; medians are shown")
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
@@ -151,13 +157,18 @@ def main():
           f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
           f"gradient_as_bucket_view={args.bucket_view}, "
           f"NEURON_SHARED_TENSORS={int(args.shared_tensors)}; "
-          f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step\n")
+          f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step; "
+          f"median of {args.rounds} alternating jobs per column\n")
     print(f"{'ranks':>5} | {'compute ms':>10} {'no-comm ms':>10} | {base + ' ms':>9} "
           f"{cand + ' ms':>9} | {cand + '/' + base:>11} {'floor':>5} {'target':>7}")
     misses = []
     for n in [int(r) for r in args.ranks.split(",")]:
-        t_base, compute_base, free_base = measure(args.build, args.python, n, base, args)
-        t_cand, compute_cand, free_cand = measure(args.build, args.python, n, cand, args)
+        rounds = [(measure(args.build, args.python, n, base, args),
+                   measure(args.build, args.python, n, cand, args))
+                  for _ in range(max(1, args.rounds))]
+        (t_base, compute_base, free_base), (t_cand, compute_cand, free_cand) = (
+            tuple(statistics.median(r[side][k] for r in rounds) for k in range(3))
+            for side in range(2))
         compute = min(compute_base, compute_cand)
         free = min(x for x in (free_base, free_cand, t_base, t_cand) if x > 0)
         ratio = t_cand / t_base
