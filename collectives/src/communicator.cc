@@ -412,20 +412,25 @@ std::string_view Interned(const std::string& name) {
 }
 }  // namespace
 
-double Communicator::ModelledMicros(const Header& h, double bytes, std::string_view* algorithm) {
+const Communicator::Modelled& Communicator::Model(const Header& h, double bytes) {
   const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
   if (last_model_ == nullptr || key != last_model_->first) {
     auto cached = model_cache_.find(key);
     if (cached == model_cache_.end()) {
       const runtime::CollectiveCost cost = runtime::ModelCollective(
           *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
-      cached = model_cache_.emplace(key, std::make_pair(cost.micros, Interned(cost.algorithm)))
-                   .first;
+      Modelled m;
+      m.micros = cost.micros;
+      m.algorithm = Interned(cost.algorithm);
+      if (m.micros > 0) {
+        m.algbw_gbps = bytes / m.micros / 1e3;
+        m.busbw_gbps = m.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);
+      }
+      cached = model_cache_.emplace(key, m).first;
     }
     last_model_ = &*cached;
   }
-  *algorithm = last_model_->second.second;
-  return last_model_->second.first;
+  return last_model_->second;
 }
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
@@ -435,15 +440,15 @@ void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_
   r.sequence = h.sequence();
   r.bytes = agreed.model_bytes;
   r.wall_us = wall_us;
-  r.modelled_us = ModelledMicros(h, agreed.model_bytes, &r.fabric_algorithm);
+  const Modelled& m = Model(h, agreed.model_bytes);
+  r.modelled_us = m.micros;
+  r.fabric_algorithm = m.algorithm;
+  r.algbw_gbps = m.algbw_gbps;
+  r.busbw_gbps = m.busbw_gbps;
   r.arrival_us = arrival_us;
   r.start_us = agreed.start_us;
   r.end_us = agreed.start_us + r.modelled_us;
   r.registered = registered_op_;
-  if (r.modelled_us > 0) {
-    r.algbw_gbps = r.bytes / r.modelled_us / 1e3;
-    r.busbw_gbps = r.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);
-  }
   stream_end_us_ = std::max(stream_end_us_, r.end_us);
   clock_->FinishCollective(runtime::SimDuration(r.end_us));
   if (join_compute_) clock_->JoinCompute(runtime::SimDuration(r.end_us));

@@ -1,26 +1,14 @@
 #include "neuron/collectives/dtype.h"
 
+#include <cstdlib>
+
 #include "neuron/runtime/error.h"
 
 namespace neuron::collectives {
 
-std::size_t ElementSize(DataType type) {
-  switch (type) {
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt8:
-    case DataType::kUInt8:
-    case DataType::kBool:
-      return 1;
-  }
+void UnknownDataType(DataType type) {
   NEURON_ASSERT(false, "unknown DataType ", static_cast<int>(type));
+  std::abort();  // not reached: the assertion throws
 }
 
 const char* Name(DataType type) {
@@ -50,11 +38,6 @@ const char* Name(ReduceOp op) {
     case ReduceOp::kBxor: return "bxor";
   }
   return "unknown reduce op";
-}
-
-bool IsFloatingPoint(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 ||
-         type == DataType::kFloat16 || type == DataType::kBFloat16;
 }
 
 }  // namespace neuron::collectives

@@ -124,9 +124,28 @@ std::uint8_t CombineBool(ReduceOp op, std::uint8_t a, std::uint8_t b) {
 // Elements per block: the accumulator of a block stays in L1.
 constexpr std::size_t kBlock = 1024;
 
+// A few elements (the small allreduces' common case): element by element,
+// every input's element read before `out`'s is written, in the same order
+// as the blocked loop below, without its accumulator array.
+constexpr std::size_t kFewElements = 16;
+
+template <typename Traits, typename Op>
+void ReduceFewAs(Op op, const void* const* inputs, std::size_t n, void* out,
+                 std::size_t count, std::size_t divisor, bool average) {
+  using S = typename Traits::Storage;
+  using A = typename Traits::Acc;
+  for (std::size_t i = 0; i < count; ++i) {
+    A a = Traits::Load(static_cast<const S*>(inputs[0])[i]);
+    for (std::size_t k = 1; k < n; ++k) a = op(a, Traits::Load(static_cast<const S*>(inputs[k])[i]));
+    if (average) a = static_cast<A>(a / static_cast<A>(divisor));
+    static_cast<S*>(out)[i] = Traits::Store(a);
+  }
+}
+
 template <typename Traits, typename Op>
 void ReduceInputsAs(Op op, const void* const* inputs, std::size_t n, void* out,
                     std::size_t count, std::size_t divisor, bool average) {
+  if (count <= kFewElements) return ReduceFewAs<Traits>(op, inputs, n, out, count, divisor, average);
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
   auto* o = static_cast<S*>(out);

@@ -325,8 +325,15 @@ class Communicator {
   const unsigned char* TinyData(int rank) const;
   // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
   Agreed RingMax(Agreed mine, const Label& what);
-  // The fabric model's duration of the operation `h` with `model_bytes`.
-  double ModelledMicros(const Header& h, double model_bytes, std::string_view* algorithm);
+  // The fabric model's answer for the operation `h` with `model_bytes`,
+  // and what follows from it alone (per distinct operation, not per call).
+  struct Modelled {
+    double micros = 0;
+    std::string_view algorithm;  // the fabric's schedule
+    double algbw_gbps = 0;       // bytes / micros (0 when micros is 0)
+    double busbw_gbps = 0;       // algbw x the nccl-tests factor
+  };
+  const Modelled& Model(const Header& h, double model_bytes);
   void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
   // When the compute stream issued the running operation (issue_context.h):
   // its clock at the enqueue, or now for a synchronous call.
@@ -401,8 +408,8 @@ class Communicator {
   // communicators run concurrently on other threads do not make a rank's
   // simulated times depend on which thread the host ran first).
   double stream_end_us_ = 0;
-  // (op, model bytes, root) -> (modelled microseconds, fabric algorithm)
-  std::map<std::tuple<int, double, int>, std::pair<double, std::string_view>> model_cache_;
+  // (op, model bytes, root) -> the fabric model's answer
+  std::map<std::tuple<int, double, int>, Modelled> model_cache_;
   // The last lookup's entry (map entries stay put): a loop of one
   // collective skips the map.
   const decltype(model_cache_)::value_type* last_model_ = nullptr;

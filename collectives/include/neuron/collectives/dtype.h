@@ -33,9 +33,35 @@ enum class ReduceOp : std::uint8_t {
   kBxor,
 };
 
-std::size_t ElementSize(DataType type);
+// Throws (an internal error) on a value outside the enum.
+[[noreturn]] void UnknownDataType(DataType type);
+
+// Inline: every collective asks, several times.
+inline std::size_t ElementSize(DataType type) {
+  switch (type) {
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 8;
+    case DataType::kFloat32:
+    case DataType::kInt32:
+      return 4;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt8:
+    case DataType::kUInt8:
+    case DataType::kBool:
+      return 1;
+  }
+  UnknownDataType(type);
+}
+
+inline bool IsFloatingPoint(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat64 ||
+         type == DataType::kFloat16 || type == DataType::kBFloat16;
+}
+
 const char* Name(DataType type);
 const char* Name(ReduceOp op);
-bool IsFloatingPoint(DataType type);
 
 }  // namespace neuron::collectives
