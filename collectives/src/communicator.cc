@@ -358,7 +358,10 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
     header_views_.resize(static_cast<std::size_t>(size_));
     const Header** theirs = header_views_.data();
     for (int r = 0; r < size_; ++r) {
-      theirs[r] = reinterpret_cast<const Header*>(shm_->Window(r) + slot);
+      // This rank's own from its local copy: the shared line may still wait
+      // in the store buffer for the cache line (peers poll it), and a load
+      // from it would wait too.
+      theirs[r] = r == rank_ ? &mine : reinterpret_cast<const Header*>(shm_->Window(r) + slot);
       agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
       agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
     }

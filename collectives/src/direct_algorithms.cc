@@ -104,7 +104,8 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
   window_inputs_.resize(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     window_inputs_[static_cast<std::size_t>(r)] =
-        path == detail::kPathHeaderLine   ? static_cast<const void*>(TinyData(r))
+        r == rank_                        ? data  // unchanged; its shared copy may not be out yet
+        : path == detail::kPathHeaderLine ? static_cast<const void*>(TinyData(r))
         : path == detail::kPathHeaderSlot ? InlineData(r)
                                           : WindowData(r);
   }
