@@ -375,8 +375,12 @@ void ShmTransport::WakeSleepers() {
 
 template <typename Flag>
 void ShmTransport::WaitAll(Flag flag, std::uint64_t value, Deadline deadline,
-                           const Label& what) {
-  auto late = [&](int p) { return flag(p).load(std::memory_order_acquire) < value; };
+                           const Label& what, bool self_done) {
+  // (A rank that just stored its own flag does not load it back: the store
+  // may still wait for its cache line, and the load would wait with it.)
+  auto late = [&](int p) {
+    return !(self_done && p == rank_) && flag(p).load(std::memory_order_acquire) < value;
+  };
   auto behind = [&] {  // for messages only
     std::vector<int> out;
     for (int p = 0; p < size_; ++p) {
@@ -408,7 +412,7 @@ template <typename Flag>
 void ShmTransport::Sync(Flag flag, std::uint64_t value, Deadline deadline, const Label& what) {
   flag(rank_).store(value, std::memory_order_release);
   WakeSleepers();
-  WaitAll(flag, value, deadline, what);
+  WaitAll(flag, value, deadline, what, /*self_done=*/true);
 }
 
 void ShmTransport::PublishPhase(int index, std::uint64_t value) {
@@ -424,8 +428,8 @@ void ShmTransport::WaitPhase(int index, std::uint64_t value, Deadline deadline,
 
 void ShmTransport::SyncPhase(int index, std::uint64_t value, Deadline deadline,
                              const Label& what) {
-  PublishPhase(index, value);
-  WaitPhase(index, value, deadline, what);
+  Sync([&](int p) -> std::atomic<std::uint64_t>& { return segments_[p]->phase[index]; }, value,
+       deadline, what);
 }
 
 void ShmTransport::SyncWindowWord(std::size_t offset, std::uint64_t value, Deadline deadline,

@@ -105,7 +105,8 @@ class ShmTransport : public Transport {
   void RingDoorbell(int peer);
   void WakeSleepers();
   template <typename Flag>
-  void WaitAll(Flag flag, std::uint64_t value, Deadline deadline, const Label& what);
+  void WaitAll(Flag flag, std::uint64_t value, Deadline deadline, const Label& what,
+               bool self_done = false);
   template <typename Flag>
   void Sync(Flag flag, std::uint64_t value, Deadline deadline, const Label& what);
   void CheckAlive(int peer, const Label& what, const std::string& pending);
