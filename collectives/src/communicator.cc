@@ -409,9 +409,9 @@ namespace {
 // records' algorithm names): one copy per distinct name.
 std::string_view Interned(const std::string& name) {
   static std::mutex mutex;
-  static std::set<std::string, std::less<>> names;
+  static auto* names = new std::set<std::string, std::less<>>;  // never freed: views outlive exit
   const std::lock_guard<std::mutex> lock(mutex);
-  return *names.insert(name).first;
+  return *names->insert(name).first;
 }
 }  // namespace
 
