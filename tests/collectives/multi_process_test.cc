@@ -1,7 +1,6 @@
 // The collectives with one process per rank (tests/helpers/cc_rank): a peer
 // that is stopped (SIGSTOP) makes the others time out naming it; a peer that
 // is killed makes them fail fast naming it; no shared memory is left behind.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "neuron/collectives/store/file_store.h"
+#include "shm_segments.h"
 
 namespace {
 
@@ -104,18 +104,11 @@ class Job {
 // (The collectives' transport and the point-to-point channel's.)
 int NeuronSegments(const std::string& store_path) {
   neuron::collectives::FileStore store(store_path);
-  std::vector<std::string> prefixes;
+  std::vector<std::string> uids;
   for (const char* key : {"shm/uid", "p2p/shm/uid"}) {
-    prefixes.push_back("neuron-" + store.Get(key, std::chrono::seconds(5)) + "-");
+    uids.push_back(store.Get(key, std::chrono::seconds(5)));
   }
-  int n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) {
-      for (const auto& prefix : prefixes) n += std::string(e->d_name).rfind(prefix, 0) == 0;
-    }
-    ::closedir(d);
-  }
-  return n;
+  return neuron::collectives::testing::ShmSegments(uids);
 }
 
 TEST(MultiProcess, AStoppedPeerMakesTheOthersTimeOutNamingIt) {

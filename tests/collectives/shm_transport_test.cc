@@ -1,6 +1,5 @@
 #include "neuron/collectives/transport/shm_transport.h"
 
-#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include "neuron/collectives/store/file_store.h"
 #include "neuron/runtime/error.h"
 #include "rank_threads.h"
+#include "shm_segments.h"
 #include "transport_checks.h"
 
 namespace neuron::collectives::transport {
@@ -22,16 +22,8 @@ using namespace std::chrono_literals;
 using collectives::testing::RunRanks;
 using testing::ExchangeWithEveryRank;
 
-// Segments in /dev/shm of the transports whose store holds `uid` ("shm/uid";
-// only this test's, so tests running alongside do not count).
-int ShmSegments(const std::string& uid) {
-  int n = 0;
-  const std::string prefix = "neuron-" + uid + "-";
-  DIR* d = ::opendir("/dev/shm");
-  while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
-  ::closedir(d);
-  return n;
-}
+// Segments in /dev/shm of the transports whose store holds `uid` ("shm/uid").
+int ShmSegments(const std::string& uid) { return collectives::testing::ShmSegments({uid}); }
 
 // Every rank sends to every rank (itself included) messages of several sizes,
 // bigger than the ring, so flow control and wrap-around are exercised.

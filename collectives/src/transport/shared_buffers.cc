@@ -199,18 +199,20 @@ PeerBufferMap::~PeerBufferMap() {
 }
 
 char* PeerBufferMap::Map(const SharedRegion& region) {
-  // Our own segment (ranks as threads of one process): its address here.
-  // The pool's word, not the pid's (pids repeat across pid namespaces).
-  if (region.pid == static_cast<std::int32_t>(::getpid()) &&
-      SharedBufferPool::Instance().Owns(region.fd, region.inode, region.owner_base)) {
-    return reinterpret_cast<char*>(region.owner_base) + region.offset;
-  }
+  // A peer's segment mapped before: the common case, with no system call
+  // and no lock. (Only other processes' segments are ever mapped here.)
   for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
     if (it->pid != region.pid || it->fd != region.fd) continue;
     if (it->inode == region.inode) return it->base + region.offset;
     ::munmap(it->base, it->bytes);  // the descriptor holds another segment now
     mappings_.erase(it);
     break;
+  }
+  // Our own segment (ranks as threads of one process): its address here.
+  // The pool's word, not the pid's (pids repeat across pid namespaces).
+  if (region.pid == static_cast<std::int32_t>(::getpid()) &&
+      SharedBufferPool::Instance().Owns(region.fd, region.inode, region.owner_base)) {
+    return reinterpret_cast<char*>(region.owner_base) + region.offset;
   }
   const std::string path =
       "/proc/" + std::to_string(region.pid) + "/fd/" + std::to_string(region.fd);
