@@ -467,13 +467,25 @@ double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const
   // Parameter i's elements in this rank's shard: the overlap of its range
   // in the flat vector with [begin, end).
   const std::int64_t begin = s.rank * s.shard_numel, end = begin + s.shard_numel;
+  // Counted parameters that lie next to each other in the shard are
+  // summed as one run: one reduction per run, not per parameter.
   at::Tensor sum = at::zeros({}, at::kDouble);
+  std::int64_t run_lo = 0, run_hi = 0;  // the current run, [lo, hi) in the flat vector
+  auto flush = [&] {
+    if (run_hi > run_lo) {
+      sum += g.narrow(0, run_lo - begin, run_hi - run_lo).to(at::kDouble).pow(2).sum();
+    }
+    run_lo = run_hi = 0;
+  };
   for (std::size_t i = 0; i < counted.size(); ++i) {
     const std::int64_t lo = std::max(begin, s.offsets[i]);
     const std::int64_t hi = std::min(end, s.offsets[i] + s.numels[i]);
     if (!counted[i] || lo >= hi) continue;
-    sum += g.narrow(0, lo - begin, hi - lo).to(at::kDouble).pow(2).sum();
+    if (run_hi != lo) flush();
+    if (run_hi == run_lo) run_lo = lo;
+    run_hi = hi;
   }
+  flush();
   return sum.item<double>();
 }
 

@@ -72,8 +72,7 @@ def clip_grad_norm_(parts, max_norm):
     norm = total.sqrt()
     coef = max_norm / (norm.item() + 1e-6)
     if coef < 1:
-        for part in parts:
-            for p in _params(part):
-                if p.grad is not None:
-                    p.grad.detach().mul_(coef)
+        grads = [p.grad.detach() for part in parts for p in _params(part) if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, coef)  # one call for all of them
     return norm.to(torch.float32)[0]
