@@ -4,12 +4,12 @@ the neuron backend, side by side in one run, with the ratio and the target.
 
     /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
                                              [--backends gloo,neuron] [--bucket-view]
-                                             [--shared-tensors] [--rounds R]
+                                             [--shared-tensors] [--rounds R] [--width W]
 
 For each rank count the driver launches `neuronrun -n R` on this script in
 worker mode, once per backend. The workers train the same model with SGD: an
-MLP of 6 Linear(1024, 1024) layers (6.3M parameters, 24 MiB of fp32 gradients
-allreduced per step). After --warmup steps each rank times --steps steps; a
+MLP of 6 Linear(W, W) layers (W = 1024 by default: 6.3M parameters, 24 MiB of
+fp32 gradients allreduced per step; 512: 6 MiB; 256: 1.5 MiB). After --warmup steps each rank times --steps steps; a
 step's time is the slowest rank's; the worker reports the median (rank 0
 prints "ddp_bench <backend> <ranks> <step ms> <compute ms> <no-comm ms>"), the
 same for steps under no_sync() (no gradient allreduce: compute only), and
@@ -21,7 +21,8 @@ Target: neuron's step time <= 0.5x Gloo's. That needs a communication-bound
 step: compute / Gloo step (the "floor" column) must be well below 0.5. With
 this machine's torch (generic BLAS, 2 cores) a batch of 8 per rank costs
 ~80 ms of compute per step against ~50 ms of Gloo allreduce at 2 ranks (floor
-0.63-0.75 at 2-8 ranks), so the default batch is 1 per rank (floor ~0.35-0.4).
+0.63-0.75 at 2-8 ranks), so the default batch is 1 per rank (floor 0.36-0.55 at
+width 1024, moving with the machine's spells; 0.3-0.44 at 512, 0.1-0.2 at 256).
 The two backends' jobs alternate --rounds times per rank count and every
 column is the median over the rounds: this machine's two vCPUs move between
 faster and slower states for seconds at a time, and one job each would let
@@ -64,13 +65,13 @@ def worker(args):
         torch.manual_seed(0)
         layers = []
         for _ in range(LAYERS):
-            layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
+            layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
         return torch.nn.Sequential(*layers)
 
     model = DDP(mlp(), gradient_as_bucket_view=args.bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    x, y = (torch.randn(args.batch, WIDTH, generator=g) for _ in range(2))
+    x, y = (torch.randn(args.batch, args.width, generator=g) for _ in range(2))
 
     def median_step_ms(sync):
         times = []
@@ -118,7 +119,7 @@ def measure(build, python, n, column, args):
     rows = bench_jobs.worker_rows(
         build, n, __file__, "ddp_bench",
         ["--backend", backend, "--ddp", ddp, "--steps", str(args.steps),
-         "--warmup", str(args.warmup), "--batch", str(args.batch)] +
+         "--warmup", str(args.warmup), "--batch", str(args.batch), "--width", str(args.width)] +
         (["--bucket-view"] if args.bucket_view else []) +
         (["--shared-tensors"] if args.shared_tensors else []), python=python)
     rows = [r for r in rows if r[0] == f"{backend}/{ddp}" and r[1] == str(n)]
@@ -135,6 +136,8 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=BATCH, help="samples per rank")
+    p.add_argument("--width", type=int, default=WIDTH,
+                   help="the MLP's layer width (6 square Linear layers)")
     p.add_argument("--bucket-view", action="store_true",
                    help="DDP(gradient_as_bucket_view=True) on both backends: gradients live "
                         "in the allreduce buckets, saving DDP two copies of them per step")
@@ -152,9 +155,9 @@ def main():
         return worker(args)
 
     base, cand = args.backends.split(",")
-    params = LAYERS * (WIDTH * WIDTH + WIDTH)
-    print(f"DDP, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}): {params / 1e6:.1f}M parameters "
-          f"({params * 4 / 2**20:.0f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
+    params = LAYERS * (args.width * args.width + args.width)
+    print(f"DDP, MLP {LAYERS} x Linear({args.width}, {args.width}): {params / 1e6:.2f}M parameters "
+          f"({params * 4 / 2**20:.1f} MiB fp32 grads), batch {args.batch} per rank, SGD, "
           f"gradient_as_bucket_view={args.bucket_view}, "
           f"NEURON_SHARED_TENSORS={int(args.shared_tensors)}; "
           f"median of {args.steps} steps after {args.warmup} warm-up, slowest rank per step; "
