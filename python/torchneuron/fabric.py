@@ -32,7 +32,8 @@ def _process_group(group):
 
 
 def records(group=None):
-    """Returns one dict per completed collective: op, sequence, bytes,
+    """Returns one dict per completed collective (the latest 4096 of the
+    group; totals() counts them all): op, sequence, bytes,
     wall_us, modelled_us, fabric_algorithm, arrival_us, start_us, end_us,
     algbw_gbps and busbw_gbps (nccl-tests definitions, modelled time), and
     registered (the allreduce worked in place on every rank's registered
