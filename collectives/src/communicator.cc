@@ -9,7 +9,6 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
-#include <set>
 #include <string_view>
 
 #include "communicator_internal.h"
@@ -404,17 +403,6 @@ Communicator::Agreed Communicator::RingMax(Agreed mine, const Label& what) {
   return current;
 }
 
-namespace {
-// A view of a copy of `name` that lives as long as the process (the
-// records' algorithm names): one copy per distinct name.
-std::string_view Interned(const std::string& name) {
-  static std::mutex mutex;
-  static auto* names = new std::set<std::string, std::less<>>;  // never freed: views outlive exit
-  const std::lock_guard<std::mutex> lock(mutex);
-  return *names->insert(name).first;
-}
-}  // namespace
-
 const Communicator::Modelled& Communicator::Model(const Header& h, double bytes) {
   const auto key = std::make_tuple(static_cast<int>(h.op), bytes, h.root);
   if (last_model_ == nullptr || key != last_model_->first) {
@@ -424,7 +412,7 @@ const Communicator::Modelled& Communicator::Model(const Header& h, double bytes)
           *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
       Modelled m;
       m.micros = cost.micros;
-      m.algorithm = Interned(cost.algorithm);
+      m.algorithm = cost.algorithm;
       if (m.micros > 0) {
         m.algbw_gbps = bytes / m.micros / 1e3;
         m.busbw_gbps = m.algbw_gbps * runtime::BusBandwidthFactor(FabricKind(h.op), size_);

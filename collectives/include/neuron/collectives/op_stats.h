@@ -11,7 +11,7 @@
 
 namespace neuron::collectives {
 
-// The names are views of strings that live as long as the process.
+// The names are views of static strings (string literals).
 struct OpRecord {
   std::string_view op;         // "allreduce", ...
   std::uint64_t sequence = 0;

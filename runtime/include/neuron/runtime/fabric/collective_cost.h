@@ -16,7 +16,7 @@ namespace neuron::runtime {
 
 struct CollectiveCost {
   double micros = 0;
-  std::string algorithm;  // the schedule's name, e.g. "ring", "linear"
+  const char* algorithm = "";  // the schedule's name, e.g. "ring", "linear" (static)
 };
 
 // `kind` is a CollectiveKind name ("allreduce", "allgather", "reducescatter",

@@ -3,7 +3,6 @@
 // starts then (the algorithms modelled here are bulk-synchronous).
 #pragma once
 
-#include <string>
 #include <vector>
 
 namespace neuron::runtime {
@@ -19,7 +18,9 @@ struct Step {
 };
 
 struct Schedule {
-  std::string algorithm;  // "ring", "mesh", "rdh", "recursive_doubling", ...
+  // "ring", "mesh", "rdh", "recursive_doubling", ...: a string literal (it
+  // lives as long as the process, so costs and records hold it as is).
+  const char* algorithm = "";
   std::vector<Step> steps;
 };
 
