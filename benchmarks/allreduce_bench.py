@@ -23,10 +23,10 @@ the medians are compared. This machine's two vCPUs move between states in
 which a cache line crosses between them in ~50 ns or ~200 ns, for seconds
 at a time; alternating keeps one library from getting the slow minutes.
 """
-import statistics
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 

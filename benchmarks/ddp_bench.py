@@ -128,6 +128,11 @@ def measure(build, python, n, column, args):
     return tuple(float(v) for v in rows[0][2:5])
 
 
+def medians(runs):
+    """Column-wise medians of (step ms, compute ms, no-comm ms) rows."""
+    return tuple(statistics.median(column) for column in zip(*runs))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
@@ -166,12 +171,12 @@ def main():
           f"{cand + ' ms':>9} | {cand + '/' + base:>11} {'floor':>5} {'target':>7}")
     misses = []
     for n in [int(r) for r in args.ranks.split(",")]:
-        rounds = [(measure(args.build, args.python, n, base, args),
-                   measure(args.build, args.python, n, cand, args))
-                  for _ in range(max(1, args.rounds))]
-        (t_base, compute_base, free_base), (t_cand, compute_cand, free_cand) = (
-            tuple(statistics.median(r[side][k] for r in rounds) for k in range(3))
-            for side in range(2))
+        base_runs, cand_runs = [], []
+        for _ in range(max(1, args.rounds)):  # alternating
+            base_runs.append(measure(args.build, args.python, n, base, args))
+            cand_runs.append(measure(args.build, args.python, n, cand, args))
+        t_base, compute_base, free_base = medians(base_runs)
+        t_cand, compute_cand, free_cand = medians(cand_runs)
         compute = min(compute_base, compute_cand)
         free = min(x for x in (free_base, free_cand, t_base, t_cand) if x > 0)
         ratio = t_cand / t_base

@@ -297,12 +297,14 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
   throw InvalidUsage(message);
 }
 
+std::size_t Communicator::SlotOffset() const { return (sequence_ % 2) * kHeaderSlot; }
+
 char* Communicator::InlineData(int rank) const {
-  return shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot + detail::kHeaderBytes;
+  return shm_->Window(rank) + SlotOffset() + detail::kHeaderBytes;
 }
 
 const unsigned char* Communicator::TinyData(int rank) const {
-  return reinterpret_cast<const Header*>(shm_->Window(rank) + (sequence_ % 2) * kHeaderSlot)->tiny;
+  return reinterpret_cast<const Header*>(shm_->Window(rank) + SlotOffset())->tiny;
 }
 
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
@@ -316,7 +318,7 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
     const Label what = Describing(mine);
-    const std::size_t slot = (sequence_ % 2) * kHeaderSlot;
+    const std::size_t slot = SlotOffset();
     static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
     if (mine.path == detail::kPathHeaderLine) {
       NEURON_CHECK(staged_bytes <= detail::kTinyBytes, what, ": ", staged_bytes,

@@ -136,7 +136,9 @@ void ReduceFewAs(Op op, const void* const* inputs, std::size_t n, void* out,
   using A = typename Traits::Acc;
   for (std::size_t i = 0; i < count; ++i) {
     A a = Traits::Load(static_cast<const S*>(inputs[0])[i]);
-    for (std::size_t k = 1; k < n; ++k) a = op(a, Traits::Load(static_cast<const S*>(inputs[k])[i]));
+    for (std::size_t k = 1; k < n; ++k) {
+      a = op(a, Traits::Load(static_cast<const S*>(inputs[k])[i]));
+    }
     if (average) a = static_cast<A>(a / static_cast<A>(divisor));
     static_cast<S*>(out)[i] = Traits::Store(a);
   }
@@ -145,7 +147,9 @@ void ReduceFewAs(Op op, const void* const* inputs, std::size_t n, void* out,
 template <typename Traits, typename Op>
 void ReduceInputsAs(Op op, const void* const* inputs, std::size_t n, void* out,
                     std::size_t count, std::size_t divisor, bool average) {
-  if (count <= kFewElements) return ReduceFewAs<Traits>(op, inputs, n, out, count, divisor, average);
+  if (count <= kFewElements) {
+    return ReduceFewAs<Traits>(op, inputs, n, out, count, divisor, average);
+  }
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
   auto* o = static_cast<S*>(out);
@@ -155,18 +159,9 @@ void ReduceInputsAs(Op op, const void* const* inputs, std::size_t n, void* out,
   // inputs are combined strictly left to right.
   for (std::size_t start = 0; start < count; start += kBlock) {
     const std::size_t len = std::min(kBlock, count - start);
-    // acc = in0 op in1, then op in2, ...: the first two combined directly,
-    // not copied first (a copy of a few elements costs more than the sum).
     const S* first = static_cast<const S*>(inputs[0]) + start;
-    if (n == 1) {
-      for (std::size_t i = 0; i < len; ++i) acc[i] = Traits::Load(first[i]);
-    } else {
-      const S* second = static_cast<const S*>(inputs[1]) + start;
-      for (std::size_t i = 0; i < len; ++i) {
-        acc[i] = op(Traits::Load(first[i]), Traits::Load(second[i]));
-      }
-    }
-    for (std::size_t k = 2; k < n; ++k) {
+    for (std::size_t i = 0; i < len; ++i) acc[i] = Traits::Load(first[i]);
+    for (std::size_t k = 1; k < n; ++k) {
       const S* in = static_cast<const S*>(inputs[k]) + start;
       for (std::size_t i = 0; i < len; ++i) acc[i] = op(acc[i], Traits::Load(in[i]));
     }

@@ -470,22 +470,23 @@ double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const
   // Counted parameters that lie next to each other in the shard are
   // summed as one run: one reduction per run, not per parameter.
   at::Tensor sum = at::zeros({}, at::kDouble);
-  std::int64_t run_lo = 0, run_hi = 0;  // the current run, [lo, hi) in the flat vector
-  auto flush = [&] {
+  std::int64_t run_lo = begin, run_hi = begin;  // the current run, [lo, hi) in the flat vector
+  auto add_run = [&] {
     if (run_hi > run_lo) {
       sum += g.narrow(0, run_lo - begin, run_hi - run_lo).to(at::kDouble).pow(2).sum();
     }
-    run_lo = run_hi = 0;
   };
   for (std::size_t i = 0; i < counted.size(); ++i) {
     const std::int64_t lo = std::max(begin, s.offsets[i]);
     const std::int64_t hi = std::min(end, s.offsets[i] + s.numels[i]);
     if (!counted[i] || lo >= hi) continue;
-    if (run_hi != lo) flush();
-    if (run_hi == run_lo) run_lo = lo;
+    if (lo != run_hi) {  // a gap: the run so far is complete
+      add_run();
+      run_lo = lo;
+    }
     run_hi = hi;
   }
-  flush();
+  add_run();
   return sum.item<double>();
 }
 

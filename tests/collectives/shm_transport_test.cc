@@ -20,10 +20,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using collectives::testing::RunRanks;
+using collectives::testing::ShmSegments;  // segments left in /dev/shm, by store uid
 using testing::ExchangeWithEveryRank;
-
-// Segments in /dev/shm of the transports whose store holds `uid` ("shm/uid").
-int ShmSegments(const std::string& uid) { return collectives::testing::ShmSegments({uid}); }
 
 // Every rank sends to every rank (itself included) messages of several sizes,
 // bigger than the ring, so flow control and wrap-around are exercised.
@@ -41,7 +39,7 @@ TEST(ShmTransport, AllPairsStreamsArriveIntact) {
     });
   }
   ASSERT_EQ(uids.size(), 4u);
-  for (const auto& uid : uids) EXPECT_EQ(ShmSegments(uid), 0) << "segments left in /dev/shm";
+  for (const auto& uid : uids) EXPECT_EQ(ShmSegments({uid}), 0) << "segments left in /dev/shm";
 }
 
 TEST(ShmTransport, MessagesToOnePeerKeepTheirOrder) {
@@ -200,7 +198,7 @@ TEST(ShmTransport, DeadPeerIsNamedWithinTheCheckInterval) {
   ::waitpid(child, nullptr, 0);
   const std::string uid = store.Get("shm/uid", 5s);
   std::system(("rm -rf " + std::string(tmpl)).c_str());
-  EXPECT_EQ(ShmSegments(uid), 0);
+  EXPECT_EQ(ShmSegments({uid}), 0);
 }
 
 TEST(ShmTransport, BadArgumentsAreRejected) {

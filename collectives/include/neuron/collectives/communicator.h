@@ -319,6 +319,9 @@ class Communicator {
   // with the header, for the ranks to read until the next collective.
   Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
                    const void* slot_data = nullptr, std::size_t slot_bytes = 0);
+  // The current collective's header slot in every window (by sequence
+  // parity: communicator_internal.h).
+  std::size_t SlotOffset() const;
   // Where rank `rank` puts the current collective's inline data.
   char* InlineData(int rank) const;
   // Rank `rank`'s kPathHeaderLine data, in its current header.
