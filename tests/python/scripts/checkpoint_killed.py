@@ -11,25 +11,23 @@ manifest: the job fails. The pytest side then checks that DIR still loads,
 as step 1's state.
 """
 import argparse
-import datetime
 import os
 
 import torch
-import torch.distributed as dist
 
 import torchneuron  # noqa: F401
 import torchneuron.parallel as parallel
 from torchneuron import _C
 from torchneuron.models.gpt import GPT, GPTConfig
 
+import job  # tests/python/scripts/job.py: the shared job start
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True)
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=60))
-    rank = dist.get_rank()
+    rank = job.start(timeout_s=60).rank
     torch.manual_seed(1)
     model = GPT(GPTConfig(vocab_size=20, seq_len=4, dim=16, heads=2, layers=1), tp_group=False)
     zero = parallel.FullyShardedDataParallel(model, stage=2)

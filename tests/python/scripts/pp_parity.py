@@ -26,7 +26,6 @@ gradients really are scaled. Rank 0 prints one line, with the
 first stage's modelled bubble next to the schedule's and the formula's.
 """
 import argparse
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -35,6 +34,8 @@ import torchneuron  # noqa: F401
 import torchneuron.parallel as parallel
 from torchneuron.models.gpt import GPT, GPTConfig
 from torchneuron.parallel import pipeline, tensor_parallel as tp
+
+import job  # tests/python/scripts/job.py: the shared job start
 
 CFG = GPTConfig(vocab_size=40, seq_len=8, dim=32, heads=4, layers=4)
 BATCH = 7
@@ -51,10 +52,8 @@ def main():
     p.add_argument("--sp", action="store_true", help="sequence parallel")
     p.add_argument("--clip", type=float, help="clip the global gradient norm to this")
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
+    rank = job.start().rank
     parallel.initialize(tp=args.tp, pp=args.pp)
-    rank = dist.get_rank()
 
     torch.manual_seed(11)
     ref = GPT(CFG, tp_group=False)

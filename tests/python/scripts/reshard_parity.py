@@ -15,7 +15,6 @@ trains on half the batch) within the fp32 assert_close defaults. Rank 0
 prints one line.
 """
 import argparse
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -24,6 +23,8 @@ import torchneuron  # noqa: F401
 import torchneuron.parallel as parallel
 from torchneuron.models.gpt import GPT, Block, GPTConfig
 from torchneuron.parallel import pipeline
+
+import job  # tests/python/scripts/job.py: the shared job start
 
 CFG = GPTConfig(vocab_size=41, seq_len=8, dim=32, heads=4, layers=2)  # 41: padded at tp 2
 BATCH = 8
@@ -67,9 +68,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True)
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
-    rank = dist.get_rank()
+    rank = job.start().rank
 
     torch.manual_seed(3)
     ref = GPT(CFG, tp_group=False)

@@ -17,7 +17,6 @@ the one-device model drops (with --sp too: each rank keeps its slice of the
 whole sequence's mask). Rank 0 prints one summary line.
 """
 import argparse
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -26,6 +25,8 @@ import torchneuron  # noqa: F401
 import torchneuron.parallel as parallel
 from torchneuron.models.gpt import GPT, GPTConfig
 from torchneuron.parallel import tensor_parallel as tp
+
+import job  # tests/python/scripts/job.py: the shared job start
 
 CFG = GPTConfig(vocab_size=51, seq_len=8, dim=32, heads=4, layers=2)
 
@@ -39,10 +40,8 @@ def main():
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--sp", action="store_true", help="sequence parallel")
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
+    rank = job.start().rank
     parallel.initialize(tp=args.tp)
-    rank = dist.get_rank()
 
     torch.manual_seed(11)
     ref = GPT(CFG, tp_group=False)

@@ -25,7 +25,6 @@ gradient reduction within bf16 precision. Rank 0 prints one line per
 check.
 """
 import argparse
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -35,6 +34,8 @@ import torch.utils.checkpoint
 import torchneuron  # registers "neuron"
 import torchneuron.fabric
 import torchneuron.parallel as parallel
+
+import job  # tests/python/scripts/job.py: the shared job start
 
 SEED, BATCH, IN, HIDDEN, OUT, LR = 7, 24, 12, 20, 6, 0.01
 
@@ -298,9 +299,8 @@ def main():
     p.add_argument("--stages", default="123")
     p.add_argument("--steps", type=int, default=10)
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    env = job.start()
+    rank, world = env.rank, env.world_size
     assert BATCH % world == 0
     for stage in map(int, args.stages):
         tensors = parity(stage, args.steps, rank, world)
