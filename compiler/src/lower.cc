@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "neuron/compiler/device_dtypes.h"
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
 #include "neuron/compiler/schedule.h"
@@ -21,17 +22,6 @@ namespace {
 namespace rp = runtime::proto;
 
 constexpr std::uint64_t kAlignment = 64;
-
-rp::ElementType ElementTypeOf(const std::string& dtype, const std::string& where) {
-  static const std::map<std::string, rp::ElementType> kTypes = {
-      {"f32", rp::F32}, {"bf16", rp::BF16}, {"f16", rp::F16}, {"i64", rp::I64},
-      {"i32", rp::I32}, {"i8", rp::I8},     {"u8", rp::U8},   {"bool", rp::BOOL}};
-  auto it = kTypes.find(dtype);
-  NEURON_CHECK(
-      it != kTypes.end(), where, ": dtype ", dtype,
-      " is not supported on the device (float32, bfloat16, float16 and integers are)");
-  return it->second;
-}
 
 std::int64_t Elements(const proto::TensorType& t) {
   std::int64_t n = 1;
@@ -120,7 +110,7 @@ class Lowering {
     Slot s;
     s.value = v;
     s.space = space;
-    s.dtype = ElementTypeOf(v.type().dtype(), where);
+    s.dtype = DeviceElementType(v.type().dtype(), where);
     s.bytes =
         static_cast<std::uint64_t>(Elements(v.type())) * runtime::ElementBytes(s.dtype);
     s.buffer = static_cast<std::uint32_t>(slots_.size());

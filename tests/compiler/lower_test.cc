@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "neuron/compiler/device_dtypes.h"
 #include "neuron/compiler/graph_text.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
@@ -78,6 +79,22 @@ std::vector<float> MatMul(const std::vector<float>& a, const std::vector<float>&
     for (int p = 0; p < k; ++p)
       for (int j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
   return c;
+}
+
+TEST(DeviceDtypes, IrNamesAndElementTypesMapBothWays) {
+  namespace rp = runtime::proto;
+  for (const char* ir : {"f32", "bf16", "f16", "i64", "i32", "i8", "u8", "bool"}) {
+    EXPECT_STREQ(IrDtypeName(DeviceElementType(ir, "test")), ir);
+  }
+  EXPECT_EQ(DeviceElementType("bf16", "test"), rp::BF16);
+  try {
+    DeviceElementType("f64", "graph g: input x");
+    ADD_FAILURE() << "f64 was accepted";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("graph g: input x: dtype f64 is not supported"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Lower, AnMlpRunsOnTheExecutorAndMatchesTheReferenceBitwise) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "neuron/compiler/device_dtypes.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -12,17 +13,16 @@ namespace rp = runtime::proto;
 
 namespace {
 
-// The dtypes the device takes: torch's, the runtime's, the IR's name.
+// The dtypes the device takes: torch's and the runtime's (device_dtypes.h
+// names them in the IR).
 struct DeviceType {
   at::ScalarType torch;
   rp::ElementType device;
-  const char* ir;
 };
-constexpr DeviceType kTypes[] = {
-    {at::kFloat, rp::F32, "f32"}, {at::kBFloat16, rp::BF16, "bf16"},
-    {at::kHalf, rp::F16, "f16"},  {at::kLong, rp::I64, "i64"},
-    {at::kInt, rp::I32, "i32"},   {at::kChar, rp::I8, "i8"},
-    {at::kByte, rp::U8, "u8"},    {at::kBool, rp::BOOL, "bool"}};
+constexpr DeviceType kTypes[] = {{at::kFloat, rp::F32}, {at::kBFloat16, rp::BF16},
+                                 {at::kHalf, rp::F16},  {at::kLong, rp::I64},
+                                 {at::kInt, rp::I32},   {at::kChar, rp::I8},
+                                 {at::kByte, rp::U8},   {at::kBool, rp::BOOL}};
 
 const DeviceType& Find(at::ScalarType type, const std::string& where) {
   for (const auto& t : kTypes) {
@@ -39,7 +39,7 @@ rp::ElementType ElementTypeOf(at::ScalarType type) {
 }
 
 std::string IrDtypeOf(at::ScalarType type, const std::string& where) {
-  return Find(type, where).ir;
+  return IrDtypeName(Find(type, where).device);
 }
 
 at::ScalarType ScalarTypeOf(rp::ElementType type) {

@@ -91,13 +91,7 @@ def _split(full, dim, group):
     the group size."""
     size, rank = _size_rank(group)
     n = full.shape[dim]
-    padded = math.ceil(n / size) * size
-    if padded != n:
-        pad = list(full.shape)
-        pad[dim] = padded - n
-        full = torch.cat([full, full.new_zeros(pad)], dim)
-    part = padded // size
-    p = nn.Parameter(full.narrow(dim, rank * part, part).clone())
+    p = nn.Parameter(slice_padded(full, dim, math.ceil(n / size), rank).clone())
     p.tensor_parallel_dim, p.tensor_parallel_full = dim, n
     return p
 
