@@ -64,8 +64,20 @@ proto::RankTrace OpTrace::Snapshot(int rank, int world_size,
 
 void OpTrace::Save(const std::string& path, int rank, int world_size,
                    const proto::TraceLayout& layout) const {
+  // Serialized protos concatenate into the merge of the two messages: the
+  // recorded ops as they are, then rank, world size and layout (which the
+  // record never sets), with no copy of the ops as Snapshot would make.
+  proto::RankTrace header;
+  header.set_rank(rank);
+  header.set_world_size(world_size);
+  *header.mutable_layout() = layout;
   std::string bytes;
-  NEURON_CHECK(Snapshot(rank, world_size, layout).SerializeToString(&bytes),
+  bool serialized = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    serialized = trace_.AppendToString(&bytes);
+  }
+  NEURON_CHECK(serialized && header.AppendToString(&bytes),
                "cannot serialize the trace of rank ", rank);
   WriteFileAtomically(path, bytes);
 }

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
-#include "neuron/runtime/files.h"
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 #include "rank_threads.h"
@@ -36,8 +36,9 @@ struct Job {
 // once), a data-parallel gradient all-reduce overlapped with more compute,
 // a message between the tensor-parallel pair, a barrier on the world.
 // Compute depends on the tensor-parallel rank only, so every data-parallel
-// replica does the same work (what replay assumes).
-Job RunJob(int world, int tp) {
+// replica does the same work (what replay assumes). With `save_dir`, each
+// rank also saves its trace there (OpTrace::Save, rank_N.pb).
+Job RunJob(int world, int tp, const std::string& save_dir = "") {
   Job job;
   job.traces.resize(world);
   job.step_us.assign(world, std::vector<double>(kSteps));
@@ -87,6 +88,9 @@ Job RunJob(int world, int tp) {
     layout.set_pp(1);
     layout.set_dp(world / tp);
     job.traces[rank] = trace->Snapshot(rank, world, layout);
+    if (!save_dir.empty()) {
+      trace->Save(save_dir + "/rank_" + std::to_string(rank) + ".pb", rank, world, layout);
+    }
   });
   return job;
 }
@@ -104,7 +108,10 @@ runtime::FabricModel OneNode(int world) {
 }
 
 TEST(TraceReplay, ReplayOfARealRunGivesItsModelledSteps) {
-  const Job job = RunJob(4, 2);
+  const std::string dir = ::testing::TempDir() + "/trace_replay_saved";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Job job = RunJob(4, 2, dir);
   const auto result = runtime::ReplayTraces(job.traces, OneNode(4));
   ASSERT_EQ(result.steps.size(), static_cast<std::size_t>(kSteps));
   EXPECT_EQ(result.world_size, 4);
@@ -119,15 +126,15 @@ TEST(TraceReplay, ReplayOfARealRunGivesItsModelledSteps) {
     EXPECT_DOUBLE_EQ(result.steps[step].rank0_bytes.at("allreduce"),
                      (16 << 10) * 4.0 + (1 << 20) * 4.0);
   }
-  // Saved and loaded: the same.
-  const std::string dir = ::testing::TempDir() + "/trace_replay_saved";
-  std::filesystem::create_directories(dir);
-  for (const auto& t : job.traces) {
-    std::string bytes;
-    ASSERT_TRUE(t.SerializeToString(&bytes));
-    runtime::WriteFileAtomically(dir + "/rank_" + std::to_string(t.rank()) + ".pb", bytes);
+  // Saved (OpTrace::Save) and loaded: the snapshots, field for field.
+  const auto loaded = runtime::LoadJobTraces(dir);
+  ASSERT_EQ(loaded.size(), job.traces.size());
+  for (std::size_t r = 0; r < loaded.size(); ++r) {
+    EXPECT_EQ(loaded[r].rank(), static_cast<int>(r));
+    EXPECT_EQ(loaded[r].layout().tp(), 2);
+    EXPECT_EQ(loaded[r].SerializeAsString(), job.traces[r].SerializeAsString()) << r;
   }
-  EXPECT_NEAR(runtime::ReplayTraces(runtime::LoadJobTraces(dir), OneNode(4)).steps[1].modelled_us,
+  EXPECT_NEAR(runtime::ReplayTraces(loaded, OneNode(4)).steps[1].modelled_us,
               result.steps[1].modelled_us, 1e-9);
   std::filesystem::remove_all(dir);
 }
