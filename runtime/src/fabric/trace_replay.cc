@@ -40,37 +40,43 @@ class RankMap {
 
   // The target members of recorded `group` as seen by `target_rank`, in
   // ascending order, and the index of recorded member `root` among them.
-  std::vector<int> Group(const proto::TraceCollective& c, int target_rank, int* root) const {
-    std::vector<int> group(c.group().begin(), c.group().end());
+  // Every member of every collective asks, so a group is mapped once per
+  // (recorded group, replica) and then looked up: O(recorded group size)
+  // per call, not O(target group size).
+  const std::vector<int>& Group(const proto::TraceCollective& c, int target_rank, int* root) {
+    const std::vector<int> recorded(c.group().begin(), c.group().end());
     if (identity()) {
       *root = c.root();
-      return group;
+      return Cached(recorded, -1, [&] { return recorded; });
     }
     std::set<std::pair<int, int>> positions;  // (tensor, pipeline)
     std::set<int> replicas;
-    for (int g : group) {
+    for (int g : recorded) {
       positions.insert({from_.Tensor(g), from_.Pipeline(g)});
       replicas.insert(from_.Data(g));
     }
     const bool spans = replicas.size() > 1;
-    NEURON_CHECK(positions.size() * replicas.size() == group.size() &&
+    NEURON_CHECK(positions.size() * replicas.size() == recorded.size() &&
                      (!spans || static_cast<int>(replicas.size()) == from_.dp),
                  "cannot scale the ", c.kind(), " on communicator ", c.communicator(),
                  ": its group spans part of the data-parallel axis (", replicas.size(),
                  " of ", from_.dp, " replicas)");
-    std::vector<int> out;
-    for (const auto& [t, p] : positions) {
-      if (spans) {
-        for (int d = 0; d < to_.dp; ++d) out.push_back(to_.Rank(t, p, d));
-      } else {
-        out.push_back(to_.Rank(t, p, to_.Data(target_rank)));
+    const std::vector<int>& out = Cached(recorded, spans ? -1 : to_.Data(target_rank), [&] {
+      std::vector<int> members;
+      for (const auto& [t, p] : positions) {
+        if (spans) {
+          for (int d = 0; d < to_.dp; ++d) members.push_back(to_.Rank(t, p, d));
+        } else {
+          members.push_back(to_.Rank(t, p, to_.Data(target_rank)));
+        }
       }
-    }
-    std::sort(out.begin(), out.end());
-    const int r = group[static_cast<std::size_t>(c.root())];
+      std::sort(members.begin(), members.end());
+      return members;
+    });
+    const int r = recorded[static_cast<std::size_t>(c.root())];
     const int mapped = to_.Rank(from_.Tensor(r), from_.Pipeline(r),
                                 spans ? from_.Data(r) % to_.dp : to_.Data(target_rank));
-    *root = static_cast<int>(std::find(out.begin(), out.end(), mapped) - out.begin());
+    *root = static_cast<int>(std::lower_bound(out.begin(), out.end(), mapped) - out.begin());
     return out;
   }
 
@@ -85,7 +91,18 @@ class RankMap {
   }
 
  private:
+  // The target group of (recorded group, replica or -1), made by `make` the
+  // first time.
+  template <typename Make>
+  const std::vector<int>& Cached(const std::vector<int>& recorded, int replica, Make make) {
+    auto key = std::make_pair(recorded, replica);
+    auto it = groups_.find(key);
+    if (it == groups_.end()) it = groups_.emplace(std::move(key), make()).first;
+    return it->second;
+  }
+
   Mesh from_, to_;
+  std::map<std::pair<std::vector<int>, int>, std::vector<int>> groups_;
 };
 
 // An issued operation waiting on its lane.
@@ -269,11 +286,11 @@ class Replayer {
       if (!p.posted) {
         const proto::TraceCollective& c = issue.collectives(p.part);
         int root = 0;
-        std::vector<int> group = map_.Group(c, r, &root);
+        const std::vector<int>& group = map_.Group(c, r, &root);
         p.match = StrCat(c.communicator(), "@", group[0], "#", c.sequence());
         Match& m = matches_[p.match];
         if (m.posted == 0) {
-          m.group = std::move(group);
+          m.group = group;
           m.kind = c.kind();
           m.root = root;
         }
