@@ -3,6 +3,7 @@
 // address inside a live allocation.
 #include "neuron/collectives/transport/shared_buffers.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -117,6 +118,38 @@ TEST(PeerBufferMap, ARecycledDescriptorIsMappedAnew) {
   ASSERT_NE(two.inode, one.inode);
   EXPECT_EQ(map.Map(two)[0], 'b');
   pool.Free(second);
+}
+
+// Segments their owner released are unmapped by the next sweep (when the
+// mapped bytes pass the threshold); segments still held stay mapped.
+TEST(PeerBufferMap, ASweepUnmapsReleasedSegmentsOnly) {
+  constexpr std::size_t kBytes = 64 << 10;
+  SharedBufferPool pool(0);      // keeps no free segment: Free releases
+  PeerBufferMap map(3 * kBytes);  // sweeps once more than 3 segments are mapped
+  std::vector<char*> buffers;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(static_cast<char*>(pool.Allocate(kBytes)));
+    buffers.back()[0] = static_cast<char>('a' + i);
+    ASSERT_EQ(map.Map(*pool.Find(buffers.back(), kBytes))[0], 'a' + i);
+  }
+  pool.Free(buffers[0]);
+  pool.Free(buffers[1]);
+  EXPECT_EQ(map.mappings(), 3u);  // no sweep yet: still mapped here
+  // Other files take the released descriptors' numbers, so the next
+  // segment gets a new one (a recycled number is unmapped on sight).
+  const int other1 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int other2 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  auto* next = static_cast<char*>(pool.Allocate(kBytes));
+  next[0] = 'd';
+  EXPECT_EQ(map.Map(*pool.Find(next, kBytes))[0], 'd');  // 4 segments: a sweep
+  EXPECT_EQ(map.mappings(), 2u);
+  EXPECT_EQ(map.bytes_mapped(), 2 * kBytes);
+  EXPECT_EQ(map.Map(*pool.Find(buffers[2], kBytes))[0], 'c');  // still mapped
+  EXPECT_EQ(map.mappings(), 2u);
+  ::close(other1);
+  ::close(other2);
+  pool.Free(buffers[2]);
+  pool.Free(next);
 }
 
 // The process's pool in a forked child: disabled, so the child never hands

@@ -198,14 +198,42 @@ PeerBufferMap::~PeerBufferMap() {
   for (const Mapping& m : mappings_) ::munmap(m.base, m.bytes);
 }
 
+void PeerBufferMap::Unmap(std::vector<Mapping>::iterator it) {
+  ::munmap(it->base, it->bytes);
+  bytes_mapped_ -= it->bytes;
+  mappings_.erase(it);
+}
+
+namespace {
+
+std::string OwnerPath(std::int32_t pid, std::int32_t fd) {
+  return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+}
+
+}  // namespace
+
+void PeerBufferMap::SweepReleased() {
+  for (auto it = mappings_.begin(); it != mappings_.end();) {
+    struct stat st {};
+    const bool held = ::stat(OwnerPath(it->pid, it->fd).c_str(), &st) == 0 &&
+                      static_cast<std::uint64_t>(st.st_ino) == it->inode;
+    if (held) {
+      ++it;
+    } else {
+      const auto at = it - mappings_.begin();
+      Unmap(it);
+      it = mappings_.begin() + at;
+    }
+  }
+}
+
 char* PeerBufferMap::Map(const SharedRegion& region) {
   // A peer's segment mapped before: the common case, with no system call
   // and no lock. (Only other processes' segments are ever mapped here.)
   for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
     if (it->pid != region.pid || it->fd != region.fd) continue;
     if (it->inode == region.inode) return it->base + region.offset;
-    ::munmap(it->base, it->bytes);  // the descriptor holds another segment now
-    mappings_.erase(it);
+    Unmap(it);  // the descriptor holds another segment now
     break;
   }
   // Our own segment (ranks as threads of one process): its address here.
@@ -214,8 +242,7 @@ char* PeerBufferMap::Map(const SharedRegion& region) {
       SharedBufferPool::Instance().Owns(region.fd, region.inode, region.owner_base)) {
     return reinterpret_cast<char*>(region.owner_base) + region.offset;
   }
-  const std::string path =
-      "/proc/" + std::to_string(region.pid) + "/fd/" + std::to_string(region.fd);
+  const std::string path = OwnerPath(region.pid, region.fd);
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     throw IoError(StrCat("cannot open process ", region.pid, "'s shared buffer ", path, ": ",
@@ -236,6 +263,13 @@ char* PeerBufferMap::Map(const SharedRegion& region) {
   }
   mappings_.push_back({region.pid, region.fd, region.inode, static_cast<char*>(base),
                        region.segment_bytes});
+  bytes_mapped_ += region.segment_bytes;
+  if (bytes_mapped_ > sweep_at_bytes_) {
+    // The new mapping is held (just opened): a sweep never unmaps it, nor
+    // any buffer of the running operation (its owner is in it).
+    SweepReleased();
+    sweep_at_bytes_ = std::max(min_sweep_bytes_, 2 * bytes_mapped_);
+  }
   return static_cast<char*>(base) + region.offset;
 }
 

@@ -116,11 +116,19 @@ class SharedBufferPool {
 };
 
 // A communicator's mappings of its peers' segments, made on first use and
-// unmapped when it is destroyed (or when the peer's descriptor is found to
-// hold another segment). Not thread-safe (one communicator thread).
+// unmapped when it is destroyed, when the peer's descriptor is found to hold
+// another segment, or when a sweep finds the owner released the segment.
+// Sweeps run when the mapped bytes grow past twice what the last sweep left
+// (at least `sweep_bytes`): one stat of the owner's descriptor per mapping,
+// so a long job whose peers release segments (buffers of changing sizes, a
+// pool over its cap) does not keep their memory alive. Not thread-safe (one
+// communicator thread).
 class PeerBufferMap {
  public:
-  PeerBufferMap() = default;
+  static constexpr std::size_t kSweepBytes = std::size_t{256} << 20;
+
+  explicit PeerBufferMap(std::size_t sweep_bytes = kSweepBytes)
+      : min_sweep_bytes_(sweep_bytes), sweep_at_bytes_(sweep_bytes) {}
   ~PeerBufferMap();
   PeerBufferMap(const PeerBufferMap&) = delete;
   PeerBufferMap& operator=(const PeerBufferMap&) = delete;
@@ -130,6 +138,10 @@ class PeerBufferMap {
   // naming the process and descriptor when it cannot be opened or mapped.
   char* Map(const SharedRegion& region);
 
+  // Peers' segments mapped now, and their bytes (tests, docs).
+  std::size_t mappings() const { return mappings_.size(); }
+  std::size_t bytes_mapped() const { return bytes_mapped_; }
+
  private:
   struct Mapping {
     std::int32_t pid;
@@ -138,7 +150,15 @@ class PeerBufferMap {
     char* base;
     std::size_t bytes;
   };
+  // Unmaps the mappings whose owner no longer holds their segment behind
+  // their descriptor (released, or the owner gone).
+  void SweepReleased();
+  void Unmap(std::vector<Mapping>::iterator it);
+
   std::vector<Mapping> mappings_;
+  std::size_t bytes_mapped_ = 0;
+  std::size_t min_sweep_bytes_;
+  std::size_t sweep_at_bytes_;
 };
 
 }  // namespace neuron::collectives::transport
