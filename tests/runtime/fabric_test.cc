@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
@@ -145,6 +147,31 @@ TEST(FabricModel, DownLinkIsRoutedAroundOrNamed) {
   const auto& route = two_nodes.graph().Route(0, 2);
   ASSERT_EQ(route.size(), 3u);
   EXPECT_EQ(two_nodes.graph().link(route[1]).name, "chip 1 NIC out");
+}
+
+// Routes are made on first use from a chip: threads asking at once for
+// routes from the same chips get what one thread gets.
+TEST(FabricGraph, RoutesFromManyThreadsAreTheSequentialOnes) {
+  const Topology topo = Topology::Default();
+  const FabricGraph sequential(topo, 2), shared(topo, 2);
+  const int n = sequential.num_chips();
+  std::vector<std::vector<std::vector<int>>> expected(n, std::vector<std::vector<int>>(n));
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) expected[a][b] = sequential.Route(a, b);
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < n * n; ++i) {
+        const int a = (i + t * 7) % n, b = (i / n + t) % n;  // each thread its own order
+        if (shared.Route(a, b) != expected[a][b]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  EXPECT_EQ(expected[0][17].size(), 2u);  // chip 0 -> NIC -> chip 17 of the other node
 }
 
 TEST(FabricModel, FaultOnAMissingLinkIsRejected) {

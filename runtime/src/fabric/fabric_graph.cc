@@ -43,7 +43,8 @@ FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes) {
   for (int node = 0; node < nodes; ++node) AddTorusLinks(spec, node);
   if (nodes > 1) AddInterNodeLinks(spec, nodes);
   ApplyFaults(spec);
-  ComputeRoutes();
+  trees_.resize(num_chips_);
+  tree_made_ = std::make_unique<std::once_flag[]>(num_chips_);
 }
 
 int FabricGraph::AddLink(int from, int to, const proto::LinkSpec& spec, std::string name) {
@@ -129,12 +130,10 @@ void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
   }
 }
 
-void FabricGraph::ComputeRoutes() {
-  // Dijkstra from every chip: cost = (latency, hops, link id) compared in order.
-  using Cost = std::tuple<double, int>;
-  routes_.assign(num_chips_, std::vector<std::vector<int>>(num_chips_));
-  reachable_.assign(num_chips_, std::vector<bool>(num_chips_, false));
-  for (int src = 0; src < num_chips_; ++src) {
+const std::vector<int>& FabricGraph::TreeFrom(int src) const {
+  std::call_once(tree_made_[src], [&] {
+    // Dijkstra: cost = (latency, hops) compared in order.
+    using Cost = std::tuple<double, int>;
     std::vector<Cost> best(num_vertices_, {std::numeric_limits<double>::infinity(), 0});
     std::vector<int> via(num_vertices_, -1);
     std::priority_queue<std::pair<Cost, int>, std::vector<std::pair<Cost, int>>,
@@ -156,27 +155,23 @@ void FabricGraph::ComputeRoutes() {
         }
       }
     }
-    for (int dst = 0; dst < num_chips_; ++dst) {
-      if (dst == src) {
-        reachable_[src][dst] = true;
-        continue;
-      }
-      if (via[dst] < 0) continue;
-      reachable_[src][dst] = true;
-      auto& route = routes_[src][dst];
-      for (int v = dst; v != src; v = links_[via[v]].from) route.push_back(via[v]);
-      std::reverse(route.begin(), route.end());
-    }
-  }
+    trees_[src] = std::move(via);
+  });
+  return trees_[src];
 }
 
-const std::vector<int>& FabricGraph::Route(int from, int to) const {
+std::vector<int> FabricGraph::Route(int from, int to) const {
   NEURON_CHECK(from >= 0 && from < num_chips_ && to >= 0 && to < num_chips_,
                "route between chips ", from, " and ", to, " outside the fabric's ",
                num_chips_, " chips");
-  NEURON_CHECK(reachable_[from][to], "no route from chip ", from, " to chip ", to,
+  std::vector<int> route;
+  if (from == to) return route;
+  const std::vector<int>& via = TreeFrom(from);
+  NEURON_CHECK(via[to] >= 0, "no route from chip ", from, " to chip ", to,
                " on the fabric: links down: ", down_links_);
-  return routes_[from][to];
+  for (int v = to; v != from; v = links_[via[v]].from) route.push_back(via[v]);
+  std::reverse(route.begin(), route.end());
+  return route;
 }
 
 }  // namespace neuron::runtime

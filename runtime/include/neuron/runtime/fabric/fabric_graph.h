@@ -8,11 +8,15 @@
 //   FabricGraph graph(Topology::Default(), /*num_nodes=*/2);
 //   for (int link : graph.Route(0, 17)) std::cout << graph.link(link).name;
 //
-// Routes are least-latency paths (ties: fewer hops, then lower link ids),
-// computed once at construction, so Route() is cheap and thread-safe.
+// Routes are least-latency paths (ties: fewer hops). The first route from a
+// chip computes that chip's shortest-path tree (one int per vertex), once,
+// thread-safely; later ones walk it. So a model's memory and set-up grow
+// with the chips it routes from, not with the square of the topology's.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,22 +46,24 @@ class FabricGraph {
 
   // Link ids from chip `from` to chip `to` (empty when equal). Throws
   // InvalidUsage naming the down links when faults leave no route.
-  const std::vector<int>& Route(int from, int to) const;
+  std::vector<int> Route(int from, int to) const;
 
  private:
   int AddLink(int from, int to, const proto::LinkSpec& spec, std::string name);
   void AddTorusLinks(const proto::TopologySpec& spec, int node);
   void AddInterNodeLinks(const proto::TopologySpec& spec, int nodes);
   void ApplyFaults(const proto::TopologySpec& spec);
-  void ComputeRoutes();
+  // The shortest-path tree from chip `src`: per vertex, the link into it
+  // (-1: none, or `src` itself). Made on first use.
+  const std::vector<int>& TreeFrom(int src) const;
 
   int num_chips_ = 0;
   int chips_per_node_ = 0;
   int num_vertices_ = 0;
   std::vector<Link> links_;
   std::vector<std::vector<int>> out_links_;       // per vertex
-  std::vector<std::vector<std::vector<int>>> routes_;  // [from][to] -> links
-  std::vector<std::vector<bool>> reachable_;
+  mutable std::vector<std::vector<int>> trees_;  // [src], see TreeFrom
+  std::unique_ptr<std::once_flag[]> tree_made_;
   std::string down_links_;                          // for error messages
 };
 
