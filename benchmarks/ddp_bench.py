@@ -24,7 +24,7 @@ ratio measures DDP's own work and the machine rather than the backend. With
 this machine's torch (generic BLAS, 2 cores) a batch of 8 per rank costs ~80
 ms of compute per step against ~50 ms of Gloo allreduce at 2 ranks (floor
 0.63-0.75), so the batch is 1 per rank; and the width is 256, where the floor
-is 0.1-0.25 at 2-8 ranks. At W = 512 it is 0.3-0.44, and at W = 1024 0.36-0.55
+is 0.10-0.28 at 2-8 ranks. At W = 512 it is 0.3-0.44, and at W = 1024 0.36-0.55
 moving with the machine's spells (DDP's copies of 24 MiB of gradients into and
 out of its buckets alone cost 3-8 ms per step): there no backend can meet the
 target reliably.

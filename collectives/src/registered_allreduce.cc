@@ -47,6 +47,7 @@ bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, Data
   if (registered < size_) return false;
   const std::size_t esize = ElementSize(dtype);
   if (peer_buffers_ == nullptr) peer_buffers_ = std::make_unique<transport::PeerBufferMap>();
+  peer_buffers_->SweepIfDue();  // before this operation's buffers are mapped and used
   std::vector<char*> buffers(static_cast<std::size_t>(size_));
   try {
     for (int r = 0; r < size_; ++r) {

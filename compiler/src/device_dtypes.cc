@@ -19,19 +19,21 @@ constexpr DeviceDtype kDtypes[] = {{"f32", rp::F32}, {"bf16", rp::BF16}, {"f16",
 }  // namespace
 
 rp::ElementType DeviceElementType(const std::string& dtype, const std::string& where) {
+  const DeviceDtype* found = nullptr;
   for (const auto& d : kDtypes) {
-    if (dtype == d.ir) return d.device;
+    if (dtype == d.ir) found = &d;
   }
-  throw InvalidUsage(StrCat(where, ": dtype ", dtype,
-                            " is not supported on the device (float32, bfloat16, float16 "
-                            "and integers are)"));
+  NEURON_CHECK(found != nullptr, where, ": dtype ", dtype,
+               " is not supported on the device (float32, bfloat16, float16 and integers are)");
+  return found->device;
 }
 
 const char* IrDtypeName(rp::ElementType type) {
   for (const auto& d : kDtypes) {
     if (d.device == type) return d.ir;
   }
-  throw InvalidUsage(StrCat("element type ", static_cast<int>(type), " has no IR dtype"));
+  NEURON_ASSERT(false, "element type ", static_cast<int>(type), " has no IR dtype");
+  return "";
 }
 
 }  // namespace neuron::compiler

@@ -75,6 +75,8 @@ void OpTrace::Save(const std::string& path, int rank, int world_size,
   bool serialized = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    NEURON_ASSERT(trace_.rank() == 0 && trace_.world_size() == 0 && !trace_.has_layout(),
+                  "the record sets what Save appends");
     serialized = trace_.AppendToString(&bytes);
   }
   NEURON_CHECK(serialized && header.AppendToString(&bytes),

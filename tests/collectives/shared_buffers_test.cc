@@ -120,8 +120,9 @@ TEST(PeerBufferMap, ARecycledDescriptorIsMappedAnew) {
   pool.Free(second);
 }
 
-// Segments their owner released are unmapped by the next sweep (when the
-// mapped bytes pass the threshold); segments still held stay mapped.
+// Segments their owner released are unmapped by the next sweep, one due
+// once the mapped bytes pass the threshold; segments still held stay
+// mapped, and Map itself never sweeps (an operation's buffers stay put).
 TEST(PeerBufferMap, ASweepUnmapsReleasedSegmentsOnly) {
   constexpr std::size_t kBytes = 64 << 10;
   SharedBufferPool pool(0);      // keeps no free segment: Free releases
@@ -134,14 +135,17 @@ TEST(PeerBufferMap, ASweepUnmapsReleasedSegmentsOnly) {
   }
   pool.Free(buffers[0]);
   pool.Free(buffers[1]);
-  EXPECT_EQ(map.mappings(), 3u);  // no sweep yet: still mapped here
+  map.SweepIfDue();  // 3 segments: not due
+  EXPECT_EQ(map.mappings(), 3u);
   // Other files take the released descriptors' numbers, so the next
   // segment gets a new one (a recycled number is unmapped on sight).
   const int other1 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const int other2 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   auto* next = static_cast<char*>(pool.Allocate(kBytes));
   next[0] = 'd';
-  EXPECT_EQ(map.Map(*pool.Find(next, kBytes))[0], 'd');  // 4 segments: a sweep
+  EXPECT_EQ(map.Map(*pool.Find(next, kBytes))[0], 'd');
+  EXPECT_EQ(map.mappings(), 4u);  // due now, but not inside Map
+  map.SweepIfDue();
   EXPECT_EQ(map.mappings(), 2u);
   EXPECT_EQ(map.bytes_mapped(), 2 * kBytes);
   EXPECT_EQ(map.Map(*pool.Find(buffers[2], kBytes))[0], 'c');  // still mapped

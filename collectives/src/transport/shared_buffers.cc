@@ -198,10 +198,11 @@ PeerBufferMap::~PeerBufferMap() {
   for (const Mapping& m : mappings_) ::munmap(m.base, m.bytes);
 }
 
-void PeerBufferMap::Unmap(std::vector<Mapping>::iterator it) {
+std::vector<PeerBufferMap::Mapping>::iterator PeerBufferMap::Unmap(
+    std::vector<Mapping>::iterator it) {
   ::munmap(it->base, it->bytes);
   bytes_mapped_ -= it->bytes;
-  mappings_.erase(it);
+  return mappings_.erase(it);
 }
 
 namespace {
@@ -212,19 +213,15 @@ std::string OwnerPath(std::int32_t pid, std::int32_t fd) {
 
 }  // namespace
 
-void PeerBufferMap::SweepReleased() {
+void PeerBufferMap::SweepIfDue() {
+  if (bytes_mapped_ <= sweep_at_bytes_) return;
   for (auto it = mappings_.begin(); it != mappings_.end();) {
     struct stat st {};
     const bool held = ::stat(OwnerPath(it->pid, it->fd).c_str(), &st) == 0 &&
                       static_cast<std::uint64_t>(st.st_ino) == it->inode;
-    if (held) {
-      ++it;
-    } else {
-      const auto at = it - mappings_.begin();
-      Unmap(it);
-      it = mappings_.begin() + at;
-    }
+    it = held ? it + 1 : Unmap(it);
   }
+  sweep_at_bytes_ = std::max(min_sweep_bytes_, 2 * bytes_mapped_);
 }
 
 char* PeerBufferMap::Map(const SharedRegion& region) {
@@ -264,12 +261,6 @@ char* PeerBufferMap::Map(const SharedRegion& region) {
   mappings_.push_back({region.pid, region.fd, region.inode, static_cast<char*>(base),
                        region.segment_bytes});
   bytes_mapped_ += region.segment_bytes;
-  if (bytes_mapped_ > sweep_at_bytes_) {
-    // The new mapping is held (just opened): a sweep never unmaps it, nor
-    // any buffer of the running operation (its owner is in it).
-    SweepReleased();
-    sweep_at_bytes_ = std::max(min_sweep_bytes_, 2 * bytes_mapped_);
-  }
   return static_cast<char*>(base) + region.offset;
 }
 

@@ -118,11 +118,11 @@ class SharedBufferPool {
 // A communicator's mappings of its peers' segments, made on first use and
 // unmapped when it is destroyed, when the peer's descriptor is found to hold
 // another segment, or when a sweep finds the owner released the segment.
-// Sweeps run when the mapped bytes grow past twice what the last sweep left
-// (at least `sweep_bytes`): one stat of the owner's descriptor per mapping,
-// so a long job whose peers release segments (buffers of changing sizes, a
-// pool over its cap) does not keep their memory alive. Not thread-safe (one
-// communicator thread).
+// SweepIfDue sweeps once the mapped bytes have grown past twice what the
+// last sweep left (at least `sweep_bytes`): one stat of the owner's
+// descriptor per mapping, so a long job whose peers release segments
+// (buffers of changing sizes, a pool over its cap) does not keep their
+// memory alive. Not thread-safe (one communicator thread).
 class PeerBufferMap {
  public:
   static constexpr std::size_t kSweepBytes = std::size_t{256} << 20;
@@ -137,6 +137,11 @@ class PeerBufferMap {
   // address when this process's pool owns the segment. Throws IoError
   // naming the process and descriptor when it cannot be opened or mapped.
   char* Map(const SharedRegion& region);
+  // Unmaps the mappings whose owner no longer holds their segment behind
+  // their descriptor (released, or the owner gone), when due (see above).
+  // Only between operations: never while addresses Map returned are in use
+  // (an owner that failed may have released the segment under them).
+  void SweepIfDue();
 
   // Peers' segments mapped now, and their bytes (tests, docs).
   std::size_t mappings() const { return mappings_.size(); }
@@ -150,10 +155,7 @@ class PeerBufferMap {
     char* base;
     std::size_t bytes;
   };
-  // Unmaps the mappings whose owner no longer holds their segment behind
-  // their descriptor (released, or the owner gone).
-  void SweepReleased();
-  void Unmap(std::vector<Mapping>::iterator it);
+  std::vector<Mapping>::iterator Unmap(std::vector<Mapping>::iterator it);
 
   std::vector<Mapping> mappings_;
   std::size_t bytes_mapped_ = 0;
