@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <set>
@@ -38,45 +39,55 @@ class RankMap {
                       to_.Data(target_rank) % from_.dp);
   }
 
-  // The target members of recorded `group` as seen by `target_rank`, in
-  // ascending order, and the index of recorded member `root` among them.
-  // Every member of every collective asks, so a group is mapped once per
-  // (recorded group, replica) and then looked up: O(recorded group size)
-  // per call, not O(target group size).
-  const std::vector<int>& Group(const proto::TraceCollective& c, int target_rank, int* root) {
-    const std::vector<int> recorded(c.group().begin(), c.group().end());
-    if (identity()) {
-      *root = c.root();
-      return Cached(recorded, -1, [&] { return recorded; });
-    }
+  // Whether recorded collective `c`'s group spans the data-parallel axis
+  // (it then spans the whole new one); InvalidUsage when it spans part of
+  // it. O(recorded group).
+  bool Spans(const proto::TraceCollective& c) const {
+    if (identity()) return false;  // members map to themselves either way
     std::set<std::pair<int, int>> positions;  // (tensor, pipeline)
     std::set<int> replicas;
-    for (int g : recorded) {
+    for (int g : c.group()) {
       positions.insert({from_.Tensor(g), from_.Pipeline(g)});
       replicas.insert(from_.Data(g));
     }
     const bool spans = replicas.size() > 1;
-    NEURON_CHECK(positions.size() * replicas.size() == recorded.size() &&
+    NEURON_CHECK(positions.size() * replicas.size() == static_cast<std::size_t>(c.group_size()) &&
                      (!spans || static_cast<int>(replicas.size()) == from_.dp),
                  "cannot scale the ", c.kind(), " on communicator ", c.communicator(),
                  ": its group spans part of the data-parallel axis (", replicas.size(),
                  " of ", from_.dp, " replicas)");
-    const std::vector<int>& out = Cached(recorded, spans ? -1 : to_.Data(target_rank), [&] {
-      std::vector<int> members;
-      for (const auto& [t, p] : positions) {
-        if (spans) {
-          for (int d = 0; d < to_.dp; ++d) members.push_back(to_.Rank(t, p, d));
-        } else {
-          members.push_back(to_.Rank(t, p, to_.Data(target_rank)));
+    return spans;
+  }
+
+  // Recorded group member `g` as target rank `target_rank` sees it (a
+  // spanning group's member keeps its replica, the others take the target's).
+  int Member(int g, bool spans, int target_rank) const {
+    if (identity()) return g;
+    return to_.Rank(from_.Tensor(g), from_.Pipeline(g),
+                    spans ? from_.Data(g) % to_.dp : to_.Data(target_rank));
+  }
+
+  // The lowest target member of `c`'s group (what names its match): every
+  // member of every collective asks, so O(recorded group), not O(target).
+  int First(const proto::TraceCollective& c, bool spans, int target_rank) const {
+    int first = std::numeric_limits<int>::max();
+    for (int g : c.group()) first = std::min(first, Member(g, spans, target_rank));
+    return first;
+  }
+
+  // Every target member of `c`'s group, ascending: once per collective.
+  std::vector<int> Group(const proto::TraceCollective& c, bool spans, int target_rank) const {
+    std::vector<int> out;
+    for (int g : c.group()) {
+      if (!spans) {
+        out.push_back(Member(g, spans, target_rank));
+      } else if (from_.Data(g) == 0) {  // each position once: in every new replica
+        for (int d = 0; d < to_.dp; ++d) {
+          out.push_back(to_.Rank(from_.Tensor(g), from_.Pipeline(g), d));
         }
       }
-      std::sort(members.begin(), members.end());
-      return members;
-    });
-    const int r = recorded[static_cast<std::size_t>(c.root())];
-    const int mapped = to_.Rank(from_.Tensor(r), from_.Pipeline(r),
-                                spans ? from_.Data(r) % to_.dp : to_.Data(target_rank));
-    *root = static_cast<int>(std::lower_bound(out.begin(), out.end(), mapped) - out.begin());
+    }
+    if (!identity()) std::sort(out.begin(), out.end());
     return out;
   }
 
@@ -91,18 +102,7 @@ class RankMap {
   }
 
  private:
-  // The target group of (recorded group, replica or -1), made by `make` the
-  // first time.
-  template <typename Make>
-  const std::vector<int>& Cached(const std::vector<int>& recorded, int replica, Make make) {
-    auto key = std::make_pair(recorded, replica);
-    auto it = groups_.find(key);
-    if (it == groups_.end()) it = groups_.emplace(std::move(key), make()).first;
-    return it->second;
-  }
-
   Mesh from_, to_;
-  std::map<std::pair<std::vector<int>, int>, std::vector<int>> groups_;
 };
 
 // An issued operation waiting on its lane.
@@ -119,7 +119,7 @@ struct Match {
   std::vector<int> group;
   std::string kind;
   double bytes = 0;
-  int root = 0;
+  int root = 0;  // the root's target rank
   int posted = 0;
   double start_us = 0;
   std::optional<double> end_us;
@@ -285,12 +285,12 @@ class Replayer {
       }
       if (!p.posted) {
         const proto::TraceCollective& c = issue.collectives(p.part);
-        int root = 0;
-        const std::vector<int>& group = map_.Group(c, r, &root);
-        p.match = StrCat(c.communicator(), "@", group[0], "#", c.sequence());
+        const bool spans = map_.Spans(c);
+        const int root = map_.Member(c.group(c.root()), spans, r);
+        p.match = StrCat(c.communicator(), "@", map_.First(c, spans, r), "#", c.sequence());
         Match& m = matches_[p.match];
         if (m.posted == 0) {
-          m.group = group;
+          m.group = map_.Group(c, spans, r);
           m.kind = c.kind();
           m.root = root;
         }
@@ -358,7 +358,9 @@ class Replayer {
     auto key = std::make_tuple(m.kind, m.bytes, m.group, m.root);
     auto it = costs_.find(key);
     if (it == costs_.end()) {
-      it = costs_.emplace(key, ModelCollective(target_, m.kind, m.bytes, m.group, m.root).micros)
+      const int root = static_cast<int>(std::find(m.group.begin(), m.group.end(), m.root) -
+                                        m.group.begin());
+      it = costs_.emplace(key, ModelCollective(target_, m.kind, m.bytes, m.group, root).micros)
                .first;
     }
     return it->second;
