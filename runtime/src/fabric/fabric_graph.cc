@@ -160,16 +160,23 @@ const std::vector<int>& FabricGraph::TreeFrom(int src) const {
   return trees_[src];
 }
 
-std::vector<int> FabricGraph::Route(int from, int to) const {
+const std::vector<int>& FabricGraph::TreeReaching(int from, int to) const {
   NEURON_CHECK(from >= 0 && from < num_chips_ && to >= 0 && to < num_chips_,
                "route between chips ", from, " and ", to, " outside the fabric's ",
                num_chips_, " chips");
-  std::vector<int> route;
-  if (from == to) return route;
   const std::vector<int>& via = TreeFrom(from);
-  NEURON_CHECK(via[to] >= 0, "no route from chip ", from, " to chip ", to,
+  NEURON_CHECK(from == to || via[to] >= 0, "no route from chip ", from, " to chip ", to,
                " on the fabric: links down: ", down_links_);
-  for (int v = to; v != from; v = links_[via[v]].from) route.push_back(via[v]);
+  return via;
+}
+
+std::vector<int> FabricGraph::Route(int from, int to) const {
+  std::vector<int> route;
+  if (from == to) {
+    TreeReaching(from, to);  // the range check
+    return route;
+  }
+  ForEachLink(from, to, [&](int id) { route.push_back(id); });
   std::reverse(route.begin(), route.end());
   return route;
 }

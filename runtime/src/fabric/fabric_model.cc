@@ -53,9 +53,7 @@ SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
   // Sharers per link, and per chip for on-chip copies.
   std::vector<int> sharers(graph_.links().size(), 0);
   std::map<std::uint32_t, int> on_chip_sharers;
-  std::vector<std::vector<int>> routes(step.transfers.size());  // empty: on one chip
-  for (std::size_t i = 0; i < step.transfers.size(); ++i) {
-    const Transfer& t = step.transfers[i];
+  for (const Transfer& t : step.transfers) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
@@ -63,13 +61,12 @@ SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
       ++on_chip_sharers[a];
       continue;
     }
-    routes[i] = graph_.Route(static_cast<int>(a), static_cast<int>(b));
-    for (int id : routes[i]) ++sharers[id];
+    graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b), [&](int id) { ++sharers[id]; });
   }
   const auto& on_chip = topology_.spec().on_chip_link();
   SimDuration slowest{0};
-  for (std::size_t i = 0; i < step.transfers.size(); ++i) {
-    const Transfer& t = step.transfers[i];
+  std::vector<int> route;  // reused: one allocation per step at most
+  for (const Transfer& t : step.transfers) {
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
     SimDuration latency{0};
     double rate = 0;
@@ -77,13 +74,16 @@ SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
       latency = SimDuration(on_chip.latency_us());
       rate = on_chip.bandwidth_gbps() * 1e9 / on_chip_sharers[a];
     } else {
+      route.clear();
+      graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
+                         [&](int id) { route.push_back(id); });
       rate = std::numeric_limits<double>::infinity();
-      for (int id : routes[i]) {
-        const Link& link = graph_.link(id);
+      for (auto id = route.rbegin(); id != route.rend(); ++id) {  // first hop first
+        const Link& link = graph_.link(*id);
         latency += link.latency;
-        rate = std::min(rate, link.bytes_per_second / sharers[id]);
+        rate = std::min(rate, link.bytes_per_second / sharers[*id]);
       }
-      *link_bytes += t.bytes * static_cast<double>(routes[i].size());
+      *link_bytes += t.bytes * static_cast<double>(route.size());
     }
     const SimDuration time = latency + (t.bytes > 0 ? SimSeconds(t.bytes / rate) : SimDuration(0));
     slowest = std::max(slowest, time);

@@ -47,6 +47,14 @@ class FabricGraph {
   // Link ids from chip `from` to chip `to` (empty when equal). Throws
   // InvalidUsage naming the down links when faults leave no route.
   std::vector<int> Route(int from, int to) const;
+  // Calls `f(link id)` for every link of that route, the last hop first
+  // (no allocation: what the model's hot path uses); the same errors.
+  template <typename F>
+  void ForEachLink(int from, int to, F f) const {
+    if (from == to) return;
+    const std::vector<int>& via = TreeReaching(from, to);
+    for (int v = to; v != from; v = links_[via[v]].from) f(via[v]);
+  }
 
  private:
   int AddLink(int from, int to, const proto::LinkSpec& spec, std::string name);
@@ -56,6 +64,8 @@ class FabricGraph {
   // The shortest-path tree from chip `src`: per vertex, the link into it
   // (-1: none, or `src` itself). Made on first use.
   const std::vector<int>& TreeFrom(int src) const;
+  // TreeFrom(from), after checking both chips exist and `to` is reached.
+  const std::vector<int>& TreeReaching(int from, int to) const;
 
   int num_chips_ = 0;
   int chips_per_node_ = 0;
