@@ -52,25 +52,35 @@ void OpTrace::Mark(const std::string& name) {
   trace_.add_ops()->mutable_mark()->set_name(name);
 }
 
+namespace {
+
+// What a saved trace adds to the record: the rank, the job's size and layout.
+proto::RankTrace JobFields(int rank, int world_size, const proto::TraceLayout& layout) {
+  proto::RankTrace fields;
+  fields.set_rank(rank);
+  fields.set_world_size(world_size);
+  *fields.mutable_layout() = layout;
+  return fields;
+}
+
+}  // namespace
+
 proto::RankTrace OpTrace::Snapshot(int rank, int world_size,
                                    const proto::TraceLayout& layout) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  proto::RankTrace out = trace_;
-  out.set_rank(rank);
-  out.set_world_size(world_size);
-  *out.mutable_layout() = layout;
+  proto::RankTrace out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = trace_;
+  }
+  out.MergeFrom(JobFields(rank, world_size, layout));
   return out;
 }
 
 void OpTrace::Save(const std::string& path, int rank, int world_size,
                    const proto::TraceLayout& layout) const {
-  // Serialized protos concatenate into the merge of the two messages: the
-  // recorded ops as they are, then rank, world size and layout (which the
-  // record never sets), with no copy of the ops as Snapshot would make.
-  proto::RankTrace header;
-  header.set_rank(rank);
-  header.set_world_size(world_size);
-  *header.mutable_layout() = layout;
+  // Serialized protos concatenate into the merge of the two messages (as
+  // Snapshot merges them): the recorded ops as they are, then the job's
+  // fields, which the record never sets; no copy of the ops.
   std::string bytes;
   bool serialized = false;
   {
@@ -79,7 +89,7 @@ void OpTrace::Save(const std::string& path, int rank, int world_size,
                   "the record sets what Save appends");
     serialized = trace_.AppendToString(&bytes);
   }
-  NEURON_CHECK(serialized && header.AppendToString(&bytes),
+  NEURON_CHECK(serialized && JobFields(rank, world_size, layout).AppendToString(&bytes),
                "cannot serialize the trace of rank ", rank);
   WriteFileAtomically(path, bytes);
 }
