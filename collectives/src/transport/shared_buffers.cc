@@ -201,8 +201,13 @@ PeerBufferMap::~PeerBufferMap() {
 std::vector<PeerBufferMap::Mapping>::iterator PeerBufferMap::Unmap(
     std::vector<Mapping>::iterator it) {
   ::munmap(it->base, it->bytes);
-  bytes_mapped_ -= it->bytes;
   return mappings_.erase(it);
+}
+
+std::size_t PeerBufferMap::bytes_mapped() const {
+  std::size_t bytes = 0;
+  for (const Mapping& m : mappings_) bytes += m.bytes;
+  return bytes;
 }
 
 namespace {
@@ -214,14 +219,14 @@ std::string OwnerPath(std::int32_t pid, std::int32_t fd) {
 }  // namespace
 
 void PeerBufferMap::SweepIfDue() {
-  if (bytes_mapped_ <= sweep_at_bytes_) return;
+  if (bytes_mapped() <= sweep_at_bytes_) return;
   for (auto it = mappings_.begin(); it != mappings_.end();) {
     struct stat st {};
     const bool held = ::stat(OwnerPath(it->pid, it->fd).c_str(), &st) == 0 &&
                       static_cast<std::uint64_t>(st.st_ino) == it->inode;
     it = held ? it + 1 : Unmap(it);
   }
-  sweep_at_bytes_ = std::max(min_sweep_bytes_, 2 * bytes_mapped_);
+  sweep_at_bytes_ = std::max(min_sweep_bytes_, 2 * bytes_mapped());
 }
 
 char* PeerBufferMap::Map(const SharedRegion& region) {
@@ -260,7 +265,6 @@ char* PeerBufferMap::Map(const SharedRegion& region) {
   }
   mappings_.push_back({region.pid, region.fd, region.inode, static_cast<char*>(base),
                        region.segment_bytes});
-  bytes_mapped_ += region.segment_bytes;
   return static_cast<char*>(base) + region.offset;
 }
 

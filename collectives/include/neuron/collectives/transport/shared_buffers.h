@@ -145,7 +145,7 @@ class PeerBufferMap {
 
   // Peers' segments mapped now, and their bytes (tests, docs).
   std::size_t mappings() const { return mappings_.size(); }
-  std::size_t bytes_mapped() const { return bytes_mapped_; }
+  std::size_t bytes_mapped() const;
 
  private:
   struct Mapping {
@@ -158,7 +158,6 @@ class PeerBufferMap {
   std::vector<Mapping>::iterator Unmap(std::vector<Mapping>::iterator it);
 
   std::vector<Mapping> mappings_;
-  std::size_t bytes_mapped_ = 0;
   std::size_t min_sweep_bytes_;
   std::size_t sweep_at_bytes_;
 };
