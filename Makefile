@@ -1,21 +1,31 @@
 # Thin wrapper over CMake. The two entry points a new machine needs:
 #   make demo   install dependencies, build, run a 16-rank job under neuronrun
 #   make test   install dependencies, build, run every test (ctest)
+# Python: a virtual environment in $(VENV) with requirements.txt (torch 2.13
+# CPU); Debian's packages for the C++ dependencies (scripts/install-deps.sh).
 BUILD_DIR ?= build
 JOBS ?= 2
-PYTHON ?= /usr/bin/python3
+VENV ?= .venv
+BASE_PYTHON ?= python3
+PYTHON := $(abspath $(VENV))/bin/python
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps venv configure build test demo bench install clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
 
-configure: deps
+# The venv is remade when requirements.txt changes.
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt | deps
+	@[ -x $(PYTHON) ] || $(BASE_PYTHON) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+configure: deps venv
 	@if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
-	  cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release \
-	    -DNEURON_PYTHON=$(PYTHON) -DPython3_EXECUTABLE=$(PYTHON); \
+	  cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DNEURON_PYTHON=$(PYTHON); \
 	fi
 
 build: configure
@@ -29,6 +39,12 @@ demo: build
 
 bench: build
 	$(PYTHON) benchmarks/launcher_bench.py --neuronrun $(BUILD_DIR)/launcher/neuronrun
+
+# Puts neuronrun, neuron-cc-perf and the torchneuron package into the venv
+# (its bin/ and site-packages), or under PREFIX.
+PREFIX ?= $(abspath $(VENV))
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -7,7 +7,7 @@ the numbers are computed on the CPU, the time is what the plan would take
 on a Trainium2 NeuronCore. The script checks the compiled model against
 eager PyTorch and prints what the compiler reports per graph.
 
-    /usr/bin/python3 examples/03_compile_mlp.py           # PYTHONPATH=build/python
+    .venv/bin/python examples/03_compile_mlp.py           # PYTHONPATH=build/python
     neuronrun -n 1 examples/03_compile_mlp.py             # neuronrun sets PYTHONPATH
 """
 import sys

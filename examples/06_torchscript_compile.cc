@@ -1,7 +1,7 @@
 // Example 06: a TorchScript module compiled for the simulated NeuronCore
 // from C++ (libtorch), no Python at run time.
 //
-//   /usr/bin/python3 -c "import torch; torch.jit.trace(torch.nn.Sequential(
+//   .venv/bin/python -c "import torch; torch.jit.trace(torch.nn.Sequential(
 //       torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
 //       torch.nn.Linear(256, 10)).eval(), torch.randn(32, 64)).save('mlp.pt')"
 //   build/examples/torchscript_compile mlp.pt 32x64

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian packages torchneuron builds and tests with.
+# Installs the Debian packages torchneuron builds and tests with (torch
+# itself comes from the project's virtual environment: see the Makefile).
 # Idempotent: does nothing (and needs no network or root) when every package
 # is already installed. Run as root on a fresh Debian 12 machine.
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake make pkg-config ccache git
-  libtorch-dev python3-torch python3-pytest python3-numpy python3-matplotlib
-  libgloo-dev libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin
   libprotobuf-dev protobuf-compiler
   libboost-dev libssl-dev
   googletest libgtest-dev libgmock-dev
-  pybind11-dev python3-dev
+  python3-dev python3-venv
   procps iproute2
 )
 

@@ -225,7 +225,8 @@ Simulated fabric:
   --topology FILE          fabric topology (protobuf text, configs/topologies/);
                            default: the embedded trn2 node (16 chips)
   --python PATH            interpreter for .py scripts (default:
-                           $NEURON_PYTHON, else /usr/bin/python3)
+                           $NEURON_PYTHON, else the Python
+                           neuronrun was built with)
 
 When a rank exits non-zero or dies by a signal, neuronrun sends SIGTERM to
 every other rank (SIGKILL after the grace period), prints a summary naming

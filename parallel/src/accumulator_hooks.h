@@ -42,7 +42,7 @@ class AccumulatorHooks {
   }
 
  private:
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
   std::vector<std::uintptr_t> keys_;
 };
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/c10d/backend_neuron.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
@@ -20,10 +20,11 @@ c10::intrusive_ptr<::c10d::ProcessGroup> GroupOf(const MeshLayout& layout, Axis 
   const std::string name = StrCat(Name(axis), "/", members.front());
   const int group_rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-  return c10d::CreateProcessGroupNeuron(
-      c10::make_intrusive<::c10d::PrefixStore>(name, store), group_rank,
-      static_cast<int>(members.size()), timeout,
-      std::vector<std::int64_t>(members.begin(), members.end()), name);
+  auto prefixed = c10::make_intrusive<::c10d::PrefixStore>(name, store);
+  return c10d::MakeProcessGroup(
+      prefixed, c10d::CreateBackendNeuron(
+                    prefixed, group_rank, static_cast<int>(members.size()), timeout,
+                    std::vector<std::int64_t>(members.begin(), members.end()), name));
 }
 
 }  // namespace
@@ -31,9 +32,9 @@ c10::intrusive_ptr<::c10d::ProcessGroup> GroupOf(const MeshLayout& layout, Axis 
 ParallelGroups InitializeParallel(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                   int world, MeshShape shape, std::chrono::milliseconds timeout) {
   ParallelGroups g{MeshLayout::Create(world, shape), rank, {}, {}, {}, {}};
-  g.world = c10d::CreateProcessGroupNeuron(
-      c10::make_intrusive<::c10d::PrefixStore>("world", store), rank, world, timeout, {},
-      "world");
+  auto world_store = c10::make_intrusive<::c10d::PrefixStore>("world", store);
+  g.world = c10d::MakeProcessGroup(
+      world_store, c10d::CreateBackendNeuron(world_store, rank, world, timeout, {}, "world"));
   g.tensor = GroupOf(g.layout, Axis::kTensor, rank, store, timeout);
   g.data = GroupOf(g.layout, Axis::kData, rank, store, timeout);
   g.pipeline = GroupOf(g.layout, Axis::kPipeline, rank, store, timeout);

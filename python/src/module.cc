@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/c10d/backend_neuron.h"
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -18,7 +18,7 @@
 #include "parallel_bindings.h"
 
 namespace py = pybind11;
-using neuron::c10d::ProcessGroupNeuron;
+using neuron::c10d::BackendNeuron;
 
 namespace {
 
@@ -119,14 +119,14 @@ PYBIND11_MODULE(_C, m) {
   RegisterErrors(m);
   BindParallel(m);
 
-  py::class_<ProcessGroupNeuron, ::c10d::ProcessGroup, NoGilHolder<ProcessGroupNeuron>>(
-      m, "ProcessGroupNeuron",
-      "A torch.distributed process group on the simulated Neuron fabric.")
+  py::class_<BackendNeuron, ::c10d::Backend, NoGilHolder<BackendNeuron>>(
+      m, "BackendNeuron",
+      "The torch.distributed backend on the simulated Neuron fabric.")
       .def(
           py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                       std::chrono::milliseconds timeout,
                       std::vector<std::int64_t> global_ranks, std::string group_name) {
-            return NoGilHolder<ProcessGroupNeuron>(neuron::c10d::CreateProcessGroupNeuron(
+            return NoGilHolder<BackendNeuron>(neuron::c10d::CreateBackendNeuron(
                 store, rank, size, timeout, std::move(global_ranks), std::move(group_name)));
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
@@ -135,7 +135,7 @@ PYBIND11_MODULE(_C, m) {
           "Collective: every member creates it with the same store.")
       .def(
           "records",
-          [](ProcessGroupNeuron& pg) {
+          [](BackendNeuron& pg) {
             std::vector<neuron::collectives::OpRecord> records;
             {
               py::gil_scoped_release release;
@@ -148,7 +148,7 @@ PYBIND11_MODULE(_C, m) {
           "Per-operation records (dicts) of the completed collectives.")
       .def(
           "totals",
-          [](ProcessGroupNeuron& pg) {
+          [](BackendNeuron& pg) {
             neuron::collectives::CommunicatorTotals totals;
             {
               py::gil_scoped_release release;
@@ -157,14 +157,14 @@ PYBIND11_MODULE(_C, m) {
             return ToDict(totals);
           },
           "Cumulative counters (dict) over the completed collectives.")
-      .def("reset_stats", &ProcessGroupNeuron::ResetStats,
+      .def("reset_stats", &BackendNeuron::ResetStats,
            py::call_guard<py::gil_scoped_release>(), "Clears the records and counters.")
-      .def("write_chrome_trace", &ProcessGroupNeuron::WriteChromeTrace, py::arg("path"),
+      .def("write_chrome_trace", &BackendNeuron::WriteChromeTrace, py::arg("path"),
            py::call_guard<py::gil_scoped_release>(),
            "Writes the records as a Chrome trace (wall and simulated tracks).")
-      .def_property_readonly("transport", &ProcessGroupNeuron::TransportName,
+      .def_property_readonly("transport", &BackendNeuron::TransportName,
                              "'shm' or 'tcp'.")
-      .def_property_readonly("group_name", &ProcessGroupNeuron::group_name);
+      .def_property_readonly("group_name", &BackendNeuron::group_name);
 
   using neuron::compiler::CompiledGraph;
   using neuron::compiler::FromHost;

@@ -29,7 +29,7 @@ from ._C import (
     InvalidUsageError,
     NeuronError,
     PeerError,
-    ProcessGroupNeuron,
+    BackendNeuron,
 )
 from . import compiler, fabric
 from .compiler import compile
@@ -43,7 +43,7 @@ __all__ = [
     "LaunchEnvironment",
     "NeuronError",
     "PeerError",
-    "ProcessGroupNeuron",
+    "BackendNeuron",
     "compile",
     "compiler",
     "detect_environment",
@@ -53,12 +53,13 @@ __all__ = [
 
 
 def _create_process_group(options, pg_options=None):
-    """The creator torch.distributed calls for backend "neuron".
+    """The creator torch.distributed calls for backend "neuron": a c10d
+    Backend, which torch wraps in its ProcessGroup.
 
     ``options`` is torch's _DistributedBackendOptions (extended API): the
     group's store, rank, size, timeout, name and members' global ranks.
     """
-    return ProcessGroupNeuron(
+    return BackendNeuron(
         options.store,
         options.group_rank,
         options.group_size,
@@ -69,4 +70,5 @@ def _create_process_group(options, pg_options=None):
 
 
 if "NEURON" not in _dist.Backend._plugins:
-    _dist.Backend.register_backend("neuron", _create_process_group, extended_api=True)
+    _dist.Backend.register_backend("neuron", _create_process_group, extended_api=True,
+                                   devices=["cpu"])

@@ -16,19 +16,27 @@ process group. The statistics are local to the rank
 and wait for the operations issued before the call to complete.
 """
 
+import torch as _torch
 import torch.distributed as _dist
 
 from . import _C
-from ._C import ProcessGroupNeuron
+from ._C import BackendNeuron
 
 
 def _process_group(group):
+    """The neuron backend of ``group`` (default: the default group)."""
     pg = group if group is not None else _dist.distributed_c10d._get_default_group()
-    if not isinstance(pg, ProcessGroupNeuron):
+    backend = pg
+    if isinstance(pg, _dist.ProcessGroup):
+        try:
+            backend = pg._get_backend(_torch.device("cpu"))
+        except RuntimeError:
+            backend = None
+    if not isinstance(backend, BackendNeuron):
         raise TypeError(
             f"torchneuron.fabric: group {pg!r} is not a neuron process group "
             f"(backend {_dist.get_backend(pg)!r}); create it with backend='neuron'")
-    return pg
+    return backend
 
 
 def records(group=None):

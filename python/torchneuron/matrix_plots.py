@@ -1,7 +1,7 @@
 """PNG plots of a scaling matrix's results; `neuronrun matrix` runs it after
 the cells:
 
-    /usr/bin/python3 -m torchneuron.matrix_plots OUT/results.csv OUT
+    python -m torchneuron.matrix_plots OUT/results.csv OUT
 
 Writes OUT/efficiency.png (modelled scaling efficiency against ranks, one
 line per strategy and model), OUT/breakdown.png (each cell's modelled step:

@@ -8,8 +8,9 @@ namespace neuron::runtime {
 
 ConfigRegistry::ConfigRegistry()
     : entries_{
-          {ConfigKey::kPython, "NEURON_PYTHON", "/usr/bin/python3",
-           "interpreter neuronrun uses for .py scripts (needs torch)", false},
+          {ConfigKey::kPython, "NEURON_PYTHON", NEURON_DEFAULT_PYTHON,
+           "interpreter neuronrun uses for .py scripts (needs torch); default: the build's",
+           false},
           {ConfigKey::kTopologyFile, "NEURON_TOPOLOGY_FILE", "",
            "fabric topology (protobuf text); empty = embedded trn2 node", false},
           {ConfigKey::kNodeIndex, "NEURON_NODE_INDEX", "0",

@@ -1,24 +1,39 @@
-// Runs `body(pg, rank)` on `size` threads, each holding rank `rank` of one
-// neuron process group created over a shared c10d::HashStore; rethrows the
-// first exception a rank threw, after every thread finished.
+// Runs `body(backend, rank)` on `size` threads, each holding rank `rank` of
+// one neuron backend created over a shared c10d::HashStore; rethrows the
+// first exception a rank threw, after every thread finished. RunProcessGroup
+// hands each rank a c10d::ProcessGroup over its backend instead (c10d's
+// dispatched ops, as libtorch code and torch.distributed call them).
 #pragma once
 
 #include <functional>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "../collectives/rank_threads.h"
-#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/c10d/backend_neuron.h"
 
 namespace neuron::c10d::testing {
 
-inline void RunGroup(int size, const std::function<void(ProcessGroupNeuron&, int)>& body,
+inline void RunGroup(int size, const std::function<void(BackendNeuron&, int)>& body,
                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   auto store = c10::make_intrusive<::c10d::HashStore>();
   collectives::testing::RunThreads(size, [&](int r) {
-    ProcessGroupNeuronOptions options;
+    BackendNeuronOptions options;
     options.timeout = timeout;
     options.group_name = "test";
-    auto pg = c10::make_intrusive<ProcessGroupNeuron>(store, r, size, options);
+    auto pg = c10::make_intrusive<BackendNeuron>(store, r, size, options);
+    body(*pg, r);
+  });
+}
+
+inline void RunProcessGroup(int size,
+                            const std::function<void(::c10d::ProcessGroup&, int)>& body,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  auto store = c10::make_intrusive<::c10d::HashStore>();
+  collectives::testing::RunThreads(size, [&](int r) {
+    BackendNeuronOptions options;
+    options.timeout = timeout;
+    options.group_name = "test";
+    auto pg = MakeProcessGroup(store, c10::make_intrusive<BackendNeuron>(store, r, size, options));
     body(*pg, r);
   });
 }

@@ -26,8 +26,8 @@ void ExpectEqual(const at::Tensor& got, const at::Tensor& want, const std::strin
   ASSERT_TRUE(at::equal(got, want)) << what;
 }
 
-TEST(ProcessGroupNeuron, BroadcastGatherScatterAllGatherEveryDtype) {
-  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, BroadcastGatherScatterAllGatherEveryDtype) {
+  RunGroup(3, [](BackendNeuron& pg, int rank) {
     const int size = 3;
     for (at::ScalarType type : kTypes) {
       const std::string what = c10::toString(type);
@@ -78,8 +78,8 @@ TEST(ProcessGroupNeuron, BroadcastGatherScatterAllGatherEveryDtype) {
   });
 }
 
-TEST(ProcessGroupNeuron, UnevenAllGatherAndAllToAll) {
-  RunGroup(4, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, UnevenAllGatherAndAllToAll) {
+  RunGroup(4, [](BackendNeuron& pg, int rank) {
     const int size = 4;
     for (at::ScalarType type : {at::kFloat, at::kShort}) {
       // allgather with rank r contributing r elements (rank 0 none).

@@ -13,8 +13,8 @@ using namespace std::chrono_literals;
 using testing::ErrorOf;
 using testing::RunGroup;
 
-TEST(ProcessGroupNeuron, AsyncWorkAndFutureCarryTheResult) {
-  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, AsyncWorkAndFutureCarryTheResult) {
+  RunGroup(3, [](BackendNeuron& pg, int rank) {
     EXPECT_EQ(pg.getBackendName(), "neuron");
     std::vector<std::vector<at::Tensor>> tensors;
     std::vector<c10::intrusive_ptr<::c10d::Work>> works;
@@ -45,8 +45,8 @@ TEST(ProcessGroupNeuron, AsyncWorkAndFutureCarryTheResult) {
   });
 }
 
-TEST(ProcessGroupNeuron, SendRecvByTagAndFromAnySource) {
-  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, SendRecvByTagAndFromAnySource) {
+  RunGroup(3, [](BackendNeuron& pg, int rank) {
     if (rank == 0) {
       // Two tags sent in one order and received in the other.
       std::vector<at::Tensor> a = {at::full({4}, 1.0f)}, b = {at::full({1 << 18}, 2.0f)};
@@ -97,8 +97,8 @@ TEST(ProcessGroupNeuron, SendRecvByTagAndFromAnySource) {
   });
 }
 
-TEST(ProcessGroupNeuron, BadArgumentsThrowAtTheCallNamingRankOpAndDtype) {
-  RunGroup(2, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, BadArgumentsThrowAtTheCallNamingRankOpAndDtype) {
+  RunGroup(2, [](BackendNeuron& pg, int rank) {
     auto message = [](auto&& call) -> std::string {
       try {
         call();
@@ -135,8 +135,8 @@ TEST(ProcessGroupNeuron, BadArgumentsThrowAtTheCallNamingRankOpAndDtype) {
   });
 }
 
-TEST(ProcessGroupNeuron, SizesThatDifferAcrossRanksFailEveryRank) {
-  RunGroup(2, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, SizesThatDifferAcrossRanksFailEveryRank) {
+  RunGroup(2, [](BackendNeuron& pg, int rank) {
     std::vector<at::Tensor> t = {at::ones({rank == 0 ? 10 : 20})};
     const std::string m = ErrorOf(pg.allreduce(t, {}));
     EXPECT_NE(m.find("neuron rank " + std::to_string(rank)), std::string::npos) << m;
@@ -144,10 +144,10 @@ TEST(ProcessGroupNeuron, SizesThatDifferAcrossRanksFailEveryRank) {
   });
 }
 
-TEST(ProcessGroupNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
+TEST(BackendNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
   RunGroup(
       3,
-      [](ProcessGroupNeuron& pg, int rank) {
+      [](BackendNeuron& pg, int rank) {
         if (rank == 2) return;  // never arrives
         ::c10d::BarrierOptions opts;
         opts.timeout = 300ms;
@@ -167,10 +167,10 @@ TEST(ProcessGroupNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
       1500ms);
 }
 
-TEST(ProcessGroupNeuron, APerCallTimeoutBoundsThatOperationOnly) {
+TEST(BackendNeuron, APerCallTimeoutBoundsThatOperationOnly) {
   RunGroup(
       2,
-      [](ProcessGroupNeuron& pg, int rank) {
+      [](BackendNeuron& pg, int rank) {
         if (rank == 1) return;  // never arrives
         std::vector<at::Tensor> t = {at::ones({4})};
         ::c10d::AllreduceOptions opts;

@@ -114,9 +114,9 @@ void ExpectBitwise(const at::Tensor& got, const at::Tensor& want,
       << what << "\n got " << got.slice(0, 0, 8) << "\n want " << want.slice(0, 0, 8);
 }
 
-TEST(ProcessGroupNeuron, AllReduceReduceAndReduceScatterMatchTheReference) {
+TEST(BackendNeuron, AllReduceReduceAndReduceScatterMatchTheReference) {
   for (int size : {1, 3, 4}) {
-    RunGroup(size, [size](ProcessGroupNeuron& pg, int rank) {
+    RunGroup(size, [size](BackendNeuron& pg, int rank) {
       for (at::ScalarType type : kTypes) {
         for (auto op : kOps) {
           if (!Supported(type, op)) continue;
@@ -165,8 +165,8 @@ TEST(ProcessGroupNeuron, AllReduceReduceAndReduceScatterMatchTheReference) {
   }
 }
 
-TEST(ProcessGroupNeuron, TensorFormsOfReductionsMatchTheReference) {
-  RunGroup(4, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, TensorFormsOfReductionsMatchTheReference) {
+  RunGroup(4, [](BackendNeuron& pg, int rank) {
     // _reduce_scatter_base: input of 4 blocks of 5.
     at::Tensor in = at::arange(20, at::kFloat) * (rank + 1);
     at::Tensor out = at::empty({5}, at::kFloat);
@@ -195,8 +195,8 @@ TEST(ProcessGroupNeuron, TensorFormsOfReductionsMatchTheReference) {
   });
 }
 
-TEST(ProcessGroupNeuron, PreMulSumScalesEveryInputByItsFactorThenSums) {
-  RunGroup(3, [](ProcessGroupNeuron& pg, int rank) {
+TEST(BackendNeuron, PreMulSumScalesEveryInputByItsFactorThenSums) {
+  RunGroup(3, [](BackendNeuron& pg, int rank) {
     auto input = [](int r) { return at::linspace(-1, 2, 12) * (r + 1) + r; };
     // Reference: the inputs times the factor, summed in rank order.
     auto want = [&](double factor) {
@@ -204,9 +204,8 @@ TEST(ProcessGroupNeuron, PreMulSumScalesEveryInputByItsFactorThenSums) {
       for (int r = 1; r < 3; ++r) sum = sum + input(r) * factor;
       return sum;
     };
-    for (const auto& op : {::c10d::makeNCCLPreMulSum<double>(0.25),
-                           ::c10d::makeNCCLPreMulSum<std::vector<at::Tensor>>(
-                               {at::scalar_tensor(0.25)})}) {
+    for (const auto& op : {::c10d::makePreMulSum<double>(0.25),
+                           ::c10d::makePreMulSum<at::Tensor>(at::scalar_tensor(0.25))}) {
       std::vector<at::Tensor> t{input(rank)};
       ::c10d::AllreduceOptions ao;
       ao.reduceOp = op;
@@ -229,7 +228,7 @@ TEST(ProcessGroupNeuron, PreMulSumScalesEveryInputByItsFactorThenSums) {
     }
     std::vector<at::Tensor> ints{at::ones({3}, at::kInt)};
     ::c10d::AllreduceOptions ao;
-    ao.reduceOp = ::c10d::makeNCCLPreMulSum<double>(2.0);
+    ao.reduceOp = ::c10d::makePreMulSum<double>(2.0);
     try {
       pg.allreduce(ints, ao);
       ADD_FAILURE() << "an integer PREMUL_SUM was accepted";

@@ -9,7 +9,7 @@
 namespace neuron::parallel {
 namespace {
 
-using c10d::testing::RunGroup;
+using c10d::testing::RunProcessGroup;
 
 at::Tensor Param(std::vector<std::int64_t> shape, at::ScalarType dtype = at::kFloat) {
   return at::zeros(shape, at::TensorOptions(dtype)).requires_grad_(true);
@@ -79,7 +79,7 @@ void ExpectBitwise(const at::Tensor& got, const at::Tensor& want, const std::str
 TEST(GradientReducer, AveragesEveryGradientInRankOrderBitwiseOverSeveralBuckets) {
   for (bool bucket_view : {false, true}) {
     const auto want = Reference(4, 1, false);
-    RunGroup(4, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+    RunProcessGroup(4, [&](::c10d::ProcessGroup& pg, int rank) {
       Model m;
       ReducerOptions o = SmallBuckets();
       o.gradient_as_bucket_view = bucket_view;
@@ -110,7 +110,7 @@ TEST(GradientReducer, AveragesEveryGradientInRankOrderBitwiseOverSeveralBuckets)
 
 TEST(GradientReducer, BackwardsWithoutPrepareAccumulateAndTheNextSynchronisingOneAverages) {
   const auto want = Reference(3, 2, false);
-  RunGroup(3, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(3, [&](::c10d::ProcessGroup& pg, int rank) {
     Model m;
     ReducerOptions o = SmallBuckets();
     o.find_unused_parameters = true;
@@ -128,7 +128,7 @@ TEST(GradientReducer, BackwardsWithoutPrepareAccumulateAndTheNextSynchronisingOn
 }
 
 TEST(GradientReducer, AParameterWithoutGradientIsAnErrorNamingItUnlessFindUnused) {
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     Model m;
     GradientReducer reducer(
         m.params(), c10::intrusive_ptr<::c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(&pg),
@@ -149,7 +149,7 @@ TEST(GradientReducer, AParameterWithoutGradientIsAnErrorNamingItUnlessFindUnused
 }
 
 TEST(GradientReducer, ALocallyUnusedParameterGetsTheAverageOfTheRanksThatUsedIt) {
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     Model m;
     ReducerOptions o = SmallBuckets();
     o.find_unused_parameters = true;
@@ -163,7 +163,7 @@ TEST(GradientReducer, ALocallyUnusedParameterGetsTheAverageOfTheRanksThatUsedIt)
 }
 
 TEST(BroadcastCoalesced, EveryRankEndsWithTheRootsTensorsOfEveryDtype) {
-  RunGroup(3, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(3, [&](::c10d::ProcessGroup& pg, int rank) {
     std::vector<at::Tensor> t = {at::full({5}, rank, at::kFloat),
                                  at::full({2, 3}, rank * 10, at::kLong),
                                  at::full({7}, rank + 0.5, at::kDouble),

@@ -14,11 +14,11 @@
 namespace neuron::parallel {
 namespace {
 
-using c10d::testing::RunGroup;
+using c10d::testing::RunProcessGroup;
 using runtime::testing::ErrorOf;
 
 TEST(PipelineP2p, MessagesArriveByTagInAnyOrderWithShapeAndDtype) {
-  RunGroup(2, [](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [](::c10d::ProcessGroup& pg, int rank) {
     if (rank == 0) {
       // Sent in one order, received in another: each has its own tag.
       auto a = SendStageTensor(pg, 1, at::arange(6, at::kFloat).view({2, 3}), {false, 0, 1});
@@ -36,7 +36,7 @@ TEST(PipelineP2p, MessagesArriveByTagInAnyOrderWithShapeAndDtype) {
 }
 
 TEST(PipelineP2p, AGradientOfTheWrongShapeNamesStageMicrobatchAndBothShapes) {
-  RunGroup(2, [](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [](::c10d::ProcessGroup& pg, int rank) {
     if (rank == 1) {
       for (auto& w : SendStageTensor(pg, 0, at::zeros({3, 5}), {true, 2, 0})) w->wait();
     } else {

@@ -9,9 +9,9 @@
 namespace neuron::parallel {
 namespace {
 
-using c10d::testing::RunGroup;
+using c10d::testing::RunProcessGroup;
 
-c10::intrusive_ptr<::c10d::ProcessGroup> Owned(c10d::ProcessGroupNeuron& pg) {
+c10::intrusive_ptr<::c10d::ProcessGroup> Owned(::c10d::ProcessGroup& pg) {
   return c10::intrusive_ptr<::c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(&pg);
 }
 
@@ -61,7 +61,7 @@ class ShardedUnitStages : public ::testing::TestWithParam<int> {};
 TEST_P(ShardedUnitStages, ShardGradientsAndStepsEqualTheRankOrderAverageBitwise) {
   const int stage = GetParam();
   for (int n : {2, 3}) {
-    RunGroup(n, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+    RunProcessGroup(n, [&](::c10d::ProcessGroup& pg, int rank) {
       Layers m;
       Layers reference;  // the same start, updated by the same rule in full
       ShardedUnit first({m.w1, m.b1}, Owned(pg), {stage, at::kFloat, at::kFloat, "first"});
@@ -113,7 +113,7 @@ TEST_P(ShardedUnitStages, ShardGradientsAndStepsEqualTheRankOrderAverageBitwise)
 INSTANTIATE_TEST_SUITE_P(ZeroStage, ShardedUnitStages, ::testing::Values(1, 2, 3));
 
 TEST(ShardedUnit, LoadsFullValuesAndRefusesWrongShapesNamingTheUnit) {
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     Layers m;
     ShardedUnit unit({m.w1, m.b1}, Owned(pg), {3, at::kFloat, at::kFloat, "layer0"});
     unit.LoadFullParameters({at::full({7, 5}, 2.0), at::full({5}, 3.0)});
@@ -135,7 +135,7 @@ TEST(ShardedUnit, LoadsFullValuesAndRefusesWrongShapesNamingTheUnit) {
 }
 
 TEST(ShardedUnit, Bfloat16ComputeOverFloat32MasterWeights) {
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     Layers m;
     const at::Tensor w1 = m.w1.detach().clone();
     ShardedUnit unit({m.w1, m.b1}, Owned(pg), {2, at::kBFloat16, at::kFloat, "mixed"});

@@ -9,9 +9,9 @@
 namespace neuron::parallel {
 namespace {
 
-using c10d::testing::RunGroup;
+using c10d::testing::RunProcessGroup;
 
-GroupPtr Owned(c10d::ProcessGroupNeuron& pg) {
+GroupPtr Owned(::c10d::ProcessGroup& pg) {
   return GroupPtr::unsafe_reclaim_from_nonowning(&pg);
 }
 
@@ -27,7 +27,7 @@ TEST(VocabParallelCrossEntropy, EqualsTheFullCrossEntropyAndItsGradientWithAPadd
   at::Tensor ref_logits = full.clone().requires_grad_(true);
   at::Tensor ref = at::cross_entropy_loss(ref_logits, target, {}, at::Reduction::None);
   ref.sum().backward();
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     at::Tensor padded = at::cat({full, at::full({tokens, 1}, 100.0)}, 1);  // padding must not count
     at::Tensor mine = padded.narrow(1, rank * 4, 4).clone().requires_grad_(true);
     at::Tensor loss = VocabParallelCrossEntropy(mine, target, Owned(pg), vocab);
@@ -39,7 +39,7 @@ TEST(VocabParallelCrossEntropy, EqualsTheFullCrossEntropyAndItsGradientWithAPadd
 }
 
 TEST(TensorParallelOps, GatherScatterAndSequenceCollectivesAreEachOthersGradients) {
-  RunGroup(3, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(3, [&](::c10d::ProcessGroup& pg, int rank) {
     const at::Tensor full = at::arange(6 * 4, at::kFloat).view({6, 4});
     at::Tensor x = full.clone().requires_grad_(true);
     at::Tensor mine = ScatterToGroup(x, Owned(pg), 0);  // rows [2r, 2r + 2)
@@ -64,7 +64,7 @@ TEST(TensorParallelOps, GatherScatterAndSequenceCollectivesAreEachOthersGradient
 }
 
 TEST(TensorParallelOps, CopyAllReducesGradientsAndReduceAllReducesValues) {
-  RunGroup(2, [&](c10d::ProcessGroupNeuron& pg, int rank) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     at::Tensor x = at::ones({3}).requires_grad_(true);
     at::Tensor y = CopyToGroup(x, Owned(pg));
     (y * (rank + 1)).sum().backward();

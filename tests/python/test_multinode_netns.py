@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -137,7 +138,7 @@ def test_mpirun_starts_the_same_job_on_two_simulated_hosts(two_nodes):
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     job = [mpirun, "-n", "4", "--host", f"{addresses[0]}:2,{addresses[1]}:2",
            "-x", "PYTHONPATH", "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "NETNS_HOSTS",
-           "/usr/bin/python3", EXAMPLE, "--steps", "3", "--batch", "2", "--seq", "16",
+           sys.executable, EXAMPLE, "--steps", "3", "--batch", "2", "--seq", "16",
            "--dim", "32", "--layers", "2", "--vocab", "64"]
     cmd = ["ip", "netns", "exec", ns[0], "unshare", "--uts", "sh", "-c",
            f"hostname {ns[0]} && exec " + " ".join(job)]

@@ -5,6 +5,7 @@ Few and purposeful: each Python rank spends ~1.5 s of CPU importing torch.
 import os
 import re
 import subprocess
+import sys
 import time
 
 NEURONRUN = os.environ["NEURONRUN"]
@@ -47,7 +48,7 @@ def test_python_exception_is_summarised_and_the_job_fails_fast():
 
 
 def test_ranks_import_torchneuron_without_installing():
-    proc, _ = run(["-n", "2", "/usr/bin/python3", "-c",
+    proc, _ = run(["-n", "2", sys.executable, "-c",
                    "import torchneuron; print(torchneuron.__version__)"])
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == ["[rank 0]: 0.1.0", "[rank 1]: 0.1.0"]

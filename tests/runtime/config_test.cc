@@ -13,7 +13,7 @@ namespace {
 
 TEST(ConfigRegistry, DefaultsApplyWhenUnset) {
   ::unsetenv("NEURON_PYTHON");
-  EXPECT_EQ(ConfigRegistry::Get().GetString(ConfigKey::kPython), "/usr/bin/python3");
+  EXPECT_EQ(ConfigRegistry::Get().GetString(ConfigKey::kPython), NEURON_DEFAULT_PYTHON);
   ::unsetenv("NEURON_TOPOLOGY_FILE");
   EXPECT_FALSE(ConfigRegistry::Get().Find(ConfigKey::kTopologyFile).has_value());
 }

@@ -3,7 +3,7 @@
 // contiguous buffers, and queues the communicator call plus the copy-back.
 #include <numeric>
 
-#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/c10d/backend_neuron.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
 #include "tensor_buffers.h"
@@ -83,7 +83,7 @@ std::vector<std::size_t> SplitCounts(const at::Tensor& t,
 
 }  // namespace
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::broadcast(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::broadcast(
     Tensors& tensors, const ::c10d::BroadcastOptions& opts) {
   return Checked("broadcast", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     CheckSingle(tensors, "broadcast");
@@ -102,7 +102,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::broadcast(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::allreduce(
     Tensors& tensors, const ::c10d::AllreduceOptions& opts) {
   return Checked("allreduce", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     CheckSingle(tensors, "allreduce");
@@ -122,7 +122,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::allreduce_coalesced(
     Tensors& tensors, const ::c10d::AllreduceCoalescedOptions& opts) {
   return Checked("allreduce_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allreduce_coalesced";
@@ -145,7 +145,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::reduce(
     Tensors& tensors, const ::c10d::ReduceOptions& opts) {
   return Checked("reduce", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     CheckSingle(tensors, "reduce");
@@ -177,7 +177,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::allgather(
     TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return Checked("allgather", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather";
@@ -208,7 +208,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_allgather_base(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::AllgatherOptions& opts) {
   return Checked("_allgather_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "_allgather_base";
@@ -229,7 +229,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_allgather_base(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::allgather_coalesced(
     TensorLists& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return Checked("allgather_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather_coalesced";
@@ -264,7 +264,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::allgather_coalesced(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::gather(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::gather(
     TensorLists& outputs, Tensors& inputs, const ::c10d::GatherOptions& opts) {
   return Checked("gather", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "gather";
@@ -299,7 +299,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::gather(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::scatter(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::scatter(
     Tensors& outputs, TensorLists& inputs, const ::c10d::ScatterOptions& opts) {
   return Checked("scatter", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "scatter";
@@ -333,7 +333,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::scatter(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce_scatter(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::reduce_scatter(
     Tensors& outputs, TensorLists& inputs, const ::c10d::ReduceScatterOptions& opts) {
   return Checked("reduce_scatter", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "reduce_scatter";
@@ -367,7 +367,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::reduce_scatter(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) {
   return Checked("_reduce_scatter_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "_reduce_scatter_base";
@@ -394,7 +394,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall_base(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const ::c10d::AllToAllOptions& opts) {
   return Checked("alltoall_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
@@ -423,7 +423,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall_base(
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::alltoall(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::alltoall(
     Tensors& outputs, Tensors& inputs, const ::c10d::AllToAllOptions& opts) {
   return Checked("alltoall", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "alltoall";

@@ -39,13 +39,16 @@ class SharedTensorAllocator final : public at::Allocator {
  public:
   explicit SharedTensorAllocator(std::size_t min_bytes) : min_bytes_(min_bytes) {}
 
-  at::DataPtr allocate(std::size_t n) const override {
+  at::DataPtr allocate(std::size_t n) override {
     if (n >= min_bytes_) {
       if (void* p = SharedBufferPool::Instance().Allocate(n)) {
         return {p, p, &FreeShared, at::Device(at::DeviceType::CPU)};
       }
     }
     return fallback->allocate(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
   }
   at::DeleterFnPtr raw_deleter() const override {
     return fallback->raw_deleter() != nullptr ? &RawDelete : nullptr;

@@ -91,14 +91,14 @@ std::optional<double> PreMulFactor(const ::c10d::ReduceOp& reduce_op, at::Scalar
   if (reduce_op.op_ != ::c10d::ReduceOp::PREMUL_SUM) return std::nullopt;
   NEURON_CHECK(at::isFloatingType(dtype), op, ": PREMUL_SUM multiplies by a factor: it needs a "
                "floating-point dtype, got ", c10::toString(dtype));
-  const auto* s = dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(
-      reduce_op.supplement_.get());
+  const auto* s =
+      dynamic_cast<const ::c10d::PreMulSumSupplement*>(reduce_op.supplement_.get());
   NEURON_CHECK(s != nullptr, op, ": PREMUL_SUM without its factor (make it with "
                "torch.distributed._make_nccl_premul_sum)");
-  if (s->tensor_factors.empty()) return s->double_factor;
-  NEURON_CHECK(s->tensor_factors.size() == 1 && s->tensor_factors[0].numel() == 1, op,
+  if (!s->tensor_factor.defined()) return s->double_factor;
+  NEURON_CHECK(s->tensor_factor.numel() == 1, op,
                ": PREMUL_SUM's factor must be one number or one one-element tensor");
-  return s->tensor_factors[0].item<double>();
+  return s->tensor_factor.item<double>();
 }
 
 void Scale(void* data, std::size_t count, at::ScalarType dtype, double factor) {

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Scenarios for the "neuron" backend that the tests launch in several ways.
 
     backend_scenarios.py init_methods FILE TCP_PORT   # under neuronrun -n 2

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """c10d conformance: a torch.distributed backend against Gloo and a local reference.
 
     neuronrun -n 4 tests/python/scripts/c10d_conformance.py [--backend neuron] [--quick]

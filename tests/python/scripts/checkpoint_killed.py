@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A save killed half-way leaves the previous checkpoint whole.
 
     neuronrun -n 2 tests/python/scripts/checkpoint_killed.py --dir DIR

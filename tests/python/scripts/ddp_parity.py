@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """DDP parity: unchanged DistributedDataParallel (or torchneuron's own, with
 --ddp torchneuron) on a backend against a single-process reference computed
 on every rank.

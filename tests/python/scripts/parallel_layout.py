@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torchneuron.parallel.initialize on a real job: every group's members, the
 sampler over the data-parallel group, and DDP over it.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Failures inside a pipeline step.
 
     neuronrun -n 2 tests/python/scripts/pipeline_rank_dies.py [--shape]

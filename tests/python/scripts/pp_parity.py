@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Pipeline (and 3D) parity: torchneuron.models.gpt.GPT split into pipeline
 stages (and tensor-parallel within them) against the same GPT on one device.
 

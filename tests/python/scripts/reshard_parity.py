@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Save in one layout, load in another, continue: equals an uninterrupted run.
 
     neuronrun -n 4 tests/python/scripts/reshard_parity.py --dir DIR

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Tensor (and sequence) parallel parity: torchneuron.models.gpt.GPT split
 over a tensor-parallel group against the same GPT on one device.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ZeRO parity: torchneuron.parallel.FullyShardedDataParallel at stages 1, 2
 and 3 against a single-process reference computed on every rank.
 

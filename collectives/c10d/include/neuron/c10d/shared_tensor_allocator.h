@@ -10,7 +10,7 @@
 // tensors are ordinary memory), and freed memory is kept for reuse (up to
 // SharedBufferPool::kMaxFreeBytes).
 //
-// ProcessGroupNeuron installs it when NEURON_SHARED_TENSORS=1.
+// BackendNeuron installs it when NEURON_SHARED_TENSORS=1.
 //
 // Usage:
 //   neuron::c10d::InstallSharedTensorAllocator();

@@ -1,12 +1,14 @@
-// The "neuron" backend of torch.distributed: a c10d::ProcessGroup (PyTorch
-// 1.13) over the collectives library's communicator.
+// The "neuron" backend of torch.distributed: a c10d::Backend over the
+// collectives library's communicator.
 //
 // Usage (C++; from Python, `import torchneuron` registers the backend and
 // `dist.init_process_group("neuron")` creates one):
 //   auto store = c10::make_intrusive<c10d::FileStore>(path, size);
-//   auto pg = c10::make_intrusive<neuron::c10d::ProcessGroupNeuron>(store, rank, size);
+//   auto backend = c10::make_intrusive<neuron::c10d::BackendNeuron>(store, rank, size);
 //   std::vector<at::Tensor> tensors = {at::ones({8})};
-//   pg->allreduce(tensors)->wait();
+//   backend->allreduce(tensors)->wait();
+//   // A c10d::ProcessGroup over it (what libtorch code passes around):
+//   auto pg = neuron::c10d::MakeProcessGroup(store, backend);
 //
 // Each group owns one communicator (shared memory between ranks on this
 // host, TCP otherwise) driven by two progress threads: collectives run in
@@ -28,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
@@ -49,7 +52,7 @@ namespace neuron::c10d {
 // message, keeping its neuron error type (so Python sees the same class).
 [[noreturn]] void RethrowWithContext(const std::string& context);
 
-struct ProcessGroupNeuronOptions {
+struct BackendNeuronOptions {
   // Every wait of every operation; torch's init_process_group(timeout=).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // The job ranks of the members in group-rank order (empty: 0..size-1);
@@ -62,7 +65,7 @@ struct ProcessGroupNeuronOptions {
   std::shared_ptr<runtime::SimClock> clock;
 };
 
-class ProcessGroupNeuron : public ::c10d::ProcessGroup {
+class BackendNeuron : public ::c10d::Backend {
  public:
   using Work = ::c10d::Work;
   template <typename T>
@@ -71,9 +74,9 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
   using TensorLists = std::vector<std::vector<at::Tensor>>;
 
   // Collective over the group: every member calls it with the same store.
-  ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank, int size,
-                     ProcessGroupNeuronOptions options = {});
-  ~ProcessGroupNeuron() override;
+  BackendNeuron(const Ptr<::c10d::Store>& store, int rank, int size,
+                     BackendNeuronOptions options = {});
+  ~BackendNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
 
@@ -152,7 +155,7 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
   // Runs a local function on the collectives lane after what is queued.
   void RunLocal(const Body& body);
 
-  ProcessGroupNeuronOptions options_;
+  BackendNeuronOptions options_;
   // "neuron rank R (group G, size S): ", the start of every error.
   std::shared_ptr<const std::string> prefix_;
   Ptr<::c10d::Store> store_;
@@ -166,9 +169,15 @@ class ProcessGroupNeuron : public ::c10d::ProcessGroup {
 // The creator torch.distributed calls (Backend.register_backend with
 // extended_api=True hands over these fields). `clock` null: the process's
 // (runtime::ProcessClock(), shared by every group the process creates).
-c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
+c10::intrusive_ptr<BackendNeuron> CreateBackendNeuron(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
     std::string group_name, std::shared_ptr<runtime::SimClock> clock = nullptr);
+
+// A c10d::ProcessGroup whose backend for CPU tensors is `backend` (what
+// torch.distributed makes for init_process_group("neuron")): c10d's
+// dispatched ops (ProcessGroup::allreduce, ...) reach the backend.
+c10::intrusive_ptr<::c10d::ProcessGroup> MakeProcessGroup(
+    const c10::intrusive_ptr<::c10d::Store>& store, c10::intrusive_ptr<BackendNeuron> backend);
 
 }  // namespace neuron::c10d

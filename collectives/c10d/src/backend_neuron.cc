@@ -1,6 +1,6 @@
 // The process group's machinery: creation, the queue, point-to-point,
 // barriers and statistics. The collectives are in collective_ops.cc.
-#include "neuron/c10d/process_group_neuron.h"
+#include "neuron/c10d/backend_neuron.h"
 
 #include <algorithm>
 
@@ -20,7 +20,7 @@ namespace {
 using collectives::Communicator;
 
 collectives::CommunicatorOptions CommunicatorOptionsFor(
-    const ProcessGroupNeuronOptions& o) {
+    const BackendNeuronOptions& o) {
   collectives::CommunicatorOptions options;
   options.timeout = o.timeout;
   options.global_ranks.assign(o.global_ranks.begin(), o.global_ranks.end());
@@ -48,9 +48,9 @@ void RethrowWithContext(const std::string& context) {
   }
 }
 
-ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank,
-                                       int size, ProcessGroupNeuronOptions options)
-    : ::c10d::ProcessGroup(rank, size),
+BackendNeuron::BackendNeuron(const Ptr<::c10d::Store>& store, int rank,
+                                       int size, BackendNeuronOptions options)
+    : ::c10d::Backend(rank, size),
       options_(std::move(options)),
       prefix_(std::make_shared<const std::string>(
           StrCat("neuron rank ", rank, " (group ",
@@ -77,13 +77,13 @@ ProcessGroupNeuron::ProcessGroupNeuron(const Ptr<::c10d::Store>& store, int rank
   init();
 }
 
-ProcessGroupNeuron::~ProcessGroupNeuron() = default;
+BackendNeuron::~BackendNeuron() = default;
 
-std::string ProcessGroupNeuron::Context(const char* name, std::uint64_t sequence) const {
+std::string BackendNeuron::Context(const char* name, std::uint64_t sequence) const {
   return StrCat(*prefix_, name, " #", sequence);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
     ::c10d::OpType type, const char* name, Body body, Tensors outputs,
     std::chrono::milliseconds timeout, bool point_to_point, std::shared_ptr<int> source_rank) {
   const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
@@ -107,7 +107,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Enqueue(
   return work;
 }
 
-void ProcessGroupNeuron::RunLocal(const Body& body) {
+void BackendNeuron::RunLocal(const Body& body) {
   async_->Enqueue(body, "statistics")->Wait();
 }
 
@@ -123,7 +123,7 @@ void CheckPeer(int peer, int rank, int size, const char* op) {
 
 }  // namespace
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int dst_rank,
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::send(Tensors& tensors, int dst_rank,
                                                           int tag) {
   return Checked(
       "send",
@@ -141,7 +141,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int 
       true);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int src_rank,
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::recv(Tensors& tensors, int src_rank,
                                                           int tag) {
   return Checked(
       "recv",
@@ -152,7 +152,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int 
       true);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tensors,
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::recvAnysource(Tensors& tensors,
                                                                    int tag) {
   return Checked(
       "recvAnysource",
@@ -162,7 +162,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::recvAnysource(Tensors& tens
       true);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Receive(Tensors& tensors,
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::Receive(Tensors& tensors,
                                                              int src_rank, int tag) {
   CheckSingle(tensors, "recv");
   Output output(tensors[0]);
@@ -179,7 +179,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::Receive(Tensors& tensors,
 
 // --- barriers -----------------------------------------------------------------
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::barrier(
     const ::c10d::BarrierOptions& opts) {
   return Checked("barrier", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     return Enqueue(::c10d::OpType::BARRIER, "barrier",
@@ -187,7 +187,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupNeuron::barrier(
   });
 }
 
-void ProcessGroupNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
+void BackendNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
                                           bool wait_all_ranks) {
   const std::uint64_t n = monitored_barriers_++;
   const auto timeout =
@@ -222,38 +222,49 @@ void ProcessGroupNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
 
 // --- statistics ---------------------------------------------------------------
 
-std::vector<collectives::OpRecord> ProcessGroupNeuron::Records() {
+std::vector<collectives::OpRecord> BackendNeuron::Records() {
   std::vector<collectives::OpRecord> records;
   RunLocal([&](Communicator& c) { records.assign(c.records().begin(), c.records().end()); });
   return records;
 }
 
-collectives::CommunicatorTotals ProcessGroupNeuron::Totals() {
+collectives::CommunicatorTotals BackendNeuron::Totals() {
   collectives::CommunicatorTotals totals;
   RunLocal([&](Communicator& c) { totals = c.totals(); });
   return totals;
 }
 
-void ProcessGroupNeuron::ResetStats() {
+void BackendNeuron::ResetStats() {
   RunLocal([](Communicator& c) { c.ResetStats(); });
 }
 
-void ProcessGroupNeuron::WriteChromeTrace(const std::string& path) {
+void BackendNeuron::WriteChromeTrace(const std::string& path) {
   RunLocal([&](Communicator& c) { c.WriteChromeTrace(path); });
 }
 
-c10::intrusive_ptr<ProcessGroupNeuron> CreateProcessGroupNeuron(
+c10::intrusive_ptr<BackendNeuron> CreateBackendNeuron(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
     std::string group_name, std::shared_ptr<runtime::SimClock> clock) {
-  ProcessGroupNeuronOptions options;
+  BackendNeuronOptions options;
   // A process group torch.distributed creates belongs to this process's rank:
   // its clock, which compiled graphs and pipeline stages advance too.
   options.clock = clock ? std::move(clock) : runtime::ProcessClock();
   options.timeout = timeout;
   options.global_ranks = std::move(global_ranks);
   options.group_name = std::move(group_name);
-  return c10::make_intrusive<ProcessGroupNeuron>(store, rank, size, std::move(options));
+  return c10::make_intrusive<BackendNeuron>(store, rank, size, std::move(options));
+}
+
+c10::intrusive_ptr<::c10d::ProcessGroup> MakeProcessGroup(
+    const c10::intrusive_ptr<::c10d::Store>& store, c10::intrusive_ptr<BackendNeuron> backend) {
+  NEURON_CHECK(backend, "MakeProcessGroup: the backend is null");
+  auto pg = c10::make_intrusive<::c10d::ProcessGroup>(store, backend->getRank(),
+                                                       backend->getSize());
+  using Type = ::c10d::ProcessGroup::BackendType;
+  pg->setBackend(c10::DeviceType::CPU, Type::CUSTOM, backend);
+  pg->setDefaultBackend(Type::CUSTOM);
+  return pg;
 }
 
 }  // namespace neuron::c10d
