@@ -56,6 +56,10 @@ struct RankGroup::Rank {
   bool killed_by_us = false;
   int wait_status = 0;
   std::string prefix;
+  // What torch.distributed's excepthook puts before each line of an uncaught
+  // exception's traceback ("[rank3]: "): dropped on the console and in the
+  // failure summary, which say the rank already.
+  std::string torch_prefix;
 };
 
 RankGroup::RankGroup(asio::io_context& io, ProcessGuard& guard, OutputOptions output,
@@ -83,6 +87,7 @@ void RankGroup::Start() {
   for (auto& rank : ranks_) {
     const auto g = rank->launch.global_rank;
     rank->prefix = "[rank " + std::to_string(g) + "]: ";
+    rank->torch_prefix = "[rank" + std::to_string(g) + "]: ";
     if (!output_.log_dir.empty()) {
       const std::string base = output_.log_dir + "/rank_" + std::to_string(g);
       rank->out_file.open(base + ".stdout");
@@ -137,7 +142,11 @@ void RankGroup::StartReading(Rank& rank, bool is_stderr) {
       });
 }
 
-void RankGroup::OnLine(Rank& rank, bool is_stderr, std::string_view line) {
+void RankGroup::OnLine(Rank& rank, bool is_stderr, std::string_view raw) {
+  std::string_view line = raw;
+  if (is_stderr && line.substr(0, rank.torch_prefix.size()) == rank.torch_prefix) {
+    line.remove_prefix(rank.torch_prefix.size());
+  }
   if (is_stderr) {
     rank.tail.emplace_back(line);
     if (rank.tail.size() > output_.tail_lines) rank.tail.pop_front();
@@ -146,6 +155,7 @@ void RankGroup::OnLine(Rank& rank, bool is_stderr, std::string_view line) {
     std::string& pending = is_stderr ? console_err_ : console_out_;
     pending.append(rank.prefix).append(line).push_back('\n');
   }
+  line = raw;  // log files keep what the rank wrote
   if (!output_.log_dir.empty()) {
     auto& file = is_stderr ? rank.err_file : rank.out_file;
     file.write(line.data(), static_cast<std::streamsize>(line.size())).put('\n');

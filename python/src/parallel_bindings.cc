@@ -211,6 +211,12 @@ void BindParallel(py::module_& m) {
 
   // Sharded checkpoints.
   m.def(
+      "_set_grad",
+      [](at::Tensor& param, const at::Tensor& grad) { param.mutable_grad() = grad; },
+      py::arg("param"), py::arg("grad"),
+      "Sets param.grad without torch's same-dtype check (a master shard's "
+      "reduce_dtype gradient).");
+  m.def(
       "_write_shard_file",
       [](const std::string& path, const std::vector<PieceTuple>& pieces) {
         std::vector<np::TensorPiece> out;

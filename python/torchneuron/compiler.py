@@ -206,6 +206,9 @@ def to_ir(gm, name, where=""):
                             if callable(like[k]):
                                 return like[k](node)
                             return _type(node.args[like[k]].meta.get("tensor_meta"), node.name)
+                        val = node.meta.get("val")  # the fake outputs AOTAutograd traced
+                        if isinstance(val, (list, tuple)) and k < len(val):
+                            return _type(val[k], node.name)
                         raise _Unsupported("an output that is never used")
                     out = ", ".join(f"%{node.name}_{k}: {output_type(k)}" for k in range(count))
                     multi.add(node)
@@ -361,7 +364,22 @@ class _CpuSegment(torch.nn.Module):
         return _timed_eager(self.gm, self.entry, args)
 
 
+def _drop_unused_random_ops(gm):
+    """Removes random ops whose results nothing uses. AOTAutograd's backward
+    graph can carry such a recomputation of a forward dropout (its mask is
+    saved from the forward), and FX keeps it because random ops count as
+    impure; run, it would only draw numbers and waste device time."""
+    def impure(node):
+        if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                and torch.Tag.nondeterministic_seeded in node.target.tags):
+            return False
+        return node.is_impure()
+    if gm.graph.eliminate_dead_code(is_impure_node=impure):
+        gm.recompile()
+
+
 def _compile_fx(gm, example_inputs, name, fullgraph, where):
+    _drop_unused_random_ops(gm)
     if not fullgraph and _C._fallback_allowed():
         split = _split_by_device(gm, name, where)
         if split is not None:

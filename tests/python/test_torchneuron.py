@@ -106,7 +106,7 @@ def test_cmake_install_gives_an_importable_package(tmp_path):
     proc = subprocess.run(["cmake", "--install", build, "--prefix", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    site = tmp_path / f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages"
+    site = tmp_path / f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
     env = dict(os.environ, PYTHONPATH=str(site))
     proc = subprocess.run([sys.executable, "-c",
                            "import torchneuron, torch.distributed as d; "
@@ -114,6 +114,8 @@ def test_cmake_install_gives_an_importable_package(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(site / "torchneuron/__init__.py"), "True"], proc.stdout
+    for command in ("neuronrun", "neuron-cc-perf"):
+        assert os.access(tmp_path / "bin" / command, os.X_OK), command
 
 
 def test_launch_environment_detection_for_every_launcher():

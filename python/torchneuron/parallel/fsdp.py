@@ -24,6 +24,8 @@ import weakref
 
 import torch
 import torch.nn as nn
+from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                   register_optimizer_step_pre_hook)
 
 from .. import _C
 from . import clip
@@ -35,9 +37,10 @@ from .tensor_parallel import sequence_parallel_group
 class MixedPrecision:
     """param_dtype: the gathered parameters and the computation (inputs are cast
     to it); reduce_dtype: the gradient reduction, and the precision the
-    shard gradients are kept in (the optimizer sees them in it: a bf16
-    reduce_dtype halves the gradient memory, as ZeRO counts it). Master
-    weights and optimizer state stay fp32."""
+    shard gradients are kept in (a bf16 reduce_dtype halves the gradient
+    memory, as ZeRO counts it; the optimizer's step sees them upcast to
+    fp32, a copy that lives for the step). Master weights and optimizer
+    state stay fp32."""
     param_dtype: torch.dtype = torch.float32
     reduce_dtype: torch.dtype = torch.float32
 
@@ -103,6 +106,33 @@ def _sequence_parallel(params, unit):
     return flags, next(iter(groups.values()), None)
 
 
+def _upcast_gradients(optimizer, args, kwargs):
+    """Optimizer step pre-hook (every optimizer): a master shard whose
+    gradient is kept in a lower precision (MixedPrecision.reduce_dtype) gets
+    it upcast to its own dtype for the step, as DeepSpeed's bf16 path does:
+    PyTorch's optimizers need the gradient in the parameter's dtype. The
+    post-hook puts the kept gradient back."""
+    stash = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            g = p.grad
+            if g is not None and g.dtype != p.dtype and getattr(p, "_neuron_shard", False):
+                stash.append((p, g))
+                p.grad = None
+                p.grad = g.to(p.dtype)
+    optimizer._neuron_kept_gradients = stash
+
+
+def _restore_gradients(optimizer, args, kwargs):
+    for p, g in getattr(optimizer, "_neuron_kept_gradients", ()):
+        _C._set_grad(p, g)
+    optimizer._neuron_kept_gradients = []
+
+
+register_optimizer_step_pre_hook(_upcast_gradients)
+register_optimizer_step_post_hook(_restore_gradients)
+
+
 class _Unit:
     def __init__(self, name, named_params, group, stage, precision, offload=False):
         self.name = name
@@ -115,6 +145,7 @@ class _Unit:
         self.core = _C._ShardedUnit(self.params, group, stage,
                                     _name(precision.param_dtype), _name(precision.reduce_dtype),
                                     name or "<root>", offload, flags, sp_group)
+        self.core.shard._neuron_shard = True  # see _upcast_gradients
 
 
 class FullyShardedDataParallel(nn.Module):
