@@ -2,7 +2,7 @@
 MPI_Allreduce (vader shared memory) and a single-thread memcpy, side by side
 in one run, with ratios and the issue's targets checked.
 
-    /usr/bin/python3 benchmarks/allreduce_bench.py --build build [--ranks 2 4 8 16]
+    .venv/bin/python benchmarks/allreduce_bench.py --build build [--ranks 2 4 8 16]
 
 Every figure is float32 sum, the slowest rank's average over 256 MiB worth
 of timed iterations (5 to 50) after 2 warm-up ones (8 bytes: 100000 after
@@ -93,7 +93,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default="build")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8, 16])
-    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--python", default=sys.executable)
     p.add_argument("--latency-rounds", type=int, default=7,
                    help="paired 8-byte runs at 2 ranks (the latency target's figures)")
     args = p.parse_args()

@@ -1,13 +1,13 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Compiled against eager PyTorch: the wall time of a training step (forward
 and backward) of the same model on this CPU, side by side in one run, with
 the ratio, and the modelled time of the compiled graphs on a NeuronCore-v3.
 The model: an MLP, or a GPT block (causal attention and MLP, pre-LayerNorm,
 activations [seq, batch, dim]).
 
-    /usr/bin/python3 benchmarks/compile_bench.py [--build build] [--steps 50]
+    .venv/bin/python benchmarks/compile_bench.py [--build build] [--steps 50]
                                                   [--batch 32] [--hidden 256]
-    /usr/bin/python3 benchmarks/compile_bench.py --model gpt-block [--dim 128]
+    .venv/bin/python benchmarks/compile_bench.py --model gpt-block [--dim 128]
                                                   [--seq 64] [--batch 8]
 
 Target (issue #5): compiled wall time <= eager's (docs/performance.md).

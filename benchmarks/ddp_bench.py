@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """DDP step-time benchmark: unchanged DistributedDataParallel on Gloo against
 the neuron backend, side by side in one run, with the ratio and the target.
 
-    /usr/bin/python3 benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
+    .venv/bin/python benchmarks/ddp_bench.py [--ranks 2,4,8] [--steps N] [--batch B]
                                              [--backends gloo,neuron] [--bucket-view]
                                              [--shared-tensors] [--rounds R] [--width W]
 
@@ -110,9 +110,9 @@ def worker(args):
     if rank == 0:
         print(f"ddp_bench {args.backend}/{args.ddp} {world} {step_ms:.3f} {compute_ms:.3f} "
               f"{no_comm_ms:.3f}", flush=True)
-    # torch 1.13: destroying a Gloo process group (in destroy_process_group(), or at exit
-    # from DDP's Reducer) joins its worker threads while holding the GIL, and a worker just
-    # freeing a finished Work's tensor needs the GIL: a deadlock. End without destructors.
+    # Destroying a Gloo process group at exit joins its worker threads while holding the
+    # GIL, and a worker just freeing a finished Work's tensor needs the GIL: a deadlock
+    # (seen on torch 1.13). End without destructors: the measurement is printed.
     sys.stderr.flush()
     os._exit(0)
 
@@ -156,7 +156,7 @@ def main():
                         "in registered memory, so its allreduce works in place (no staging)")
     p.add_argument("--rounds", type=int, default=3,
                    help="alternating jobs per backend and rank count; medians are shown")
-    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--python", default=sys.executable)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
     p.add_argument("--ddp", default="torch", help=argparse.SUPPRESS)

@@ -8,7 +8,7 @@ Prints, for each, the median wall time of the whole job and the median CPU
 time of the launcher process itself (its own overhead, without the ranks),
 with the ratios neuronrun / mpirun.
 
-    /usr/bin/python3 benchmarks/launcher_bench.py --neuronrun build/launcher/neuronrun
+    .venv/bin/python benchmarks/launcher_bench.py --neuronrun build/launcher/neuronrun
 """
 import argparse
 import os
@@ -65,7 +65,7 @@ def main():
     p.add_argument("-n", type=int, default=16, help="ranks per job")
     p.add_argument("--trivial-reps", type=int, default=20)
     p.add_argument("--torch-reps", type=int, default=3)
-    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--python", default=sys.executable)
     args = p.parse_args()
 
     script = os.path.join(HERE, "scripts", "torch_barrier.py")

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Pipeline bubble on modelled time against the schedules' and the formula.
 
-    /usr/bin/python3 benchmarks/pipeline_bubble.py [--build build] [--stages 2 4]
+    .venv/bin/python benchmarks/pipeline_bubble.py [--build build] [--stages 2 4]
 
 For each stage count p the driver runs `neuronrun -n p` on this script in
 worker mode: a GPT (4 blocks per stage, hidden 256, sequence 64, vocabulary

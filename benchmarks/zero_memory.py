@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ZeRO model-state memory per rank against the ZeRO paper's formulas.
 
-    /usr/bin/python3 benchmarks/zero_memory.py [--build build] [--ranks 4 8]
+    .venv/bin/python benchmarks/zero_memory.py [--build build] [--ranks 4 8]
 
 For each data-parallel size N the driver runs `neuronrun -n N` on this
 script in worker mode: a GPT of 32 blocks (hidden 64, vocabulary 256; psi

@@ -31,7 +31,7 @@ struct SpawnedChild {
 // descriptors are non-blocking and close-on-exec; the caller owns them.
 SpawnedChild Spawn(const SpawnRequest& request);
 
-// Resolves a program name the way execvp would ("python3" -> /usr/bin/python3);
+// Resolves a program name the way execvp would ("python3" -> /usr/local/bin/python3);
 // a name with '/' is used as it is. Empty when there is no such executable.
 std::string ResolveProgram(const std::string& name);
 

@@ -109,7 +109,7 @@ def _implied(key, value):
 
 def _source(node, fallback=""):
     """The user's source line of `node`: the FX stack trace's last frame, or
-    (1.13's aot_autograd often records none) `fallback`, the compiled
+    (where aot_autograd records none) `fallback`, the compiled
     forward's definition."""
     trace = node.meta.get("stack_trace") or ""
     lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]

@@ -26,7 +26,7 @@ TEST(Options, ParsesEveryOption) {
                         "host:29400", "--rdzv-timeout", "30", "--master-port", "4000",
                         "--max-restarts", "3", "--log-dir", "/tmp/x", "--tee",
                         "--topology", "t.textproto", "--run-id", "job7", "--python",
-                        "/usr/bin/python3", "--grace-period", "0.5", "train.py",
+                        "/opt/venv/bin/python", "--grace-period", "0.5", "train.py",
                         "--lr", "0.1", "-n", "3"});
   EXPECT_EQ(o.nproc_per_node, 16u);
   EXPECT_EQ(o.nnodes, 2u);
