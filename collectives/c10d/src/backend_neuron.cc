@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "coalescing.h"
 #include "neuron/c10d/shared_tensor_allocator.h"
 #include "neuron/c10d/store_adapter.h"
 #include "neuron/collectives/async_communicator.h"
@@ -36,7 +37,10 @@ void RethrowWithContext(const std::string& context) {
   } catch (const InvalidUsage& e) {
     throw InvalidUsage(context + ": " + e.what());
   } catch (const TimeoutError& e) {
-    throw TimeoutError(context + ": " + e.what());
+    // "Timed out" as torch's own backends say it: code matches on it.
+    const std::string what = e.what();
+    const bool said = what.find("Timed out") != std::string::npos;
+    throw TimeoutError(context + (said ? ": " : ": Timed out: ") + what);
   } catch (const IoError& e) {
     throw IoError(context + ": " + e.what());
   } catch (const RemoteError& e) {
@@ -56,7 +60,8 @@ BackendNeuron::BackendNeuron(const Ptr<::c10d::Store>& store, int rank,
           StrCat("neuron rank ", rank, " (group ",
                  options_.group_name.empty() ? std::string("?") : options_.group_name,
                  ", size ", size, "): "))),
-      store_(store) {
+      store_(store),
+      coalescing_(std::make_unique<Coalescing>()) {
   NEURON_CHECK(store_, "neuron process group: the store is null");
   NEURON_CHECK(options_.global_ranks.empty() ||
                    options_.global_ranks.size() == static_cast<std::size_t>(size),
@@ -130,6 +135,7 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::send(Tensors& tensors, int dst_r
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
         CheckSingle(tensors, "send");
         CheckPeer(dst_rank, rank_, size_, "send");
+        if (CoalescingActive()) return Hold(true, tensors[0], dst_rank, tag);
         at::Tensor input = tensors[0].contiguous();
         auto body = [input, dst_rank, tag](Communicator& c) {
           c.Send(dst_rank, input.data_ptr(), Bytes(input),
@@ -147,6 +153,10 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::recv(Tensors& tensors, int src_r
       "recv",
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
         CheckPeer(src_rank, rank_, size_, "recv");
+        if (CoalescingActive()) {
+          CheckSingle(tensors, "recv");
+          return Hold(false, tensors[0], src_rank, tag);
+        }
         return Receive(tensors, src_rank, tag);
       },
       true);

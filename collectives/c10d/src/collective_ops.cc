@@ -208,23 +208,42 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::allgather(
   });
 }
 
+BackendNeuron::Body BackendNeuron::AllGatherBaseBody(at::Tensor& output, at::Tensor& input,
+                                                     const char* name) {
+  CheckCpuTensors({output, input}, name);
+  CheckSameType({output}, input.scalar_type(), name);
+  NEURON_CHECK(Count(output) == Count(input) * size_, name, ": output has ", Count(output),
+               " elements; expected ", size_, " x ", Count(input));
+  const Movement m = MovementOf(input.scalar_type());
+  const at::Tensor in = input.contiguous();
+  Output out(output);
+  const std::size_t count = Count(input) * m.scale;
+  return [in, out, m, count](Communicator& c) {
+    c.AllGather({in.data_ptr(), out.data(), count, m.dtype});
+    out.CopyBack();
+  };
+}
+
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::AllgatherOptions& opts) {
   return Checked("_allgather_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "_allgather_base";
-    CheckCpuTensors({output, input}, name);
-    CheckSameType({output}, input.scalar_type(), name);
-    NEURON_CHECK(Count(output) == Count(input) * size_, name, ": output has ",
-                 Count(output), " elements; expected ", size_, " x ", Count(input));
-    const Movement m = MovementOf(input.scalar_type());
-    const at::Tensor in = input.contiguous();
-    Output out(output);
-    const std::size_t count = Count(input) * m.scale;
-    auto body = [in, out, m, count](Communicator& c) {
-      c.AllGather({in.data_ptr(), out.data(), count, m.dtype});
-      out.CopyBack();
-    };
-    return Enqueue(::c10d::OpType::_ALLGATHER_BASE, name, std::move(body), {output},
+    return Enqueue(::c10d::OpType::_ALLGATHER_BASE, name, AllGatherBaseBody(output, input, name),
+                   {output}, opts.timeout);
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::allgather_into_tensor_coalesced(
+    Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
+  return Checked("allgather_into_tensor_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    const char* name = "allgather_into_tensor_coalesced";
+    NEURON_CHECK(outputs.size() == inputs.size(), name, ": ", outputs.size(),
+                 " outputs for ", inputs.size(), " inputs");
+    std::vector<Body> bodies;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      bodies.push_back(AllGatherBaseBody(outputs[i], inputs[i], name));
+    }
+    return Enqueue(::c10d::OpType::COALESCED, name, InSequence(std::move(bodies)), outputs,
                    opts.timeout);
   });
 }
@@ -367,29 +386,49 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::reduce_scatter(
   });
 }
 
+BackendNeuron::Body BackendNeuron::ReduceScatterBaseBody(
+    at::Tensor& output, at::Tensor& input, const ::c10d::ReduceOp& reduce_op, const char* name) {
+  CheckCpuTensors({output, input}, name);
+  CheckSameType({output}, input.scalar_type(), name);
+  NEURON_CHECK(Count(input) == Count(output) * size_, name, ": input has ", Count(input),
+               " elements; expected ", size_, " x ", Count(output));
+  const auto op = ToReduceOp(reduce_op, name);
+  const DataType dtype = ReduceType(input, op, name);
+  const auto factor = PreMulFactor(reduce_op, input.scalar_type(), name);
+  // PREMUL_SUM scales a copy: the caller's input stays as it was.
+  const at::Tensor in = factor ? input.contiguous().clone() : input.contiguous();
+  Output out(output);
+  const std::size_t count = Count(output);
+  const auto type = input.scalar_type();
+  const std::size_t total = Count(input);
+  return [in, out, dtype, op, count, factor, type, total](Communicator& c) {
+    if (factor) Scale(in.data_ptr(), total, type, *factor);
+    c.ReduceScatter({in.data_ptr(), out.data(), count, dtype, op});
+    out.CopyBack();
+  };
+}
+
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) {
   return Checked("_reduce_scatter_base", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "_reduce_scatter_base";
-    CheckCpuTensors({output, input}, name);
-    CheckSameType({output}, input.scalar_type(), name);
-    NEURON_CHECK(Count(input) == Count(output) * size_, name, ": input has ",
-                 Count(input), " elements; expected ", size_, " x ", Count(output));
-    const auto op = ToReduceOp(opts.reduceOp, name);
-    const DataType dtype = ReduceType(input, op, name);
-    const auto factor = PreMulFactor(opts.reduceOp, input.scalar_type(), name);
-    // PREMUL_SUM scales a copy: the caller's input stays as it was.
-    const at::Tensor in = factor ? input.contiguous().clone() : input.contiguous();
-    Output out(output);
-    const std::size_t count = Count(output);
-    const auto type = input.scalar_type();
-    const std::size_t total = Count(input);
-    auto body = [in, out, dtype, op, count, factor, type, total](Communicator& c) {
-      if (factor) Scale(in.data_ptr(), total, type, *factor);
-      c.ReduceScatter({in.data_ptr(), out.data(), count, dtype, op});
-      out.CopyBack();
-    };
-    return Enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, name, std::move(body), {output},
+    return Enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, name,
+                   ReduceScatterBaseBody(output, input, opts.reduceOp, name), {output},
+                   opts.timeout);
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendNeuron::reduce_scatter_tensor_coalesced(
+    Tensors& outputs, Tensors& inputs, const ::c10d::ReduceScatterOptions& opts) {
+  return Checked("reduce_scatter_tensor_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    const char* name = "reduce_scatter_tensor_coalesced";
+    NEURON_CHECK(outputs.size() == inputs.size(), name, ": ", outputs.size(),
+                 " outputs for ", inputs.size(), " inputs");
+    std::vector<Body> bodies;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      bodies.push_back(ReduceScatterBaseBody(outputs[i], inputs[i], opts.reduceOp, name));
+    }
+    return Enqueue(::c10d::OpType::COALESCED, name, InSequence(std::move(bodies)), outputs,
                    opts.timeout);
   });
 }

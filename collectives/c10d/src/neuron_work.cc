@@ -32,13 +32,32 @@ void NeuronWork::Attach(std::shared_ptr<collectives::Work> inner) {
   });
 }
 
-bool NeuronWork::isCompleted() { return inner_->Test(); }
+namespace {
+
+// A send or recv held in a coalescing window has no operation until
+// endCoalescing queues the batch.
+void CheckAttached(const std::shared_ptr<collectives::Work>& inner) {
+  NEURON_CHECK(inner != nullptr,
+               "this send/recv belongs to an open coalescing window: it runs at "
+               "endCoalescing; wait for the work that returns (batch_isend_irecv's)");
+}
+
+}  // namespace
+
+bool NeuronWork::isCompleted() {
+  CheckAttached(inner_);
+  return inner_->Test();
+}
 
 bool NeuronWork::isSuccess() const {
+  CheckAttached(inner_);
   return inner_->Test() && inner_->exception() == nullptr;
 }
 
-std::exception_ptr NeuronWork::exception() const { return inner_->exception(); }
+std::exception_ptr NeuronWork::exception() const {
+  CheckAttached(inner_);
+  return inner_->exception();
+}
 
 int NeuronWork::sourceRank() const {
   NEURON_CHECK(source_rank_ != nullptr && *source_rank_ >= 0,
@@ -47,6 +66,7 @@ int NeuronWork::sourceRank() const {
 }
 
 bool NeuronWork::wait(std::chrono::milliseconds timeout) {
+  CheckAttached(inner_);
   inner_->Wait(timeout == ::kNoTimeout ? collectives::Work::kForever : timeout);
   return true;
 }

@@ -34,6 +34,8 @@ class NeuronWork : public ::c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override;
   void synchronize() override {}
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // The queued operation (null until Attach).
+  const std::shared_ptr<collectives::Work>& inner() const { return inner_; }
 
  private:
   std::vector<at::Tensor> outputs_;

@@ -5,6 +5,7 @@
     backend_scenarios.py mpi                          # under mpirun -n 2
     backend_scenarios.py peer_dies                    # 2 ranks started by hand
     backend_scenarios.py timeout                      # 2 ranks started by hand
+    backend_scenarios.py coalescing                   # under neuronrun -n N
 
 Each prints "ok ..." lines the tests match; any failed check raises.
 """
@@ -133,7 +134,44 @@ def timeout():
         print(f"ok timed out after {elapsed:.1f} s: {e}", flush=True)
 
 
+def coalescing():
+    torchneuron.init(timeout=datetime.timedelta(seconds=60))
+    rank, size = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    # A ring exchange of two messages each way, every rank listing its
+    # receives first; large enough to take more than one transport slot.
+    n = 1 << 18
+    got = [torch.empty(n), torch.empty(3, dtype=torch.int64)]
+    ops = [dist.P2POp(dist.irecv, got[0], left), dist.P2POp(dist.irecv, got[1], right),
+           dist.P2POp(dist.isend, torch.full((n,), float(rank)), right),
+           dist.P2POp(dist.isend, torch.tensor([rank, rank, rank]), left)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert torch.equal(got[0], torch.full((n,), float(left))), got[0][:4]
+    assert torch.equal(got[1], torch.tensor([right] * 3)), got[1]
+    # The coalescing manager's fast paths.
+    inputs = [torch.arange(4.0) + 10 * rank + k for k in range(3)]
+    outputs = [torch.empty(4 * size) for _ in range(3)]
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        for out, inp in zip(outputs, inputs):
+            dist.all_gather_into_tensor(out, inp)
+    cm.wait()
+    for k, out in enumerate(outputs):
+        want = torch.cat([torch.arange(4.0) + 10 * r + k for r in range(size)])
+        assert torch.equal(out, want), (k, out)
+    shards = [torch.empty(2) for _ in range(3)]
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        for k, shard in enumerate(shards):
+            dist.reduce_scatter_tensor(shard, torch.arange(2.0 * size) * (rank + 1) + k)
+    total = size * (size + 1) / 2
+    for k, shard in enumerate(shards):
+        want = (torch.arange(2.0 * size) * total + k * size)[2 * rank:2 * rank + 2]
+        assert torch.equal(shard, want), (k, shard, want)
+    print(f"ok coalescing: rank {rank}/{size}", flush=True)
+
+
 if __name__ == "__main__":
     scenario = sys.argv[1]
     {"init_methods": lambda: init_methods(sys.argv[2], int(sys.argv[3])),
-     "mpi": mpi, "peer_dies": peer_dies, "timeout": timeout}[scenario]()
+     "mpi": mpi, "peer_dies": peer_dies, "timeout": timeout,
+     "coalescing": coalescing}[scenario]()

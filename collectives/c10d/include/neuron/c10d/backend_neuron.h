@@ -49,7 +49,8 @@ class SimClock;
 namespace neuron::c10d {
 
 // Rethrows the exception being handled with `context` in front of its
-// message, keeping its neuron error type (so Python sees the same class).
+// message, keeping its neuron error type (so Python sees the same class); a
+// TimeoutError's message says "Timed out", as torch's backends' do.
 [[noreturn]] void RethrowWithContext(const std::string& context);
 
 struct BackendNeuronOptions {
@@ -91,6 +92,9 @@ class BackendNeuron : public ::c10d::Backend {
                             const ::c10d::AllgatherOptions& opts) override;
   Ptr<Work> allgather_coalesced(TensorLists& outputs, Tensors& inputs,
                                 const ::c10d::AllgatherOptions& opts) override;
+  // One _allgather_base per (output, input) pair, as one operation.
+  Ptr<Work> allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                            const ::c10d::AllgatherOptions& opts) override;
   Ptr<Work> gather(TensorLists& outputs, Tensors& inputs,
                    const ::c10d::GatherOptions& opts) override;
   Ptr<Work> scatter(Tensors& outputs, TensorLists& inputs,
@@ -99,6 +103,9 @@ class BackendNeuron : public ::c10d::Backend {
                            const ::c10d::ReduceScatterOptions& opts) override;
   Ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                  const ::c10d::ReduceScatterOptions& opts) override;
+  // One _reduce_scatter_base per (output, input) pair, as one operation.
+  Ptr<Work> reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                            const ::c10d::ReduceScatterOptions& opts) override;
   Ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                           std::vector<int64_t>& output_split_sizes,
                           std::vector<int64_t>& input_split_sizes,
@@ -109,6 +116,13 @@ class BackendNeuron : public ::c10d::Backend {
   Ptr<Work> recv(Tensors& tensors, int src_rank, int tag) override;
   Ptr<Work> recvAnysource(Tensors& tensors, int tag) override;
   Ptr<Work> barrier(const ::c10d::BarrierOptions& opts) override;
+  // Coalescing (batch_isend_irecv, _coalescing_manager): send and recv in
+  // the window are held and run as one operation at endCoalescing, every
+  // send before every receive, so the order the ranks list them in cannot
+  // deadlock; endCoalescing's work completes after everything in the window.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  Ptr<Work> endCoalescing() override;
   // Every rank reports to the store; waits until all did or the timeout
   // passes, then throws naming the ranks that did not arrive (the first
   // one, or all of them with `wait_all_ranks`), as Gloo's does.
@@ -130,6 +144,17 @@ class BackendNeuron : public ::c10d::Backend {
 
  private:
   using Body = std::function<void(collectives::Communicator&)>;
+  // Validates and stages one all-gather / reduce-scatter of a whole tensor;
+  // the body runs it on the lane and copies the result back.
+  Body AllGatherBaseBody(at::Tensor& output, at::Tensor& input, const char* name);
+  Body ReduceScatterBaseBody(at::Tensor& output, at::Tensor& input,
+                             const ::c10d::ReduceOp& reduce_op, const char* name);
+  // Runs `bodies` one after the other.
+  static Body InSequence(std::vector<Body> bodies) {
+    return [bodies = std::move(bodies)](collectives::Communicator& c) {
+      for (const auto& body : bodies) body(c);
+    };
+  }
   // Runs `issue` (validate, then Enqueue); an error it throws gets the
   // context of the operation it would have been.
   template <typename F>
@@ -154,6 +179,12 @@ class BackendNeuron : public ::c10d::Backend {
   Ptr<Work> Receive(Tensors& tensors, int src_rank, int tag);
   // Runs a local function on the collectives lane after what is queued.
   void RunLocal(const Body& body);
+  // Coalescing (coalescing.cc): the window's state, whether it is open, and
+  // holding a send or recv issued in it.
+  struct Coalescing;
+  Coalescing& coalescing();
+  bool CoalescingActive();
+  Ptr<Work> Hold(bool send, at::Tensor& tensor, int peer, int tag);
 
   BackendNeuronOptions options_;
   // "neuron rank R (group G, size S): ", the start of every error.
@@ -164,6 +195,7 @@ class BackendNeuron : public ::c10d::Backend {
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::uint64_t> p2p_sequence_{0};
   std::atomic<std::uint64_t> monitored_barriers_{0};
+  std::unique_ptr<Coalescing> coalescing_;
 };
 
 // The creator torch.distributed calls (Backend.register_backend with
