@@ -58,7 +58,7 @@ JobConfig Resolve(LaunchOptions o) {
                            : LoadOrCreateRdzvSecret(o.rdzv_secret_file);
   c.hostname = Hostname();
   c.bind_address = BindAddress(o);
-  if (IsPythonScript(o.program)) {
+  if (RunsUnderPython(o)) {
     const std::string python =
         o.python.empty()
             ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)
@@ -66,7 +66,8 @@ JobConfig Resolve(LaunchOptions o) {
     c.program_path = ResolveProgram(python);
     NEURON_CHECK(!c.program_path.empty(), "python interpreter '", python,
                  "' not found (set --python or NEURON_PYTHON)");
-    c.program_argv = {python, o.program};
+    c.program_argv = o.module ? std::vector<std::string>{python, "-m", o.program}
+                              : std::vector<std::string>{python, o.program};
   } else {
     c.program_path = ResolveProgram(o.program);
     NEURON_CHECK(!c.program_path.empty(), "program '", o.program,

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -47,6 +48,20 @@ void ParseEndpoint(const std::string& text, LaunchOptions& o) {
 using Setter = std::function<void(const std::string& flag, const std::string& value,
                                   LaunchOptions& o)>;
 
+// Options without a value; true when `arg` is one (and sets it).
+bool FlagOption(const std::string& arg, LaunchOptions& o) {
+  if (arg == "--tee") {
+    o.tee = true;
+  } else if (arg == "--no-python") {
+    o.no_python = true;
+  } else if (arg == "--standalone") {
+    o.standalone = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Options that take a value, by every spelling.
 const std::map<std::string, Setter>& ValueOptions() {
   static const std::map<std::string, Setter> options = [] {
@@ -56,7 +71,6 @@ const std::map<std::string, Setter>& ValueOptions() {
     };
     m["-n"] = nproc;
     m["--nproc-per-node"] = nproc;
-    m["--nproc_per_node"] = nproc;
     m["--nnodes"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
       o.nnodes = static_cast<std::uint32_t>(ParseUnsigned(f, v, 1, 4096));
     };
@@ -86,12 +100,20 @@ const std::map<std::string, Setter>& ValueOptions() {
     m["--topology"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
       o.topology_file = v;
     };
-    m["--run-id"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
+    m["--rdzv-backend"] = [](const std::string& f, const std::string& v, LaunchOptions&) {
+      // torchrun's; neuronrun's agents always meet through node 0's store.
+      NEURON_CHECK(v == "c10d" || v == "static", f, " '", v,
+                   "': neuronrun's rendezvous is node 0's authenticated store "
+                   "(c10d or static are accepted as that)");
+    };
+    Setter run_id = [](const std::string& f, const std::string& v, LaunchOptions& o) {
       NEURON_CHECK(!v.empty() && v.find('/') == std::string::npos &&
                        v.find_first_of(" \t\n") == std::string::npos,
                    f, " must be non-empty without '/' or spaces, got '", v, "'");
       o.run_id = v;
     };
+    m["--run-id"] = run_id;
+    m["--rdzv-id"] = run_id;
     m["--python"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
       o.python = v;
     };
@@ -126,16 +148,19 @@ LaunchOptions ParseOptions(int argc, const char* const* argv) {
       o.help = true;
       return o;
     }
-    if (arg == "--tee") {
-      o.tee = true;
-      continue;
-    }
     std::string value;
     bool has_value = false;
     if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
       has_value = true;
+    }
+    // torchrun spells every option with '-' or '_' (--nproc_per_node).
+    std::replace(arg.begin(), arg.end(), '_', '-');
+    if (!has_value && FlagOption(arg, o)) continue;
+    if (arg == "-m" || arg == "--module") {
+      o.module = true;
+      continue;  // the program that follows is the module's name
     }
     const auto& options = ValueOptions();
     const auto it = options.find(arg);
@@ -158,7 +183,14 @@ void ValidateOptions(const LaunchOptions& o) {
   NEURON_CHECK(o.nnodes == 1 || !o.rdzv_host.empty(),
                "--nnodes ", o.nnodes, " needs --rdzv-endpoint HOST:PORT (node 0's address)");
   NEURON_CHECK(!o.tee || !o.log_dir.empty(), "--tee needs --log-dir");
-  if (IsPythonScript(o.program)) {
+  NEURON_CHECK(!o.standalone || o.nnodes == 1, "--standalone is a single-node job; got --nnodes ",
+               o.nnodes);
+  NEURON_CHECK(!(o.module && o.no_python), "-m runs a module under Python: it cannot be "
+               "combined with --no-python");
+  if (o.module) {
+    NEURON_CHECK(!o.program.empty() && o.program.find('/') == std::string::npos,
+                 "-m expects a module name (a.b.c), got '", o.program, "'");
+  } else if (RunsUnderPython(o)) {
     struct stat st {};
     NEURON_CHECK(::stat(o.program.c_str(), &st) == 0 && S_ISREG(st.st_mode),
                  "script '", o.program, "' does not exist");
@@ -170,6 +202,10 @@ void ValidateOptions(const LaunchOptions& o) {
   }
 }
 
+bool RunsUnderPython(const LaunchOptions& o) {
+  return o.module || (!o.no_python && IsPythonScript(o.program));
+}
+
 bool IsPythonScript(const std::string& program) {
   const std::string suffix = ".py";
   return program.size() >= suffix.size() &&
@@ -178,6 +214,7 @@ bool IsPythonScript(const std::string& program) {
 
 std::string HelpText() {
   return R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
+       neuronrun [options] -m MODULE [args...]
        neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
        neuronrun replay TRACE_DIR [...]    (replay recorded traces; replay --help)
        neuronrun --help
@@ -189,7 +226,14 @@ TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
 OMP_NUM_THREADS=1 unless set) plus NEURON_* placement variables, prefixes
 every output line with "[rank N]: ", and ends the whole job when one rank
 fails. A SCRIPT.py runs under the Python interpreter that has torch; any other
-program runs directly (looked up on PATH when it has no '/').
+program runs directly (looked up on PATH when it has no '/'). torchrun's
+command lines work as they are: every option may be spelled with '_' for
+'-' (--nproc_per_node), and -m/--module, --no-python, --standalone,
+--node_rank, --rdzv_endpoint, --rdzv_id and --rdzv_backend are taken.
+
+Program:
+  -m, --module             run MODULE as `python -m MODULE`
+  --no-python              run the program directly, even a .py file
 
 Job shape:
   -n, --nproc-per-node N   ranks on this node (default 1)
@@ -205,7 +249,12 @@ Job shape:
                            ~/.config/torchneuron/rdzv-secret (created 0600)
   --master-port PORT       port for MASTER_PORT on node 0 (default: a free
                            port chosen at start; never a fixed one)
-  --run-id ID              job id, TORCHELASTIC_RUN_ID (default: random)
+  --run-id, --rdzv-id ID   job id, TORCHELASTIC_RUN_ID (default: random)
+  --standalone             a single-node job with a rendezvous of its own
+                           (what neuronrun always does without --nnodes)
+  --rdzv-backend c10d|static
+                           accepted for torchrun's command lines; the
+                           rendezvous is always node 0's authenticated store
 
 Fault handling:
   --max-restarts K         restart the whole job up to K times after a

@@ -46,6 +46,36 @@ TEST(Options, ParsesEveryOption) {
   EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "0.1", "-n", "3"}));
 }
 
+TEST(Options, TakesTorchrunCommandLines) {
+  const auto o = Parse({"--standalone", "--nproc_per_node=4", "--node_rank", "0",
+                        "--rdzv_backend", "c10d", "--rdzv_id", "job9", "--max_restarts=1",
+                        "-m", "pkg.train", "--epochs", "2"});
+  EXPECT_TRUE(o.standalone);
+  EXPECT_EQ(o.nproc_per_node, 4u);
+  EXPECT_EQ(o.run_id, "job9");
+  EXPECT_EQ(o.max_restarts, 1u);
+  EXPECT_TRUE(o.module);
+  EXPECT_TRUE(RunsUnderPython(o));
+  EXPECT_EQ(o.program, "pkg.train");
+  EXPECT_EQ(o.program_args, (std::vector<std::string>{"--epochs", "2"}));
+  const auto direct = Parse({"--no_python", "tool.py"});
+  EXPECT_TRUE(direct.no_python);
+  EXPECT_FALSE(RunsUnderPython(direct));
+  EXPECT_TRUE(RunsUnderPython(Parse({"train.py"})));
+}
+
+TEST(Options, RefusesTorchrunOptionsItCannotHonour) {
+  EXPECT_NE(ErrorOf({"--rdzv_backend", "etcd", "/bin/true"}).find(
+                "--rdzv-backend 'etcd': neuronrun's rendezvous is node 0's authenticated store"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--standalone", "--nnodes", "2", "--rdzv-endpoint", "h:1", "/bin/true"})
+                .find("--standalone is a single-node job; got --nnodes 2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-m", "--no-python", "x"}).find("cannot be combined with --no-python"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-m", "a/b.py"}).find("-m expects a module name"), std::string::npos);
+}
+
 TEST(Options, DefaultsMatchTheHelp) {
   const auto o = Parse({"/bin/true"});
   EXPECT_EQ(o.nproc_per_node, 1u);

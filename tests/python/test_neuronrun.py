@@ -34,6 +34,17 @@ def test_torch_distributed_script_runs_unchanged():
     assert seen == {0, 1, 2, 3}
 
 
+def test_a_torchrun_command_line_runs_a_module():
+    # As copied from a README: torchrun's spellings, a module, no script path.
+    proc, _ = run(["--standalone", "--nproc_per_node=2", "--rdzv_backend", "c10d",
+                   "-m", "platform", "--terse"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = subprocess.run([sys.executable, "-m", "platform", "--terse"], capture_output=True,
+                          text=True).stdout.strip()
+    assert sorted(proc.stdout.splitlines()) == [f"[rank 0]: {want}", f"[rank 1]: {want}"], \
+        proc.stdout
+
+
 def test_python_exception_is_summarised_and_the_job_fails_fast():
     script = os.path.join(SOURCE, "tests/python/scripts/raise_on_rank.py")
     proc, elapsed = run(["-n", "3", "--grace-period", "3", script, "1"])

@@ -37,8 +37,14 @@ struct LaunchOptions {
   // Open MPI binds small jobs), else none.
   std::string bind_to = "auto";
   bool help = false;
+  // torchrun's: -m/--module runs `python -m PROGRAM`; --no-python runs
+  // PROGRAM directly even when it ends in .py; --standalone (one node, a
+  // rendezvous of its own) is what a single-node neuronrun job always is.
+  bool module = false;
+  bool no_python = false;
+  bool standalone = false;
 
-  std::string program;                   // SCRIPT.py or EXECUTABLE
+  std::string program;                   // SCRIPT.py, EXECUTABLE or MODULE
   std::vector<std::string> program_args;
 };
 
@@ -52,6 +58,9 @@ void ValidateOptions(const LaunchOptions& options);
 
 // True when `program` is a Python script (runs under the interpreter with torch).
 bool IsPythonScript(const std::string& program);
+// True when the ranks run the interpreter with torch: a module (-m), or a
+// .py script without --no-python.
+bool RunsUnderPython(const LaunchOptions& o);
 
 // The full --help text.
 std::string HelpText();
