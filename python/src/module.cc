@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "neuron/c10d/backend_neuron.h"
+#include "neuron/c10d/job_store.h"
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -164,7 +165,18 @@ PYBIND11_MODULE(_C, m) {
            "Writes the records as a Chrome trace (wall and simulated tracks).")
       .def_property_readonly("transport", &BackendNeuron::TransportName,
                              "'shm' or 'tcp'.")
-      .def_property_readonly("group_name", &BackendNeuron::group_name);
+      .def_property_readonly("group_name", &BackendNeuron::group_name)
+      .def("_shutdown", &BackendNeuron::shutdown, py::call_guard<py::gil_scoped_release>(),
+           "Runs what is queued, then stops the progress threads.");
+
+  py::class_<neuron::c10d::JobStore, ::c10d::Store, c10::intrusive_ptr<neuron::c10d::JobStore>>(
+      m, "_JobStore", "The job's authenticated store (neuronrun's), as a torch Store.")
+      .def_property_readonly("endpoint", &neuron::c10d::JobStore::endpoint);
+  m.def(
+      "_connect_job_store",
+      [](std::chrono::milliseconds timeout) { return neuron::c10d::ConnectJobStore(timeout); },
+      py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      "The job's store under neuronrun (authenticated), else None.");
 
   using neuron::compiler::CompiledGraph;
   using neuron::compiler::FromHost;

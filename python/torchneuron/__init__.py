@@ -21,7 +21,18 @@ ran out of time) and PeerError (a peer failed or vanished). Their messages
 name the rank, the group, the operation and its sequence number.
 """
 
-import torch.distributed as _dist
+
+
+def _autoload():
+    """torch's device-backend autoload entry point (torch.backends group):
+    importing the package registers everything. Defined before torch is
+    imported: `import torchneuron` first imports torch, whose autoload then
+    finds this module half-initialized and must still find this function."""
+
+
+import atexit as _atexit  # noqa: E402
+
+import torch.distributed as _dist  # noqa: E402
 
 from . import _C
 from ._C import (
@@ -31,7 +42,7 @@ from ._C import (
     PeerError,
     BackendNeuron,
 )
-from . import compiler, fabric
+from . import compiler, fabric, rendezvous
 from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
 
@@ -59,7 +70,7 @@ def _create_process_group(options, pg_options=None):
     ``options`` is torch's _DistributedBackendOptions (extended API): the
     group's store, rank, size, timeout, name and members' global ranks.
     """
-    return BackendNeuron(
+    backend = BackendNeuron(
         options.store,
         options.group_rank,
         options.group_size,
@@ -67,7 +78,25 @@ def _create_process_group(options, pg_options=None):
         list(options.global_ranks_in_group),
         options.group_id or "default_pg",
     )
+    return backend
 
+
+@_atexit.register
+def _shutdown_at_exit():
+    """Stops the progress threads of every neuron backend torch still holds
+    while the interpreter can still serve them: a thread that frees a tensor
+    during finalization would wait for the GIL forever, or end the process."""
+    import torch
+    for pg in list(_dist.distributed_c10d._world.pg_map):
+        try:
+            backend = pg._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            continue
+        if isinstance(backend, BackendNeuron):
+            backend._shutdown()
+
+
+rendezvous.install()  # env:// through the job's authenticated store under neuronrun
 
 if "NEURON" not in _dist.Backend._plugins:
     _dist.Backend.register_backend("neuron", _create_process_group, extended_api=True,

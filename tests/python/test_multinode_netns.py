@@ -87,6 +87,56 @@ def test_a_job_across_two_network_namespaces_trains(two_nodes):
     assert "tp=1 x dp=4 x pp=1 (4 ranks)" in outs[0][0], outs[0][0]
 
 
+STRANGER = """
+import sys, datetime, torch.distributed as dist
+host = sys.argv[1]
+for port in map(int, sys.argv[2:]):
+    try:
+        store = dist.TCPStore(host, port, is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=3))
+        store.set("stranger", "1")
+        print(f"{port} accepted: {store.get('stranger')!r}", flush=True)
+    except Exception as e:
+        print(f"{port} refused: {type(e).__name__}", flush=True)
+"""
+
+
+def _listeners(ns):
+    """Ports listening on a non-loopback address (or every address) in `ns`."""
+    out = _sh("ip", "netns", "exec", ns, "ss", "-Hltn").stdout
+    ports = set()
+    for line in out.splitlines():
+        local = line.split()[3]
+        host, port = local.rsplit(":", 1)
+        if not host.startswith("127.") and host not in ("[::1]",):
+            ports.add(int(port))
+    return sorted(ports)
+
+
+def test_no_listener_of_a_job_lets_a_stranger_in(two_nodes):
+    """While a two-node job trains, a process on node 1 that is not part of
+    it (another address than loopback) tries every port the job listens on
+    in node 0's namespace with torch's own store client: the rendezvous, the
+    env:// store (the job's authenticated one, not a TCPStore on
+    MASTER_PORT) and the TCP transport all refuse it."""
+    ns, addresses = two_nodes
+    procs = _agents(ns, addresses, steps=100000, port=29615)
+    try:
+        _wait_for_training(procs[0])
+        ports = _listeners(ns[0])
+        assert 29615 in ports, ports  # the rendezvous, at least
+        probe = subprocess.run(["ip", "netns", "exec", ns[1], sys.executable, "-c", STRANGER,
+                                addresses[0], *map(str, ports)],
+                               capture_output=True, text=True, timeout=120)
+        answers = probe.stdout.splitlines()
+        assert len(answers) == len(ports), probe.stdout + probe.stderr
+        assert all(" refused: " in a for a in answers), answers
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate(timeout=30)
+
+
 def test_a_killed_node_ends_the_job_on_the_other_naming_it(two_nodes):
     ns, addresses = two_nodes
     procs = _agents(ns, addresses, steps=100000, port=29613)

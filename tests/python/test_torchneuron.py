@@ -106,7 +106,7 @@ def test_coalescing_batched_p2p_and_coalesced_collectives():
     """batch_isend_irecv with each rank listing its receive first (a single
     in-order lane would deadlock), the coalescing manager over
     all_gather_into_tensor / reduce_scatter_tensor, and the *_coalesced
-    tensor collectives, against the reference values."""
+    tensor collectives, against the reference values; then shutdown()."""
     proc = subprocess.run([NEURONRUN, "-n", "3", SCENARIOS, "coalescing"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -129,6 +129,16 @@ def test_cmake_install_gives_an_importable_package(tmp_path):
     assert proc.stdout.split() == [str(site / "torchneuron/__init__.py"), "True"], proc.stdout
     for command in ("neuronrun", "neuron-cc-perf"):
         assert os.access(tmp_path / "bin" / command, os.X_OK), command
+
+
+def test_import_torch_autoloads_the_package_unless_turned_off():
+    code = "import sys, torch; print('torchneuron' in sys.modules)"
+    for autoload, want in (("1", "True"), ("0", "False")):
+        env = dict(os.environ, PYTHONPATH=PACKAGE, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == want, (autoload, proc.stdout)
 
 
 def test_launch_environment_detection_for_every_launcher():

@@ -106,6 +106,8 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
     }
   };
   using Lane = collectives::AsyncCommunicator::Lane;
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  NEURON_CHECK(async_ != nullptr, *prefix_, name, ": the backend was shut down");
   work->Attach(async_->Enqueue(
       std::move(wrapped), std::string(name) + " #" + std::to_string(sequence),
       point_to_point ? Lane::kPointToPoint : Lane::kCollectives));
@@ -113,7 +115,30 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
 }
 
 void BackendNeuron::RunLocal(const Body& body) {
-  async_->Enqueue(body, "statistics")->Wait();
+  std::shared_ptr<collectives::Work> work;
+  {
+    std::lock_guard<std::mutex> lock(lanes_mutex_);
+    NEURON_CHECK(async_ != nullptr, *prefix_, "statistics: the backend was shut down");
+    work = async_->Enqueue(body, "statistics");
+  }
+  work->Wait();
+}
+
+void BackendNeuron::shutdown() {
+  std::unique_ptr<collectives::AsyncCommunicator> lanes;
+  {
+    std::lock_guard<std::mutex> lock(lanes_mutex_);
+    lanes.swap(async_);
+  }
+  lanes.reset();  // runs what is queued, joins the progress threads
+}
+
+void BackendNeuron::abort() {
+  {
+    std::lock_guard<std::mutex> lock(lanes_mutex_);
+    if (async_) async_->Abort(*prefix_ + "aborted by this rank");
+  }
+  shutdown();
 }
 
 // --- point-to-point ---------------------------------------------------------

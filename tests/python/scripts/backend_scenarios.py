@@ -167,6 +167,14 @@ def coalescing():
     for k, shard in enumerate(shards):
         want = (torch.arange(2.0 * size) * total + k * size)[2 * rank:2 * rank + 2]
         assert torch.equal(shard, want), (k, shard, want)
+    # shutdown() drains and stops the group; what comes later is refused.
+    dist.barrier()
+    dist.group.WORLD.shutdown()
+    try:
+        dist.all_reduce(torch.ones(1))
+        raise AssertionError("an allreduce after shutdown() ran")
+    except torchneuron.InvalidUsageError as e:
+        assert "allreduce: the backend was shut down" in str(e), e
     print(f"ok coalescing: rank {rank}/{size}", flush=True)
 
 

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -121,6 +122,12 @@ class BackendNeuron : public ::c10d::Backend {
   // send before every receive, so the order the ranks list them in cannot
   // deadlock; endCoalescing's work completes after everything in the window.
   bool supportsCoalescing() const override { return true; }
+  // shutdown: runs what is queued, then stops the progress threads (the
+  // other members are not told). abort: fails the running and queued
+  // operations on every member, then stops. Both are final: a later
+  // operation throws InvalidUsage. Call without holding the GIL.
+  void shutdown() override;
+  void abort() override;
   void startCoalescing() override;
   Ptr<Work> endCoalescing() override;
   // Every rank reports to the store; waits until all did or the timeout
@@ -190,6 +197,9 @@ class BackendNeuron : public ::c10d::Backend {
   // "neuron rank R (group G, size S): ", the start of every error.
   std::shared_ptr<const std::string> prefix_;
   Ptr<::c10d::Store> store_;
+  // The progress lanes; null once shut down. Guarded by lanes_mutex_ where
+  // shutdown may race an operation's issue.
+  std::mutex lanes_mutex_;
   std::unique_ptr<collectives::AsyncCommunicator> async_;
   std::string transport_name_;
   std::atomic<std::uint64_t> sequence_{0};
