@@ -102,16 +102,17 @@ def test_a_missing_rank_times_out_with_the_init_timeout():
     assert "Timed out" in m.group(2), out0  # as torch's own backends say it
 
 
-def test_coalescing_batched_p2p_and_coalesced_collectives():
+def test_coalescing_sparse_allreduce_and_shutdown():
     """batch_isend_irecv with each rank listing its receive first (a single
     in-order lane would deadlock), the coalescing manager over
     all_gather_into_tensor / reduce_scatter_tensor, and the *_coalesced
-    tensor collectives, against the reference values; then shutdown()."""
-    proc = subprocess.run([NEURONRUN, "-n", "3", SCENARIOS, "coalescing"],
+    tensor collectives, against the reference values; a sparse allreduce
+    against the dense sum; then shutdown()."""
+    proc = subprocess.run([NEURONRUN, "-n", "3", SCENARIOS, "newer_ops"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rank in range(3):
-        assert f"[rank {rank}]: ok coalescing" in proc.stdout, proc.stdout
+        assert f"[rank {rank}]: ok newer ops" in proc.stdout, proc.stdout
 
 
 def test_cmake_install_gives_an_importable_package(tmp_path):

@@ -105,6 +105,9 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::broadcast(
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::allreduce(
     Tensors& tensors, const ::c10d::AllreduceOptions& opts) {
   return Checked("allreduce", [&]() -> c10::intrusive_ptr<::c10d::Work> {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
+      return SparseAllreduce(tensors, opts);
+    }
     CheckSingle(tensors, "allreduce");
     const auto op = ToReduceOp(opts.reduceOp, "allreduce");
     const DataType dtype = ReduceType(tensors[0], op, "allreduce");

@@ -42,7 +42,7 @@ void CheckCpuTensors(const std::vector<at::Tensor>& tensors, const char* op) {
     NEURON_CHECK(t.device().is_cpu(), op, ": tensor ", i, " is on ", t.device().str(),
                  "; the neuron backend takes CPU tensors");
     NEURON_CHECK(t.layout() == at::kStrided, op, ": tensor ", i,
-                 " is not a dense (strided) tensor; sparse tensors are not supported");
+                 " is not a dense (strided) tensor; sparse tensors are taken by allreduce only");
   }
 }
 

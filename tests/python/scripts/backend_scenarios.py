@@ -5,7 +5,7 @@
     backend_scenarios.py mpi                          # under mpirun -n 2
     backend_scenarios.py peer_dies                    # 2 ranks started by hand
     backend_scenarios.py timeout                      # 2 ranks started by hand
-    backend_scenarios.py coalescing                   # under neuronrun -n N
+    backend_scenarios.py newer_ops                    # under neuronrun -n N
 
 Each prints "ok ..." lines the tests match; any failed check raises.
 """
@@ -134,7 +134,7 @@ def timeout():
         print(f"ok timed out after {elapsed:.1f} s: {e}", flush=True)
 
 
-def coalescing():
+def newer_ops():
     torchneuron.init(timeout=datetime.timedelta(seconds=60))
     rank, size = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % size, (rank - 1) % size
@@ -167,6 +167,16 @@ def coalescing():
     for k, shard in enumerate(shards):
         want = (torch.arange(2.0 * size) * total + k * size)[2 * rank:2 * rank + 2]
         assert torch.equal(shard, want), (k, shard, want)
+    # Sparse allreduce (sparse gradients): the sum of every rank's COO
+    # tensor, duplicates across ranks added; a dense reference.
+    def sparse_of(r):
+        i = torch.tensor([[r % 3, 4, 7][:2 + r % 2], [1, r, 2][:2 + r % 2]])
+        v = torch.arange(1.0, 3.0 + r % 2) * (r + 1)
+        return torch.sparse_coo_tensor(i, v, (8, 5))
+    mine = sparse_of(rank)
+    dist.all_reduce(mine)
+    dense = sum(sparse_of(r).to_dense() for r in range(size))
+    assert mine.is_sparse and torch.equal(mine.to_dense(), dense), (mine, dense)
     # shutdown() drains and stops the group; what comes later is refused.
     dist.barrier()
     dist.group.WORLD.shutdown()
@@ -175,11 +185,11 @@ def coalescing():
         raise AssertionError("an allreduce after shutdown() ran")
     except torchneuron.InvalidUsageError as e:
         assert "allreduce: the backend was shut down" in str(e), e
-    print(f"ok coalescing: rank {rank}/{size}", flush=True)
+    print(f"ok newer ops: rank {rank}/{size}", flush=True)
 
 
 if __name__ == "__main__":
     scenario = sys.argv[1]
     {"init_methods": lambda: init_methods(sys.argv[2], int(sys.argv[3])),
      "mpi": mpi, "peer_dies": peer_dies, "timeout": timeout,
-     "coalescing": coalescing}[scenario]()
+     "newer_ops": newer_ops}[scenario]()

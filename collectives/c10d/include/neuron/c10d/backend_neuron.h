@@ -192,6 +192,8 @@ class BackendNeuron : public ::c10d::Backend {
   Coalescing& coalescing();
   bool CoalescingActive();
   Ptr<Work> Hold(bool send, at::Tensor& tensor, int peer, int tag);
+  // allreduce of a sparse COO tensor (sparse_allreduce.cc).
+  Ptr<Work> SparseAllreduce(Tensors& tensors, const ::c10d::AllreduceOptions& opts);
 
   BackendNeuronOptions options_;
   // "neuron rank R (group G, size S): ", the start of every error.
