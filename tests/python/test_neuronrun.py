@@ -34,6 +34,19 @@ def test_torch_distributed_script_runs_unchanged():
     assert seen == {0, 1, 2, 3}
 
 
+def test_torchrun_starts_the_same_script():
+    # PyTorch's own launcher, the package on PYTHONPATH as `make install` puts it.
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(NEURONRUN), "..", "python"))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2",
+                           os.path.join(SOURCE, "examples/01_allreduce_barrier.py")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    assert [line.split(" on ")[0] for line in lines] == ["rank 0/2", "rank 1/2"], proc.stdout
+    assert all(line.endswith("= 3, expected 3: ok") for line in lines), proc.stdout
+
+
 def test_a_torchrun_command_line_runs_a_module():
     # As copied from a README: torchrun's spellings, a module, no script path.
     proc, _ = run(["--standalone", "--nproc_per_node=2", "--rdzv_backend", "c10d",
