@@ -186,5 +186,22 @@ TEST(BackendNeuron, APerCallTimeoutBoundsThatOperationOnly) {
       60s);
 }
 
+TEST(BackendNeuron, SetTimeoutBoundsTheOperationsAfterIt) {
+  RunGroup(
+      2,
+      [](BackendNeuron& pg, int rank) {
+        if (rank == 1) return;  // never arrives
+        pg.setTimeout(300ms);
+        std::vector<at::Tensor> t = {at::ones({4})};
+        const auto start = std::chrono::steady_clock::now();
+        const std::string m = ErrorOf(pg.allreduce(t, {}));
+        EXPECT_NE(m.find("Timed out"), std::string::npos) << m;
+        // The group was made with a minute: setTimeout's 300 ms applied.
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << m;
+        EXPECT_THROW(pg.setTimeout(0ms), InvalidUsage);
+      },
+      60s);
+}
+
 }  // namespace
 }  // namespace neuron::c10d

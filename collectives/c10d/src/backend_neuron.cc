@@ -61,6 +61,7 @@ BackendNeuron::BackendNeuron(const Ptr<::c10d::Store>& store, int rank,
                  options_.group_name.empty() ? std::string("?") : options_.group_name,
                  ", size ", size, "): "))),
       store_(store),
+      timeout_ms_(options_.timeout.count()),
       coalescing_(std::make_unique<Coalescing>()) {
   NEURON_CHECK(store_, "neuron process group: the store is null");
   NEURON_CHECK(options_.global_ranks.empty() ||
@@ -95,7 +96,7 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
                                               std::move(source_rank));
   // The context of an error is formatted only when there is one.
-  if (timeout == ::c10d::kUnsetTimeout) timeout = options_.timeout;
+  if (timeout == ::c10d::kUnsetTimeout) timeout = DefaultTimeout();
   auto wrapped = [body = std::move(body), prefix = prefix_, name, sequence,
                   timeout](Communicator& c) {
     try {
@@ -122,6 +123,16 @@ void BackendNeuron::RunLocal(const Body& body) {
     work = async_->Enqueue(body, "statistics");
   }
   work->Wait();
+}
+
+void BackendNeuron::setTimeout(std::chrono::milliseconds timeout) {
+  NEURON_CHECK(timeout.count() > 0, *prefix_, "setTimeout: the timeout must be positive, got ",
+               timeout.count(), " ms");
+  timeout_ms_.store(timeout.count());
+}
+
+std::chrono::milliseconds BackendNeuron::DefaultTimeout() const {
+  return std::chrono::milliseconds(timeout_ms_.load());
 }
 
 void BackendNeuron::shutdown() {
@@ -226,7 +237,7 @@ void BackendNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
                                           bool wait_all_ranks) {
   const std::uint64_t n = monitored_barriers_++;
   const auto timeout =
-      opts.timeout == ::c10d::kUnsetTimeout ? options_.timeout : opts.timeout;
+      opts.timeout == ::c10d::kUnsetTimeout ? DefaultTimeout() : opts.timeout;
   const std::string context = Context("monitoredBarrier", n);
   auto key = [](std::uint64_t barrier, int rank) {
     return StrCat("monitored_barrier/", barrier, "/", rank);

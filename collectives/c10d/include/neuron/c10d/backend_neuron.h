@@ -128,6 +128,9 @@ class BackendNeuron : public ::c10d::Backend {
   // operation throws InvalidUsage. Call without holding the GIL.
   void shutdown() override;
   void abort() override;
+  // The timeout of the operations issued from now on that set none of
+  // their own (init_process_group's until then).
+  void setTimeout(std::chrono::milliseconds timeout) override;
   void startCoalescing() override;
   Ptr<Work> endCoalescing() override;
   // Every rank reports to the store; waits until all did or the timeout
@@ -207,6 +210,8 @@ class BackendNeuron : public ::c10d::Backend {
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::uint64_t> p2p_sequence_{0};
   std::atomic<std::uint64_t> monitored_barriers_{0};
+  std::atomic<std::int64_t> timeout_ms_;  // see setTimeout
+  std::chrono::milliseconds DefaultTimeout() const;
   std::unique_ptr<Coalescing> coalescing_;
 };
 
