@@ -32,7 +32,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+	cd $(BUILD_DIR) && ctest --output-on-failure
 
 demo: build
 	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/04_train_gpt.py --tp 2 --pp 2 --zero 3 --clip 1.0

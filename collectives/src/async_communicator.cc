@@ -10,16 +10,28 @@
 namespace neuron::collectives {
 
 void Work::Finish(std::exception_ptr error, std::function<void()> on_wait) {
+  // The callbacks run before waiters wake (as Gloo's work completes its
+  // future and ends its profiler record first): once Wait returns, nothing
+  // of the operation is still running, on any thread. Callbacks added while
+  // these run are run here too.
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
     error_ = error;
     on_wait_ = std::move(on_wait);
     callbacks.swap(callbacks_);
   }
+  while (true) {
+    for (auto& callback : callbacks) callback(error);
+    callbacks.clear();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (callbacks_.empty()) {
+      done_ = true;
+      break;
+    }
+    callbacks.swap(callbacks_);
+  }
   done_cv_.notify_all();
-  for (auto& callback : callbacks) callback(error);
 }
 
 void Work::OnDone(std::function<void(std::exception_ptr)> callback) {
@@ -61,7 +73,7 @@ bool Work::Test() const {
 
 std::exception_ptr Work::exception() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
+  return done_ ? error_ : nullptr;
 }
 
 AsyncCommunicator::AsyncCommunicator(std::unique_ptr<Communicator> communicator)

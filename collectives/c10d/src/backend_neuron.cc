@@ -39,8 +39,9 @@ void RethrowWithContext(const std::string& context) {
   } catch (const TimeoutError& e) {
     // "Timed out" as torch's own backends say it: code matches on it.
     const std::string what = e.what();
-    const bool said = what.find("Timed out") != std::string::npos;
-    throw TimeoutError(context + (said ? ": " : ": Timed out: ") + what);
+    // torch's tests match " (Timed out|closed|timeout) ".
+    const bool said = what.find(" Timed out ") != std::string::npos;
+    throw TimeoutError(context + (said ? ": " + what : ": Timed out (" + what + ")"));
   } catch (const IoError& e) {
     throw IoError(context + ": " + e.what());
   } catch (const RemoteError& e) {
