@@ -13,28 +13,30 @@
 
 namespace neuron::c10d::testing {
 
-inline void RunGroup(int size, const std::function<void(BackendNeuron&, int)>& body,
-                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  auto store = c10::make_intrusive<::c10d::HashStore>();
+// Runs `body(backend, store, rank)` on `size` threads over one HashStore.
+inline void RunBackends(
+    int size, std::chrono::milliseconds timeout,
+    const std::function<void(c10::intrusive_ptr<BackendNeuron>,
+                             const c10::intrusive_ptr<::c10d::Store>&, int)>& body) {
+  c10::intrusive_ptr<::c10d::Store> store = c10::make_intrusive<::c10d::HashStore>();
   collectives::testing::RunThreads(size, [&](int r) {
     BackendNeuronOptions options;
     options.timeout = timeout;
     options.group_name = "test";
-    auto pg = c10::make_intrusive<BackendNeuron>(store, r, size, options);
-    body(*pg, r);
+    body(c10::make_intrusive<BackendNeuron>(store, r, size, options), store, r);
   });
+}
+
+inline void RunGroup(int size, const std::function<void(BackendNeuron&, int)>& body,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  RunBackends(size, timeout, [&](auto backend, const auto&, int r) { body(*backend, r); });
 }
 
 inline void RunProcessGroup(int size,
                             const std::function<void(::c10d::ProcessGroup&, int)>& body,
                             std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  auto store = c10::make_intrusive<::c10d::HashStore>();
-  collectives::testing::RunThreads(size, [&](int r) {
-    BackendNeuronOptions options;
-    options.timeout = timeout;
-    options.group_name = "test";
-    auto pg = MakeProcessGroup(store, c10::make_intrusive<BackendNeuron>(store, r, size, options));
-    body(*pg, r);
+  RunBackends(size, timeout, [&](auto backend, const auto& store, int r) {
+    body(*MakeProcessGroup(store, std::move(backend)), r);
   });
 }
 
