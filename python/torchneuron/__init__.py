@@ -22,7 +22,6 @@ name the rank, the group, the operation and its sequence number.
 """
 
 
-
 def _autoload():
     """torch's device-backend autoload entry point (torch.backends group):
     importing the package registers everything. Defined before torch is
@@ -32,6 +31,7 @@ def _autoload():
 
 import atexit as _atexit  # noqa: E402
 
+import torch as _torch  # noqa: E402
 import torch.distributed as _dist  # noqa: E402
 
 from . import _C
@@ -70,7 +70,7 @@ def _create_process_group(options, pg_options=None):
     ``options`` is torch's _DistributedBackendOptions (extended API): the
     group's store, rank, size, timeout, name and members' global ranks.
     """
-    backend = BackendNeuron(
+    return BackendNeuron(
         options.store,
         options.group_rank,
         options.group_size,
@@ -78,7 +78,6 @@ def _create_process_group(options, pg_options=None):
         list(options.global_ranks_in_group),
         options.group_id or "default_pg",
     )
-    return backend
 
 
 @_atexit.register
@@ -86,10 +85,9 @@ def _shutdown_at_exit():
     """Stops the progress threads of every neuron backend torch still holds
     while the interpreter can still serve them: a thread that frees a tensor
     during finalization would wait for the GIL forever, or end the process."""
-    import torch
     for pg in list(_dist.distributed_c10d._world.pg_map):
         try:
-            backend = pg._get_backend(torch.device("cpu"))
+            backend = pg._get_backend(_torch.device("cpu"))
         except RuntimeError:
             continue
         if isinstance(backend, BackendNeuron):

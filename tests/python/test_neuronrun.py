@@ -42,9 +42,11 @@ def test_torchrun_starts_the_same_script():
                            os.path.join(SOURCE, "examples/01_allreduce_barrier.py")],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
-    assert [line.split(" on ")[0] for line in lines] == ["rank 0/2", "rank 1/2"], proc.stdout
-    assert all(line.endswith("= 3, expected 3: ok") for line in lines), proc.stdout
+    # torchrun passes the ranks' output through unprefixed, and two ranks'
+    # lines may run together.
+    ranks = re.findall(r"rank (\d)/2 on chip \?: all_reduce of 1024 floats = 3, expected 3: ok",
+                       proc.stdout)
+    assert sorted(ranks) == ["0", "1"], proc.stdout
 
 
 def test_a_torchrun_command_line_runs_a_module():
