@@ -236,18 +236,18 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::_allgather_base(
   });
 }
 
+void BackendNeuron::CheckPairs(const char* name, std::size_t outputs, std::size_t inputs) {
+  NEURON_CHECK(outputs == inputs, name, ": ", outputs, " outputs for ", inputs, " inputs");
+}
+
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::allgather_into_tensor_coalesced(
     Tensors& outputs, Tensors& inputs, const ::c10d::AllgatherOptions& opts) {
   return Checked("allgather_into_tensor_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "allgather_into_tensor_coalesced";
-    NEURON_CHECK(outputs.size() == inputs.size(), name, ": ", outputs.size(),
-                 " outputs for ", inputs.size(), " inputs");
-    std::vector<Body> bodies;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      bodies.push_back(AllGatherBaseBody(outputs[i], inputs[i], name));
-    }
-    return Enqueue(::c10d::OpType::COALESCED, name, InSequence(std::move(bodies)), outputs,
-                   opts.timeout);
+    Body body = Pairwise(name, outputs, inputs, [&](at::Tensor& out, at::Tensor& in) {
+      return AllGatherBaseBody(out, in, name);
+    });
+    return Enqueue(::c10d::OpType::COALESCED, name, std::move(body), outputs, opts.timeout);
   });
 }
 
@@ -425,14 +425,10 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::reduce_scatter_tensor_coalesced(
     Tensors& outputs, Tensors& inputs, const ::c10d::ReduceScatterOptions& opts) {
   return Checked("reduce_scatter_tensor_coalesced", [&]() -> c10::intrusive_ptr<::c10d::Work> {
     const char* name = "reduce_scatter_tensor_coalesced";
-    NEURON_CHECK(outputs.size() == inputs.size(), name, ": ", outputs.size(),
-                 " outputs for ", inputs.size(), " inputs");
-    std::vector<Body> bodies;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      bodies.push_back(ReduceScatterBaseBody(outputs[i], inputs[i], opts.reduceOp, name));
-    }
-    return Enqueue(::c10d::OpType::COALESCED, name, InSequence(std::move(bodies)), outputs,
-                   opts.timeout);
+    Body body = Pairwise(name, outputs, inputs, [&](at::Tensor& out, at::Tensor& in) {
+      return ReduceScatterBaseBody(out, in, opts.reduceOp, name);
+    });
+    return Enqueue(::c10d::OpType::COALESCED, name, std::move(body), outputs, opts.timeout);
   });
 }
 

@@ -159,8 +159,15 @@ class BackendNeuron : public ::c10d::Backend {
   Body AllGatherBaseBody(at::Tensor& output, at::Tensor& input, const char* name);
   Body ReduceScatterBaseBody(at::Tensor& output, at::Tensor& input,
                              const ::c10d::ReduceOp& reduce_op, const char* name);
-  // Runs `bodies` one after the other.
-  static Body InSequence(std::vector<Body> bodies) {
+  // Throws InvalidUsage unless there are as many outputs as inputs.
+  static void CheckPairs(const char* name, std::size_t outputs, std::size_t inputs);
+  // The *_coalesced forms: `make(output, input)` for every pair, run one
+  // after the other as one operation.
+  template <typename Make>
+  Body Pairwise(const char* name, Tensors& outputs, Tensors& inputs, Make&& make) {
+    CheckPairs(name, outputs.size(), inputs.size());
+    std::vector<Body> bodies;
+    for (std::size_t i = 0; i < inputs.size(); ++i) bodies.push_back(make(outputs[i], inputs[i]));
     return [bodies = std::move(bodies)](collectives::Communicator& c) {
       for (const auto& body : bodies) body(c);
     };
