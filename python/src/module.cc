@@ -16,6 +16,7 @@
 #include "neuron/compiler/torch_tensors.h"
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
+#include "device_bindings.h"
 #include "parallel_bindings.h"
 
 namespace py = pybind11;
@@ -119,6 +120,7 @@ PYBIND11_MODULE(_C, m) {
   py::module_::import("torch.distributed");  // registers c10d's Python types
   RegisterErrors(m);
   BindParallel(m);
+  BindDevice(m);
 
   py::class_<BackendNeuron, ::c10d::Backend, NoGilHolder<BackendNeuron>>(
       m, "BackendNeuron",

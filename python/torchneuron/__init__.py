@@ -42,6 +42,13 @@ from ._C import (
     PeerError,
     BackendNeuron,
 )
+_C._register_device()  # PrivateUse1 becomes "neuron": hooks, allocator, kernels
+_torch.utils.rename_privateuse1_backend("neuron")
+from . import device as _device_module  # noqa: E402
+_torch._register_device_module("neuron", _device_module)
+_torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+
 from . import compiler, fabric, rendezvous
 from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
@@ -98,4 +105,4 @@ rendezvous.install()  # env:// through the job's authenticated store under neuro
 
 if "NEURON" not in _dist.Backend._plugins:
     _dist.Backend.register_backend("neuron", _create_process_group, extended_api=True,
-                                   devices=["cpu"])
+                                   devices=["cpu", "neuron"])

@@ -10,7 +10,8 @@ on this machine and its modelled time on the simulated Trainium2 fabric
     torchneuron.fabric.export_chrome_trace("trace.json")
 
 ``clock()`` gives this rank's two simulated clocks (compute, advanced by
-compiled graphs; collective, by the fabric model). The other functions take
+compiled graphs and by eager operations on "neuron" tensors; collective, by
+the fabric model). ``eager_records()`` lists the eager operations. The other functions take
 an optional ``group`` (default: the default group), which must be a neuron
 process group. The statistics are local to the rank
 and wait for the operations issued before the call to complete.
@@ -60,10 +61,54 @@ def reset(group=None):
     _process_group(group).reset_stats()
 
 
+def eager_records():
+    """Returns one dict per operation the "neuron" device ran eagerly (the
+    latest 65536; eager_totals() counts them all): op, start_us (this
+    rank's simulated compute clock when it was issued), modelled_us (the
+    device model, docs/device.md), wall_us, bytes (read plus written) and
+    kind (matmul, vector, scalar, copy or unknown: how it was costed)."""
+    return _C._eager_records()
+
+
+def eager_totals():
+    """Returns the eager counters: operations, modelled_us, wall_us, bytes."""
+    return _C._eager_totals()
+
+
+def reset_eager():
+    """Clears the eager records and counters."""
+    _C._eager_reset()
+
+
 def export_chrome_trace(path, group=None):
-    """Writes the records to ``path`` as a Chrome trace (chrome://tracing,
-    Perfetto): one track on the wall clock, one on the simulated clock."""
-    _process_group(group).write_chrome_trace(str(path))
+    """Writes this rank's trace to ``path`` (chrome://tracing, Perfetto): the
+    collectives of ``group`` (default: the default group, when there is one)
+    and the eager operations of the "neuron" device, each on its own track,
+    once on the simulated clock (process "simulated") and once on the wall
+    clock (process "wall")."""
+    import json
+    path = str(path)
+    events = []
+    rank = 0
+    if group is not None or _dist.is_initialized():
+        rank = _dist.get_rank()
+        _process_group(group).write_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            events = json.load(f)["traceEvents"]
+        for e in events:
+            e["tid"] = f"rank {rank} collectives"
+    wall = 0.0
+    for r in eager_records():
+        args = {"bytes": r["bytes"], "kind": r["kind"]}
+        events.append({"name": r["op"], "ph": "X", "pid": "simulated",
+                       "tid": f"rank {rank} compute", "ts": r["start_us"],
+                       "dur": r["modelled_us"], "args": args})
+        events.append({"name": r["op"], "ph": "X", "pid": "wall",
+                       "tid": f"rank {rank} compute", "ts": wall, "dur": r["wall_us"],
+                       "args": args})
+        wall += r["wall_us"]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"traceEvents": events}, f)
 
 
 def clock():

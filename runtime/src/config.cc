@@ -57,6 +57,15 @@ ConfigRegistry::ConfigRegistry()
           {ConfigKey::kSharedTensors, "NEURON_SHARED_TENSORS", "0",
            "1: the neuron backend allocates CPU tensors of 1 MiB or more in memory the ranks of "
            "a host share, so a large allreduce on them stages nothing", false},
+          {ConfigKey::kLocalRank, "LOCAL_RANK", "",
+           "the rank's index on its node (torchrun contract, set by neuronrun); the \"neuron\" "
+           "device a process starts on", false},
+          {ConfigKey::kVisibleCores, "NEURON_RT_VISIBLE_CORES", "",
+           "the logical NeuronCores of the node this process sees as neuron:0, neuron:1, ...: "
+           "a list of indices and ranges, e.g. 0-3 or 0,2,5; default: all of the node's", false},
+          {ConfigKey::kLogicalCoreConfig, "NEURON_LOGICAL_NC_CONFIG", "",
+           "physical NeuronCores per logical core (LNC, 1 or 2); default: the topology's "
+           "logical_nc_config (2 on Trainium2)", false},
       } {}
 
 const ConfigRegistry& ConfigRegistry::Get() {

@@ -310,6 +310,7 @@ c10::intrusive_ptr<::c10d::ProcessGroup> MakeProcessGroup(
                                                        backend->getSize());
   using Type = ::c10d::ProcessGroup::BackendType;
   pg->setBackend(c10::DeviceType::CPU, Type::CUSTOM, backend);
+  pg->setBackend(c10::DeviceType::PrivateUse1, Type::CUSTOM, backend);  // "neuron" tensors
   pg->setDefaultBackend(Type::CUSTOM);
   return pg;
 }

@@ -39,8 +39,9 @@ void CheckCpuTensors(const std::vector<at::Tensor>& tensors, const char* op) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     NEURON_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
-    NEURON_CHECK(t.device().is_cpu(), op, ": tensor ", i, " is on ", t.device().str(),
-                 "; the neuron backend takes CPU tensors");
+    NEURON_CHECK(t.device().is_cpu() || t.device().is_privateuseone(), op, ": tensor ", i,
+                 " is on ", t.device().str(),
+                 "; the neuron backend takes CPU and neuron tensors");
     NEURON_CHECK(t.layout() == at::kStrided, op, ": tensor ", i,
                  " is not a dense (strided) tensor; sparse tensors are taken by allreduce only");
   }

@@ -22,7 +22,8 @@ namespace neuron::c10d {
 // The collectives' type for `type`, if it has one.
 std::optional<collectives::DataType> ToDataType(at::ScalarType type);
 
-// Throws InvalidUsage unless every tensor is a dense CPU tensor.
+// Throws InvalidUsage unless every tensor is a dense tensor in host memory:
+// on the CPU, or on the "neuron" device (PrivateUse1), whose memory is the host's.
 void CheckCpuTensors(const std::vector<at::Tensor>& tensors, const char* op);
 // Throws InvalidUsage unless `tensors` has exactly one tensor.
 void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op);

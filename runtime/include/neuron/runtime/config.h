@@ -40,6 +40,9 @@ enum class ConfigKey {
   kFallback,             // NEURON_FALLBACK
   kMasterAddr,           // MASTER_ADDR (torchrun contract)
   kSharedTensors,        // NEURON_SHARED_TENSORS
+  kLocalRank,            // LOCAL_RANK (torchrun contract)
+  kVisibleCores,         // NEURON_RT_VISIBLE_CORES
+  kLogicalCoreConfig,    // NEURON_LOGICAL_NC_CONFIG
 };
 
 struct ConfigEntry {

@@ -230,7 +230,7 @@ c10::intrusive_ptr<BackendNeuron> CreateBackendNeuron(
     std::chrono::milliseconds timeout, std::vector<std::int64_t> global_ranks,
     std::string group_name, std::shared_ptr<runtime::SimClock> clock = nullptr);
 
-// A c10d::ProcessGroup whose backend for CPU tensors is `backend` (what
+// A c10d::ProcessGroup whose backend for CPU and "neuron" tensors is `backend` (what
 // torch.distributed makes for init_process_group("neuron")): c10d's
 // dispatched ops (ProcessGroup::allreduce, ...) reach the backend.
 c10::intrusive_ptr<::c10d::ProcessGroup> MakeProcessGroup(

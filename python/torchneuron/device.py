@@ -1,0 +1,267 @@
+"""``torch.neuron``: the device module of the "neuron" device.
+
+torchneuron registers it as PyTorch's device module for PrivateUse1, renamed
+"neuron" (``torch._register_device_module``), so code written against
+``torch.cuda``'s shape, or against ``torch.accelerator``, runs on it::
+
+    torch.neuron.device_count()            # 64 on a trn2 node at LNC=2
+    torch.neuron.set_device(local_rank)    # or torch.accelerator.set_device_index
+    x = torch.randn(8, device="neuron")
+    torch.neuron.memory_allocated()        # bytes of live neuron tensors
+    torch.neuron.max_memory_allocated()
+
+Devices are the node's logical NeuronCores as the topology defines them
+(docs/device.md); their memory is host memory accounted against the
+device's HBM capacity. Operations run synchronously, so streams and events
+exist for code that uses them (DDP, FSDP2) and are always complete; an
+event records the simulated compute clock, so ``elapsed_time`` gives
+modelled milliseconds.
+"""
+
+import contextlib
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "Event", "Stream", "current_device", "current_stream", "default_generators",
+    "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
+    "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
+    "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
+    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
+    "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
+    "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
+    "synchronize",
+]
+
+
+def _index(device=None, what="device"):
+    """The device index `device` names (None: the current device), checked."""
+    if device is None:
+        return _C._current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"{what}: expected a neuron device, got {device}")
+        if device.index is None:
+            return _C._current_device()
+        device = device.index
+    return _C._check_device(int(device), what)
+
+
+def is_available():
+    """True: the simulated device is always there."""
+    return _C._device_count() > 0
+
+
+def is_initialized():
+    return True
+
+
+def _lazy_init():
+    """Nothing to initialize lazily (torch calls it for some devices)."""
+
+
+def _is_in_bad_fork():
+    return False
+
+
+def device_count():
+    """The "neuron" devices this process sees: the node's logical NeuronCores
+    (NEURON_RT_VISIBLE_CORES narrows them)."""
+    return _C._device_count()
+
+
+def current_device():
+    return _C._current_device()
+
+
+def set_device(device):
+    """Makes `device` (index, "neuron:N" or torch.device) the calling
+    thread's current device."""
+    _C._set_device(_index(device, "set_device"))
+
+
+class device:
+    """Context manager that changes the current device, as torch.cuda.device."""
+
+    def __init__(self, device):
+        self.index = -1 if device is None else _index(device, "device")
+        self.previous = -1
+
+    def __enter__(self):
+        self.previous = _C._current_device()
+        if self.index >= 0:
+            _C._set_device(self.index)
+
+    def __exit__(self, *exc):
+        _C._set_device(self.previous)
+        return False
+
+
+def synchronize(device=None):
+    """Waits for the device's work: operations run synchronously, so there is
+    none left; checks the index."""
+    _index(device, "synchronize")
+
+
+def get_device_name(device=None):
+    _index(device, "get_device_name")
+    return _C._device_name()
+
+
+class _Properties:
+    def __init__(self, name, total_memory):
+        self.name = name
+        self.total_memory = total_memory
+        self.type = "neuron"
+
+    def __repr__(self):
+        return f"_NeuronDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB)"
+
+
+def get_device_properties(device=None):
+    stats = _C._memory_stats(_index(device, "get_device_properties"))
+    return _Properties(_C._device_name(), stats["capacity_bytes"])
+
+
+def get_amp_supported_dtype():
+    """The dtypes torch.autocast("neuron", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+# Streams and events: torch's generic classes, on this device.
+
+def Stream(device=None, priority=0, **kwargs):
+    """A new stream on `device` (default: the current device)."""
+    return torch.Stream(device=torch.device("neuron", _index(device, "Stream")),
+                        priority=priority, **kwargs)
+
+
+def Event(enable_timing=False, blocking=False, interprocess=False):
+    """An event of the current device; ``elapsed_time`` between two recorded
+    events is the modelled time between them, in milliseconds."""
+    return torch.Event(device=torch.device("neuron", _C._current_device()),
+                       enable_timing=enable_timing, blocking=blocking,
+                       interprocess=interprocess)
+
+
+def current_stream(device=None):
+    return torch.accelerator.current_stream(torch.device("neuron", _index(device, "current_stream")))
+
+
+def default_stream(device=None):
+    current = current_stream(device)  # for its device type's number
+    return torch.Stream(stream_id=0, device_index=current.device_index,
+                        device_type=current.device_type)
+
+
+def set_stream(stream):
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+@contextlib.contextmanager
+def stream(stream):
+    """Makes `stream` current inside the block (None: no change)."""
+    if stream is None:
+        yield
+        return
+    previous = torch.accelerator.current_stream(stream.device)
+    torch.accelerator.set_stream(stream)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(previous)
+
+
+# Memory: the caching allocator's counters (CUDA's meaning).
+
+def memory_stats(device=None):
+    return dict(_C._memory_stats(_index(device, "memory_stats")))
+
+
+def memory_allocated(device=None):
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None):
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None):
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None):
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None):
+    _C._reset_peak_memory_stats(_index(device, "reset_peak_memory_stats"))
+
+
+def empty_cache():
+    """Returns the cached blocks of every device to the system."""
+    _C._empty_cache()
+
+
+# Random numbers: one generator per device, with the CPU's algorithm.
+
+class _Generators(tuple):
+    pass
+
+
+def _generators():
+    global default_generators
+    if not default_generators:
+        default_generators = _Generators(_C._default_generator(i) for i in range(device_count()))
+    return default_generators
+
+
+default_generators = _Generators()
+
+
+def manual_seed(seed):
+    _generators()[current_device()].manual_seed(int(seed))
+
+
+def manual_seed_all(seed):
+    for g in _generators():
+        g.manual_seed(int(seed))
+
+
+def seed():
+    _generators()[current_device()].seed()
+
+
+def seed_all():
+    s = _generators()[0].seed()
+    manual_seed_all(s)
+
+
+def initial_seed():
+    return _generators()[current_device()].initial_seed()
+
+
+def get_rng_state(device="neuron"):
+    return _generators()[_index(device, "get_rng_state")].get_state()
+
+
+def set_rng_state(new_state, device="neuron"):
+    _generators()[_index(device, "set_rng_state")].set_state(new_state)
+
+
+def get_rng_state_all():
+    return [g.get_state() for g in _generators()]
+
+
+def set_rng_state_all(new_states):
+    for g, state in zip(_generators(), new_states):
+        g.set_state(state)

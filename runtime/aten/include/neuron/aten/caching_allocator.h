@@ -1,0 +1,86 @@
+// The "neuron" device's memory: host memory behind a caching allocator that
+// accounts every block against its device's HBM capacity, with CUDA's
+// caching-allocator meaning of the counters (torch.cuda.memory_stats):
+// reserved = bytes of blocks the allocator holds, live or cached;
+// allocated = bytes of live blocks; each with its peak.
+//
+// Usage:
+//   CachingAllocator& a = CachingAllocator::Get();
+//   c10::DataPtr p = a.allocate(1 << 20);        // on the current device
+//   DeviceMemoryStats s = a.Stats(0);
+//   a.EmptyCache();                              // frees cached blocks
+//   c10::DataPtr q = a.Adopt(std::move(cpu_storage), 0);  // a CPU kernel's output
+//
+// Sizes round up to 512 B (below 1 MiB) or to 2 MiB; a freed block waits in
+// its device's cache for a request of the same rounded size. A request that
+// would take reserved past the capacity first empties the cache, then throws
+// c10::OutOfMemoryError naming the request, the capacity, what is free, and
+// the allocated and reserved bytes. Thread-safe.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace neuron::aten {
+
+struct DeviceMemoryStats {
+  std::uint64_t allocated = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t peak_allocated = 0;
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t allocations = 0;  // blocks handed out (cached or new)
+  std::uint64_t frees = 0;
+  std::uint64_t cache_hits = 0;
+  std::uint64_t ooms = 0;
+  std::uint64_t capacity = 0;
+};
+
+class CachingAllocator final : public c10::Allocator {
+ public:
+  static CachingAllocator& Get();
+
+  c10::DataPtr allocate(std::size_t bytes) override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  // Takes over a CPU storage's memory as memory of device `device`, without
+  // copying: the returned DataPtr keeps `storage` alive, and its bytes count
+  // as allocated and reserved until it is freed (OutOfMemoryError when they
+  // do not fit). Adopted memory is not cached.
+  c10::DataPtr Adopt(c10::Storage storage, c10::DeviceIndex device);
+
+  DeviceMemoryStats Stats(c10::DeviceIndex device) const;
+  void ResetPeaks(c10::DeviceIndex device);
+  // Returns every cached block of every device to the system.
+  void EmptyCache();
+
+  // The rounded size a request of `bytes` takes.
+  static std::uint64_t RoundedSize(std::uint64_t bytes);
+
+ private:
+  struct Block;
+  struct Device {
+    DeviceMemoryStats stats;
+    std::multimap<std::uint64_t, Block*> cache;  // rounded size -> free block
+  };
+
+  CachingAllocator() = default;
+  Device& device(c10::DeviceIndex index);
+  Block* Take(c10::DeviceIndex index, std::uint64_t size);
+  // Counts `size` more reserved bytes, emptying the cache or throwing
+  // OutOfMemoryError when they would pass the capacity.
+  void ReserveLocked(Device& d, c10::DeviceIndex index, std::uint64_t size);
+  void CountAllocationLocked(Device& d, std::uint64_t size);
+  void Release(Block* block);
+  void FreeCachedLocked(Device& d);
+  static void Delete(void* context);
+
+  mutable std::mutex mutex_;
+  std::vector<Device> devices_;
+};
+
+}  // namespace neuron::aten

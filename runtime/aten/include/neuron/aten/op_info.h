@@ -1,0 +1,39 @@
+// What the "neuron" device knows about an ATen operator, computed once per
+// operator: how it is costed (runtime::EagerKind, from its name), whether a
+// CPU kernel can run it, and which of its arguments are generators, device
+// choices or written in place.
+//
+// Usage:
+//   const OpInfo& info = InfoOf(op);          // op: c10::OperatorHandle
+//   if (!info.cpu_kernel) ...                  // no kernel to fall back to
+//   runtime::EagerOp cost = Describe(info, inputs, outputs);
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+#include "neuron/runtime/device/eager_cost.h"
+
+namespace neuron::aten {
+
+struct OpInfo {
+  std::string name;                 // "aten::add.Tensor"
+  std::string base;                 // "add" (no namespace, overload or trailing _)
+  runtime::EagerKind kind = runtime::EagerKind::kUnknown;
+  bool cpu_kernel = false;          // the CPU can run it
+  bool cpu_arguments_ok = false;    // takes CPU tensors beside device ones (indices)
+  std::vector<bool> generator;      // per argument: a Generator? argument
+  std::vector<bool> written;        // per argument: mutated (in place, out=)
+};
+
+const OpInfo& InfoOf(const c10::OperatorHandle& op);
+
+// The cost description of one run: `inputs` and `outputs` are the CPU
+// views of the op's tensor arguments and results.
+runtime::EagerOp Describe(const OpInfo& info, const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs);
+
+}  // namespace neuron::aten

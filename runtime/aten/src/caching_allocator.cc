@@ -1,0 +1,187 @@
+#include "neuron/aten/caching_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "neuron/aten/devices.h"
+
+namespace neuron::aten {
+namespace {
+
+constexpr std::uint64_t kSmallLimit = 1 << 20;     // 1 MiB
+constexpr std::uint64_t kSmallRound = 512;
+constexpr std::uint64_t kLargeRound = 2 << 20;     // 2 MiB
+
+std::string Bytes(std::uint64_t n) {
+  char text[64];
+  const double v = static_cast<double>(n);
+  if (n >= (1ull << 30)) {
+    std::snprintf(text, sizeof(text), "%.2f GiB", v / (1ull << 30));
+  } else if (n >= (1ull << 20)) {
+    std::snprintf(text, sizeof(text), "%.2f MiB", v / (1ull << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f KiB", v / 1024);
+  }
+  return text;
+}
+
+}  // namespace
+
+// One block of device memory: its host memory, either the allocator's own
+// (cached when freed) or an adopted CPU storage's (released when freed).
+struct CachingAllocator::Block {
+  void* ptr = nullptr;
+  std::uint64_t size = 0;  // rounded
+  c10::DeviceIndex device = 0;
+  c10::Storage adopted;    // set for adopted memory
+};
+
+CachingAllocator& CachingAllocator::Get() {
+  static CachingAllocator* allocator = new CachingAllocator();  // lives past exit
+  return *allocator;
+}
+
+std::uint64_t CachingAllocator::RoundedSize(std::uint64_t bytes) {
+  if (bytes == 0) return 0;
+  const std::uint64_t round = bytes < kSmallLimit ? kSmallRound : kLargeRound;
+  return (bytes + round - 1) / round * round;
+}
+
+CachingAllocator::Device& CachingAllocator::device(c10::DeviceIndex index) {
+  if (devices_.empty()) {
+    devices_.resize(static_cast<std::size_t>(Inventory().count));
+    for (auto& d : devices_) d.stats.capacity = Inventory().capacity_bytes;
+  }
+  return devices_[static_cast<std::size_t>(index)];
+}
+
+void CachingAllocator::FreeCachedLocked(Device& d) {
+  for (auto& [size, block] : d.cache) {
+    c10::free_cpu(block->ptr);
+    d.stats.reserved -= size;
+    delete block;
+  }
+  d.cache.clear();
+}
+
+void CachingAllocator::ReserveLocked(Device& d, c10::DeviceIndex index, std::uint64_t size) {
+  if (d.stats.reserved + size > d.stats.capacity) FreeCachedLocked(d);
+  if (d.stats.reserved + size > d.stats.capacity) {
+    ++d.stats.ooms;
+    const std::uint64_t free = d.stats.capacity - d.stats.reserved;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
+                     Bytes(size), ". Device neuron:", static_cast<int>(index),
+                     " has a total capacity of ", Bytes(d.stats.capacity), " of which ",
+                     Bytes(free), " is free. Of the allocated memory ", Bytes(d.stats.allocated),
+                     " is allocated by PyTorch, and ", Bytes(d.stats.reserved - d.stats.allocated),
+                     " is reserved by PyTorch but unallocated.");
+  }
+  d.stats.reserved += size;
+  d.stats.peak_reserved = std::max(d.stats.peak_reserved, d.stats.reserved);
+}
+
+void CachingAllocator::CountAllocationLocked(Device& d, std::uint64_t size) {
+  d.stats.allocated += size;
+  d.stats.peak_allocated = std::max(d.stats.peak_allocated, d.stats.allocated);
+  ++d.stats.allocations;
+}
+
+CachingAllocator::Block* CachingAllocator::Take(c10::DeviceIndex index, std::uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = device(index);
+  Block* block = nullptr;
+  auto cached = d.cache.find(size);
+  if (cached != d.cache.end()) {
+    block = cached->second;
+    d.cache.erase(cached);
+    ++d.stats.cache_hits;
+  } else {
+    ReserveLocked(d, index, size);
+    block = new Block;
+    block->ptr = c10::alloc_cpu(size);
+    block->size = size;
+    block->device = index;
+  }
+  CountAllocationLocked(d, size);
+  return block;
+}
+
+c10::DataPtr CachingAllocator::allocate(std::size_t bytes) {
+  const c10::DeviceIndex index = CurrentDevice();
+  const c10::Device where(c10::DeviceType::PrivateUse1, index);
+  if (bytes == 0) return c10::DataPtr(nullptr, where);
+  Block* block = Take(index, RoundedSize(bytes));
+  return c10::DataPtr(block->ptr, block, &CachingAllocator::Delete, where);
+}
+
+c10::DataPtr CachingAllocator::Adopt(c10::Storage storage, c10::DeviceIndex index) {
+  const std::uint64_t size = storage.nbytes();
+  auto* block = new Block;
+  block->ptr = storage.mutable_data();
+  block->size = size;
+  block->device = index;
+  block->adopted = std::move(storage);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Device& d = device(index);
+    try {
+      ReserveLocked(d, index, size);
+    } catch (...) {
+      delete block;  // the storage is dropped with it
+      throw;
+    }
+    CountAllocationLocked(d, size);
+  }
+  return c10::DataPtr(block->ptr, block, &CachingAllocator::Delete,
+                      c10::Device(c10::DeviceType::PrivateUse1, index));
+}
+
+void CachingAllocator::Release(Block* block) {
+  c10::Storage adopted;  // dropped outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Device& d = device(block->device);
+    d.stats.allocated -= block->size;
+    ++d.stats.frees;
+    if (block->adopted) {
+      d.stats.reserved -= block->size;
+      adopted = std::move(block->adopted);
+      delete block;
+    } else {
+      d.cache.emplace(block->size, block);
+    }
+  }
+}
+
+void CachingAllocator::Delete(void* context) {
+  Get().Release(static_cast<Block*>(context));
+}
+
+void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  std::memcpy(dest, src, count);
+}
+
+DeviceMemoryStats CachingAllocator::Stats(c10::DeviceIndex index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& self = const_cast<CachingAllocator&>(*this);
+  return self.device(index).stats;
+}
+
+void CachingAllocator::ResetPeaks(c10::DeviceIndex index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceMemoryStats& s = device(index).stats;
+  s.peak_allocated = s.allocated;
+  s.peak_reserved = s.reserved;
+}
+
+void CachingAllocator::EmptyCache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& d : devices_) FreeCachedLocked(d);
+}
+
+}  // namespace neuron::aten

@@ -1,0 +1,277 @@
+#include "neuron/aten/cpu_fallback.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "neuron/aten/caching_allocator.h"
+#include "neuron/aten/devices.h"
+#include "neuron/aten/op_log.h"
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/sim_clock.h"
+
+namespace neuron::aten {
+namespace {
+
+bool IsNeuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// One run's translation between neuron tensors and their CPU views.
+class CpuViews {
+ public:
+  explicit CpuViews(const OpInfo& info) : info_(info) {}
+
+  // Scans and rewrites the arguments: neuron tensors become CPU views,
+  // neuron devices the CPU; then checks that the devices agree.
+  void Arguments(torch::jit::Stack* stack, std::size_t count);
+  // Rewrites the results: CPU views back to neuron tensors.
+  void Results(torch::jit::Stack* stack, std::size_t count);
+  // Copies back what the kernel changed in written arguments: a storage it
+  // replaced (a resize), and sizes and strides.
+  void WriteBack();
+
+  c10::DeviceIndex device() const { return device_ >= 0 ? device_ : CurrentDevice(); }
+  const std::vector<at::Tensor>& inputs() const { return inputs_; }
+  const std::vector<at::Tensor>& outputs() const { return outputs_; }
+
+ private:
+  struct StoragePair {
+    c10::StorageImpl* neuron;
+    c10::Storage cpu;
+    void* base;  // the CPU view's memory before the run
+  };
+  struct TensorPair {
+    at::Tensor neuron;
+    at::Tensor cpu;
+    bool written;
+  };
+
+  c10::IValue Argument(const c10::IValue& value, bool written);
+  at::Tensor Wrap(const at::Tensor& t, bool written);
+  at::Tensor Unwrap(const at::Tensor& t);
+  c10::Storage CpuStorage(const c10::Storage& neuron);
+  c10::Storage NeuronStorage(const c10::Storage& cpu);
+  void SeeDevice(c10::Device device);
+
+  const OpInfo& info_;
+  c10::DeviceIndex device_ = -1;
+  std::optional<c10::DeviceIndex> other_device_;
+  bool cpu_tensor_ = false;
+  std::vector<StoragePair> storages_;
+  std::vector<TensorPair> tensors_;
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted_;  // cpu -> neuron
+  std::vector<at::Tensor> inputs_, outputs_;
+};
+
+void CpuViews::SeeDevice(c10::Device device) {
+  if (device_ < 0) {
+    device_ = device.index() < 0 ? CurrentDevice() : device.index();
+  } else if (device.index() >= 0 && device.index() != device_) {
+    other_device_ = device.index();
+  }
+}
+
+c10::Storage CpuViews::CpuStorage(const c10::Storage& neuron) {
+  for (const auto& s : storages_) {
+    if (s.neuron == neuron.unsafeGetStorageImpl()) return s.cpu;
+  }
+  void* base = neuron.nbytes() == 0 ? nullptr : neuron.mutable_data();
+  // Resizable with the CPU's allocator: a kernel that resizes an out=
+  // argument gets new memory, which WriteBack adopts.
+  c10::Storage cpu(c10::Storage::use_byte_size_t(), neuron.nbytes(),
+                   c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)),
+                   c10::GetCPUAllocator(), /*resizable=*/true);
+  storages_.push_back({neuron.unsafeGetStorageImpl(), cpu, base});
+  return cpu;
+}
+
+at::Tensor CpuViews::Wrap(const at::Tensor& t, bool written) {
+  SeeDevice(t.device());
+  for (const auto& p : tensors_) {
+    if (p.neuron.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      inputs_.push_back(p.cpu);  // an operand twice (a @ a) is read twice
+      return p.cpu;
+    }
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      CpuStorage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  at::Tensor cpu(std::move(impl));
+  tensors_.push_back({t, cpu, written});
+  inputs_.push_back(cpu);
+  return cpu;
+}
+
+c10::IValue CpuViews::Argument(const c10::IValue& value, bool written) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (IsNeuron(t)) return Wrap(t, written);
+    if (t.defined() && t.device().is_cpu() && t.dim() > 0) cpu_tensor_ = true;
+    if (t.defined()) inputs_.push_back(t);
+    return value;
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : value.toTensorList()) {
+      list.push_back(IsNeuron(t) ? Wrap(t, written) : t);
+      if (t.defined() && t.device().is_cpu() && t.dim() > 0) cpu_tensor_ = true;
+    }
+    return list;
+  }
+  if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : value.toOptionalTensorList()) {
+      if (t && IsNeuron(*t)) {
+        list.push_back(Wrap(*t, written));
+      } else {
+        if (t && t->defined() && t->device().is_cpu() && t->dim() > 0) cpu_tensor_ = true;
+        list.push_back(t);
+      }
+    }
+    return list;
+  }
+  if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
+    SeeDevice(value.toDevice());
+    return c10::IValue(c10::Device(c10::DeviceType::CPU));
+  }
+  return value;
+}
+
+void CpuViews::Arguments(torch::jit::Stack* stack, std::size_t count) {
+  auto args = stack->end() - static_cast<std::ptrdiff_t>(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    args[i] = Argument(args[i], i < info_.written.size() && info_.written[i]);
+  }
+  if (other_device_) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                "devices, neuron:", static_cast<int>(device_), " and neuron:",
+                static_cast<int>(*other_device_), "! (when running ", info_.name, ")");
+  }
+  TORCH_CHECK(!(cpu_tensor_ && device_ >= 0 && !info_.cpu_arguments_ok),
+              "Expected all tensors to be on the same device, but found at least two devices, "
+              "neuron:", static_cast<int>(device_), " and cpu! (when running ", info_.name, ")");
+  for (std::size_t i = 0; i < count && i < info_.generator.size(); ++i) {
+    if (info_.generator[i] && args[i].isNone()) args[i] = DefaultGenerator(device());
+  }
+}
+
+c10::Storage CpuViews::NeuronStorage(const c10::Storage& cpu) {
+  for (const auto& s : storages_) {
+    if (s.cpu.unsafeGetStorageImpl() == cpu.unsafeGetStorageImpl()) {
+      return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s.neuron));
+    }
+  }
+  for (const auto& [impl, neuron] : adopted_) {
+    if (impl == cpu.unsafeGetStorageImpl()) return neuron;
+  }
+  CachingAllocator& allocator = CachingAllocator::Get();
+  c10::Storage neuron(c10::Storage::use_byte_size_t(), cpu.nbytes(),
+                      allocator.Adopt(cpu, device()), &allocator, /*resizable=*/true);
+  adopted_.emplace_back(cpu.unsafeGetStorageImpl(), neuron);
+  return neuron;
+}
+
+at::Tensor CpuViews::Unwrap(const at::Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu()) return t;
+  outputs_.push_back(t);
+  for (const auto& p : tensors_) {
+    if (p.cpu.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return p.neuron;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      NeuronStorage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+void CpuViews::Results(torch::jit::Stack* stack, std::size_t count) {
+  auto results = stack->end() - static_cast<std::ptrdiff_t>(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    c10::IValue& r = results[i];
+    if (r.isTensor()) {
+      r = Unwrap(r.toTensor());
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : r.toTensorList()) list.push_back(Unwrap(t));
+      r = list;
+    }
+  }
+}
+
+void CpuViews::WriteBack() {
+  for (auto& s : storages_) {
+    void* now = s.cpu.nbytes() == 0 ? nullptr : s.cpu.mutable_data();
+    if (now == s.base) continue;
+    // The kernel resized the view's storage into CPU memory: adopt it.
+    c10::Storage neuron(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s.neuron));
+    neuron.set_nbytes(s.cpu.nbytes());
+    neuron.set_data_ptr_noswap(CachingAllocator::Get().Adopt(s.cpu, device()));
+  }
+  for (auto& p : tensors_) {
+    if (!p.written) continue;
+    auto* impl = p.neuron.unsafeGetTensorImpl();
+    if (impl->sizes() != p.cpu.sizes() || impl->strides() != p.cpu.strides() ||
+        impl->storage_offset() != p.cpu.storage_offset()) {
+      impl->set_sizes_and_strides(p.cpu.sizes(), p.cpu.strides(), p.cpu.storage_offset());
+    }
+  }
+}
+
+const runtime::CostModel& Model() {
+  static const runtime::CostModel model(runtime::DeviceSpec::FromEnvironment());
+  return model;
+}
+
+double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us) {
+  const runtime::SimDuration cost = runtime::EagerCost(Model(), op);
+  if (op.kind == runtime::EagerKind::kView) return;
+  const auto clock = runtime::ProcessClock();
+  const double start = clock->compute().count();
+  clock->AdvanceCompute(cost);
+  OpLog::Get().Add({info.name, start, cost.count(), wall_us, op.bytes_in + op.bytes_out,
+                    runtime::Name(op.kind)});
+}
+
+void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
+              torch::jit::Stack* stack) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& schema = target.schema();
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      InfoOf(target).cpu_kernel, "The operator '", info.name,
+      "' has no kernel for the neuron device and no CPU kernel to run in its place. Run it on "
+      "the CPU: move its inputs there with .cpu(), and its results back with .to(\"neuron\").");
+  CpuViews views(info);
+  views.Arguments(stack, schema.arguments().size());
+  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  views.WriteBack();
+  views.Results(stack, schema.returns().size());
+  runtime::EagerOp op = Describe(info, views.inputs(), views.outputs());
+  // Nothing written, every result a view of an argument: metadata only.
+  bool fresh = false;
+  for (const auto& t : views.outputs()) {
+    bool alias = false;
+    for (const auto& in : views.inputs()) alias |= t.is_alias_of(in);
+    fresh |= !alias;
+  }
+  bool writes = false;
+  for (bool w : info.written) writes |= w;
+  if (!fresh && !writes && !views.outputs().empty()) op.kind = runtime::EagerKind::kView;
+  Charge(info, op, MicrosecondsSince(start));
+}
+
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  RunOnCpu(op, InfoOf(op), stack);
+}
+
+}  // namespace neuron::aten

@@ -1,0 +1,190 @@
+// The kernels the "neuron" device registers itself, where running the CPU's
+// would be wrong: allocation (the caching allocator), views and storage
+// changes (on the neuron storage itself), copies between devices (a DMA on
+// the device model), attention's kernel choice (the CPU's), and convolution
+// (PyTorch routes a PrivateUse1 convolution to convolution_overrideable,
+// which has no CPU kernel).
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <chrono>
+
+#include "neuron/aten/caching_allocator.h"
+#include "neuron/aten/cpu_fallback.h"
+#include "neuron/aten/devices.h"
+#include "neuron/aten/op_info.h"
+
+namespace neuron::aten {
+namespace {
+
+constexpr c10::DispatchKey kKey = c10::DispatchKey::PrivateUse1;
+
+c10::Device Where(std::optional<c10::Device> device) {
+  const c10::DeviceIndex index = device && device->has_index() ? device->index() : -1;
+  return c10::Device(c10::DeviceType::PrivateUse1, CheckIndex(index, "empty"));
+}
+
+at::Tensor Empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                 std::optional<at::Layout>, std::optional<c10::Device> device,
+                 std::optional<bool>, std::optional<at::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(Where(device));
+  return at::detail::empty_generic(size, &CachingAllocator::Get(), c10::DispatchKeySet(kKey),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor EmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                        std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                        std::optional<c10::Device> device, std::optional<bool>) {
+  c10::DeviceGuard guard(Where(device));
+  return at::detail::empty_strided_generic(size, stride, &CachingAllocator::Get(),
+                                           c10::DispatchKeySet(kKey),
+                                           c10::dtype_or_default(dtype));
+}
+
+const at::Tensor& Resize(const at::Tensor& self, c10::IntArrayRef size,
+                         std::optional<at::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, size, memory_format);
+}
+
+at::Tensor& SetStorage(at::Tensor& self, c10::Storage source, int64_t offset,
+                       c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
+              "set_: a neuron tensor cannot use memory of device ", source.device());
+  c10::DeviceGuard guard(self.device());
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  self.unsafeGetTensorImpl()->set_storage_offset(offset);
+  std::optional<c10::IntArrayRef> strides;
+  if (!stride.empty()) strides = stride;
+  at::native::resize_impl_cpu_(self.unsafeGetTensorImpl(), size, strides);
+  return self;
+}
+
+at::Tensor& SetStorageWhole(at::Tensor& self, c10::Storage source) {
+  const int64_t elements = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return SetStorage(self, std::move(source), 0, {elements}, {});
+}
+
+at::Tensor& SetTensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  return SetStorage(self, source.storage(), source.storage_offset(), source.sizes(),
+                    source.strides());
+}
+
+at::Tensor& SetEmpty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &CachingAllocator::Get(), true);
+  return SetStorage(self, std::move(storage), 0, {0}, {});
+}
+
+// A CPU tensor over the memory of a tensor of either device (no copy).
+at::Tensor HostView(const at::Tensor& t, bool write) {
+  if (t.device().is_cpu()) return t;
+  const c10::Storage& storage = t.storage();
+  void* base = storage.nbytes() == 0 ? nullptr
+               : write             ? storage.mutable_data()
+                                   : const_cast<void*>(storage.data());
+  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                    c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)), nullptr, false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+const OpInfo& CopyInfo() {
+  static const OpInfo& info = InfoOf(
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::_copy_from", ""));
+  return info;
+}
+
+// self -> dst, either of them on the device: a DMA on the device model.
+at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
+  const auto start = std::chrono::steady_clock::now();
+  HostView(dst, /*write=*/true).copy_(HostView(self, /*write=*/false));
+  runtime::EagerOp op;
+  op.kind = runtime::EagerKind::kCopy;
+  op.bytes_in = static_cast<std::uint64_t>(self.numel()) * self.element_size();
+  op.bytes_out = static_cast<std::uint64_t>(dst.numel()) * dst.element_size();
+  Charge(CopyInfo(), op,
+         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+             .count());
+  return dst;
+}
+
+at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    c10::DeviceGuard guard(dst.device());
+    const_cast<at::Tensor&>(dst).resize_(self.sizes());
+  }
+  return CopyFrom(self, dst, false);
+}
+
+void RecordStream(at::Tensor&, c10::Stream) {}  // operations are synchronous
+
+// convolution_overrideable has aten::convolution's arguments.
+void ConvolutionOverrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  static const auto target =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  RunOnCpu(target, InfoOf(op), stack);
+}
+
+// convolution_backward_overrideable lacks convolution_backward's bias_sizes
+// (its 4th argument): the output channels.
+void ConvolutionBackwardOverrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  static const auto target =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  const std::size_t n = op.schema().arguments().size();
+  auto args = stack->end() - static_cast<std::ptrdiff_t>(n);
+  const at::Tensor weight = args[2].toTensor();
+  const bool transposed = args[6].toBool();
+  const int64_t groups = args[8].toInt();
+  const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
+  stack->insert(args + 3, c10::IValue(std::vector<int64_t>{channels}));
+  RunOnCpu(target, InfoOf(target), stack);
+}
+
+// scaled_dot_product_attention picks its kernel through this stub per
+// device; on "neuron" it picks what the CPU would, so the CPU's kernel runs.
+int64_t FusedSdpChoice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                       const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                       bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                 query, key, value, attn_mask, dropout_p,
+                                                 is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(Empty));
+  m.impl("empty_strided", TORCH_FN(EmptyStrided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("resize_", TORCH_FN(Resize));
+  m.impl("set_.source_Storage", TORCH_FN(SetStorageWhole));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(SetStorage));
+  m.impl("set_.source_Tensor", TORCH_FN(SetTensor));
+  m.impl("set_", TORCH_FN(SetEmpty));
+  m.impl("_copy_from", TORCH_FN(CopyFrom));
+  m.impl("_copy_from_and_resize", TORCH_FN(CopyFromAndResize));
+  m.impl("record_stream", TORCH_FN(RecordStream));
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&ConvolutionOverrideable>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&ConvolutionBackwardOverrideable>());
+}
+
+}  // namespace neuron::aten
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron::aten::FusedSdpChoice)
+}  // namespace at::native

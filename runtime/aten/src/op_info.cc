@@ -1,0 +1,215 @@
+#include "neuron/aten/op_info.h"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+namespace neuron::aten {
+namespace {
+
+using runtime::EagerKind;
+
+// Matmul families: how to find [B,] M, K, N in their operands.
+enum class MatmulForm { kNone, kMm, kBmm, kMv, kDot, kConv, kAttention };
+
+MatmulForm FormOf(const std::string& base) {
+  static const std::unordered_map<std::string, MatmulForm> forms = {
+      {"mm", MatmulForm::kMm},
+      {"addmm", MatmulForm::kMm},
+      {"_addmm_activation", MatmulForm::kMm},
+      {"bmm", MatmulForm::kBmm},
+      {"baddbmm", MatmulForm::kBmm},
+      {"addbmm", MatmulForm::kBmm},
+      {"mv", MatmulForm::kMv},
+      {"addmv", MatmulForm::kMv},
+      {"dot", MatmulForm::kDot},
+      {"vdot", MatmulForm::kDot},
+      {"convolution", MatmulForm::kConv},
+      {"convolution_overrideable", MatmulForm::kConv},
+      {"convolution_backward", MatmulForm::kConv},
+      {"convolution_backward_overrideable", MatmulForm::kConv},
+      {"_scaled_dot_product_flash_attention_for_cpu", MatmulForm::kAttention},
+      {"_scaled_dot_product_flash_attention_for_cpu_backward", MatmulForm::kAttention},
+  };
+  auto it = forms.find(base);
+  return it == forms.end() ? MatmulForm::kNone : it->second;
+}
+
+// Ops of the scalar engine (transcendentals and what is built on them).
+const std::set<std::string>& ScalarOps() {
+  static const std::set<std::string> ops = {
+      "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "gelu",
+      "silu", "mish", "erf", "erfc", "erfinv", "sqrt", "rsqrt", "pow", "sin", "cos", "tan",
+      "softplus", "elu", "selu", "celu", "reciprocal", "logsumexp", "_softmax",
+      "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
+      "tanh_backward", "sigmoid_backward", "gelu_backward", "silu_backward",
+      "log_sigmoid_forward", "log_sigmoid_backward", "_foreach_sqrt", "_foreach_pow"};
+  return ops;
+}
+
+// Ops of the vector engine the model knows by name; the rest are costed the
+// same way but reported as "unknown".
+const std::set<std::string>& VectorOps() {
+  static const std::set<std::string> ops = {
+      "add", "sub", "mul", "div", "neg", "abs", "relu", "threshold_backward", "where",
+      "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp",
+      "clamp_min", "clamp_max", "sum", "mean", "native_layer_norm",
+      "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
+      "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+      "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+      "fill", "zero", "addcmul", "addcdiv", "lerp", "max", "min", "amax", "amin", "argmax",
+      "argmin", "cat", "stack", "_stack", "index_select", "gather", "scatter", "scatter_add",
+      "index", "index_put", "_index_put_impl", "embedding_dense_backward", "clone",
+      "_copy_from", "copy", "sign", "sgn", "bernoulli", "uniform", "normal", "random",
+      "native_dropout", "native_dropout_backward", "masked_scatter", "cumsum", "sort",
+      "topk", "_foreach_add", "_foreach_mul", "_foreach_div", "_foreach_sub",
+      "_foreach_addcmul", "_foreach_addcdiv", "_foreach_lerp", "_foreach_norm",
+      "linalg_vector_norm", "norm", "mse_loss", "mse_loss_backward", "_fused_adam",
+      "_fused_adamw", "_fused_sgd", "ones_like", "zeros_like", "arange", "nonzero",
+      "_local_scalar_dense", "isnan", "isinf", "logical_not", "logical_and", "logical_or",
+      "bitwise_and", "bitwise_or", "floor", "ceil", "round", "trunc", "remainder", "fmod",
+      "var", "std", "var_mean", "std_mean", "prod", "all", "any", "tril", "triu",
+      "_to_copy", "embedding", "repeat", "flip", "roll", "constant_pad_nd"};
+  return ops;
+}
+
+std::string BaseName(const c10::OperatorName& name) {
+  std::string base = name.name;
+  const auto colons = base.find("::");
+  if (colons != std::string::npos) base = base.substr(colons + 2);
+  if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
+  return base;
+}
+
+EagerKind KindOf(const std::string& base) {
+  if (FormOf(base) != MatmulForm::kNone) return EagerKind::kMatmul;
+  if (ScalarOps().count(base)) return EagerKind::kScalar;
+  if (VectorOps().count(base)) return EagerKind::kVector;
+  return EagerKind::kUnknown;
+}
+
+bool IsOptionalGenerator(const c10::TypePtr& type) {
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+OpInfo Build(const c10::OperatorHandle& op) {
+  OpInfo info;
+  const auto& schema = op.schema();
+  info.name = c10::toString(schema.operator_name());
+  info.base = BaseName(schema.operator_name());
+  info.kind = KindOf(info.base);
+  info.cpu_kernel = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
+  info.cpu_arguments_ok = info.base == "index" || info.base == "index_put" ||
+                          info.base == "_index_put_impl" || info.base == "_copy_from" ||
+                          info.base == "_copy_from_and_resize";
+  for (const auto& arg : schema.arguments()) {
+    info.generator.push_back(IsOptionalGenerator(arg.type()));
+    info.written.push_back(arg.alias_info() != nullptr && arg.alias_info()->isWrite());
+  }
+  return info;
+}
+
+std::int64_t Dim(const at::Tensor& t, std::int64_t d) {
+  return t.dim() > d ? t.size(d) : 1;
+}
+
+// The matmul operands: the last two inputs of at least one dimension (the
+// first input of addmm and friends is the bias).
+void DescribeMatmul(MatmulForm form, bool backward, const std::vector<at::Tensor>& in,
+                    const std::vector<at::Tensor>& out, runtime::EagerOp& op) {
+  std::vector<const at::Tensor*> operands;
+  for (const auto& t : in) {
+    if (t.defined() && t.dim() >= 1) operands.push_back(&t);
+  }
+  if (operands.size() < 2) {
+    op.kind = EagerKind::kVector;
+    return;
+  }
+  const at::Tensor& a = *operands[operands.size() - 2];
+  const at::Tensor& b = *operands.back();
+  op.fp32 = a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble;
+  auto& mm = op.matmul;
+  switch (form) {
+    case MatmulForm::kMm:
+      mm = {1, Dim(a, 0), Dim(a, 1), Dim(b, 1)};
+      break;
+    case MatmulForm::kBmm:
+      mm = {Dim(a, 0), Dim(a, 1), Dim(a, 2), Dim(b, 2)};
+      break;
+    case MatmulForm::kMv:
+      mm = {1, Dim(a, 0), Dim(a, 1), 1};
+      break;
+    case MatmulForm::kDot:
+      mm = {1, 1, a.numel(), 1};
+      break;
+    case MatmulForm::kConv: {
+      // Forward: input, weight; backward: grad_output, input, weight. The
+      // weight is [C_out, C_in/groups, kernel...]; the output has C_out
+      // channels at every output position.
+      const at::Tensor& weight = backward ? in[2] : in[1];
+      const std::int64_t c_out = std::max<std::int64_t>(Dim(weight, 0), 1);
+      const at::Tensor& result = backward ? in[0] : (out.empty() ? in[0] : out[0]);
+      mm = {backward ? 2 : 1, result.numel() / std::max<std::int64_t>(Dim(result, 1), 1),
+            weight.numel() / c_out, c_out};
+      break;
+    }
+    case MatmulForm::kAttention: {
+      // query [B, H, L, E], key [B, H, S, E]: Q x K^T and P x V (backward:
+      // grad_out, query, key, ...; four products).
+      if (in.size() < 3) return;
+      const at::Tensor& q = backward ? in[1] : in[0];
+      const at::Tensor& k = backward ? in[2] : in[1];
+      mm = {Dim(q, 0) * Dim(q, 1) * (backward ? 4 : 2), Dim(q, 2), Dim(q, 3), Dim(k, 2)};
+      break;
+    }
+    case MatmulForm::kNone:
+      break;
+  }
+}
+
+}  // namespace
+
+const OpInfo& InfoOf(const c10::OperatorHandle& op) {
+  // The schema object lives as long as the operator: its address is the key.
+  thread_local std::unordered_map<const void*, const OpInfo*> local;
+  const void* key = &op.schema();
+  auto hit = local.find(key);
+  if (hit != local.end()) return *hit->second;
+  static std::mutex mutex;
+  static auto* all = new std::unordered_map<const void*, std::unique_ptr<OpInfo>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*all)[key];
+  if (!slot) slot = std::make_unique<OpInfo>(Build(op));
+  local.emplace(key, slot.get());
+  return *slot;
+}
+
+runtime::EagerOp Describe(const OpInfo& info, const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs) {
+  runtime::EagerOp op;
+  op.kind = info.kind;
+  std::int64_t in_elements = 0, out_elements = 0;
+  int operands = 0;
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    in_elements = std::max<std::int64_t>(in_elements, t.numel());
+    op.bytes_in += t.numel() * t.element_size();
+    ++operands;
+  }
+  for (const auto& t : outputs) {
+    if (!t.defined()) continue;
+    out_elements += t.numel();
+    op.bytes_out += t.numel() * t.element_size();
+  }
+  op.elements = std::max(in_elements, out_elements);
+  op.inputs = std::clamp(operands, 1, 3);
+  if (op.kind == EagerKind::kMatmul) {
+    DescribeMatmul(FormOf(info.base), info.base.find("backward") != std::string::npos, inputs,
+                   outputs, op);
+  }
+  return op;
+}
+
+}  // namespace neuron::aten
