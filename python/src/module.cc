@@ -55,6 +55,12 @@ class NoGilHolder {
   c10::intrusive_ptr<T> impl_;
 };
 
+// c10d's Backend.Options that Python can copy (split_group deep-copies its
+// parent's options; torch binds the base class without copying).
+struct CopyableOptions : ::c10d::Backend::Options {
+  explicit CopyableOptions(const ::c10d::Backend::Options& o) : Options(o) {}
+};
+
 }  // namespace
 
 PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilHolder<T>, true);
@@ -168,8 +174,20 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("transport", &BackendNeuron::TransportName,
                              "'shm' or 'tcp'.")
       .def_property_readonly("group_name", &BackendNeuron::group_name)
+      .def_property_readonly(
+          "options",
+          [](BackendNeuron& b) { return c10::make_intrusive<CopyableOptions>(*b.getBackendOptions()); },
+          "The group's Backend.Options (timeout, name, global ranks): split_group copies "
+          "them for the new group.")
       .def("_shutdown", &BackendNeuron::shutdown, py::call_guard<py::gil_scoped_release>(),
            "Runs what is queued, then stops the progress threads.");
+
+  py::class_<CopyableOptions, ::c10d::Backend::Options, c10::intrusive_ptr<CopyableOptions>>(
+      m, "BackendNeuronOptions", "The neuron backend's Backend.Options (copyable).")
+      .def("__copy__", [](const CopyableOptions& o) { return c10::make_intrusive<CopyableOptions>(o); })
+      .def("__deepcopy__", [](const CopyableOptions& o, py::dict) {
+        return c10::make_intrusive<CopyableOptions>(o);
+      });
 
   py::class_<neuron::c10d::JobStore, ::c10d::Store, c10::intrusive_ptr<neuron::c10d::JobStore>>(
       m, "_JobStore", "The job's authenticated store (neuronrun's), as a torch Store.")

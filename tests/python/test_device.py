@@ -398,3 +398,16 @@ def test_accelerator_agnostic_ddp_script_trains_on_neuron_with_four_ranks():
     assert len(losses) == 6 and losses[-1] < losses[0]
     step_ms = float(out.split("step time ")[1].split()[0])
     assert 0 < step_ms < 100  # modelled: a few hundred microseconds of device work
+
+
+@pytest.mark.parametrize("mode", ["split", "mixed"])
+def test_process_groups_on_the_device(mode):
+    """split_group (needs torch.accelerator and a bound device) and a
+    per-device backend string."""
+    script = os.path.join(SOURCE, "tests/python/scripts/device_groups.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    done = subprocess.run([NEURONRUN, "-n", "4", script, mode], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(l for l in done.stdout.splitlines() if l.endswith(f"ok {mode}")) == \
+        [f"[rank {r}]: ok {mode}" for r in range(4)]

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include "coalescing.h"
 #include "neuron/c10d/shared_tensor_allocator.h"
 #include "neuron/c10d/store_adapter.h"
@@ -124,6 +126,41 @@ void BackendNeuron::RunLocal(const Body& body) {
     work = async_->Enqueue(body, "statistics");
   }
   work->Wait();
+}
+
+c10::intrusive_ptr<::c10d::Backend::Options> BackendNeuron::getBackendOptions() {
+  auto options = c10::make_intrusive<::c10d::Backend::Options>("neuron", DefaultTimeout());
+  options->group_name = options_.group_name;
+  for (int r = 0; r < size_; ++r) {
+    options->global_ranks_in_group.push_back(static_cast<std::uint64_t>(
+        options_.global_ranks.empty() ? r : options_.global_ranks[r]));
+  }
+  return options;
+}
+
+c10::intrusive_ptr<::c10d::Backend> BackendNeuron::split(
+    const c10::intrusive_ptr<::c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<::c10d::Backend::Options>& opts) {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  BackendNeuronOptions options;
+  options.timeout = opts ? opts->timeout : DefaultTimeout();
+  options.group_name = opts && !opts->group_name.empty() ? opts->group_name
+                                                         : options_.group_name + ":split";
+  options.clock = options_.clock;
+  for (int r : ranks) {
+    NEURON_CHECK(r >= 0 && r < size_, *prefix_, "split: rank ", r,
+                 " is not a member of this group of ", size_);
+    options.global_ranks.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
+  }
+  // torch may hand every new group the same store and name: the keys of this
+  // one must not meet those of the groups the other members split into, nor
+  // of an earlier split into the same members.
+  std::string prefix = StrCat("neuron-split/", splits_++, "/");
+  for (std::int64_t r : options.global_ranks) prefix += StrCat(r, ",");
+  auto own_store = c10::make_intrusive<::c10d::PrefixStore>(prefix, store);
+  return c10::make_intrusive<BackendNeuron>(own_store, static_cast<int>(me - ranks.begin()),
+                                            static_cast<int>(ranks.size()), std::move(options));
 }
 
 void BackendNeuron::setTimeout(std::chrono::milliseconds timeout) {

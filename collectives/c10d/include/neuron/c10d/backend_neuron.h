@@ -148,6 +148,15 @@ class BackendNeuron : public ::c10d::Backend {
   collectives::CommunicatorTotals Totals();
   void ResetStats();
   void WriteChromeTrace(const std::string& path);
+
+  // Splitting (torch.distributed.split_group): a new group of the members
+  // `ranks` (ranks of this group, sorted) over `store`, this rank's clock
+  // shared; every member calls it, the others get no backend.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<::c10d::Backend> split(
+      const c10::intrusive_ptr<::c10d::Store>& store, const std::vector<int>& ranks,
+      const c10::intrusive_ptr<::c10d::Backend::Options>& opts) override;
   // "shm" or "tcp".
   std::string TransportName() const { return transport_name_; }
   const std::string& group_name() const { return options_.group_name; }
@@ -217,6 +226,7 @@ class BackendNeuron : public ::c10d::Backend {
   std::atomic<std::uint64_t> sequence_{0};
   std::atomic<std::uint64_t> p2p_sequence_{0};
   std::atomic<std::uint64_t> monitored_barriers_{0};
+  std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::int64_t> timeout_ms_;  // see setTimeout
   std::chrono::milliseconds DefaultTimeout() const;
   std::unique_ptr<Coalescing> coalescing_;
