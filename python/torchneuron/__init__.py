@@ -48,6 +48,10 @@ from . import device as _device_module  # noqa: E402
 _torch._register_device_module("neuron", _device_module)
 _torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+# Operations on "neuron" run on the calling thread: the importing thread's
+# backward passes run there too, instead of hopping to autograd's device
+# thread (torch.autograd.set_multithreading_enabled; CPU graphs never hop).
+_torch._C._set_multithreading_enabled(False)
 
 from . import compiler, fabric, rendezvous
 from .compiler import compile

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <chrono>
 #include <optional>
@@ -36,8 +37,8 @@ class CpuViews {
   void WriteBack();
 
   c10::DeviceIndex device() const { return device_ >= 0 ? device_ : CurrentDevice(); }
-  const std::vector<at::Tensor>& inputs() const { return inputs_; }
-  const std::vector<at::Tensor>& outputs() const { return outputs_; }
+  c10::ArrayRef<at::Tensor> inputs() const { return inputs_; }
+  c10::ArrayRef<at::Tensor> outputs() const { return outputs_; }
 
  private:
   struct StoragePair {
@@ -62,10 +63,11 @@ class CpuViews {
   c10::DeviceIndex device_ = -1;
   std::optional<c10::DeviceIndex> other_device_;
   bool cpu_tensor_ = false;
-  std::vector<StoragePair> storages_;
-  std::vector<TensorPair> tensors_;
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted_;  // cpu -> neuron
-  std::vector<at::Tensor> inputs_, outputs_;
+  c10::SmallVector<StoragePair, 4> storages_;
+  c10::SmallVector<TensorPair, 4> tensors_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;  // cpu -> neuron
+  c10::SmallVector<at::Tensor, 4> inputs_;
+  c10::SmallVector<at::Tensor, 2> outputs_;
 };
 
 void CpuViews::SeeDevice(c10::Device device) {
@@ -236,10 +238,10 @@ double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
 void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us) {
   const runtime::SimDuration cost = runtime::EagerCost(Model(), op);
   if (op.kind == runtime::EagerKind::kView) return;
-  const auto clock = runtime::ProcessClock();
+  static runtime::SimClock* const clock = runtime::ProcessClock().get();  // lives forever
   const double start = clock->compute().count();
   clock->AdvanceCompute(cost);
-  OpLog::Get().Add({info.name, start, cost.count(), wall_us, op.bytes_in + op.bytes_out,
+  OpLog::Get().Add({info.name.c_str(), start, cost.count(), wall_us, op.bytes_in + op.bytes_out,
                     runtime::Name(op.kind)});
 }
 

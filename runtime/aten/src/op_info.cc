@@ -5,6 +5,8 @@
 #include <set>
 #include <unordered_map>
 
+#include <c10/util/SmallVector.h>
+
 namespace neuron::aten {
 namespace {
 
@@ -117,9 +119,9 @@ std::int64_t Dim(const at::Tensor& t, std::int64_t d) {
 
 // The matmul operands: the last two inputs of at least one dimension (the
 // first input of addmm and friends is the bias).
-void DescribeMatmul(MatmulForm form, bool backward, const std::vector<at::Tensor>& in,
-                    const std::vector<at::Tensor>& out, runtime::EagerOp& op) {
-  std::vector<const at::Tensor*> operands;
+void DescribeMatmul(MatmulForm form, bool backward, c10::ArrayRef<at::Tensor> in,
+                    c10::ArrayRef<at::Tensor> out, runtime::EagerOp& op) {
+  c10::SmallVector<const at::Tensor*, 4> operands;
   for (const auto& t : in) {
     if (t.defined() && t.dim() >= 1) operands.push_back(&t);
   }
@@ -186,8 +188,8 @@ const OpInfo& InfoOf(const c10::OperatorHandle& op) {
   return *slot;
 }
 
-runtime::EagerOp Describe(const OpInfo& info, const std::vector<at::Tensor>& inputs,
-                          const std::vector<at::Tensor>& outputs) {
+runtime::EagerOp Describe(const OpInfo& info, c10::ArrayRef<at::Tensor> inputs,
+                          c10::ArrayRef<at::Tensor> outputs) {
   runtime::EagerOp op;
   op.kind = info.kind;
   std::int64_t in_elements = 0, out_elements = 0;

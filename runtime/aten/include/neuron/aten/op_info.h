@@ -33,7 +33,7 @@ const OpInfo& InfoOf(const c10::OperatorHandle& op);
 
 // The cost description of one run: `inputs` and `outputs` are the CPU
 // views of the op's tensor arguments and results.
-runtime::EagerOp Describe(const OpInfo& info, const std::vector<at::Tensor>& inputs,
-                          const std::vector<at::Tensor>& outputs);
+runtime::EagerOp Describe(const OpInfo& info, c10::ArrayRef<at::Tensor> inputs,
+                          c10::ArrayRef<at::Tensor> outputs);
 
 }  // namespace neuron::aten

@@ -5,7 +5,7 @@
 //
 // Usage:
 //   OpLog& log = OpLog::Get();
-//   log.Add({"aten::mm", start_us, modelled_us, wall_us, bytes, "matmul"});
+//   log.Add({info.name.c_str(), start_us, modelled_us, wall_us, bytes, "matmul"});
 //   std::vector<EagerRecord> last = log.Records();   // the latest kCapacity
 //   EagerTotals t = log.Totals();
 //   log.Reset();
@@ -22,7 +22,7 @@
 namespace neuron::aten {
 
 struct EagerRecord {
-  std::string op;          // e.g. "aten::addmm"
+  const char* op = "";     // e.g. "aten::addmm" (an OpInfo's name: lives forever)
   double start_us = 0;     // compute clock when it was issued
   double modelled_us = 0;  // device model
   double wall_us = 0;      // this machine
