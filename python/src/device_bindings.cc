@@ -43,6 +43,7 @@ py::list EagerRecords() {
     d["wall_us"] = r.wall_us;
     d["bytes"] = r.bytes;
     d["kind"] = r.kind;
+    d["allocated"] = r.allocated;
     out.append(d);
   }
   return out;

@@ -65,8 +65,9 @@ def eager_records():
     """Returns one dict per operation the "neuron" device ran eagerly (the
     latest 65536; eager_totals() counts them all): op, start_us (this
     rank's simulated compute clock when it was issued), modelled_us (the
-    device model, docs/device.md), wall_us, bytes (read plus written) and
-    kind (matmul, vector, scalar, copy or unknown: how it was costed)."""
+    device model, docs/device.md), wall_us, bytes (read plus written),
+    kind (matmul, vector, scalar, copy or unknown: how it was costed) and
+    allocated (the device's allocated bytes after it)."""
     return _C._eager_records()
 
 
@@ -85,7 +86,8 @@ def export_chrome_trace(path, group=None):
     collectives of ``group`` (default: the default group, when there is one)
     and the eager operations of the "neuron" device, each on its own track,
     once on the simulated clock (process "simulated") and once on the wall
-    clock (process "wall")."""
+    clock (process "wall"); and the device memory allocated after each
+    operation (a counter on the simulated clock)."""
     import json
     path = str(path)
     events = []
@@ -106,6 +108,9 @@ def export_chrome_trace(path, group=None):
         events.append({"name": r["op"], "ph": "X", "pid": "wall",
                        "tid": f"rank {rank} compute", "ts": wall, "dur": r["wall_us"],
                        "args": args})
+        events.append({"name": f"rank {rank} device memory", "ph": "C", "pid": "simulated",
+                       "ts": r["start_us"] + r["modelled_us"],
+                       "args": {"allocated_bytes": r["allocated"]}})
         wall += r["wall_us"]
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"traceEvents": events}, f)

@@ -84,6 +84,8 @@ def test_set_device_and_the_device_context():
     assert torch.accelerator.current_device_index() == 0
     torch.accelerator.synchronize()
     torch.neuron.synchronize()
+    assert torch.neuron.get_device_name() == "neuroncore-v3 (LNC=2)"
+    assert torch.neuron.get_device_properties().total_memory == 2 * 12884901888
 
 
 def test_device_index_beyond_the_count_is_refused_naming_both():
@@ -377,7 +379,9 @@ def test_chrome_trace_has_a_compute_track(tmp_path):
     path = tmp_path / "trace.json"
     fabric.export_chrome_trace(path)
     events = json.loads(path.read_text())["traceEvents"]
-    assert {e["tid"] for e in events} == {"rank 0 compute"}
+    assert {e.get("tid") for e in events if e["ph"] == "X"} == {"rank 0 compute"}
+    counters = [e for e in events if e["ph"] == "C"]
+    assert counters and all(e["args"]["allocated_bytes"] > 0 for e in counters)
     assert {e["pid"] for e in events} == {"simulated", "wall"}
     assert any(e["name"] == "aten::add.Tensor" for e in events)
 

@@ -53,11 +53,18 @@ std::uint64_t CachingAllocator::RoundedSize(std::uint64_t bytes) {
 }
 
 CachingAllocator::Device& CachingAllocator::device(c10::DeviceIndex index) {
-  if (devices_.empty()) {
-    devices_.resize(static_cast<std::size_t>(Inventory().count));
-    for (auto& d : devices_) d.stats.capacity = Inventory().capacity_bytes;
+  if (!devices_) {
+    devices_ = std::make_unique<Device[]>(static_cast<std::size_t>(Inventory().count));
+    for (int i = 0; i < Inventory().count; ++i) {
+      devices_[i].stats.capacity = Inventory().capacity_bytes;
+    }
   }
   return devices_[static_cast<std::size_t>(index)];
+}
+
+std::uint64_t CachingAllocator::Allocated(c10::DeviceIndex index) const {
+  if (!devices_) return 0;
+  return devices_[static_cast<std::size_t>(index)].allocated.load(std::memory_order_relaxed);
 }
 
 void CachingAllocator::FreeCachedLocked(Device& d) {
@@ -87,6 +94,7 @@ void CachingAllocator::ReserveLocked(Device& d, c10::DeviceIndex index, std::uin
 
 void CachingAllocator::CountAllocationLocked(Device& d, std::uint64_t size) {
   d.stats.allocated += size;
+  d.allocated.store(d.stats.allocated, std::memory_order_relaxed);
   d.stats.peak_allocated = std::max(d.stats.peak_allocated, d.stats.allocated);
   ++d.stats.allocations;
 }
@@ -147,6 +155,7 @@ void CachingAllocator::Release(Block* block) {
     std::lock_guard<std::mutex> lock(mutex_);
     Device& d = device(block->device);
     d.stats.allocated -= block->size;
+    d.allocated.store(d.stats.allocated, std::memory_order_relaxed);
     ++d.stats.frees;
     if (block->adopted) {
       d.stats.reserved -= block->size;
@@ -181,7 +190,8 @@ void CachingAllocator::ResetPeaks(c10::DeviceIndex index) {
 
 void CachingAllocator::EmptyCache() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& d : devices_) FreeCachedLocked(d);
+  if (!devices_) return;
+  for (int i = 0; i < Inventory().count; ++i) FreeCachedLocked(devices_[i]);
 }
 
 }  // namespace neuron::aten

@@ -235,14 +235,15 @@ double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us) {
+void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us,
+            c10::DeviceIndex device) {
   const runtime::SimDuration cost = runtime::EagerCost(Model(), op);
   if (op.kind == runtime::EagerKind::kView) return;
   static runtime::SimClock* const clock = runtime::ProcessClock().get();  // lives forever
   const double start = clock->compute().count();
   clock->AdvanceCompute(cost);
   OpLog::Get().Add({info.name.c_str(), start, cost.count(), wall_us, op.bytes_in + op.bytes_out,
-                    runtime::Name(op.kind)});
+                    runtime::Name(op.kind), CachingAllocator::Get().Allocated(device)});
 }
 
 void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
@@ -269,7 +270,7 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
   bool writes = false;
   for (bool w : info.written) writes |= w;
   if (!fresh && !writes && !views.outputs().empty()) op.kind = runtime::EagerKind::kView;
-  Charge(info, op, MicrosecondsSince(start));
+  Charge(info, op, MicrosecondsSince(start), views.device());
 }
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -113,9 +113,11 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
   op.kind = runtime::EagerKind::kCopy;
   op.bytes_in = static_cast<std::uint64_t>(self.numel()) * self.element_size();
   op.bytes_out = static_cast<std::uint64_t>(dst.numel()) * dst.element_size();
+  const c10::Device device = dst.device().is_cpu() ? self.device() : dst.device();
   Charge(CopyInfo(), op,
          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-             .count());
+             .count(),
+         device.index());
   return dst;
 }
 

@@ -22,7 +22,9 @@
 #include <c10/core/Storage.h>
 
 #include <cstdint>
+#include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -54,6 +56,9 @@ class CachingAllocator final : public c10::Allocator {
   c10::DataPtr Adopt(c10::Storage storage, c10::DeviceIndex device);
 
   DeviceMemoryStats Stats(c10::DeviceIndex device) const;
+  // The allocated bytes of `device` without taking the lock (for per-op
+  // records; may lag a concurrent change).
+  std::uint64_t Allocated(c10::DeviceIndex device) const;
   void ResetPeaks(c10::DeviceIndex device);
   // Returns every cached block of every device to the system.
   void EmptyCache();
@@ -65,6 +70,7 @@ class CachingAllocator final : public c10::Allocator {
   struct Block;
   struct Device {
     DeviceMemoryStats stats;
+    std::atomic<std::uint64_t> allocated{0};  // stats.allocated, readable without the lock
     std::multimap<std::uint64_t, Block*> cache;  // rounded size -> free block
   };
 
@@ -80,7 +86,7 @@ class CachingAllocator final : public c10::Allocator {
   static void Delete(void* context);
 
   mutable std::mutex mutex_;
-  std::vector<Device> devices_;
+  std::unique_ptr<Device[]> devices_;  // Inventory().count of them, made at first use
 };
 
 }  // namespace neuron::aten

@@ -31,7 +31,9 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
               torch::jit::Stack* stack);
 
-// Charges one eager operation to the rank's compute clock and the OpLog.
-void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us);
+// Charges one eager operation on `device` to the rank's compute clock and
+// the OpLog.
+void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us,
+            c10::DeviceIndex device);
 
 }  // namespace neuron::aten

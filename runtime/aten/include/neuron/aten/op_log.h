@@ -1,11 +1,12 @@
 // What the "neuron" device ran eagerly: one record per operation (its name,
 // when it started on the rank's simulated compute clock, its modelled and
-// wall time, its bytes and cost kind) and the totals, for
+// wall time, its bytes and cost kind, the device memory allocated after it)
+// and the totals, for
 // torchneuron.fabric's records and Chrome trace.
 //
 // Usage:
 //   OpLog& log = OpLog::Get();
-//   log.Add({info.name.c_str(), start_us, modelled_us, wall_us, bytes, "matmul"});
+//   log.Add({info.name.c_str(), start_us, modelled_us, wall_us, bytes, "matmul", allocated});
 //   std::vector<EagerRecord> last = log.Records();   // the latest kCapacity
 //   EagerTotals t = log.Totals();
 //   log.Reset();
@@ -28,6 +29,7 @@ struct EagerRecord {
   double wall_us = 0;      // this machine
   std::uint64_t bytes = 0; // read plus written
   const char* kind = "";   // runtime::EagerKind name
+  std::uint64_t allocated = 0;  // the device's allocated bytes after it
 };
 
 struct EagerTotals {
