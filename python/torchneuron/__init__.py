@@ -54,6 +54,7 @@ _torch.utils.generate_methods_for_privateuse1_backend(
 _torch._C._set_multithreading_enabled(False)
 
 from . import compiler, fabric, rendezvous
+from . import monitored_barrier as _monitored_barrier
 from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
 
@@ -106,6 +107,7 @@ def _shutdown_at_exit():
 
 
 rendezvous.install()  # env:// through the job's authenticated store under neuronrun
+_monitored_barrier.install()  # dist.monitored_barrier serves neuron groups
 
 if "NEURON" not in _dist.Backend._plugins:
     _dist.Backend.register_backend("neuron", _create_process_group, extended_api=True,

@@ -155,7 +155,7 @@ TEST(BackendNeuron, AMissingRankTimesOutAndMonitoredBarrierNamesIt) {
           pg.monitoredBarrier(opts, /*wait_all_ranks=*/true);
           ADD_FAILURE() << "monitoredBarrier passed without rank 2";
         } catch (const TimeoutError& e) {
-          EXPECT_NE(std::string(e.what()).find("rank 2 failed to pass monitoredBarrier"),
+          EXPECT_NE(std::string(e.what()).find("Rank 2 failed to pass monitoredBarrier"),
                     std::string::npos)
               << e.what();
         }

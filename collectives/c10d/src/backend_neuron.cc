@@ -285,6 +285,9 @@ void BackendNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
     store.Set(key(n, rank_), "1");
     // Everyone has passed barrier n-2 once this rank got past n-1.
     if (n >= 2) store.Delete(key(n - 2, rank_));
+    // No time to wait at all (Gloo's words again).
+    NEURON_CHECK(timeout.count() > 0, "Rank ", rank_, " timed out in monitoredBarrier after ",
+                 timeout.count(), " ms");
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back(key(n, r));
     store.Wait(keys, timeout);
@@ -296,7 +299,9 @@ void BackendNeuron::monitoredBarrier(const ::c10d::BarrierOptions& opts,
     if (!wait_all_ranks && missing.size() > 1) missing.resize(1);
     std::string ranks;
     for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    throw TimeoutError(StrCat(context, ": rank", missing.size() == 1 ? " " : "s ", ranks,
+    // Gloo's words ("Rank 1 failed to pass monitoredBarrier in 100 ms"):
+    // code written against Gloo matches them.
+    throw TimeoutError(StrCat(context, ": Rank", missing.size() == 1 ? " " : "s ", ranks,
                               " failed to pass monitoredBarrier in ", timeout.count(),
                               " ms"));
   } catch (...) {

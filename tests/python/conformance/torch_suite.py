@@ -31,10 +31,12 @@ How tests gated on the backend's name run for neuron:
   ``require_backend_is_available({"gloo"})``, "mpi, nccl and gloo"):
   RUN_DESPITE_GLOO_GATE lists the tests whose body checks a capability any
   backend may have (coalesced all_reduce, Work.get_future, batched p2p,
-  timeouts, ...); they run, with their other decorators intact. The rest
-  stay skipped: monitored_barrier (torch implements it for Gloo only), the
-  CUDA tests, and test_accumulate_gradients_no_sync* (their body builds its
-  model only when BACKEND is mpi, gloo or nccl).
+  timeouts, monitored_barrier at 2 ranks, ...); they run, with their other
+  decorators intact. The rest stay skipped: the CUDA tests, the
+  monitored_barrier tests of 3 ranks or more (they expect Gloo's protocol,
+  where only rank 0 collects and the others report its failure), and
+  test_accumulate_gradients_no_sync* (their body builds its model only when
+  BACKEND is mpi, gloo or nccl).
 * PROFILING_SUPPORTED_BACKENDS and the like are left alone: tests check
   profiler events named "gloo:all_reduce" only for the backends listed.
 
@@ -74,13 +76,7 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 )
 
 # Known failures for BACKEND=neuron: {test name: reason}.
-_MONITORED = ("torch.distributed.monitored_barrier refuses every backend but Gloo in "
-              "Python (ValueError) before it reaches the backend, whose monitoredBarrier "
-              "is implemented and tested (tests/c10d)")
 EXPECTED_FAILURES = {
-    "test_monitored_barrier_gloo": _MONITORED,
-    "test_monitored_barrier_gloo_subgroup": _MONITORED,
-    "test_monitored_barrier_gloo_rank_0_timeout": _MONITORED,
     "test_ddp_logging_data_cpu": "DDP logs the backend of a plugin's process group as "
                                  "'custom' (c10d's BackendType), the test expects 'neuron'",
 }
