@@ -53,6 +53,24 @@ class Locator {
   const TextFormat::ParseInfoTree* tree_;
 };
 
+// Bounds of the matrix's numbers: a cell past them could not run here, and
+// products of them (world, tp x pp) stay far inside 64 bits.
+constexpr std::int64_t kMaxNodes = 4096;         // neuronrun --nnodes
+constexpr std::int64_t kMaxRanksPerNode = 65536;
+constexpr std::int64_t kMaxWorld = 65536;        // nodes x ranks_per_node (modelled cells too)
+constexpr std::int64_t kMaxParallel = 65536;     // tp, pp, microbatches, max_real_ranks
+constexpr std::int64_t kMaxDim = 65536;
+constexpr std::int64_t kMaxLayers = 4096;
+constexpr std::int64_t kMaxSeq = 1 << 20;
+constexpr std::int64_t kMaxVocab = 1 << 24;
+constexpr std::int64_t kMaxSteps = 1000000;
+constexpr std::int64_t kMaxBatch = 1 << 20;
+
+// Throws InvalidUsage naming `where` unless lo <= value <= hi.
+void CheckRange(std::int64_t value, std::int64_t lo, std::int64_t hi, const std::string& where) {
+  NEURON_CHECK(value >= lo && value <= hi, where, ": must be ", lo, " to ", hi, ", got ", value);
+}
+
 // A relative path from a matrix file: next to the file, else in the current
 // directory, else in the source tree neuronrun was built from.
 fs::path Resolve(const std::string& name, const std::string& matrix_path) {
@@ -128,23 +146,20 @@ MatrixSpec LoadMatrix(const std::string& path) {
   if (m.steps() == 0) m.set_steps(3);
   NEURON_CHECK(m.steps() >= 2, at.At("steps"), ": needs at least 2 steps (the first one "
                "compiles and warms up), got ", m.steps());
+  CheckRange(m.steps(), 2, kMaxSteps, at.At("steps"));
   if (m.batch() == 0) m.set_batch(8);
-  NEURON_CHECK(m.batch() >= 1, at.At("batch"), ": must be >= 1, got ", m.batch());
+  CheckRange(m.batch(), 1, kMaxBatch, at.At("batch"));
   if (m.max_real_ranks() == 0) m.set_max_real_ranks(16);
-  NEURON_CHECK(m.max_real_ranks() >= 1, at.At("max_real_ranks"), ": must be >= 1, got ",
-               m.max_real_ranks());
+  CheckRange(m.max_real_ranks(), 1, kMaxParallel, at.At("max_real_ranks"));
   if (m.nodes().empty()) m.add_nodes(1);
   if (m.compile().empty()) m.add_compile(false);
   if (m.topologies().empty()) m.add_topologies("");
   NEURON_CHECK(!m.ranks_per_node().empty(), path, ": ranks_per_node: at least one value needed");
   NEURON_CHECK(!m.strategies().empty(), path, ": strategies: at least one needed");
   NEURON_CHECK(!m.models().empty(), path, ": models: at least one needed");
-  for (int i = 0; i < m.nodes_size(); ++i) {
-    NEURON_CHECK(m.nodes(i) >= 1, at.At("nodes"), ": must be >= 1, got ", m.nodes(i));
-  }
+  for (int i = 0; i < m.nodes_size(); ++i) CheckRange(m.nodes(i), 1, kMaxNodes, at.At("nodes"));
   for (int i = 0; i < m.ranks_per_node_size(); ++i) {
-    NEURON_CHECK(m.ranks_per_node(i) >= 1, at.At("ranks_per_node"), ": must be >= 1, got ",
-                 m.ranks_per_node(i));
+    CheckRange(m.ranks_per_node(i), 1, kMaxRanksPerNode, at.At("ranks_per_node"));
   }
   for (int s = 0; s < m.strategies_size(); ++s) {
     proto::Strategy& st = *m.mutable_strategies(s);
@@ -152,8 +167,9 @@ MatrixSpec LoadMatrix(const std::string& path) {
     if (st.pp() == 0) st.set_pp(1);
     if (st.microbatches() == 0) st.set_microbatches(4);
     if (st.name().empty()) st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero()));
-    NEURON_CHECK(st.tp() >= 1 && st.pp() >= 1, at.At("tp", "strategies", s),
-                 ": tp and pp must be >= 1");
+    CheckRange(st.tp(), 1, kMaxParallel, at.At("tp", "strategies", s));
+    CheckRange(st.pp(), 1, kMaxParallel, at.At("pp", "strategies", s));
+    CheckRange(st.microbatches(), 1, kMaxParallel, at.At("microbatches", "strategies", s));
     NEURON_CHECK(st.zero() >= 0 && st.zero() <= 3, at.At("zero", "strategies", s),
                  ": ZeRO stage must be 0-3, got ", st.zero());
     NEURON_CHECK(!st.sp() || st.tp() > 1, at.At("sp", "strategies", s),
@@ -165,8 +181,11 @@ MatrixSpec LoadMatrix(const std::string& path) {
     if (md.vocab() == 0) md.set_vocab(256);
     if (md.heads() == 0) md.set_heads(4);
     if (md.name().empty()) md.set_name(StrCat("d", md.dim(), "-l", md.layers()));
-    NEURON_CHECK(md.dim() >= 1 && md.layers() >= 1, at.At("dim", "models", k),
-                 ": dim and layers must be >= 1");
+    CheckRange(md.dim(), 1, kMaxDim, at.At("dim", "models", k));
+    CheckRange(md.layers(), 1, kMaxLayers, at.At("layers", "models", k));
+    CheckRange(md.heads(), 1, md.dim(), at.At("heads", "models", k));
+    CheckRange(md.seq(), 1, kMaxSeq, at.At("seq", "models", k));
+    CheckRange(md.vocab(), 1, kMaxVocab, at.At("vocab", "models", k));
     NEURON_CHECK(md.dim() % md.heads() == 0, at.At("heads", "models", k), ": ",
                  md.heads(), " heads do not divide dim ", md.dim());
   }
@@ -192,11 +211,16 @@ MatrixSpec LoadMatrix(const std::string& path) {
       }
       for (int s = 0; s < m.strategies_size(); ++s) {
         const proto::Strategy& st = m.strategies(s);
-        const int world = n * r;
-        NEURON_CHECK(world % (st.tp() * st.pp()) == 0, at.At("tp", "strategies", s),
+        // Within the bounds above: no product overflows.
+        const std::int64_t world = std::int64_t{n} * r;
+        NEURON_CHECK(world <= kMaxWorld, at.At("ranks_per_node"), ": ", n, " nodes x ", r,
+                     " ranks per node = ", world, " ranks, more than the ", kMaxWorld,
+                     " a matrix cell may have");
+        const std::int64_t model_parallel = std::int64_t{st.tp()} * st.pp();
+        NEURON_CHECK(world % model_parallel == 0, at.At("tp", "strategies", s),
                      ": tp x pp = ", st.tp(), " x ", st.pp(), " does not divide ", world,
                      " ranks (", n, " nodes x ", r, " ranks per node)");
-        const int dp = world / (st.tp() * st.pp());
+        const std::int64_t dp = world / model_parallel;
         for (int k = 0; k < m.models_size(); ++k) {
           const proto::Model& md = m.models(k);
           NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ",

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <limits>
 #include <thread>
 
 #include "neuron/collectives/store/file_store.h"
@@ -92,6 +93,35 @@ TEST_P(StoreTest, AddCountsAndRejectsNonIntegers) {
   s->Set("text", "abc");
   EXPECT_THROW(s->Add("text", 1), InvalidUsage);
   EXPECT_EQ(s->Get("n", 1s), "-4");  // the store survives the bad request
+}
+
+TEST_P(StoreTest, AddPastTheInt64RangeIsRefusedAndKeepsTheValue) {
+  auto s = fixture_.connect();
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(s->Add("big", max), max);
+  try {
+    s->Add("big", 1);
+    FAIL() << "expected InvalidUsage";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("past the int64 range"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->Add("small", std::numeric_limits<std::int64_t>::min()),
+            std::numeric_limits<std::int64_t>::min());
+  EXPECT_THROW(s->Add("small", -1), InvalidUsage);
+  EXPECT_EQ(s->Get("big", 1s), std::to_string(max));
+}
+
+TEST_P(StoreTest, HugeTimeoutWaitsInsteadOfTimingOutAtOnce) {
+  auto waiter = fixture_.connect();
+  auto setter = fixture_.connect();
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    setter->Set("late", "1");
+  });
+  // 1e13 ms: a deadline past the clock's range, which must not wrap.
+  EXPECT_EQ(waiter->Get("late", std::chrono::milliseconds(10'000'000'000'000)), "1");
+  t.join();
+  EXPECT_THROW(waiter->Get("never", std::chrono::milliseconds(-5)), TimeoutError);
 }
 
 TEST_P(StoreTest, CompareSetFollowsC10d) {

@@ -179,6 +179,7 @@ std::string FileStore::Get(const std::string& key, Duration timeout) {
 }
 
 void FileStore::Wait(const std::vector<std::string>& keys, Duration timeout) {
+  timeout = Clamp(timeout);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     std::string missing;

@@ -63,6 +63,7 @@ std::int64_t HashStore::NumKeys() {
 void HashStore::WaitLocked(std::unique_lock<std::mutex>& lock,
                            const std::vector<std::string>& keys,
                            Duration timeout) {
+  timeout = Clamp(timeout);
   const bool ready = changed_.wait_for(
       lock, timeout, [&] { return table_.ContainsAll(keys); });
   if (!ready) {

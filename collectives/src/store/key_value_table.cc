@@ -28,7 +28,9 @@ std::int64_t KeyValueTable::Add(const std::string& key, std::int64_t delta) {
     NEURON_CHECK(!text.empty() && *end == '\0' && errno == 0, "store add on key '",
                  key, "': its value is not an integer");
   }
-  const std::int64_t result = current + delta;
+  std::int64_t result = 0;
+  NEURON_CHECK(!__builtin_add_overflow(current, delta, &result), "store add on key '", key,
+               "': ", current, " + ", delta, " is past the int64 range");
   data_[key] = std::to_string(result);
   return result;
 }

@@ -260,6 +260,7 @@ void TcpStore::Set(const std::string& key, const std::string& value) {
 }
 
 std::string TcpStore::Get(const std::string& key, Duration timeout) {
+  timeout = Clamp(timeout);
   auto request = MakeRequest(StoreRequest::GET, {key});
   request.set_timeout_ms(timeout.count());
   return NEURON_STORE_CALL(request, timeout + kAnswerSlack).value();
@@ -280,6 +281,7 @@ std::string TcpStore::CompareSet(const std::string& key, const std::string& expe
 }
 
 void TcpStore::Wait(const std::vector<std::string>& keys, Duration timeout) {
+  timeout = Clamp(timeout);
   auto request = MakeRequest(StoreRequest::WAIT, keys);
   request.set_timeout_ms(timeout.count());
   NEURON_STORE_CALL(request, timeout + kAnswerSlack);

@@ -16,6 +16,7 @@
 #include "neuron/collectives/store.pb.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/collectives/store/key_value_table.h"
+#include "neuron/collectives/store/store.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::collectives {
@@ -239,7 +240,7 @@ void TcpStoreServer::Impl::Session::Handle(const StoreRequest& request) {
       auto waiter = std::make_shared<Waiter>(server_.io_);
       waiter->session = shared_from_this();
       waiter->request = request;
-      waiter->timer.expires_after(std::chrono::milliseconds(request.timeout_ms()));
+      waiter->timer.expires_after(Store::Clamp(Store::Duration(request.timeout_ms())));
       std::weak_ptr<Waiter> weak = waiter;
       Impl& server = server_;
       waiter->timer.async_wait([&server, weak](const boost::system::error_code& ec) {

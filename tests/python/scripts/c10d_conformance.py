@@ -32,8 +32,9 @@ float32 keeps them all, other dtypes use 7). Each rank prints one summary
 line; the first mismatch raises AssertionError naming the op, dtype, reduce
 op, group, mode and the first differing element; so does an error raised by X
 (a hang too: the groups time out after --timeout seconds).
-monitored_barrier is called as a ProcessGroup method: torch 2.13's
-dist.monitored_barrier() refuses every backend but Gloo.
+monitored_barrier is called as a ProcessGroup method: torch 2.13's own
+dist.monitored_barrier() refuses every backend but Gloo (torchneuron replaces
+it for neuron groups).
 
 Gloo's gaps in torch 2.13 (CPU) are listed up front (GLOO_* below), not found
 by trial: some of its failures hit one side only (a non-contiguous recv fails
@@ -521,7 +522,7 @@ def run_barrier(c, g, a):
 
 
 def run_monitored_barrier(c, g, a):
-    # dist.monitored_barrier() rejects every backend but Gloo in Python (torch 2.13):
+    # torch 2.13's own dist.monitored_barrier() rejects every backend but Gloo in Python:
     # call the ProcessGroup's method, which a C++ backend can override.
     g.monitored_barrier(datetime.timedelta(seconds=60), wait_all_ranks=True)
     return []

@@ -28,6 +28,13 @@ class Store {
  public:
   using Duration = std::chrono::milliseconds;
   static constexpr Duration kDefaultTimeout = std::chrono::minutes(5);
+  // The longest wait a store honours: a longer timeout waits this long (a
+  // deadline past the clock's range would otherwise wrap into the past and
+  // time out at once); a negative one does not wait.
+  static constexpr Duration kMaxTimeout = std::chrono::hours(24 * 365);
+  static Duration Clamp(Duration timeout) {
+    return timeout < Duration(0) ? Duration(0) : timeout > kMaxTimeout ? kMaxTimeout : timeout;
+  }
 
   virtual ~Store() = default;
 
@@ -35,6 +42,7 @@ class Store {
   // Waits until `key` exists, then returns its value.
   virtual std::string Get(const std::string& key, Duration timeout) = 0;
   // Adds `delta` to the integer at `key` (0 when absent); returns the result.
+  // A sum past the int64 range is refused (InvalidUsage), the value kept.
   virtual std::int64_t Add(const std::string& key, std::int64_t delta) = 0;
   // Sets `desired` if the key holds `expected` (or is absent and `expected`
   // is empty); returns the value the key holds afterwards (or `expected`
