@@ -428,12 +428,12 @@ const Communicator::Modelled& Communicator::Model(const Header& h, double bytes)
 
 void Communicator::Record(const Header& h, const Agreed& agreed, double arrival_us,
                           double wall_us) {
+  const Modelled& m = Model(h, agreed.model_bytes);  // may throw: before the record
   OpRecord& r = records_.Append();  // filled in place: no copy per operation
   r.op = OpName(h.op);
   r.sequence = h.sequence();
   r.bytes = agreed.model_bytes;
   r.wall_us = wall_us;
-  const Modelled& m = Model(h, agreed.model_bytes);
   r.modelled_us = m.micros;
   r.fabric_algorithm = m.algorithm;
   r.algbw_gbps = m.algbw_gbps;

@@ -129,7 +129,9 @@ class Communicator::OpScope {
   OpScope(Communicator& comm, const Header& header, const Agreed& agreed)
       : comm_(comm), header_(header), agreed_(agreed),
         exceptions_(std::uncaught_exceptions()), wall_start_(runtime::CycleClock::Now()) {}
-  ~OpScope() {
+  // May throw (the fabric model refuses a route a fault cut): the error
+  // reaches the caller of the operation, as its own would.
+  ~OpScope() noexcept(false) {
     if (std::uncaught_exceptions() != exceptions_) return;  // failed: nothing to account
     const double wall = runtime::CycleClock::Micros(runtime::CycleClock::Now() - wall_start_);
     comm_.Record(header_, agreed_, header_.arrival_us, wall);

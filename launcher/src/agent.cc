@@ -10,6 +10,7 @@
 #include "exit_status.h"
 #include "failure_report.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/fabric_graph.h"
 #include "rank_env.h"
 
 namespace neuron::launcher {
@@ -106,6 +107,8 @@ int Agent::Run() {
     std::vector<std::uint32_t> per_node(world.nproc_per_node.begin(),
                                         world.nproc_per_node.end());
     config_.topology.CheckFits(o.nnodes, per_node);
+    runtime::CheckRoutes(runtime::Topology::WithEnvironmentFaults(config_.topology), o.nnodes,
+                         per_node);
     Attempt attempt;
     attempt.round = round;
     const Result result = RunAttempt(round, world, attempt);

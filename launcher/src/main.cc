@@ -18,6 +18,7 @@
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "secret.h"
 
@@ -50,6 +51,9 @@ JobConfig Resolve(LaunchOptions o) {
   JobConfig c(o, o.topology_file.empty() ? runtime::Topology::Default()
                                          : runtime::Topology::FromFile(o.topology_file));
   c.topology.CheckFits(o.nnodes, {o.nproc_per_node});
+  // The ranks add NEURON_FAULTS to the topology: faults must not cut them apart.
+  runtime::CheckRoutes(runtime::Topology::WithEnvironmentFaults(c.topology), o.nnodes,
+                       std::vector<std::uint32_t>(o.nnodes, o.nproc_per_node));
   if (!o.topology_file.empty()) {
     c.topology_file = std::filesystem::absolute(o.topology_file).string();
   }

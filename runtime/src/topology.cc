@@ -1,6 +1,7 @@
 #include "neuron/runtime/topology.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -13,12 +14,28 @@ extern const char* const kDefaultTopologyText;
 
 namespace {
 
+// Sanity bounds: a fabric beyond them is a typo, not a machine (the model
+// would spend minutes and gigabytes building it, or give inf or 1e123 us).
+constexpr std::uint64_t kMaxChipsPerNode = 4096;
+constexpr std::uint32_t kMaxNodes = 65536;
+constexpr std::uint32_t kMaxCoresPerChip = 64;
+constexpr double kMinBandwidthGbps = 1e-3;     // 1 MB/s
+constexpr double kMaxBandwidthGbps = 1e6;      // 1 PB/s
+constexpr double kMaxLatencyUs = 1e6;          // 1 s
+constexpr double kMaxSlowdown = 1e6;
+constexpr double kMaxDelayUs = 1e9;            // 1000 s
+
 void CheckLink(const proto::LinkSpec& link, const std::string& field,
                const std::string& origin) {
-  NEURON_CHECK(link.bandwidth_gbps() > 0, "topology ", origin, ": ", field,
-               ".bandwidth_gbps must be > 0, got ", link.bandwidth_gbps());
-  NEURON_CHECK(link.latency_us() >= 0, "topology ", origin, ": ", field,
-               ".latency_us must be >= 0, got ", link.latency_us());
+  NEURON_CHECK(std::isfinite(link.bandwidth_gbps()) &&
+                   link.bandwidth_gbps() >= kMinBandwidthGbps &&
+                   link.bandwidth_gbps() <= kMaxBandwidthGbps,
+               "topology ", origin, ": ", field, ".bandwidth_gbps must be ", kMinBandwidthGbps,
+               " to ", kMaxBandwidthGbps, " GB/s, got ", link.bandwidth_gbps());
+  NEURON_CHECK(std::isfinite(link.latency_us()) && link.latency_us() >= 0 &&
+                   link.latency_us() <= kMaxLatencyUs,
+               "topology ", origin, ": ", field, ".latency_us must be 0 to ", kMaxLatencyUs,
+               " us, got ", link.latency_us());
 }
 
 }  // namespace
@@ -44,7 +61,10 @@ Topology Topology::FromText(const std::string& text, const std::string& origin) 
 
 Topology Topology::FromEnvironment() {
   auto path = ConfigRegistry::Get().Find(ConfigKey::kTopologyFile);
-  Topology topology = path ? FromFile(*path) : Default();
+  return WithEnvironmentFaults(path ? FromFile(*path) : Default());
+}
+
+Topology Topology::WithEnvironmentFaults(Topology topology) {
   const auto faults = ConfigRegistry::Get().Find(ConfigKey::kFaults);
   if (!faults) return topology;
   const std::string origin = "$NEURON_FAULTS";
@@ -61,14 +81,25 @@ Topology Topology::FromEnvironment() {
 }
 
 void Topology::Validate() const {
-  NEURON_CHECK(spec_.chips_per_node() > 0, "topology ", origin_,
-               ": chips_per_node must be > 0");
+  NEURON_CHECK(spec_.chips_per_node() > 0 && spec_.chips_per_node() <= kMaxChipsPerNode,
+               "topology ", origin_, ": chips_per_node must be 1 to ", kMaxChipsPerNode,
+               ", got ", spec_.chips_per_node());
+  NEURON_CHECK(spec_.num_nodes() <= kMaxNodes, "topology ", origin_, ": num_nodes must be 0 to ",
+               kMaxNodes, ", got ", spec_.num_nodes());
+  NEURON_CHECK(spec_.cores_per_chip() <= kMaxCoresPerChip, "topology ", origin_,
+               ": cores_per_chip must be 0 (8) to ", kMaxCoresPerChip, ", got ",
+               spec_.cores_per_chip());
+  NEURON_CHECK(spec_.logical_nc_config() <= 2, "topology ", origin_,
+               ": logical_nc_config must be 0 (2), 1 or 2, got ", spec_.logical_nc_config());
   NEURON_CHECK(spec_.torus_dims_size() > 0, "topology ", origin_,
                ": torus_dims is empty");
   std::uint64_t product = 1;
   for (auto d : spec_.torus_dims()) {
-    NEURON_CHECK(d > 0, "topology ", origin_, ": torus_dims has a 0");
-    product *= d;
+    NEURON_CHECK(d > 0 && d <= kMaxChipsPerNode, "topology ", origin_,
+                 ": torus_dims must each be 1 to ", kMaxChipsPerNode, ", got ", d);
+    product *= d;  // at most 4096^k: compared below before it could matter
+    NEURON_CHECK(product <= kMaxChipsPerNode, "topology ", origin_, ": torus_dims multiply to "
+                 "more than ", kMaxChipsPerNode, " chips");
   }
   NEURON_CHECK(product == spec_.chips_per_node(), "topology ", origin_,
                ": torus_dims multiply to ", product, " but chips_per_node is ",
@@ -91,14 +122,16 @@ void Topology::Validate() const {
     NEURON_CHECK(spec_.num_nodes() == 0 || (f.from_chip() < chips && f.to_chip() < chips),
                  "topology ", origin_, ": fault on link ", f.from_chip(), "->",
                  f.to_chip(), " names a chip beyond the ", chips, " chips");
-    NEURON_CHECK(f.down() || f.slowdown() >= 1.0, "topology ", origin_, ": fault on link ",
-                 f.from_chip(), "->", f.to_chip(), " needs down: true or slowdown >= 1, got ",
-                 f.slowdown());
+    NEURON_CHECK(f.down() || (std::isfinite(f.slowdown()) && f.slowdown() >= 1.0 &&
+                              f.slowdown() <= kMaxSlowdown),
+                 "topology ", origin_, ": fault on link ", f.from_chip(), "->", f.to_chip(),
+                 " needs down: true or slowdown 1 to ", kMaxSlowdown, ", got ", f.slowdown());
   }
   for (const auto& d : spec_.rank_delays()) {
-    NEURON_CHECK(d.rank() >= 0 && d.delay_us() >= 0, "topology ", origin_,
-                 ": rank_delays needs rank >= 0 and delay_us >= 0, got rank ", d.rank(),
-                 " delay ", d.delay_us());
+    NEURON_CHECK(d.rank() >= 0 && std::isfinite(d.delay_us()) && d.delay_us() >= 0 &&
+                     d.delay_us() <= kMaxDelayUs,
+                 "topology ", origin_, ": rank_delays needs rank >= 0 and delay_us 0 to ",
+                 kMaxDelayUs, ", got rank ", d.rank(), " delay ", d.delay_us());
   }
 }
 

@@ -132,6 +132,32 @@ TEST(SimTimeFaults, ADelayedRankHoldsEveryoneUp) {
   });
 }
 
+// A fault that leaves two ranks' chips without a route: the operation's
+// accounting raises the model's error in the caller (an exception leaving a
+// destructor or a thread would end the process instead).
+TEST(SimTimeFaults, AFabricWithoutARouteFailsTheOperationNotTheProcess) {
+  const auto topology = runtime::Topology::FromText(
+      "chips_per_node: 2 torus_dims: [2] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "faults { from_chip: 0 to_chip: 1 down: true } faults { from_chip: 1 to_chip: 0 down: true }",
+      "cut-pair");
+  auto fabric = std::make_shared<runtime::FabricModel>(topology, runtime::PlaceRanks(topology, {2}));
+  RunRanks(2, [&](int rank, Store& store) {
+    CommunicatorOptions options;
+    options.fabric = fabric;
+    Communicator comm(Borrow(store), rank, 2, options);
+    std::vector<float> data(16, 1.0f);
+    try {
+      comm.AllReduce({data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum});
+      ADD_FAILURE() << "rank " << rank << ": no error";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("no route from chip"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(data[0], 2.0f);  // the data moved; only the model has no route
+  });
+}
+
 TEST(SimTimeFaults, EnvironmentFaultsAreCheckedLikeTheFile) {
   ::setenv("NEURON_FAULTS", "chips_per_node: 3", 1);
   EXPECT_THROW(runtime::Topology::FromEnvironment(), InvalidUsage);

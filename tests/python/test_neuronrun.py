@@ -78,3 +78,16 @@ def test_ranks_import_torchneuron_without_installing():
                    "import torchneuron; print(torchneuron.__version__)"])
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == ["[rank 0]: 0.1.0", "[rank 1]: 0.1.0"]
+
+
+def test_a_topology_whose_faults_cut_the_ranks_apart_is_refused_up_front(tmp_path):
+    topology = tmp_path / "cut.textproto"
+    topology.write_text(
+        'chips_per_node: 2 torus_dims: [2] ranks_per_chip: 1\n'
+        'intra_node_link { bandwidth_gbps: 100 latency_us: 2 }\n'
+        'inter_node_link { bandwidth_gbps: 25 latency_us: 15 }\n'
+        'faults { from_chip: 0 to_chip: 1 down: true }\n')
+    proc, _ = run(["-n", "2", "--topology", str(topology), "--no-python", "true"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the job's ranks cannot all reach each other: no route from chip 0 to chip 1" \
+        in proc.stderr, proc.stderr

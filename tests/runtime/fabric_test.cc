@@ -9,6 +9,7 @@
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/fabric_model.h"
 
 namespace neuron::runtime {
@@ -147,6 +148,22 @@ TEST(FabricModel, DownLinkIsRoutedAroundOrNamed) {
   const auto& route = two_nodes.graph().Route(0, 2);
   ASSERT_EQ(route.size(), 3u);
   EXPECT_EQ(two_nodes.graph().link(route[1]).name, "chip 1 NIC out");
+}
+
+TEST(FabricGraph, CheckRoutesRefusesAJobThatFaultsCutApart) {
+  const Topology pair = RingTopology(2, "faults { from_chip: 0 to_chip: 1 down: true }");
+  try {
+    CheckRoutes(pair, 1, {2});
+    FAIL() << "accepted a job whose two chips cannot reach each other";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("the job's ranks cannot all reach each other: no route "
+                                         "from chip 0 to chip 1"),
+              std::string::npos)
+        << e.what();
+  }
+  CheckRoutes(pair, 1, {1});  // one rank: nothing to reach
+  const Topology ring = RingTopology(4, "faults { from_chip: 0 to_chip: 1 down: true }");
+  CheckRoutes(ring, 1, {4});  // routed around
 }
 
 // Routes are made on first use from a chip: threads asking at once for

@@ -68,6 +68,38 @@ TEST(Topology, ImpossibleValuesAreRejected) {
             std::string::npos);
 }
 
+TEST(Topology, AbsurdSizesAndNonFiniteFiguresAreRejectedNamingTheField) {
+  const std::string links =
+      " intra_node_link { bandwidth_gbps: 1 } inter_node_link { bandwidth_gbps: 1 }"
+      " ranks_per_chip: 1";
+  auto error = [&](const std::string& text) { return ErrorOf([&] { Topology::FromText(text, "t"); }); };
+  EXPECT_NE(error("chips_per_node: 1000000 torus_dims: [1000, 1000]" + links)
+                .find("chips_per_node must be 1 to 4096, got 1000000"),
+            std::string::npos);
+  EXPECT_NE(error("chips_per_node: 16 torus_dims: [4, 4]"
+                  " intra_node_link { bandwidth_gbps: 1 latency_us: 1e308 }"
+                  " inter_node_link { bandwidth_gbps: 1 } ranks_per_chip: 1")
+                .find("intra_node_link.latency_us must be 0 to 1e+06 us, got 1e+308"),
+            std::string::npos);
+  EXPECT_NE(error("chips_per_node: 16 torus_dims: [4, 4]"
+                  " intra_node_link { bandwidth_gbps: 1e-300 }"
+                  " inter_node_link { bandwidth_gbps: 1 } ranks_per_chip: 1")
+                .find("intra_node_link.bandwidth_gbps must be 0.001 to 1e+06 GB/s"),
+            std::string::npos);
+  EXPECT_NE(error("chips_per_node: 16 torus_dims: [4, 4]"
+                  " intra_node_link { bandwidth_gbps: nan }"
+                  " inter_node_link { bandwidth_gbps: 1 } ranks_per_chip: 1")
+                .find("intra_node_link.bandwidth_gbps"),
+            std::string::npos);
+  EXPECT_NE(error("chips_per_node: 16 torus_dims: [4, 4]" + links +
+                  " rank_delays { rank: 0 delay_us: inf }")
+                .find("rank_delays needs rank >= 0 and delay_us 0 to"),
+            std::string::npos);
+  EXPECT_NE(error("chips_per_node: 16 torus_dims: [4, 4]" + links + " num_nodes: 70000")
+                .find("num_nodes must be 0 to 65536"),
+            std::string::npos);
+}
+
 TEST(Topology, PlacementFillsChipsInOrder) {
   const Topology t = Topology::FromFile(std::string(NEURON_SOURCE_DIR) +
                                         "/configs/topologies/trn2-node-lnc2.textproto");

@@ -181,4 +181,25 @@ std::vector<int> FabricGraph::Route(int from, int to) const {
   return route;
 }
 
+void CheckRoutes(const Topology& topology, std::uint32_t num_nodes,
+                 const std::vector<std::uint32_t>& ranks_per_node) {
+  if (topology.spec().faults().empty()) return;  // a whole torus or ring is connected
+  const FabricGraph graph(topology, num_nodes);
+  std::vector<int> chips;
+  for (std::uint32_t node = 0; node < ranks_per_node.size(); ++node) {
+    for (std::uint32_t local = 0; local < ranks_per_node[node]; ++local) {
+      const int chip = static_cast<int>(topology.Place(node, local).chip);
+      if (chips.empty() || chips.back() != chip) chips.push_back(chip);
+    }
+  }
+  try {
+    for (int from : chips) {
+      for (int to : chips) graph.Route(from, to);
+    }
+  } catch (const InvalidUsage& e) {
+    throw InvalidUsage(StrCat("topology ", topology.origin(), ": the job's ranks cannot all "
+                              "reach each other: ", e.what()));
+  }
+}
+
 }  // namespace neuron::runtime

@@ -38,6 +38,8 @@ class Topology {
   // The file named by NEURON_TOPOLOGY_FILE, or Default() when unset, with
   // the faults and rank delays of NEURON_FAULTS added.
   static Topology FromEnvironment();
+  // `topology` with the faults and rank delays of NEURON_FAULTS added.
+  static Topology WithEnvironmentFaults(Topology topology);
   // How much later `rank` reaches every collective (rank_delays).
   SimDuration RankDelay(int rank) const;
 

@@ -77,4 +77,11 @@ class FabricGraph {
   std::string down_links_;                          // for error messages
 };
 
+// Throws InvalidUsage, naming the chips and the links down, unless every
+// chip that holds a rank of a job of `num_nodes` nodes with these ranks per
+// node can reach every other over the fabric (faults can cut them apart):
+// the launchers check it before starting ranks.
+void CheckRoutes(const Topology& topology, std::uint32_t num_nodes,
+                 const std::vector<std::uint32_t>& ranks_per_node);
+
 }  // namespace neuron::runtime
