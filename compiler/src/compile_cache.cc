@@ -164,10 +164,13 @@ std::string CompileCache::Explain(const CacheKey& key) const {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(options_.dir, error)) {
     if (entry.path().extension() != ".key") continue;
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    const auto components = ParseKeyText(text.str());
+    std::string text;
+    try {
+      text = runtime::ReadFile(entry.path().string(), "compile cache key", 1 << 20);
+    } catch (const IoError&) {
+      continue;  // not a key file this cache wrote: nothing to compare with
+    }
+    const auto components = ParseKeyText(text);
     std::size_t same = 0;
     for (const auto& [name, value] : key.components) {
       auto it = components.find(name);

@@ -12,6 +12,7 @@
 
 #include "agent.h"
 #include "child_process.h"
+#include "flag_values.h"
 #include "matrix_replay.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
@@ -50,6 +51,11 @@ JobConfig Resolve(LaunchOptions o) {
   ValidateOptions(o);
   JobConfig c(o, o.topology_file.empty() ? runtime::Topology::Default()
                                          : runtime::Topology::FromFile(o.topology_file));
+  if (!o.log_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(o.log_dir, error);
+    NEURON_CHECK(!error, "--log-dir ", o.log_dir, ": cannot create it: ", error.message());
+  }
   c.topology.CheckFits(o.nnodes, {o.nproc_per_node});
   // The ranks add NEURON_FAULTS to the topology: faults must not cut them apart.
   runtime::CheckRoutes(runtime::Topology::WithEnvironmentFaults(c.topology), o.nnodes,
@@ -162,13 +168,13 @@ int ReplayMain(int argc, char** argv) {
         std::cout << kReplayHelp;
         return 0;
       } else if (a == "--nodes" && has_value) {
-        layout.nodes = std::stoi(argv[++i]);
+        layout.nodes = static_cast<int>(ParseUnsigned(a, argv[++i], 1, 65536));
       } else if (a == "--ranks-per-node" && has_value) {
-        layout.ranks_per_node = std::stoi(argv[++i]);
+        layout.ranks_per_node = static_cast<int>(ParseUnsigned(a, argv[++i], 1, 65536));
       } else if (a == "--topology" && has_value) {
         layout.topology = argv[++i];
       } else if (a == "--tokens-per-rank-step" && has_value) {
-        tokens = std::stod(argv[++i]);
+        tokens = ParseFinite(a, argv[++i], 0, 1e15);
       } else if (dir.empty() && a.rfind("-", 0) != 0) {
         dir = a;
       } else {

@@ -10,30 +10,15 @@
 #include <map>
 
 #include "child_process.h"
+#include "flag_values.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::launcher {
 
 namespace {
 
-std::uint64_t ParseUnsigned(const std::string& flag, const std::string& text,
-                            std::uint64_t min, std::uint64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  NEURON_CHECK(!text.empty() && text[0] != '-' && *end == '\0' && errno == 0,
-               flag, " expects a whole number, got '", text, "'");
-  NEURON_CHECK(value >= min && value <= max, flag, " must be between ", min,
-               " and ", max, ", got ", value);
-  return value;
-}
-
 double ParseSeconds(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  NEURON_CHECK(!text.empty() && *end == '\0' && value >= 0 && value <= 86400,
-               flag, " expects seconds between 0 and 86400, got '", text, "'");
-  return value;
+  return ParseFinite(flag, text, 0, 86400);
 }
 
 void ParseEndpoint(const std::string& text, LaunchOptions& o) {

@@ -14,6 +14,7 @@
 #include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::launcher {
 
@@ -48,12 +49,16 @@ std::string ReadSecretFile(const std::string& path) {
   struct stat st {};
   NEURON_CHECK(::stat(path.c_str(), &st) == 0, "rendezvous secret file ", path,
                " does not exist");
+  NEURON_CHECK(!S_ISDIR(st.st_mode), "rendezvous secret file ", path, " is a directory");
   NEURON_CHECK((st.st_mode & 077) == 0, "rendezvous secret file ", path,
                " is readable by other users (chmod 600 it)");
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string secret = text.str();
+  NEURON_CHECK(S_ISREG(st.st_mode), "rendezvous secret file ", path, " is not a regular file");
+  std::string secret;
+  try {
+    secret = runtime::ReadFile(path, "rendezvous secret", 4096);
+  } catch (const IoError& e) {
+    throw InvalidUsage(e.what());
+  }
   while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) {
     secret.pop_back();
   }

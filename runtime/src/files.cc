@@ -56,20 +56,27 @@ void SyncDirectory(const std::string& dir) {
   ::close(fd);
 }
 
-std::string ReadFile(const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::string ReadFile(const std::string& path, const char* what, std::uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(errno)));
   }
   struct stat st {};
-  std::string bytes;
-  // One read of the stat'ed size into the result; then whatever else comes
-  // (a file that grew, a pipe or /proc, whose size says nothing).
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<std::size_t>(st.st_size) + 1);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(StrCat("cannot read ", what, " file ", path, ": not a regular file"));
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw IoError(StrCat("cannot read ", what, " file ", path, ": ", size,
+                         " bytes, more than the ", max_bytes, " such a file may have"));
+  }
+  // The stat'ed size, once: a file that grows meanwhile is read as it was.
+  std::string bytes(static_cast<std::size_t>(size), '\0');
   std::size_t used = 0;
-  bytes.resize(bytes.capacity() > 0 ? bytes.capacity() : 65536);
-  while (true) {
-    if (used == bytes.size()) bytes.resize(bytes.size() * 2);
+  while (used < bytes.size()) {
     const ssize_t n = ::read(fd, bytes.data() + used, bytes.size() - used);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
@@ -77,7 +84,7 @@ std::string ReadFile(const std::string& path, const char* what) {
       ::close(fd);
       throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(e)));
     }
-    if (n == 0) break;
+    if (n == 0) break;  // it shrank
     used += static_cast<std::size_t>(n);
   }
   ::close(fd);

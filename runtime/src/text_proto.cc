@@ -39,7 +39,7 @@ void ParseTextProto(const std::string& text, const std::string& origin, const ch
 
 std::string ReadTextFile(const std::string& path, const char* what) {
   try {
-    return ReadFile(path, what);
+    return ReadFile(path, what, kMaxTextFileBytes);
   } catch (const IoError& e) {
     throw InvalidUsage(e.what());  // a bad path the user gave: bad input
   }

@@ -114,6 +114,16 @@ TEST(Options, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(ErrorOf({"--master-port", "70000", "/bin/true"}).find("between 1 and 65535"),
             std::string::npos);
+  // A whole number is digits only.
+  EXPECT_NE(ErrorOf({"-n", " 2", "/bin/true"}).find("-n expects a whole number, got ' 2'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-n", "+2", "/bin/true"}).find("-n expects a whole number, got '+2'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-n", "0x2", "/bin/true"}).find("expects a whole number"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--max-restarts", "99999999999999999999999", "/bin/true"})
+                .find("expects a whole number"),
+            std::string::npos);
 }
 
 }  // namespace

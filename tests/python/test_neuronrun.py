@@ -91,3 +91,27 @@ def test_a_topology_whose_faults_cut_the_ranks_apart_is_refused_up_front(tmp_pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the job's ranks cannot all reach each other: no route from chip 0 to chip 1" \
         in proc.stderr, proc.stderr
+
+
+def test_bad_paths_and_numbers_are_usage_errors_naming_the_flag(tmp_path):
+    proc, _ = run(["--log-dir", "/proc/nope/logs", "-n", "1", "--no-python", "true"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "neuronrun: error: --log-dir /proc/nope/logs: cannot create it" in proc.stderr
+    secret_dir = tmp_path / "secret"
+    secret_dir.mkdir(mode=0o700)
+    proc, _ = run(["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1",
+                   "--rdzv-secret-file", str(secret_dir), "-n", "1", "--no-python", "true"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"rendezvous secret file {secret_dir} is a directory" in proc.stderr
+    proc, _ = run(["replay", str(tmp_path), "--nodes", "abc"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--nodes expects a whole number, got 'abc'" in proc.stderr
+    proc, _ = run(["replay", str(tmp_path), "--tokens-per-rank-step", "nan"])
+    assert proc.returncode == 2 and "--tokens-per-rank-step expects a number, got 'nan'" in proc.stderr
+
+
+def test_a_trace_that_is_not_a_regular_file_is_refused_not_read_forever(tmp_path):
+    os.mkfifo(tmp_path / "rank_0.pb")
+    proc, _ = run(["replay", str(tmp_path)], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rank_0.pb: not a regular file" in proc.stderr, proc.stderr

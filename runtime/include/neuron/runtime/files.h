@@ -5,6 +5,7 @@
 //   std::string bytes = ReadFile(path, "checkpoint shard");
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace neuron::runtime {
@@ -23,7 +24,11 @@ bool IsTemporaryOf(const std::string& name, const std::string& target);
 // Throws IoError naming it.
 void SyncDirectory(const std::string& dir);
 
-// The whole file; throws IoError "cannot read <what> file <path>: <reason>".
-std::string ReadFile(const std::string& path, const char* what);
+// The whole of a regular file of at most `max_bytes`; throws IoError
+// "cannot read <what> file <path>: <reason>" otherwise (a FIFO, a device
+// such as /dev/zero, a directory, a larger file). Never blocks on a FIFO.
+inline constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 36;  // 64 GiB
+std::string ReadFile(const std::string& path, const char* what,
+                     std::uint64_t max_bytes = kMaxFileBytes);
 
 }  // namespace neuron::runtime

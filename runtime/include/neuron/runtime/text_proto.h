@@ -9,6 +9,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/text_format.h>
 
+#include <cstdint>
 #include <string>
 
 namespace neuron::runtime {
@@ -21,6 +22,7 @@ void ParseTextProto(const std::string& text, const std::string& origin, const ch
                     google::protobuf::TextFormat::ParseInfoTree* locations = nullptr);
 
 // The whole file; throws InvalidUsage "cannot read <what> file <path>".
+inline constexpr std::uint64_t kMaxTextFileBytes = 16 << 20;  // 16 MiB
 std::string ReadTextFile(const std::string& path, const char* what);
 
 }  // namespace neuron::runtime
