@@ -23,10 +23,6 @@ std::vector<std::size_t> Offsets(const std::vector<std::size_t>& counts,
   return offsets;
 }
 
-// Marks the per-peer-sizes form in the header, so mixing it with the
-// equal-blocks form is a mismatch.
-constexpr std::uint64_t kPerPeerSizes = std::numeric_limits<std::uint64_t>::max();
-
 }  // namespace
 
 // Pairwise exchange (as in MPICH's alltoall for large messages): in step k
@@ -49,7 +45,7 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
   NEURON_CHECK((o.input != nullptr || send_at.back() == 0) &&
                    (o.output != nullptr || recv_at.back() == 0),
                "alltoall: input or output is null");
-  Header h = NewHeader(OpCode::kAllToAll, o.dtype, per_peer ? kPerPeerSizes : o.count);
+  Header h = NewHeader(OpCode::kAllToAll, o.dtype, per_peer ? detail::kPerPeerSizes : o.count);
   h.model_bytes = static_cast<double>(send_at.back());
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);

@@ -245,7 +245,10 @@ std::string Communicator::DescribeHeader(const void* header) {
   text.reserve(96);
   text.append(OpName(h.op)).append(" #").append(std::to_string(h.sequence()));
   if (h.op != OpCode::kBarrier) {
-    text.append(" of ").append(std::to_string(h.count)).append(" ").append(Name(h.dtype));
+    text.append(" of ")
+        .append(h.count == detail::kPerPeerSizes ? "per-peer sizes of" : std::to_string(h.count))
+        .append(" ")
+        .append(Name(h.dtype));
   }
   if (h.op == OpCode::kAllReduce || h.op == OpCode::kReduceScatter || h.op == OpCode::kReduce) {
     text.append(" (").append(Name(h.reduce)).append(")");

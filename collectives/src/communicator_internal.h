@@ -75,6 +75,9 @@ inline constexpr std::uint8_t kPathHeaderLine = 3;  // in the header itself (kTi
 // (Header::tiny), in the flag's cache line: a peer that saw the flag has
 // the data too, one cache line per rank and collective.
 inline constexpr std::size_t kTinyBytes = 8;
+// The count of an all-to-all whose sizes differ per peer (the header then
+// carries their fingerprint): mixing it with equal blocks is a mismatch.
+inline constexpr std::uint64_t kPerPeerSizes = ~std::uint64_t{0};
 
 }  // namespace detail
 
