@@ -132,6 +132,17 @@ CompileCache::Entry CompileCache::LoadFromDisk(const CacheKey& key, const std::s
     last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
     return nullptr;
   }
+  // An entry is bound to its key: a valid executable of another key (a file
+  // copied or swapped in) is a miss, never a wrong result.
+  if (entry->graph_id() != key.digest) {
+    *damaged = true;
+    ++counters_.corrupt;
+    last_report_ = StrCat("compile cache: damaged entry recompiled: ", base,
+                          ".nexe holds the executable of another key (",
+                          entry->graph_id().empty() ? std::string("none") : entry->graph_id(),
+                          ")");
+    return nullptr;
+  }
   ++counters_.disk_hits;
   return Remember(key, std::move(entry));
 }
@@ -228,6 +239,7 @@ CompileCache::Entry CompileCache::Compile(
     const runtime::DeviceSpec& device, const std::string& base) {
   ++counters_.misses;
   runtime::proto::Executable executable = compile();
+  executable.set_graph_id(key.digest);  // binds a saved entry to its key
   runtime::ValidateExecutable(executable, device);
   if (!base.empty()) {
     runtime::SaveExecutable(executable, base + ".nexe");

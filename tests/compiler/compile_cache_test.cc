@@ -59,6 +59,24 @@ TEST_F(CompileCacheTest, KeysIgnoreNamesAndSourcesButNotShapesOrOptions) {
   EXPECT_EQ(a.digest.size(), 64u);
 }
 
+TEST_F(CompileCacheTest, AnEntrySwappedForAnotherKeysIsRecompiledNotRun) {
+  const CacheKey k4 = MakeCacheKey(Graph(4), "", device_),
+                 k8 = MakeCacheKey(Graph(8), "", device_);
+  const auto four = CompileCache(Disk()).GetOrCompile(k4, Compiler(Graph(4)), device_);
+  CompileCache(Disk()).GetOrCompile(k8, Compiler(Graph(8)), device_);
+  std::filesystem::copy_file(dir_ + "/" + k8.digest + ".nexe", dir_ + "/" + k4.digest + ".nexe",
+                             std::filesystem::copy_options::overwrite_existing);
+  CompileCache cache(Disk());
+  EXPECT_EQ(cache.GetOrCompile(k4, Compiler(Graph(4)), device_)->SerializeAsString(),
+            four->SerializeAsString());
+  EXPECT_EQ(cache.counters().corrupt, 1u);
+  EXPECT_EQ(cache.counters().disk_hits, 0u);
+  EXPECT_NE(cache.last_report().find("holds the executable of another key (" + k8.digest + ")"),
+            std::string::npos)
+      << cache.last_report();
+  EXPECT_EQ(compiles_, 3);
+}
+
 TEST_F(CompileCacheTest, MemoryHitsAndLeastRecentlyUsedEviction) {
   CompileCache::Options o;
   o.memory_entries = 1;
