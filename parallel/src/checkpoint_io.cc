@@ -3,7 +3,12 @@
 #include <ATen/ATen.h>
 #include <google/protobuf/text_format.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +24,16 @@ namespace {
 
 constexpr char kMagic[8] = {'N', 'C', 'K', 'P', 'T', 'v', '1', '\n'};
 constexpr const char* kManifest = "manifest.textproto";
+constexpr std::uint64_t kMaxManifestBytes = 256 << 20;
+
+// The manifest's first two lines: what it is, and the checksum of the text
+// after them (a manifest edited by hand, its step or its lists, is refused).
+std::string ManifestHeader(const std::string& text) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(runtime::Fnv1a(text.data(), text.size())));
+  return StrCat("# torchneuron sharded checkpoint\n# checksum fnv1a64 ", hex, "\n");
+}
 
 std::string DtypeName(at::ScalarType t) {
   switch (t) {
@@ -105,7 +120,7 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
-  runtime::WriteFileAtomically(dir + "/" + kManifest, "# torchneuron sharded checkpoint\n" + text);
+  runtime::WriteFileAtomically(dir + "/" + kManifest, ManifestHeader(text) + text);
   // The rename must reach the disk before the previous save's files are
   // removed (RemoveUnlisted).
   runtime::SyncDirectory(dir);
@@ -113,15 +128,44 @@ void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
 
 proto::Manifest ReadManifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
-  std::ifstream probe(path);
-  NEURON_CHECK(probe.good(), "no complete checkpoint in ", dir, ": ", kManifest,
-               " is missing (a save that did not finish leaves none)");
+  NEURON_CHECK(std::filesystem::exists(path), "no complete checkpoint in ", dir, ": ",
+               kManifest, " is missing (a save that did not finish leaves none)");
+  RemoveStaleTemporaries(dir);
+  const std::string bytes = runtime::ReadFile(path, "checkpoint manifest", kMaxManifestBytes);
+  // "# torchneuron sharded checkpoint\n# checksum fnv1a64 <hex>\n<text>"
+  const std::size_t first = bytes.find('\n');
+  const std::size_t second = first == std::string::npos ? first : bytes.find('\n', first + 1);
+  const std::string text = second == std::string::npos ? "" : bytes.substr(second + 1);
+  if (second == std::string::npos || bytes.compare(0, second + 1, ManifestHeader(text)) != 0) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " does not carry the checksum of "
+                         "its contents: it was changed after it was written (or written by "
+                         "another program)"));
+  }
   proto::Manifest manifest;
-  NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(runtime::ReadFile(path, "checkpoint"), &manifest),
-               "checkpoint ", dir, ": ", kManifest, " does not parse");
+  NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(text, &manifest), "checkpoint ",
+               dir, ": ", kManifest, " does not parse");
   NEURON_CHECK(manifest.version() == 1, "checkpoint ", dir, ": format version ",
                manifest.version(), " is not supported (1 is)");
   return manifest;
+}
+
+std::vector<std::string> RemoveStaleTemporaries(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error), end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const auto mark = name.rfind(".tmp.");
+    if (mark == std::string::npos) continue;
+    char* stop = nullptr;
+    const long pid = std::strtol(name.c_str() + mark + 5, &stop, 10);
+    if (stop == nullptr || *stop != '\0' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still writing
+    std::error_code remove_error;
+    if (std::filesystem::remove(it->path(), remove_error)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 std::vector<std::string> RemoveUnlisted(const std::string& dir, const proto::Manifest& manifest) {

@@ -3,8 +3,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "neuron/runtime/error.h"
 
@@ -61,6 +66,62 @@ TEST(CheckpointIo, PiecesRoundTripThroughFilesAndAssembleIntoTheFullTensor) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/shard-0.bin"));
   std::filesystem::remove(dir + "/manifest.textproto");
   EXPECT_THROW(ReadManifest(dir), InvalidUsage);
+  std::filesystem::remove_all(dir);
+}
+
+proto::Manifest OneFileManifest(const std::string& dir) {
+  const FileDigest d = WriteShardFile(dir + "/shard-0.bin", {{"w", {2}, -1, 0, at::ones({2})}});
+  proto::Manifest m;
+  m.set_version(1);
+  m.set_step(7);
+  auto* f = m.add_files();
+  f->set_name("shard-0.bin");
+  f->set_bytes(d.bytes);
+  f->set_checksum(d.checksum);
+  return m;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(CheckpointIo, AManifestChangedAfterItWasWrittenIsRefused) {
+  const std::string dir = TempDir();
+  WriteManifest(dir, OneFileManifest(dir));
+  EXPECT_EQ(ReadManifest(dir).step(), 7);
+  const std::string path = dir + "/manifest.textproto";
+  std::string text = ReadAll(path);
+  const auto at = text.find("step: 7");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 7, "step: 9");  // a rewritten step
+  std::ofstream(path) << text;
+  try {
+    ReadManifest(dir);
+    ADD_FAILURE() << "an edited manifest was accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.textproto does not carry the checksum of its "
+                                         "contents"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointIo, LoadingRemovesTheTemporariesOfWritersThatDied) {
+  const std::string dir = TempDir();
+  WriteManifest(dir, OneFileManifest(dir));
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // gone: its pid names no process
+  const std::string dead = "shard-1.bin.tmp." + std::to_string(child);
+  const std::string alive = "shard-2.bin.tmp." + std::to_string(::getpid());
+  std::ofstream(dir + "/" + dead) << "partial";
+  std::ofstream(dir + "/" + alive) << "being written";
+  ReadManifest(dir);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + dead));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + alive));
   std::filesystem::remove_all(dir);
 }
 

@@ -51,8 +51,13 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
 
 // Atomically, and with the directory synced (the rename is durable).
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest);
-// InvalidUsage when the directory holds no complete checkpoint.
+// InvalidUsage when the directory holds no complete checkpoint; IoError
+// when the manifest's checksum (its second line) does not match its text.
+// Removes the temporaries that writers which died left (RemoveStaleTemporaries).
 proto::Manifest ReadManifest(const std::string& dir);
+// Deletes `dir`'s temporaries (NAME.tmp.PID) whose writer PID is gone: a
+// killed save's, each as large as its shard. Never throws; returns their names.
+std::vector<std::string> RemoveStaleTemporaries(const std::string& dir);
 // Deletes the shard files in `dir` that `manifest` does not list (those of
 // earlier saves, and of saves that did not finish, with their temporaries)
 // and leftover temporaries of the manifest; returns their names. Best
