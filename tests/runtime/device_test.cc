@@ -48,7 +48,7 @@ TEST(DeviceSpec, BadSpecsAreRefusedNamingFileAndField) {
   };
   EXPECT_NE(with([](auto& s) {
               s.mutable_tensor()->set_clock_ghz(0);
-            }).find("bad.textproto: tensor.clock_ghz must be > 0, got 0"),
+            }).find("bad.textproto: tensor.clock_ghz must be > 0 and finite, got 0"),
             std::string::npos);
   EXPECT_NE(with([](auto& s) {
               s.mutable_sbuf()->set_partitions(64);

@@ -3,6 +3,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <cmath>
+
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
@@ -17,8 +19,8 @@ namespace {
 // Checks `value` > 0 for the field `name` of the spec from `origin`.
 template <typename T>
 void Positive(T value, const char* name, const std::string& origin) {
-  NEURON_CHECK(value > 0, "device spec ", origin, ": ", name, " must be > 0, got ",
-               value);
+  NEURON_CHECK(value > 0 && std::isfinite(static_cast<double>(value)), "device spec ", origin,
+               ": ", name, " must be > 0 and finite, got ", value);
 }
 
 void CheckElementwise(const proto::ElementwiseEngineSpec& e, const std::string& engine,
@@ -74,6 +76,10 @@ std::uint64_t DeviceSpec::PsumBytes() const {
 }
 
 void DeviceSpec::Validate() const {
+  for (char c : spec_.name()) {
+    NEURON_CHECK(c >= 0x20 && c < 0x7f, "device spec ", origin_,
+                 ": name must be printable ASCII");
+  }
   const auto& t = spec_.tensor();
   Positive(t.pe_rows(), "tensor.pe_rows", origin_);
   Positive(t.pe_columns(), "tensor.pe_columns", origin_);
