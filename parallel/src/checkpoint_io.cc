@@ -104,13 +104,25 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
     out.dim = p.dim();
     out.begin = p.begin();
     std::vector<std::int64_t> shape = out.full_shape;
-    NEURON_CHECK(out.dim < static_cast<int>(shape.size()), where, ": dim ", out.dim,
-                 " outside shape");
-    if (out.dim >= 0) shape[out.dim] = p.length();
+    NEURON_CHECK(out.dim >= -1 && out.dim < static_cast<int>(shape.size()), where, ": dim ",
+                 out.dim, " outside shape");
+    if (out.dim >= 0) {
+      NEURON_CHECK(p.begin() >= 0 && p.length() >= 0 && p.begin() <= shape[out.dim] &&
+                       p.length() <= shape[out.dim] - p.begin(),
+                   where, ": rows ", p.begin(), " + ", p.length(), " outside the ",
+                   shape[out.dim], " of dim ", out.dim);
+      shape[out.dim] = p.length();
+    }
     const at::ScalarType dtype = DtypeOf(p.dtype(), where);
-    out.data = at::empty(shape, at::TensorOptions(dtype));
-    NEURON_CHECK(out.data.nbytes() == p.data().size(), where, ": ", p.data().size(),
+    // The shape must describe the data there is before anything is allocated.
+    std::uint64_t bytes = c10::elementSize(dtype);
+    for (std::int64_t d : shape) {
+      NEURON_CHECK(d >= 0 && !__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes),
+                   where, ": shape ", at::IntArrayRef(shape), " is not a tensor's");
+    }
+    NEURON_CHECK(bytes == p.data().size(), where, ": ", p.data().size(),
                  " bytes of data for shape ", at::IntArrayRef(shape));
+    out.data = at::empty(shape, at::TensorOptions(dtype));
     std::memcpy(out.data.data_ptr(), p.data().data(), p.data().size());
     pieces.push_back(std::move(out));
   }

@@ -11,7 +11,10 @@
 #include <fstream>
 #include <iterator>
 
+#include "../helpers/mutator.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
+#include "neuron/runtime/fnv.h"
 
 namespace neuron::parallel {
 namespace {
@@ -122,6 +125,51 @@ TEST(CheckpointIo, LoadingRemovesTheTemporariesOfWritersThatDied) {
   ReadManifest(dir);
   EXPECT_FALSE(std::filesystem::exists(dir + "/" + dead));
   EXPECT_TRUE(std::filesystem::exists(dir + "/" + alive));
+  std::filesystem::remove_all(dir);
+}
+
+// A piece whose shape claims far more than its data: refused before
+// anything is allocated.
+TEST(CheckpointIo, APieceLargerThanItsDataIsRefusedWithoutAllocating) {
+  const std::string dir = TempDir();
+  proto::ShardFile file;
+  auto* p = file.add_pieces();
+  p->set_name("w");
+  p->add_full_shape(std::int64_t{1} << 40);
+  p->add_full_shape(std::int64_t{1} << 40);
+  p->set_dim(-1);
+  p->set_dtype("float32");
+  p->set_data(std::string(8, '\0'));
+  const std::string bytes = std::string("NCKPTv1\n", 8) + file.SerializeAsString();
+  runtime::WriteFileAtomically(dir + "/shard-0.bin", bytes);
+  proto::ManifestFile entry;
+  entry.set_name("shard-0.bin");
+  entry.set_bytes(bytes.size());
+  entry.set_checksum(runtime::Fnv1a(bytes.data(), bytes.size()));
+  try {
+    ReadShardFile(dir, entry);
+    ADD_FAILURE() << "a 2^80-element piece was accepted";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a tensor's"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Shard files with valid frames and manifest entries but mutated contents:
+// read as pieces or refused with neuron::Error (never a huge allocation).
+TEST(CheckpointIo, FuzzedShardFilesAreReadOrRefused) {
+  const std::string dir = TempDir();
+  WriteShardFile(dir + "/seed.bin", {{"w", {4, 3}, 0, 1, at::ones({2, 3})},
+                                     {"step", {}, -1, 0, at::scalar_tensor(3, at::kLong)}});
+  const std::string seed = runtime::ReadFile(dir + "/seed.bin", "seed");
+  neuron::testing::Fuzz("checkpoint shard", seed, [&](const std::string& bytes) {
+    runtime::WriteFileAtomically(dir + "/shard-0.bin", bytes);
+    proto::ManifestFile entry;
+    entry.set_name("shard-0.bin");
+    entry.set_bytes(bytes.size());
+    entry.set_checksum(runtime::Fnv1a(bytes.data(), bytes.size()));
+    ReadShardFile(dir, entry);
+  });
   std::filesystem::remove_all(dir);
 }
 
