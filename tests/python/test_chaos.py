@@ -76,6 +76,9 @@ def test_a_rank_killed_at_a_random_point_ends_the_job_cleanly():
         assert job.returncode != 0, f"{what}: exit 0\n{err}"
         assert f"neuronrun: job failed: rank {victim} (node 0 on" in err and \
             "was killed by SIGKILL (signal 9) from outside" in err, f"{what}:\n{err}"
+        # Survivors fail with an error, never an abort (an exception leaving a
+        # thread or a destructor would say "terminate called").
+        assert "terminate called" not in err and "SIGABRT" not in err, f"{what}:\n{err}"
         left = [p for p in ranks if alive(p)]
         assert not left, f"{what}: ranks {left} outlived the job"
     leaked = set(glob.glob("/dev/shm/neuron-*")) - shm_before
