@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "neuron/collectives/store/file_store.h"
@@ -79,6 +80,27 @@ TEST(TcpTransport, DeadPeerIsNamed) {
   }
   ::waitpid(child, nullptr, 0);
   std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+// Rank 2 goes; rank 1, its receiver, sees it and gives up; rank 0, which
+// waits on rank 1, must name rank 2, not rank 1 whose stream ended after.
+TEST(TcpTransport, EverySurvivorNamesThePeerThatWent) {
+  std::string errors[2];
+  RunRanks(3, [&](int rank, Store& store) {
+    auto t = std::make_unique<TcpTransport>(store, rank, 3);
+    if (rank == 2) return;  // its sockets close: gone
+    char byte;
+    try {
+      t->Wait({t->Irecv(rank + 1, &byte, 1)}, Deadline::After(30s), "allreduce #3");
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  EXPECT_NE(errors[1].find("allreduce #3: rank 2 closed its connection"), std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[0].find("aborted: rank 2 closed its connection"), std::string::npos)
+      << errors[0];
+  EXPECT_EQ(errors[0].find("rank 1 closed"), std::string::npos) << errors[0];
 }
 
 TEST(TcpTransport, AbortCarriesItsReason) {

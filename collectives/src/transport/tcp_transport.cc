@@ -239,6 +239,13 @@ void TcpTransport::PeerLost(int peer, const Label& what, const std::string& how)
     // No reason: the peer died or hung up on its own.
   }
   if (!reason.empty()) throw RemoteError(StrCat(what, " on rank ", rank_, " aborted: ", reason));
+  // The first to see a peer go tells the others: a rank whose stream ends
+  // because this one gives up then names the peer that went, not this rank.
+  try {
+    store_.CompareSet("tcp/abort", "", StrCat("rank ", peer, " ", how, " (seen by rank ", rank_, ")"));
+  } catch (const std::exception&) {
+    // The store is gone too: the error below still names the peer.
+  }
   throw IoError(StrCat(what, ": rank ", peer, " ", how, "; rank ", rank_, " lost its stream"));
 }
 
