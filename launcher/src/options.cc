@@ -1,5 +1,6 @@
 #include "neuron/launcher/options.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,24 @@ void ParseEndpoint(const std::string& text, LaunchOptions& o) {
   o.rdzv_host = text.substr(0, colon);
   o.rdzv_port = static_cast<std::uint16_t>(
       ParseUnsigned("--rdzv-endpoint port", text.substr(colon + 1), 1, 65535));
+}
+
+// A script's "#!" interpreter must exist: exec reports a missing one as the
+// script itself missing (ENOENT).
+void CheckInterpreter(const std::string& program) {
+  const int fd = ::open(program.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return;  // exec will say why
+  char head[256] = {};
+  const ssize_t n = ::read(fd, head, sizeof(head) - 1);
+  ::close(fd);
+  if (n < 2 || head[0] != '#' || head[1] != '!') return;
+  std::string line(head + 2, static_cast<std::size_t>(n - 2));
+  line = line.substr(0, line.find('\n'));
+  const auto begin = line.find_first_not_of(" \t");
+  if (begin == std::string::npos) return;
+  const std::string interpreter = line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
+  NEURON_CHECK(::access(interpreter.c_str(), X_OK) == 0, "program '", program,
+               "': its #! interpreter '", interpreter, "' does not exist or is not executable");
 }
 
 using Setter = std::function<void(const std::string& flag, const std::string& value,
@@ -184,6 +203,7 @@ void ValidateOptions(const LaunchOptions& o) {
   } else if (o.program.find('/') != std::string::npos) {
     NEURON_CHECK(!ResolveProgram(o.program).empty(), "program '", o.program,
                  "' does not exist or is not executable");
+    CheckInterpreter(o.program);
   }
 }
 

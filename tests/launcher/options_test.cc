@@ -1,6 +1,9 @@
 #include "neuron/launcher/options.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "neuron/runtime/error.h"
 
@@ -114,6 +117,17 @@ TEST(Options, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(ErrorOf({"--master-port", "70000", "/bin/true"}).find("between 1 and 65535"),
             std::string::npos);
+  // A script whose interpreter is missing is not reported as missing itself.
+  const std::string script = ::testing::TempDir() + "/no_interpreter.sh";
+  {
+    std::ofstream(script) << "#!/nonexistent/interp -x\necho hi\n";
+    ::chmod(script.c_str(), 0755);
+  }
+  EXPECT_NE(ErrorOf({"--no-python", script.c_str()})
+                .find("its #! interpreter '/nonexistent/interp' does not exist or is not "
+                      "executable"),
+            std::string::npos)
+      << ErrorOf({"--no-python", script.c_str()});
   // A whole number is digits only.
   EXPECT_NE(ErrorOf({"-n", " 2", "/bin/true"}).find("-n expects a whole number, got ' 2'"),
             std::string::npos);
