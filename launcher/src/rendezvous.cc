@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "neuron/runtime/error.h"
 #include "ports.h"
 
@@ -66,20 +69,16 @@ World Rendezvous::Gather(std::uint32_t round) {
     keys.push_back(Key(round, "node/" + std::to_string(n)));
   }
   keys.push_back(Key(round, "master"));
-  try {
-    store_->Wait(keys, options_.timeout);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(StrCat("rendezvous of run '", options_.run_id, "' timed out after ",
-                              options_.timeout.count() / 1000, " s waiting for ",
-                              options_.nnodes, " nodes: ", e.what()));
-  }
+  WaitOrRefused(round, keys);
   World world;
   for (std::uint32_t n = 0; n < options_.nnodes; ++n) {
     proto::NodeInfo info;
     NEURON_ASSERT(info.ParseFromString(store_->Get(keys[n])), "bad NodeInfo");
-    NEURON_CHECK(info.nnodes() == options_.nnodes, "node ", n, " (", info.hostname(),
-                 ") was started with --nnodes ", info.nnodes(), " but node ",
-                 options_.node_rank, " with --nnodes ", options_.nnodes);
+    if (info.nnodes() != options_.nnodes) {
+      Refuse(round, StrCat("node ", n, " (", info.hostname(), ") was started with --nnodes ",
+                           info.nnodes(), " but node ", options_.node_rank, " with --nnodes ",
+                           options_.nnodes));
+    }
     if (n == options_.node_rank) world.rank_offset = world.world_size;
     world.world_size += info.nproc();
     world.nproc_per_node.push_back(info.nproc());
@@ -90,6 +89,39 @@ World Rendezvous::Gather(std::uint32_t round) {
   world.master_addr = master.addr();
   world.master_port = static_cast<std::uint16_t>(master.port());
   return world;
+}
+
+// Waits for `keys` in slices, so that a refusal another agent published
+// (Refuse) ends the wait with its reason instead of a lost store.
+void Rendezvous::WaitOrRefused(std::uint32_t round, const std::vector<std::string>& keys) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  const std::string refused = Key(round, "refused");
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    try {
+      store_->Wait(keys, std::clamp(left, std::chrono::milliseconds(1), kRefusalPoll));
+      return;
+    } catch (const TimeoutError& e) {
+      if (store_->Check({refused})) {
+        throw InvalidUsage(StrCat("rendezvous of run '", options_.run_id, "' refused by node 0: ",
+                                  store_->Get(refused, std::chrono::seconds(1))));
+      }
+      if (left <= kRefusalPoll) {
+        throw TimeoutError(StrCat("rendezvous of run '", options_.run_id, "' timed out after ",
+                                  options_.timeout.count() / 1000, " s waiting for ",
+                                  options_.nnodes, " nodes: ", e.what()));
+      }
+    }
+  }
+}
+
+void Rendezvous::Refuse(std::uint32_t round, const std::string& reason) {
+  store_->CompareSet(Key(round, "refused"), "", reason);
+  // Node 0 hosts the store: it stays until the waiting agents had a slice
+  // to read the reason.
+  if (options_.node_rank == 0) std::this_thread::sleep_for(2 * kRefusalPoll);
+  throw InvalidUsage(reason);
 }
 
 void Rendezvous::ReportFailure(std::uint32_t round, const proto::JobFailure& failure) {

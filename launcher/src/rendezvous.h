@@ -76,6 +76,11 @@ class Rendezvous {
  private:
   std::string Key(std::uint32_t round, const std::string& name) const;
   World Gather(std::uint32_t round);
+  // Rendezvous::Gather's wait, ended early by a refusal (InvalidUsage).
+  void WaitOrRefused(std::uint32_t round, const std::vector<std::string>& keys);
+  // Publishes why the rendezvous cannot go on, then throws it.
+  [[noreturn]] void Refuse(std::uint32_t round, const std::string& reason);
+  static constexpr std::chrono::milliseconds kRefusalPoll{500};
 
   std::shared_ptr<collectives::TcpStore> store_;
   RendezvousOptions options_;

@@ -311,6 +311,29 @@ TEST(NeuronrunMultiNode, TwoAgentsAgreeOnOneWorld) {
   }
 }
 
+// An agent started with another --nnodes than node 0's: both end, and the
+// agent learns node 0's reason (not that the store went away).
+TEST(NeuronrunMultiNode, MismatchedNnodesIsRefusedWithNodeZerosReason) {
+  const int port = FreePort();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  LauncherProcess node1({"--nnodes", "3", "--node-rank", "1", "--rdzv-endpoint", endpoint,
+                         "--rdzv-timeout", "30", "-n", "1", kHelper, "env"},
+                        kSharedSecret);
+  LauncherProcess node0({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", endpoint,
+                         "--rdzv-timeout", "30", "-n", "1", kHelper, "env"},
+                        kSharedSecret);
+  EXPECT_NE(node0.Wait(30s), 0);
+  EXPECT_NE(node1.Wait(30s), 0);
+  EXPECT_NE(node0.Stderr().find("was started with --nnodes 3 but node 0 with --nnodes 2"),
+            std::string::npos)
+      << node0.Stderr();
+  EXPECT_NE(node1.Stderr().find("refused by node 0: node 1 ("), std::string::npos)
+      << node1.Stderr();
+  EXPECT_NE(node1.Stderr().find("was started with --nnodes 3 but node 0 with --nnodes 2"),
+            std::string::npos)
+      << node1.Stderr();
+}
+
 TEST(NeuronrunMultiNode, FailureOnOneNodeEndsBoth) {
   const int port = FreePort();
   const std::string id = UniqueRunId("mnfail");
