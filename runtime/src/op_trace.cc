@@ -1,9 +1,26 @@
 #include "neuron/runtime/op_trace.h"
 
+#include <cstdio>
+
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
+#include "neuron/runtime/fnv.h"
 
 namespace neuron::runtime {
+
+namespace {
+
+constexpr char kTraceMagic[8] = {'N', 'T', 'R', 'A', 'C', 'E', '1', '\n'};
+
+// What a trace file starts with: the magic and the checksum of `body`.
+std::string TraceFrame(const std::string& body) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(Fnv1a(body.data(), body.size())));
+  return std::string(kTraceMagic, sizeof(kTraceMagic)) + hex;
+}
+
+}  // namespace
 
 void OpTrace::Compute(SimDuration d) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -91,12 +108,26 @@ void OpTrace::Save(const std::string& path, int rank, int world_size,
   }
   NEURON_CHECK(serialized && JobFields(rank, world_size, layout).AppendToString(&bytes),
                "cannot serialize the trace of rank ", rank);
-  WriteFileAtomically(path, bytes);
+  WriteFileAtomically(path, TraceFrame(bytes) + bytes);
+}
+
+void SaveRankTrace(const proto::RankTrace& trace, const std::string& path) {
+  std::string bytes;
+  NEURON_CHECK(trace.SerializeToString(&bytes), "cannot serialize the trace of rank ",
+               trace.rank());
+  WriteFileAtomically(path, TraceFrame(bytes) + bytes);
 }
 
 proto::RankTrace LoadRankTrace(const std::string& path) {
+  const std::string file = ReadFile(path, "operation trace");
+  const std::size_t head = sizeof(kTraceMagic) + 16;
+  // The frame: magic, then the FNV-1a of the proto after it, in hex.
+  if (file.size() < head || file.compare(0, head, TraceFrame(file.substr(head))) != 0) {
+    throw IoError(StrCat(path, " is not an operation trace, or was changed after it was "
+                         "written (its frame or checksum does not match)"));
+  }
   proto::RankTrace trace;
-  if (!trace.ParseFromString(ReadFile(path, "operation trace"))) {
+  if (!trace.ParseFromArray(file.data() + head, static_cast<int>(file.size() - head))) {
     throw IoError(StrCat(path, " is not an operation trace (runtime/proto/neuron/runtime/"
                          "op_trace.proto)"));
   }

@@ -68,12 +68,19 @@ TEST(ParserFuzz, OperationTrace) {
   trace.Save(path, 0, 1, layout);
   const Topology topology = Topology::Default();
   const FabricModel model(topology, PlaceRanks(topology, {1}));
-  neuron::testing::Fuzz("operation trace", ReadFile(path, "trace"),
+  // Damaged files are refused by their checksum; mutated traces behind a
+  // valid frame reach the replay, which must refuse what it cannot run.
+  neuron::testing::Fuzz("operation trace", LoadRankTrace(path).SerializeAsString(),
                         [&](const std::string& bytes) {
-                          std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-                          // Loaded, then replayed: the replay must refuse what it cannot run.
+                          proto::RankTrace mutated;
+                          if (!mutated.ParseFromString(bytes)) throw IoError("not a trace");
+                          SaveRankTrace(mutated, path);
                           ReplayTraces({LoadRankTrace(path)}, model);
                         });
+  std::string bytes = ReadFile(path, "trace");
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_THROW(LoadRankTrace(path), IoError);
   std::remove(path.c_str());
 }
 

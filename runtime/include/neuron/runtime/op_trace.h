@@ -48,5 +48,8 @@ class OpTrace {
 // Reads a trace Save wrote; IoError names the path when it is missing or
 // not a trace.
 proto::RankTrace LoadRankTrace(const std::string& path);
+// Writes a trace as OpTrace::Save does (a frame with the checksum, then the
+// proto), atomically.
+void SaveRankTrace(const proto::RankTrace& trace, const std::string& path);
 
 }  // namespace neuron::runtime
