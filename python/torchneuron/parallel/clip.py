@@ -34,11 +34,12 @@ def _params(part):
 
 
 def _local_squares(parts, tp_rank):
-    """(sum over FSDP shards per data-parallel group, sum over plain gradients)."""
-    from .fsdp import FullyShardedDataParallel
+    """(sum over FSDP shards per data-parallel group, sum over plain gradients).
+    A part that shards its gradients (FullyShardedDataParallel) says so by
+    providing _local_grad_squares(tp_rank) and its process_group."""
     sharded, plain = {}, torch.zeros((), dtype=torch.float64)
     for part in parts:
-        if isinstance(part, FullyShardedDataParallel):
+        if hasattr(part, "_local_grad_squares"):
             group = part.process_group
             sharded[group] = sharded.get(group, 0.0) + part._local_grad_squares(tp_rank)
         else:

@@ -244,16 +244,6 @@ const char* Name(FabricAlgorithm algorithm) {
   return "unknown";
 }
 
-FabricAlgorithm ParseFabricAlgorithm(const std::string& name) {
-  for (auto a : {FabricAlgorithm::kAuto, FabricAlgorithm::kRing, FabricAlgorithm::kMesh,
-                 FabricAlgorithm::kRdh, FabricAlgorithm::kRecursiveDoubling,
-                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
-    if (name == Name(a)) return a;
-  }
-  NEURON_CHECK(false, "unknown fabric algorithm '", name,
-               "' (auto, ring, mesh, rdh, recursive_doubling, hierarchical, tree)");
-}
-
 std::vector<int> AllRanks(int n) {
   std::vector<int> ranks(n);
   for (int i = 0; i < n; ++i) ranks[i] = i;

@@ -44,9 +44,6 @@ const char* Name(CollectiveKind kind);
 const char* Name(FabricAlgorithm algorithm);
 // The kind Name() calls `name` ("allreduce", ...), or none.
 std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name);
-// Parses "ring", "mesh", "rdh", "recursive_doubling", "hierarchical", "tree",
-// "auto"; throws InvalidUsage listing the names.
-FabricAlgorithm ParseFabricAlgorithm(const std::string& name);
 
 // {0, 1, ..., n-1}.
 std::vector<int> AllRanks(int n);
