@@ -442,12 +442,15 @@ TEST(NeuronrunBadInput, ProgramThatCannotExecuteFailsTheJob) {
   ::unlink(tmpl);
 }
 
-TEST(NeuronrunBadInput, LogDirThatCannotBeCreatedStopsEveryRank) {
+// Refused before any rank starts: a usage error naming the flag.
+TEST(NeuronrunBadInput, LogDirThatCannotBeCreatedIsAUsageError) {
   const std::string id = UniqueRunId("nolog");
   LauncherProcess job({"-n", "3", "--log-dir", "/proc/neuronrun-cannot-be-here", "--run-id", id,
                        kHelper, "sleep", "60"});
-  EXPECT_EQ(job.Wait(30s), 1);
-  EXPECT_NE(job.Stderr().find("/proc/neuronrun-cannot-be-here"), std::string::npos)
+  EXPECT_EQ(job.Wait(30s), 2);
+  EXPECT_NE(job.Stderr().find("neuronrun: error: --log-dir /proc/neuronrun-cannot-be-here: "
+                              "cannot create it"),
+            std::string::npos)
       << job.Stderr();
   EXPECT_LT(job.ElapsedSeconds(), 10.0);
   EXPECT_TRUE(WaitNoProcessesOfJob(id, 2s).empty());
