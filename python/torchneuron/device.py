@@ -214,18 +214,14 @@ def empty_cache():
 
 # Random numbers: one generator per device, with the CPU's algorithm.
 
-class _Generators(tuple):
-    pass
-
-
 def _generators():
     global default_generators
     if not default_generators:
-        default_generators = _Generators(_C._default_generator(i) for i in range(device_count()))
+        default_generators = tuple(_C._default_generator(i) for i in range(device_count()))
     return default_generators
 
 
-default_generators = _Generators()
+default_generators = ()  # torch.neuron.default_generators, made at first use
 
 
 def manual_seed(seed):

@@ -52,19 +52,18 @@ std::uint64_t CachingAllocator::RoundedSize(std::uint64_t bytes) {
   return (bytes + round - 1) / round * round;
 }
 
-CachingAllocator::Device& CachingAllocator::device(c10::DeviceIndex index) {
-  if (!devices_) {
-    devices_ = std::make_unique<Device[]>(static_cast<std::size_t>(Inventory().count));
-    for (int i = 0; i < Inventory().count; ++i) {
-      devices_[i].stats.capacity = Inventory().capacity_bytes;
-    }
-  }
+CachingAllocator::CachingAllocator()
+    : device_count_(Inventory().count),
+      devices_(std::make_unique<Device[]>(static_cast<std::size_t>(device_count_))) {
+  for (int i = 0; i < device_count_; ++i) devices_[i].stats.capacity = Inventory().capacity_bytes;
+}
+
+CachingAllocator::Device& CachingAllocator::device(c10::DeviceIndex index) const {
   return devices_[static_cast<std::size_t>(index)];
 }
 
 std::uint64_t CachingAllocator::Allocated(c10::DeviceIndex index) const {
-  if (!devices_) return 0;
-  return devices_[static_cast<std::size_t>(index)].allocated.load(std::memory_order_relaxed);
+  return device(index).allocated.load(std::memory_order_relaxed);
 }
 
 void CachingAllocator::FreeCachedLocked(Device& d) {
@@ -177,8 +176,7 @@ void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count)
 
 DeviceMemoryStats CachingAllocator::Stats(c10::DeviceIndex index) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& self = const_cast<CachingAllocator&>(*this);
-  return self.device(index).stats;
+  return device(index).stats;
 }
 
 void CachingAllocator::ResetPeaks(c10::DeviceIndex index) {
@@ -190,8 +188,7 @@ void CachingAllocator::ResetPeaks(c10::DeviceIndex index) {
 
 void CachingAllocator::EmptyCache() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!devices_) return;
-  for (int i = 0; i < Inventory().count; ++i) FreeCachedLocked(devices_[i]);
+  for (int i = 0; i < device_count_; ++i) FreeCachedLocked(devices_[i]);
 }
 
 }  // namespace neuron::aten

@@ -1,7 +1,6 @@
 #include "neuron/aten/cpu_fallback.h"
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -11,6 +10,7 @@
 
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
+#include "neuron/aten/host_views.h"
 #include "neuron/aten/op_log.h"
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/sim_clock.h"
@@ -82,12 +82,10 @@ c10::Storage CpuViews::CpuStorage(const c10::Storage& neuron) {
   for (const auto& s : storages_) {
     if (s.neuron == neuron.unsafeGetStorageImpl()) return s.cpu;
   }
-  void* base = neuron.nbytes() == 0 ? nullptr : neuron.mutable_data();
-  // Resizable with the CPU's allocator: a kernel that resizes an out=
-  // argument gets new memory, which WriteBack adopts.
-  c10::Storage cpu(c10::Storage::use_byte_size_t(), neuron.nbytes(),
-                   c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)),
-                   c10::GetCPUAllocator(), /*resizable=*/true);
+  // Resizable: a kernel that resizes an out= argument gets new memory,
+  // which WriteBack adopts.
+  c10::Storage cpu = HostStorage(neuron, /*resizable=*/true);
+  void* base = cpu.nbytes() == 0 ? nullptr : cpu.mutable_data();
   storages_.push_back({neuron.unsafeGetStorageImpl(), cpu, base});
   return cpu;
 }
@@ -100,10 +98,7 @@ at::Tensor CpuViews::Wrap(const at::Tensor& t, bool written) {
       return p.cpu;
     }
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      CpuStorage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  at::Tensor cpu(std::move(impl));
+  at::Tensor cpu = TensorOn(CpuStorage(t.storage()), c10::DispatchKey::CPU, t);
   tensors_.push_back({t, cpu, written});
   inputs_.push_back(cpu);
   return cpu;
@@ -184,10 +179,7 @@ at::Tensor CpuViews::Unwrap(const at::Tensor& t) {
   for (const auto& p : tensors_) {
     if (p.cpu.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return p.neuron;
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      NeuronStorage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return at::Tensor(std::move(impl));
+  return TensorOn(NeuronStorage(t.storage()), c10::DispatchKey::PrivateUse1, t);
 }
 
 void CpuViews::Results(torch::jit::Stack* stack, std::size_t count) {
@@ -251,7 +243,7 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
   const auto start = std::chrono::steady_clock::now();
   const auto& schema = target.schema();
   TORCH_CHECK_NOT_IMPLEMENTED(
-      InfoOf(target).cpu_kernel, "The operator '", info.name,
+      (&target.schema() == info.schema ? info : InfoOf(target)).cpu_kernel, "The operator '", info.name,
       "' has no kernel for the neuron device and no CPU kernel to run in its place. Run it on "
       "the CPU: move its inputs there with .cpu(), and its results back with .to(\"neuron\").");
   CpuViews views(info);
@@ -267,9 +259,7 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
     for (const auto& in : views.inputs()) alias |= t.is_alias_of(in);
     fresh |= !alias;
   }
-  bool writes = false;
-  for (bool w : info.written) writes |= w;
-  if (!fresh && !writes && !views.outputs().empty()) op.kind = runtime::EagerKind::kView;
+  if (!fresh && !info.writes && !views.outputs().empty()) op.kind = runtime::EagerKind::kView;
   Charge(info, op, MicrosecondsSince(start), views.device());
 }
 

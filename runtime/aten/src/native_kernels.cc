@@ -19,6 +19,7 @@
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/cpu_fallback.h"
 #include "neuron/aten/devices.h"
+#include "neuron/aten/host_views.h"
 #include "neuron/aten/op_info.h"
 
 namespace neuron::aten {
@@ -85,18 +86,9 @@ at::Tensor& SetEmpty(at::Tensor& self) {
 }
 
 // A CPU tensor over the memory of a tensor of either device (no copy).
-at::Tensor HostView(const at::Tensor& t, bool write) {
+at::Tensor HostView(const at::Tensor& t) {
   if (t.device().is_cpu()) return t;
-  const c10::Storage& storage = t.storage();
-  void* base = storage.nbytes() == 0 ? nullptr
-               : write             ? storage.mutable_data()
-                                   : const_cast<void*>(storage.data());
-  c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                    c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)), nullptr, false);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return at::Tensor(std::move(impl));
+  return TensorOn(HostStorage(t.storage(), /*resizable=*/false), c10::DispatchKey::CPU, t);
 }
 
 const OpInfo& CopyInfo() {
@@ -108,7 +100,7 @@ const OpInfo& CopyInfo() {
 // self -> dst, either of them on the device: a DMA on the device model.
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
   const auto start = std::chrono::steady_clock::now();
-  HostView(dst, /*write=*/true).copy_(HostView(self, /*write=*/false));
+  HostView(dst).copy_(HostView(self));
   runtime::EagerOp op;
   op.kind = runtime::EagerKind::kCopy;
   op.bytes_in = static_cast<std::uint64_t>(self.numel()) * self.element_size();

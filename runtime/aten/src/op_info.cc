@@ -109,7 +109,9 @@ OpInfo Build(const c10::OperatorHandle& op) {
   for (const auto& arg : schema.arguments()) {
     info.generator.push_back(IsOptionalGenerator(arg.type()));
     info.written.push_back(arg.alias_info() != nullptr && arg.alias_info()->isWrite());
+    info.writes |= info.written.back();
   }
+  info.schema = &schema;
   return info;
 }
 

@@ -74,8 +74,8 @@ class CachingAllocator final : public c10::Allocator {
     std::multimap<std::uint64_t, Block*> cache;  // rounded size -> free block
   };
 
-  CachingAllocator() = default;
-  Device& device(c10::DeviceIndex index);
+  CachingAllocator();  // one Device per device of the Inventory
+  Device& device(c10::DeviceIndex index) const;
   Block* Take(c10::DeviceIndex index, std::uint64_t size);
   // Counts `size` more reserved bytes, emptying the cache or throwing
   // OutOfMemoryError when they would pass the capacity.
@@ -85,8 +85,9 @@ class CachingAllocator final : public c10::Allocator {
   void FreeCachedLocked(Device& d);
   static void Delete(void* context);
 
-  mutable std::mutex mutex_;
-  std::unique_ptr<Device[]> devices_;  // Inventory().count of them, made at first use
+  mutable std::mutex mutex_;  // every Device's stats and cache
+  const int device_count_;
+  const std::unique_ptr<Device[]> devices_;
 };
 
 }  // namespace neuron::aten

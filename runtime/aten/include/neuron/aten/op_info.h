@@ -27,6 +27,8 @@ struct OpInfo {
   bool cpu_arguments_ok = false;    // takes CPU tensors beside device ones (indices)
   std::vector<bool> generator;      // per argument: a Generator? argument
   std::vector<bool> written;        // per argument: mutated (in place, out=)
+  bool writes = false;              // any argument is
+  const void* schema = nullptr;     // the operator's schema (its identity)
 };
 
 const OpInfo& InfoOf(const c10::OperatorHandle& op);
