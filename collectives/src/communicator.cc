@@ -54,7 +54,8 @@ std::shared_ptr<const runtime::FabricModel> DefaultFabric(int world) {
     ranks_per_node.push_back(static_cast<std::uint32_t>(std::min(left, per_node)));
   }
   return std::make_shared<runtime::FabricModel>(topology,
-                                                runtime::PlaceRanks(topology, ranks_per_node));
+                                                runtime::PlaceRanks(topology, ranks_per_node),
+                                                runtime::DeviceSpec::FromEnvironment());
 }
 
 // The fabric model's collective for an op: barrier is a zero-byte
@@ -151,6 +152,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
           runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm)) {
     forced_algorithm_ = ParseAlgorithm(*forced);  // read once, not on every call
   }
+  fabric_algorithm_ = runtime::ConfiguredFabricAlgorithm();
   debug_ = runtime::ConfigRegistry::Get()
                .Find(runtime::ConfigKey::kCollectiveDebug)
                .value_or("0") == "1";
@@ -414,7 +416,8 @@ const Communicator::Modelled& Communicator::Model(const Header& h, double bytes)
     auto cached = model_cache_.find(key);
     if (cached == model_cache_.end()) {
       const runtime::CollectiveCost cost = runtime::ModelCollective(
-          *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0));
+          *fabric_, FabricName(h.op), bytes, global_ranks_, std::max(h.root, 0),
+          fabric_algorithm_);
       Modelled m;
       m.micros = cost.micros;
       m.algorithm = cost.algorithm;

@@ -32,6 +32,10 @@ ConfigRegistry::ConfigRegistry()
            "force the host allreduce algorithm: direct, ring, recursive_doubling, rabenseifner, "
            "hierarchical",
            false},
+          {ConfigKey::kFabricAlgorithm, "NEURON_FABRIC_ALGO", "auto",
+           "force the fabric model's algorithm where it runs the collective: auto (the one the "
+           "model rates fastest), ring, mesh, rdh, recursive_doubling, hierarchical, tree",
+           false},
           {ConfigKey::kLocalWorldSize, "LOCAL_WORLD_SIZE", "",
            "ranks per node (set by neuronrun); places ranks on the fabric model", false},
           {ConfigKey::kFaults, "NEURON_FAULTS", "",

@@ -24,6 +24,8 @@ constexpr double kMaxBandwidthGbps = 1e6;      // 1 PB/s
 constexpr double kMaxLatencyUs = 1e6;          // 1 s
 constexpr double kMaxSlowdown = 1e6;
 constexpr double kMaxDelayUs = 1e9;            // 1000 s
+constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{1} << 40;
+constexpr std::uint32_t kMaxChunks = 4096;
 
 void CheckLink(const proto::LinkSpec& link, const std::string& field,
                const std::string& origin) {
@@ -114,11 +116,19 @@ void Topology::Validate() const {
   }
   const int chips = static_cast<int>(spec_.chips_per_node()) *
                     static_cast<int>(std::max<std::uint32_t>(spec_.num_nodes(), 1));
+  const auto& engine = spec_.collective_engine();
+  NEURON_CHECK(engine.chunk_bytes() <= kMaxChunkBytes && engine.max_chunks() <= kMaxChunks,
+               "topology ", origin_, ": collective_engine needs chunk_bytes 0 to ",
+               kMaxChunkBytes, " and max_chunks 0 to ", kMaxChunks, ", got ",
+               engine.chunk_bytes(), " and ", engine.max_chunks());
   for (const auto& f : spec_.faults()) {
-    const bool nic = f.to_chip() == -1 && spec_.inter_node() == proto::TopologySpec::EFA;
-    NEURON_CHECK(f.from_chip() >= 0 && (nic || f.to_chip() >= 0), "topology ", origin_,
-                 ": fault on link ", f.from_chip(), "->", f.to_chip(),
-                 " names a negative chip");
+    const bool efa = spec_.inter_node() == proto::TopologySpec::EFA;
+    const bool nic_out = f.to_chip() == -1 && f.from_chip() >= 0;
+    const bool nic_in = f.one_way() && f.from_chip() == -1 && f.to_chip() >= 0;
+    NEURON_CHECK((f.from_chip() >= 0 && f.to_chip() >= 0) || (efa && (nic_out || nic_in)),
+                 "topology ", origin_, ": fault on link ", f.from_chip(), "->", f.to_chip(),
+                 " names a negative chip (-1, a NIC, only on EFA: to_chip -1 for a chip's "
+                 "NIC, from_chip -1 with one_way for its ingress)");
     NEURON_CHECK(spec_.num_nodes() == 0 || (f.from_chip() < chips && f.to_chip() < chips),
                  "topology ", origin_, ": fault on link ", f.from_chip(), "->",
                  f.to_chip(), " names a chip beyond the ", chips, " chips");

@@ -53,7 +53,7 @@ Job RunJob(int world, int tp, const std::string& save_dir = "") {
     AsyncCommunicator tp_comm(world_comm->Split(d, rank));
     AsyncCommunicator dp_comm(world_comm->Split(t, rank));
     AsyncCommunicator world_async(std::move(world_comm));
-    std::vector<float> activations(16 << 10, 1.0f), grads(1 << 20, 1.0f);
+    std::vector<float> activations(16 << 10, 1.0f), grads(4 << 20, 1.0f);
     std::vector<char> message(64 << 10);
     for (int step = 0; step < kSteps; ++step) {
       const double begin = clock->compute().count();
@@ -124,7 +124,7 @@ TEST(TraceReplay, ReplayOfARealRunGivesItsModelledSteps) {
                 result.steps[step].compute_us == 50 + 15 + 30 + 40 + 5 + 10)
         << result.steps[step].compute_us;
     EXPECT_DOUBLE_EQ(result.steps[step].rank0_bytes.at("allreduce"),
-                     (16 << 10) * 4.0 + (1 << 20) * 4.0);
+                     (16 << 10) * 4.0 + (4 << 20) * 4.0);
   }
   // Saved (OpTrace::Save) and loaded: the snapshots, field for field.
   const auto loaded = runtime::LoadJobTraces(dir);

@@ -112,6 +112,9 @@ void DeviceSpec::Validate() const {
            origin_);
   NEURON_CHECK(spec_.dma().fixed_cost_us() >= 0, "device spec ", origin_,
                ": dma.fixed_cost_us must be >= 0, got ", spec_.dma().fixed_cost_us());
+  const double fraction = spec_.dma().collective_compute_fraction();
+  NEURON_CHECK(fraction >= 0 && fraction <= 1, "device spec ", origin_,
+               ": dma.collective_compute_fraction must be 0 (0.5) to 1, got ", fraction);
 }
 
 }  // namespace neuron::runtime

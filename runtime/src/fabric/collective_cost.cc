@@ -28,7 +28,8 @@ CollectiveKind ParseKind(const std::string& kind) {
 }  // namespace
 
 CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind, double bytes,
-                               const std::vector<int>& group, int root) {
+                               const std::vector<int>& group, int root,
+                               FabricAlgorithm algorithm) {
   NEURON_CHECK(!group.empty(), "collective '", kind, "' has no ranks");
   NEURON_CHECK(root >= 0 && static_cast<std::size_t>(root) < group.size(), "collective '",
                kind, "': root ", root, " outside its ", group.size(), " ranks");
@@ -37,7 +38,10 @@ CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind
     schedule = Linear(group, root, bytes, kind == "gather");
   } else {
     const CollectiveShape shape{ParseKind(kind), bytes, group, root};
-    schedule = BuildSchedule(model, shape, ChooseAlgorithm(model, shape));
+    if (algorithm == FabricAlgorithm::kAuto || !Implements(model, algorithm, shape)) {
+      algorithm = ChooseAlgorithm(model, shape);
+    }
+    schedule = BuildSchedule(model, shape, algorithm);
   }
   return {model.Simulate(schedule).total.count(), schedule.algorithm};
 }

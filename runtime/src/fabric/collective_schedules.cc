@@ -1,10 +1,14 @@
 #include "neuron/runtime/fabric/collective_schedules.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/hierarchy_levels.h"
 
 namespace neuron::runtime {
 
@@ -13,25 +17,28 @@ namespace {
 bool IsPowerOfTwo(std::size_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 // One step in which ring[i] sends `bytes` to ring[i + 1] for every i.
-Step RingStep(const std::vector<int>& ring, double bytes) {
+Step RingStep(const std::vector<int>& ring, double bytes, bool reduce) {
   Step step;
   const std::size_t n = ring.size();
-  for (std::size_t i = 0; i < n; ++i) step.transfers.push_back({ring[i], ring[(i + 1) % n], bytes});
+  for (std::size_t i = 0; i < n; ++i) {
+    step.transfers.push_back({ring[i], ring[(i + 1) % n], bytes, reduce});
+  }
   return step;
 }
 
-void AppendRing(Schedule& s, const std::vector<int>& ring, double chunk, std::size_t steps) {
-  for (std::size_t k = 0; k < steps; ++k) s.steps.push_back(RingStep(ring, chunk));
+void AppendRing(Schedule& s, const std::vector<int>& ring, double chunk, std::size_t steps,
+                bool reduce) {
+  for (std::size_t k = 0; k < steps; ++k) s.steps.push_back(RingStep(ring, chunk, reduce));
 }
 
 // Several groups stepping together: step k of every group in one step.
 void AppendRings(Schedule& s, const std::vector<std::vector<int>>& rings, double chunk,
-                 std::size_t steps) {
+                 std::size_t steps, bool reduce) {
   for (std::size_t k = 0; k < steps; ++k) {
     Step step;
     for (const auto& ring : rings) {
       if (ring.size() < 2) continue;
-      const Step part = RingStep(ring, chunk);
+      const Step part = RingStep(ring, chunk, reduce);
       step.transfers.insert(step.transfers.end(), part.transfers.begin(), part.transfers.end());
     }
     s.steps.push_back(std::move(step));
@@ -39,23 +46,29 @@ void AppendRings(Schedule& s, const std::vector<std::vector<int>>& rings, double
 }
 
 // Every rank sends `bytes` to every other rank in one step.
-Step MeshStep(const std::vector<int>& ranks, double bytes) {
+Step MeshStep(const std::vector<int>& ranks, double bytes, bool reduce) {
   Step step;
   for (int a : ranks) {
     for (int b : ranks) {
-      if (a != b) step.transfers.push_back({a, b, bytes});
+      if (a != b) step.transfers.push_back({a, b, bytes, reduce});
     }
   }
   return step;
 }
 
 // Pairwise exchange with partner i ^ distance.
-Step ExchangeStep(const std::vector<int>& ranks, std::size_t distance, double bytes) {
+Step ExchangeStep(const std::vector<int>& ranks, std::size_t distance, double bytes,
+                  bool reduce) {
   Step step;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    step.transfers.push_back({ranks[i], ranks[i ^ distance], bytes});
+    step.transfers.push_back({ranks[i], ranks[i ^ distance], bytes, reduce});
   }
   return step;
+}
+
+// Ends a stage named `name` that began at step `first`.
+void CloseStage(Schedule& s, std::string name, std::size_t first) {
+  s.stages.push_back({std::move(name), first, s.steps.size()});
 }
 
 int SnakePosition(const FabricModel& model, const ChipPlacement& p) {
@@ -67,15 +80,6 @@ int SnakePosition(const FabricModel& model, const ChipPlacement& p) {
   return row * cols + (row % 2 == 0 ? col : cols - 1 - col);
 }
 
-// Participants grouped by node (ring order inside each).
-std::vector<std::vector<int>> ByNode(const FabricModel& model, const std::vector<int>& ring) {
-  std::map<std::uint32_t, std::vector<int>> groups;
-  for (int r : ring) groups[model.placement()[r].node].push_back(r);
-  std::vector<std::vector<int>> out;
-  for (auto& [node, ranks] : groups) out.push_back(std::move(ranks));
-  return out;
-}
-
 Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
   Schedule s{"ring", {}};
   const auto ring = RingOrder(model, shape.ranks);
@@ -83,11 +87,14 @@ Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
   const double chunk = shape.bytes / static_cast<double>(n);
   switch (shape.kind) {
     case CollectiveKind::kAllReduce:
-      AppendRing(s, ring, chunk, 2 * (n - 1));
+      AppendRing(s, ring, chunk, n - 1, /*reduce=*/true);
+      AppendRing(s, ring, chunk, n - 1, /*reduce=*/false);
       break;
     case CollectiveKind::kAllGather:
+      AppendRing(s, ring, chunk, n - 1, /*reduce=*/false);
+      break;
     case CollectiveKind::kReduceScatter:
-      AppendRing(s, ring, chunk, n - 1);
+      AppendRing(s, ring, chunk, n - 1, /*reduce=*/true);
       break;
     case CollectiveKind::kBroadcast:
     case CollectiveKind::kReduce: {  // a chain from the root (to it, for reduce)
@@ -99,23 +106,33 @@ Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
       }
       if (shape.kind == CollectiveKind::kReduce) {
         std::reverse(s.steps.begin(), s.steps.end());
-        for (auto& step : s.steps) std::swap(step.transfers[0].src, step.transfers[0].dst);
+        for (auto& step : s.steps) {
+          std::swap(step.transfers[0].src, step.transfers[0].dst);
+          step.transfers[0].reduce = true;
+        }
       }
       break;
     }
-    case CollectiveKind::kAllToAll:
-      NEURON_CHECK(false, "ring is not an all-to-all algorithm; use mesh");
+    case CollectiveKind::kAllToAll:  // store and forward: step k carries what is k+ hops away
+      for (std::size_t k = 1; k < n; ++k) {
+        s.steps.push_back(RingStep(ring, static_cast<double>(n - k) * chunk, false));
+      }
+      break;
   }
   return s;
 }
 
 Schedule Mesh(const CollectiveShape& shape) {
   Schedule s{"mesh", {}};
-  const double share = shape.bytes / static_cast<double>(shape.ranks.size());
-  s.steps.push_back(MeshStep(shape.ranks, share));
-  if (shape.kind == CollectiveKind::kAllReduce) s.steps.push_back(MeshStep(shape.ranks, share));
   NEURON_CHECK(shape.kind != CollectiveKind::kBroadcast && shape.kind != CollectiveKind::kReduce,
                "mesh does not implement ", Name(shape.kind));
+  const double share = shape.bytes / static_cast<double>(shape.ranks.size());
+  const bool reduces = shape.kind == CollectiveKind::kAllReduce ||
+                       shape.kind == CollectiveKind::kReduceScatter;
+  s.steps.push_back(MeshStep(shape.ranks, share, reduces));
+  if (shape.kind == CollectiveKind::kAllReduce) {
+    s.steps.push_back(MeshStep(shape.ranks, share, false));
+  }
   return s;
 }
 
@@ -132,13 +149,13 @@ Schedule Rdh(const CollectiveShape& shape) {
     double bytes = shape.bytes;
     for (std::size_t d = n / 2; d >= 1; d /= 2) {
       bytes /= 2;
-      s.steps.push_back(ExchangeStep(shape.ranks, d, bytes));
+      s.steps.push_back(ExchangeStep(shape.ranks, d, bytes, /*reduce=*/true));
     }
   }
   if (double_up) {  // distance 1, 2, ...: twice as much each step
     double bytes = shape.bytes / static_cast<double>(n);
     for (std::size_t d = 1; d < n; d *= 2) {
-      s.steps.push_back(ExchangeStep(shape.ranks, d, bytes));
+      s.steps.push_back(ExchangeStep(shape.ranks, d, bytes, /*reduce=*/false));
       bytes *= 2;
     }
   }
@@ -151,7 +168,9 @@ Schedule RecursiveDoubling(const CollectiveShape& shape) {
   NEURON_CHECK(shape.kind == CollectiveKind::kAllReduce,
                "recursive_doubling implements allreduce only");
   Schedule s{"recursive_doubling", {}};
-  for (std::size_t d = 1; d < n; d *= 2) s.steps.push_back(ExchangeStep(shape.ranks, d, shape.bytes));
+  for (std::size_t d = 1; d < n; d *= 2) {
+    s.steps.push_back(ExchangeStep(shape.ranks, d, shape.bytes, /*reduce=*/true));
+  }
   return s;
 }
 
@@ -172,40 +191,65 @@ Schedule Tree(const CollectiveShape& shape) {
   }
   if (shape.kind == CollectiveKind::kReduce) {  // the same tree, leaves first
     std::reverse(s.steps.begin(), s.steps.end());
-    for (auto& step : s.steps) for (auto& t : step.transfers) std::swap(t.src, t.dst);
+    for (auto& step : s.steps) {
+      for (auto& t : step.transfers) {
+        std::swap(t.src, t.dst);
+        t.reduce = true;
+      }
+    }
   }
   return s;
 }
 
+// The chunks a multi-stage collective of `bytes` is pipelined in.
+int ChunkCount(const FabricModel& model, double bytes) {
+  const auto& engine = model.topology().spec().collective_engine();
+  if (engine.chunk_bytes() == 0 || bytes <= 0) return 1;
+  const double max_chunks = engine.max_chunks() != 0 ? engine.max_chunks() : 64;
+  return static_cast<int>(
+      std::clamp(std::ceil(bytes / static_cast<double>(engine.chunk_bytes())), 1.0, max_chunks));
+}
+
+// One ring stage per level (HierarchyLevels): reduce-scatter inner levels
+// first, allgather outer levels first; allreduce is the one then the other.
 Schedule Hierarchical(const FabricModel& model, const CollectiveShape& shape) {
-  const auto nodes = ByNode(model, RingOrder(model, shape.ranks));
-  const std::size_t l = nodes[0].size(), N = nodes.size();
-  for (const auto& g : nodes) {
-    NEURON_CHECK(g.size() == l, "hierarchical needs the same number of ranks on every node");
-  }
-  // Cross-node groups: the j-th rank of every node.
-  std::vector<std::vector<int>> across(l);
-  for (std::size_t j = 0; j < l; ++j) for (const auto& g : nodes) across[j].push_back(g[j]);
-  const double n = static_cast<double>(l * N);
+  const auto levels = HierarchyLevels(model, shape.ranks);
+  NEURON_CHECK(levels.has_value(), "hierarchical needs the same number of ranks on every node");
+  NEURON_CHECK(shape.kind == CollectiveKind::kAllReduce ||
+                   shape.kind == CollectiveKind::kAllGather ||
+                   shape.kind == CollectiveKind::kReduceScatter,
+               "hierarchical does not implement ", Name(shape.kind));
   Schedule s{"hierarchical", {}};
-  switch (shape.kind) {
-    case CollectiveKind::kAllReduce:
-      AppendRings(s, nodes, shape.bytes / l, l - 1);           // intra reduce-scatter
-      AppendRings(s, across, shape.bytes / n, 2 * (N - 1));     // inter allreduce of S/l
-      AppendRings(s, nodes, shape.bytes / l, l - 1);           // intra allgather
-      break;
-    case CollectiveKind::kAllGather:
-      AppendRings(s, across, shape.bytes / n, N - 1);           // inter first
-      AppendRings(s, nodes, shape.bytes / l, l - 1);
-      break;
-    case CollectiveKind::kReduceScatter:
-      AppendRings(s, nodes, shape.bytes / l, l - 1);           // intra first
-      AppendRings(s, across, shape.bytes / n, N - 1);
-      break;
-    default:
-      NEURON_CHECK(false, "hierarchical does not implement ", Name(shape.kind));
+  double held = shape.bytes;  // what each rank still reduces, or already gathered
+  if (shape.kind != CollectiveKind::kAllGather) {
+    for (const auto& level : *levels) {
+      const std::size_t l = level.groups[0].size();
+      const std::size_t first = s.steps.size();
+      AppendRings(s, level.groups, held / l, l - 1, /*reduce=*/true);
+      CloseStage(s, "reduce-scatter over " + level.name, first);
+      held /= l;
+    }
+  } else {
+    held = shape.bytes / static_cast<double>(shape.ranks.size());
   }
+  if (shape.kind != CollectiveKind::kReduceScatter) {
+    for (auto level = levels->rbegin(); level != levels->rend(); ++level) {
+      const std::size_t l = level->groups[0].size();
+      const std::size_t first = s.steps.size();
+      AppendRings(s, level->groups, held, l - 1, /*reduce=*/false);
+      CloseStage(s, "allgather over " + level->name, first);
+      held *= l;
+    }
+  }
+  if (s.stages.size() > 1) s.chunks = ChunkCount(model, shape.bytes);
   return s;
+}
+
+bool SpansNodes(const FabricModel& model, const std::vector<int>& ranks) {
+  for (int r : ranks) {
+    if (model.placement()[r].node != model.placement()[ranks[0]].node) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -261,20 +305,68 @@ std::vector<int> RingOrder(const FabricModel& model, const std::vector<int>& ran
   return ring;
 }
 
+std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name) {
+  for (auto a : {FabricAlgorithm::kAuto, FabricAlgorithm::kRing, FabricAlgorithm::kMesh,
+                 FabricAlgorithm::kRdh, FabricAlgorithm::kRecursiveDoubling,
+                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
+    if (name == Name(a)) return a;
+  }
+  return std::nullopt;
+}
+
+FabricAlgorithm ConfiguredFabricAlgorithm() {
+  const auto value = ConfigRegistry::Get().Find(ConfigKey::kFabricAlgorithm);
+  if (!value || value->empty()) return FabricAlgorithm::kAuto;
+  const auto algorithm = ParseFabricAlgorithm(*value);
+  NEURON_CHECK(algorithm.has_value(), "NEURON_FABRIC_ALGO must be auto, ring, mesh, rdh, "
+               "recursive_doubling, hierarchical or tree, got '", *value, "'");
+  return *algorithm;
+}
+
+bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
+                const CollectiveShape& shape) {
+  const auto k = shape.kind;
+  const bool reducing_or_gathering = k == CollectiveKind::kAllReduce ||
+                                     k == CollectiveKind::kAllGather ||
+                                     k == CollectiveKind::kReduceScatter;
+  switch (algorithm) {
+    case FabricAlgorithm::kAuto:
+    case FabricAlgorithm::kRing: return true;
+    case FabricAlgorithm::kMesh:
+      return reducing_or_gathering || k == CollectiveKind::kAllToAll;
+    case FabricAlgorithm::kRdh:
+      return reducing_or_gathering && IsPowerOfTwo(shape.ranks.size());
+    case FabricAlgorithm::kRecursiveDoubling:
+      return k == CollectiveKind::kAllReduce && IsPowerOfTwo(shape.ranks.size());
+    case FabricAlgorithm::kTree:
+      return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce;
+    case FabricAlgorithm::kHierarchical:
+      return reducing_or_gathering && HierarchyLevels(model, shape.ranks).has_value();
+  }
+  return false;
+}
+
+std::vector<FabricAlgorithm> Candidates(const FabricModel& model, const CollectiveShape& shape) {
+  std::vector<FabricAlgorithm> out;
+  for (auto a : {FabricAlgorithm::kRing, FabricAlgorithm::kMesh, FabricAlgorithm::kRdh,
+                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
+    if (a == FabricAlgorithm::kHierarchical && !SpansNodes(model, shape.ranks)) continue;
+    if (Implements(model, a, shape)) out.push_back(a);
+  }
+  return out;
+}
+
 FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape) {
-  if (shape.kind == CollectiveKind::kBroadcast || shape.kind == CollectiveKind::kReduce) {
-    return FabricAlgorithm::kTree;
+  FabricAlgorithm best = FabricAlgorithm::kRing;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (FabricAlgorithm a : Candidates(model, shape)) {
+    const double us = model.Simulate(BuildSchedule(model, shape, a)).total.count();
+    if (us < best_us) {
+      best = a;
+      best_us = us;
+    }
   }
-  if (shape.kind == CollectiveKind::kAllToAll) return FabricAlgorithm::kMesh;
-  const auto nodes = ByNode(model, shape.ranks);
-  if (nodes.size() > 1) {
-    bool even = true;
-    for (const auto& g : nodes) even = even && g.size() == nodes[0].size();
-    return even ? FabricAlgorithm::kHierarchical : FabricAlgorithm::kRing;
-  }
-  if (shape.bytes < (1 << 20)) return FabricAlgorithm::kMesh;
-  if (shape.bytes <= 56e6 && IsPowerOfTwo(shape.ranks.size())) return FabricAlgorithm::kRdh;
-  return FabricAlgorithm::kRing;
+  return best;
 }
 
 Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
@@ -285,11 +377,11 @@ Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
   switch (algorithm == FabricAlgorithm::kAuto ? ChooseAlgorithm(model, shape) : algorithm) {
     case FabricAlgorithm::kRing: return Ring(model, shape);
     case FabricAlgorithm::kMesh: return Mesh(shape);
+    case FabricAlgorithm::kAuto: break;
     case FabricAlgorithm::kRdh: return Rdh(shape);
     case FabricAlgorithm::kRecursiveDoubling: return RecursiveDoubling(shape);
     case FabricAlgorithm::kHierarchical: return Hierarchical(model, shape);
     case FabricAlgorithm::kTree: return Tree(shape);
-    case FabricAlgorithm::kAuto: break;
   }
   NEURON_ASSERT(false, "unhandled algorithm");
 }

@@ -13,16 +13,6 @@ namespace {
 
 std::string ChipName(int chip) { return "chip " + std::to_string(chip); }
 
-// Coordinates of local chip `c` in a torus of `dims` (first dim slowest).
-std::vector<int> Coordinates(int c, const std::vector<int>& dims) {
-  std::vector<int> coords(dims.size());
-  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
-    coords[d] = c % dims[d];
-    c /= dims[d];
-  }
-  return coords;
-}
-
 int Index(const std::vector<int>& coords, const std::vector<int>& dims) {
   int index = 0;
   for (std::size_t d = 0; d < dims.size(); ++d) index = index * dims[d] + coords[d];
@@ -30,6 +20,15 @@ int Index(const std::vector<int>& coords, const std::vector<int>& dims) {
 }
 
 }  // namespace
+
+std::vector<int> TorusCoordinates(int local_chip, const std::vector<int>& dims) {
+  std::vector<int> coords(dims.size());
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    coords[d] = local_chip % dims[d];
+    local_chip /= dims[d];
+  }
+  return coords;
+}
 
 FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes) {
   const auto& spec = topology.spec();
@@ -63,7 +62,7 @@ void FabricGraph::AddTorusLinks(const proto::TopologySpec& spec, int node) {
   const std::vector<int> dims(spec.torus_dims().begin(), spec.torus_dims().end());
   const int base = node * chips_per_node_;
   for (int c = 0; c < chips_per_node_; ++c) {
-    const auto coords = Coordinates(c, dims);
+    const auto coords = TorusCoordinates(c, dims);
     for (std::size_t d = 0; d < dims.size(); ++d) {
       if (dims[d] == 1) continue;
       // +1 and -1 neighbours; in a dimension of 2 they are the same chip.
@@ -111,10 +110,13 @@ void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
     const int b = fault.to_chip();
     bool found = false;
     for (auto& link : links_) {
+      const bool one_way = fault.one_way();
       const bool nic = b == -1 && link.to == num_chips_ && link.from == a;
-      const bool nic_in = b == -1 && link.from == num_chips_ && link.to == a;
-      const bool pair = b >= 0 && ((link.from == a && link.to == b) ||
-                                   (link.from == b && link.to == a));
+      const bool nic_in = (!one_way && b == -1 && link.from == num_chips_ && link.to == a) ||
+                          (one_way && a == -1 && link.from == num_chips_ && link.to == b);
+      const bool pair = a >= 0 && b >= 0 &&
+                        ((link.from == a && link.to == b) ||
+                         (!one_way && link.from == b && link.to == a));
       if (!nic && !nic_in && !pair) continue;
       found = true;
       if (fault.down()) {
@@ -125,7 +127,8 @@ void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
         link.bytes_per_second /= fault.slowdown();
       }
     }
-    NEURON_CHECK(found, "fault names a link that does not exist: chip ", a, " -> ",
+    NEURON_CHECK(found, "fault names a link that does not exist: ",
+                 a == -1 ? std::string("NIC") : "chip " + std::to_string(a), " -> ",
                  b == -1 ? std::string("NIC") : "chip " + std::to_string(b));
   }
 }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/reduction_rate.h"
 
 namespace neuron::runtime {
 
@@ -14,6 +15,30 @@ int CountNodes(const std::vector<ChipPlacement>& placement) {
   std::uint32_t max_node = 0;
   for (const auto& p : placement) max_node = std::max(max_node, p.node);
   return static_cast<int>(max_node) + 1;
+}
+
+std::vector<Stage> StagesOf(const Schedule& schedule) {
+  if (schedule.stages.empty()) return {Stage{schedule.algorithm, 0, schedule.steps.size()}};
+  std::size_t next = 0;
+  for (const Stage& stage : schedule.stages) {
+    NEURON_ASSERT(stage.first_step == next && stage.end_step >= stage.first_step &&
+                      stage.end_step <= schedule.steps.size(),
+                  "schedule '", schedule.algorithm, "': stage '", stage.name,
+                  "' does not continue the previous one");
+    next = stage.end_step;
+  }
+  NEURON_ASSERT(next == schedule.steps.size(), "schedule '", schedule.algorithm,
+                "': stages leave steps out");
+  return schedule.stages;
+}
+
+bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
+  auto i = a.begin(), j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    if (*i == *j) return true;
+    if (*i < *j) ++i; else ++j;
+  }
+  return false;
 }
 
 }  // namespace
@@ -30,32 +55,95 @@ std::vector<ChipPlacement> PlaceRanks(const Topology& topology,
   return placement;
 }
 
-FabricModel::FabricModel(const Topology& topology, std::vector<ChipPlacement> placement)
+FabricModel::FabricModel(const Topology& topology, std::vector<ChipPlacement> placement,
+                         const DeviceSpec& device)
     : topology_(topology),
       placement_(std::move(placement)),
       num_nodes_(CountNodes(placement_)),
-      graph_(topology_, static_cast<std::uint32_t>(num_nodes_)) {
+      graph_(topology_, static_cast<std::uint32_t>(num_nodes_)),
+      reduce_bytes_per_second_(ReductionBytesPerSecond(device, CoresPerRank(topology_.spec()))) {
   NEURON_CHECK(!placement_.empty(), "fabric model of an empty job");
 }
 
 SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
+  NEURON_CHECK(schedule.chunks >= 1, "schedule '", schedule.algorithm, "' has ",
+               schedule.chunks, " chunks");
+  const std::vector<Stage> stages = StagesOf(schedule);
+  const double scale = 1.0 / schedule.chunks;
   SimulationResult result;
-  for (const Step& step : schedule.steps) {
-    const SimDuration t = StepTime(step, &result.link_bytes);
-    result.steps.push_back(t);
-    result.total += t;
+  std::vector<double> stage_us;
+  for (const Stage& stage : stages) {
+    SimDuration sum{0};
+    for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
+      const SimDuration t =
+          StepTime(schedule.steps[i], scale, &result.link_bytes);
+      result.steps.push_back(t);
+      sum += t;
+    }
+    result.stages.push_back(sum);
+    stage_us.push_back(sum.count());
+  }
+  result.link_bytes *= schedule.chunks;
+  if (schedule.chunks == 1) {
+    for (const SimDuration t : result.stages) result.total += t;
+  } else {
+    result.total = SimDuration(PipelineMicros(schedule, stages, stage_us));
   }
   return result;
 }
 
-SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
+std::vector<int> FabricModel::StageResources(const Schedule& schedule, const Stage& stage) const {
+  const int links = static_cast<int>(graph_.links().size());
+  std::vector<int> used;
+  for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
+    for (const Transfer& t : schedule.steps[i].transfers) {
+      const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
+      if (a == b) used.push_back(links + static_cast<int>(a));
+      graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
+                         [&](int id) { used.push_back(id); });
+    }
+  }
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  return used;
+}
+
+double FabricModel::PipelineMicros(const Schedule& schedule, const std::vector<Stage>& stages,
+                                   const std::vector<double>& stage_us) const {
+  const int k = schedule.chunks;
+  const int n = static_cast<int>(stages.size());
+  std::vector<std::vector<int>> resources;
+  for (const Stage& stage : stages) resources.push_back(StageResources(schedule, stage));
+  // conflicts[s]: the stages (s itself included) that cannot overlap s.
+  std::vector<std::vector<int>> conflicts(n);
+  for (int s = 0; s < n; ++s) {
+    for (int o = 0; o < n; ++o) {
+      if (o == s || Intersect(resources[s], resources[o])) conflicts[s].push_back(o);
+    }
+  }
+  std::vector<double> last_end(n, 0.0);  // of the latest placed chunk, per stage
+  std::vector<double> chunk_at(k, 0.0);  // when chunk c left its previous stage
+  for (int wave = 0; wave <= k + n - 2; ++wave) {
+    for (int s = std::min(n - 1, wave); s >= 0 && wave - s < k; --s) {
+      const int c = wave - s;
+      double start = chunk_at[c];
+      for (int o : conflicts[s]) start = std::max(start, last_end[o]);
+      chunk_at[c] = last_end[s] = start + stage_us[s];
+    }
+  }
+  return chunk_at[k - 1];
+}
+
+SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_bytes) const {
   const int n = world_size();
-  // Sharers per link, and per chip for on-chip copies.
+  // Sharers per link, per chip for on-chip copies, per rank for reductions.
   std::vector<int> sharers(graph_.links().size(), 0);
   std::map<std::uint32_t, int> on_chip_sharers;
+  std::map<int, int> reducers;
   for (const Transfer& t : step.transfers) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
+    if (t.reduce) ++reducers[t.dst];
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
     if (a == b) {
       ++on_chip_sharers[a];
@@ -68,6 +156,7 @@ SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
   std::vector<int> route;  // reused: one allocation per step at most
   for (const Transfer& t : step.transfers) {
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
+    const double bytes = t.bytes * scale;
     SimDuration latency{0};
     double rate = 0;
     if (a == b) {
@@ -83,9 +172,14 @@ SimDuration FabricModel::StepTime(const Step& step, double* link_bytes) const {
         latency += link.latency;
         rate = std::min(rate, link.bytes_per_second / sharers[*id]);
       }
-      *link_bytes += t.bytes * static_cast<double>(route.size());
+      *link_bytes += bytes * static_cast<double>(route.size());
     }
-    const SimDuration time = latency + (t.bytes > 0 ? SimSeconds(t.bytes / rate) : SimDuration(0));
+    double seconds = bytes / rate;
+    if (t.reduce) {
+      const double reduce = bytes / (reduce_bytes_per_second_ / reducers[t.dst]);
+      seconds = (seconds + reduce + std::max(seconds, reduce)) / 2;
+    }
+    const SimDuration time = latency + (bytes > 0 ? SimSeconds(seconds) : SimDuration(0));
     slowest = std::max(slowest, time);
   }
   return slowest;

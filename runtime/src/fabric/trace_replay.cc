@@ -146,7 +146,10 @@ class Replayer {
  public:
   Replayer(const std::vector<proto::RankTrace>& traces, const FabricModel& target, Mesh from,
            Mesh to)
-      : target_(target), map_(from, to), ranks_(target.world_size()) {
+      : target_(target),
+        algorithm_(ConfiguredFabricAlgorithm()),
+        map_(from, to),
+        ranks_(target.world_size()) {
     for (int r = 0; r < target.world_size(); ++r) {
       RankState& s = ranks_[static_cast<std::size_t>(r)];
       s.trace = &traces[static_cast<std::size_t>(map_.Source(r))];
@@ -362,7 +365,7 @@ class Replayer {
     if (it == costs_.end()) {
       const int root = static_cast<int>(std::find(m.group.begin(), m.group.end(), m.root) -
                                         m.group.begin());
-      it = costs_.emplace(key, ModelCollective(target_, m.kind, m.bytes, m.group, root).micros)
+      it = costs_.emplace(key, ModelCollective(target_, m.kind, m.bytes, m.group, root, algorithm_).micros)
                .first;
     }
     return it->second;
@@ -406,6 +409,7 @@ class Replayer {
   }
 
   const FabricModel& target_;
+  const FabricAlgorithm algorithm_;  // NEURON_FABRIC_ALGO
   RankMap map_;
   std::vector<RankState> ranks_;
   std::unordered_map<std::string, Match> matches_;

@@ -40,6 +40,7 @@
 
 namespace neuron::runtime {
 class FabricModel;
+enum class FabricAlgorithm;  // collective_schedules.h
 class OpTrace;
 class SimClock;
 }  // namespace neuron::runtime
@@ -420,6 +421,7 @@ class Communicator {
   CommunicatorTotals totals_;
   bool join_compute_ = true;
   Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
+  runtime::FabricAlgorithm fabric_algorithm_{};    // NEURON_FABRIC_ALGO
   bool debug_ = false;                              // NEURON_CC_DEBUG=1
   std::unique_ptr<PointToPoint> p2p_;
   // Across hosts with several ranks on some host: this host's ranks (shared

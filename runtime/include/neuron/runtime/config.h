@@ -31,6 +31,7 @@ enum class ConfigKey {
   kJobSecret,        // NEURON_JOB_SECRET
   kRdzvSecret,       // NEURON_RDZV_SECRET
   kCollectiveAlgorithm,  // NEURON_CC_ALGO
+  kFabricAlgorithm,      // NEURON_FABRIC_ALGO
   kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
   kFaults,               // NEURON_FAULTS
   kCollectiveDebug,      // NEURON_CC_DEBUG

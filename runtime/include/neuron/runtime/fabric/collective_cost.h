@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/fabric_model.h"
 
 namespace neuron::runtime {
@@ -20,11 +21,13 @@ struct CollectiveCost {
 };
 
 // `kind` is a CollectiveKind name ("allreduce", "allgather", "reducescatter",
-// "broadcast", "reduce", "alltoall"), with the algorithm Neuron would choose
-// (ChooseAlgorithm), or "gather" / "scatter": linear, every other rank and
+// "broadcast", "reduce", "alltoall"), run with `algorithm` where it
+// implements the shape and ChooseAlgorithm's choice otherwise (the cost
+// names the one used), or "gather" / "scatter": linear, every other rank and
 // the root at once, `bytes` each. `group` lists job ranks in communicator
 // order; `root` indexes it. InvalidUsage names an unknown kind.
 CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind, double bytes,
-                               const std::vector<int>& group, int root);
+                               const std::vector<int>& group, int root,
+                               FabricAlgorithm algorithm = FabricAlgorithm::kAuto);
 
 }  // namespace neuron::runtime

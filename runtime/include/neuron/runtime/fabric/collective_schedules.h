@@ -10,10 +10,16 @@
 //   rdh           recursive halving reduce-scatter + doubling allgather over
 //                 the torus treated as a hypercube (Rabenseifner 2004)
 //   recursive_doubling  log2(n) full-size exchanges (Thakur et al. 2005)
-//   hierarchical  intra-node stage, inter-node stage across same-index
-//                 ranks, intra-node stage; allgather runs inter-node first,
-//                 reduce-scatter intra-node first
+//   hierarchical  one ring stage per level of the fabric the group spans
+//                 (HierarchyLevels: on-chip, each torus dimension, nodes):
+//                 reduce-scatter inner levels first, allgather outer levels
+//                 first, allreduce the one then the other; pipelined in
+//                 chunks of the topology's collective_engine.chunk_bytes
 //   tree          binomial tree (broadcast, reduce)
+// Ring also runs all-to-all (store and forward: step k carries the shares
+// still n - k hops from home) and broadcast / reduce (a chain from the root).
+// Reduce-scatter steps mark their transfers `reduce` (FabricModel prices
+// the reduction).
 //
 // Usage:
 //   CollectiveShape shape{CollectiveKind::kAllReduce, 64 << 20, AllRanks(16)};
@@ -48,13 +54,23 @@ std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name);
 // {0, 1, ..., n-1}.
 std::vector<int> AllRanks(int n);
 
-// What Neuron would pick: hierarchical across nodes; inside a node mesh
-// below 1 MiB, rdh up to 56 MB on a power-of-two group, ring above; tree
-// for broadcast and reduce; mesh for all-to-all.
+// The algorithm Name() calls `name` ("auto", "ring", ...), or none.
+std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name);
+// NEURON_FABRIC_ALGO (kAuto when unset); InvalidUsage names a bad value.
+FabricAlgorithm ConfiguredFabricAlgorithm();
+
+// Whether `algorithm` runs this shape (rdh needs a power-of-two group,
+// hierarchical the same ranks on every node, tree is broadcast and reduce).
+bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
+                const CollectiveShape& shape);
+
+// The automatic choice: the one the model rates fastest among Neuron's
+// documented algorithms that run the shape (ring, mesh, rdh; hierarchical
+// when the group spans nodes; tree), the first listed on a tie.
 FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape);
 
-// Throws InvalidUsage when the algorithm cannot run this shape (e.g. rdh on
-// 6 ranks, hierarchical with unequal ranks per node).
+// kAuto builds ChooseAlgorithm's. Throws InvalidUsage when the algorithm
+// cannot run this shape (Implements).
 Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
                        FabricAlgorithm algorithm);
 

@@ -77,6 +77,10 @@ class FabricGraph {
   std::string down_links_;                          // for error messages
 };
 
+// Coordinates of a node's chip `local_chip` in a torus of `dims` (the first
+// dimension varies slowest), as the graph wires it.
+std::vector<int> TorusCoordinates(int local_chip, const std::vector<int>& dims);
+
 // Throws InvalidUsage, naming the chips and the links down, unless every
 // chip that holds a rank of a job of `num_nodes` nodes with these ranks per
 // node can reach every other over the fabric (faults can cut them apart):

@@ -5,6 +5,23 @@
 // rate of its most contended link and pays the latency of every hop:
 //   time = sum(hop latency) + bytes / min over links (bandwidth / sharers).
 // Ranks on the same chip exchange through the on-chip link (HBM DMA).
+// A transfer marked `reduce` is reduced at the receiver
+// (ReductionBytesPerSecond, shared by the transfers reducing at the same
+// rank in that step) in two slices, the first slice's reduction overlapping
+// the second slice's transfer, as Neuron's ring reduce-scatter does: with
+// wire time w = bytes / link rate and reduction time r = bytes / reduce rate,
+//   time = sum(hop latency) + (w + r + max(w, r)) / 2.
+//
+// Stages and chunks (schedule.h): with k chunks each stage's time is that
+// of its steps on bytes / k. Stages that share a link (or a chip's on-chip
+// link) never run at once; otherwise they overlap across chunks. A rank's
+// reductions in overlapping stages are not charged against each other: the
+// DMA engines doing them are many (16 per core) and each stage has its own
+// rings. The chunks enter in waves: (chunk c, stage s) is placed in
+// order of c + s, later stages first within a wave, and starts when chunk c
+// has left stage s - 1 and every placed (chunk, stage) it conflicts with has
+// ended. Stages on disjoint resources so give the flow-shop closed form:
+//   total = sum over stages of t_s + (k - 1) x max over stages of t_s.
 //
 // Usage:
 //   FabricModel model(Topology::Default(), PlaceRanks(topology, {16}));
@@ -14,6 +31,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/schedule.h"
 #include "neuron/runtime/sim_time.h"
@@ -23,14 +41,17 @@ namespace neuron::runtime {
 
 struct SimulationResult {
   SimDuration total{0};
-  std::vector<SimDuration> steps;
-  double link_bytes = 0;  // bytes x hops summed over transfers
+  std::vector<SimDuration> steps;   // per step, on one chunk
+  std::vector<SimDuration> stages;  // per stage, on one chunk
+  double link_bytes = 0;  // bytes x hops summed over transfers (all chunks)
 };
 
 class FabricModel {
  public:
-  // `placement[r]` is where rank r sits (Topology::Place).
-  FabricModel(const Topology& topology, std::vector<ChipPlacement> placement);
+  // `placement[r]` is where rank r sits (Topology::Place); `device` is the
+  // NeuronCore whose DMA and HBM figures price reductions.
+  FabricModel(const Topology& topology, std::vector<ChipPlacement> placement,
+              const DeviceSpec& device = DeviceSpec::Default());
 
   SimulationResult Simulate(const Schedule& schedule) const;
 
@@ -41,12 +62,19 @@ class FabricModel {
   int num_nodes() const { return num_nodes_; }
 
  private:
-  SimDuration StepTime(const Step& step, double* link_bytes) const;
+  SimDuration StepTime(const Step& step, double scale, double* link_bytes) const;
+  // Resource ids a stage's steps use: link ids, then chips (on-chip
+  // copies); sorted, unique.
+  std::vector<int> StageResources(const Schedule& schedule, const Stage& stage) const;
+  // Pipelines `chunks` chunks through stages taking `stage_us` each.
+  double PipelineMicros(const Schedule& schedule, const std::vector<Stage>& stages,
+                        const std::vector<double>& stage_us) const;
 
   Topology topology_;
   std::vector<ChipPlacement> placement_;
   int num_nodes_;
   FabricGraph graph_;
+  double reduce_bytes_per_second_;  // per rank
 };
 
 // Places `ranks_per_node[i]` ranks on node i, in rank order (as neuronrun does).

@@ -1,8 +1,17 @@
 // A collective as the hardware would run it: steps of concurrent transfers
-// between ranks. A step ends when its slowest transfer does; the next step
-// starts then (the algorithms modelled here are bulk-synchronous).
+// between ranks, grouped into stages.
+//
+// Steps are bulk-synchronous: a step ends when its slowest transfer does and
+// the next step of the same stage starts then. A stage is a phase on one set
+// of links (an intra-node reduce-scatter, an inter-node allreduce, ...). With
+// `chunks` > 1 the buffer moves in that many equal chunks, and the stages
+// form a pipeline: stage s works on chunk c once stage s-1 has finished it,
+// while stage s-1 moves on to chunk c+1 (FabricModel::Simulate gives the
+// exact rule). A schedule without stages is one stage of all its steps.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <vector>
 
 namespace neuron::runtime {
@@ -11,10 +20,19 @@ struct Transfer {
   int src = 0;  // rank
   int dst = 0;  // rank
   double bytes = 0;
+  // The receiver reduces what arrives into its buffer (a reduce-scatter
+  // step) rather than storing it: costs reduction compute at `dst`.
+  bool reduce = false;
 };
 
 struct Step {
   std::vector<Transfer> transfers;
+};
+
+struct Stage {
+  std::string name;  // e.g. "reduce-scatter over torus dim 1"
+  std::size_t first_step = 0;
+  std::size_t end_step = 0;  // one past the last
 };
 
 struct Schedule {
@@ -22,6 +40,10 @@ struct Schedule {
   // lives as long as the process, so costs and records hold it as is).
   const char* algorithm = "";
   std::vector<Step> steps;
+  // Empty: one stage of every step. Otherwise they cover `steps` in order.
+  std::vector<Stage> stages;
+  // Equal chunks the buffer is pipelined in (1: the whole buffer at once).
+  int chunks = 1;
 };
 
 }  // namespace neuron::runtime

@@ -1,0 +1,70 @@
+// Test topologies and the closed forms the fabric model is held against:
+// a hop costs a + bytes / B, and a reducing hop (the receiver reduces what
+// arrives, in two slices that overlap the wire) a + (w + r + max(w, r)) / 2
+// with w = bytes / B and r = bytes / R, R the rank's reduction rate.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/fabric/reduction_rate.h"
+
+namespace neuron::runtime {
+
+inline constexpr double kB = 100e9;  // link bandwidth of the test topologies, B/s
+inline constexpr double kA = 2e-6;   // per hop latency, s
+// A rank that holds a whole chip of the default device (8 NeuronCore-v3).
+inline const double kR = ReductionBytesPerSecond(DeviceSpec::Default(), 8);
+
+inline double Hop(double bytes, double a = kA, double b = kB) { return a + bytes / b; }
+
+inline double ReduceHop(double bytes, double a = kA, double b = kB, double r_rate = kR) {
+  const double w = bytes / b, r = bytes / r_rate;
+  return a + (w + r + std::max(w, r)) / 2;
+}
+
+// One node whose chips form a 1-D torus (a ring) of n chips.
+inline Topology RingTopology(int n, const std::string& extra = "") {
+  return Topology::FromText(
+      "chips_per_node: " + std::to_string(n) + " torus_dims: [" + std::to_string(n) +
+          "] ranks_per_chip: 1 intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+          "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } " + extra,
+      "ring-test");
+}
+
+// Nodes of one chip each, joined by EFA NICs: every pair one hop apart.
+inline Topology SwitchTopology(const std::string& extra = "") {
+  return Topology::FromText(
+      "chips_per_node: 1 torus_dims: [1] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 100 latency_us: 2 } " + extra,
+      "switch-test");
+}
+
+// The default device with HBM at `gbps` per core.
+inline DeviceSpec DeviceWithHbm(double gbps) {
+  proto::DeviceSpec spec = DeviceSpec::Default().spec();
+  spec.mutable_hbm()->set_bandwidth_gbps(gbps);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(spec, &text);
+  return DeviceSpec::FromText(text, "hbm-test");
+}
+
+inline double Seconds(const FabricModel& model, CollectiveKind kind, double bytes,
+                      FabricAlgorithm algorithm) {
+  const CollectiveShape shape{kind, bytes, AllRanks(model.world_size()), 0};
+  return ToSeconds(model.Simulate(BuildSchedule(model, shape, algorithm)).total);
+}
+
+// Equal to the closed form up to floating-point rounding.
+inline void ExpectClose(double modelled, double closed_form, const std::string& what) {
+  EXPECT_NEAR(modelled, closed_form, 1e-9 * closed_form) << what;
+}
+
+}  // namespace neuron::runtime

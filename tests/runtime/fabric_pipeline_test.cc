@@ -1,0 +1,244 @@
+// The fabric model's chunked pipelines, N-level hierarchies, all-to-all,
+// one-way faults and algorithm choice, against closed forms: one chunk is
+// the alpha-beta sum of its steps; k chunks through s stages on disjoint
+// links take the first chunk's time through every stage plus (k - 1) times
+// the slowest stage's chunk time.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "fabric_closed_forms.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_cost.h"
+#include "neuron/runtime/fabric/fabric_graph.h"
+
+namespace neuron::runtime {
+namespace {
+
+// Two trn2 nodes (4x4 torus each, EFA between them), 32 ranks, one per
+// chip; the figures come from the topology so the closed forms follow it.
+struct TwoTrn2Nodes {
+  Topology topology = Topology::Default();
+  FabricModel model{topology, PlaceRanks(topology, {16, 16})};
+  double a = topology.spec().intra_node_link().latency_us() * 1e-6;
+  double b = topology.spec().intra_node_link().bandwidth_gbps() * 1e9;
+  double ae = topology.spec().inter_node_link().latency_us() * 1e-6;  // NIC out; in: 0
+  double be = topology.spec().inter_node_link().bandwidth_gbps() * 1e9;
+};
+
+Schedule Build(const FabricModel& model, CollectiveKind kind, double bytes,
+               FabricAlgorithm algorithm, int chunks) {
+  Schedule s = BuildSchedule(model, {kind, bytes, AllRanks(model.world_size()), 0}, algorithm);
+  s.chunks = chunks;
+  return s;
+}
+
+double FlowShop(const std::vector<double>& stages, int k) {
+  double sum = 0, slowest = 0;
+  for (double t : stages) {
+    sum += t;
+    slowest = std::max(slowest, t);
+  }
+  return sum + (k - 1) * slowest;
+}
+
+TEST(FabricPipeline, ThreeLevelAllReduceRunsOneRingPerDimension) {
+  const TwoTrn2Nodes f;
+  const double s = 64 << 20;
+  const Schedule sched =
+      Build(f.model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kHierarchical, 1);
+  ASSERT_EQ(sched.stages.size(), 6u);
+  const char* names[] = {"reduce-scatter over torus dim 1", "reduce-scatter over torus dim 0",
+                         "reduce-scatter over nodes",       "allgather over nodes",
+                         "allgather over torus dim 0",      "allgather over torus dim 1"};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(sched.stages[i].name, names[i]);
+  // 3 + 3 steps per phase inside the node where one ring of 16 pays 15.
+  EXPECT_EQ(sched.steps.size(), 3u + 3u + 1u + 1u + 3u + 3u);
+  const double expected = 3 * ReduceHop(s / 4, f.a, f.b) + 3 * ReduceHop(s / 16, f.a, f.b) +
+                          ReduceHop(s / 32, f.ae, f.be) + Hop(s / 32, f.ae, f.be) +
+                          3 * Hop(s / 16, f.a, f.b) + 3 * Hop(s / 4, f.a, f.b);
+  ExpectClose(ToSeconds(f.model.Simulate(sched).total), expected, "three-level allreduce");
+}
+
+TEST(FabricPipeline, ChunkedReduceScatterMatchesTheFlowShopClosedForm) {
+  // Stages on disjoint links (dim 1, dim 0, the NICs), each reducing.
+  const TwoTrn2Nodes f;
+  const double s = 256.0 * (1 << 20);
+  for (int k : {1, 2, 8, 64}) {
+    const double c = s / k;
+    const std::vector<double> stages = {3 * ReduceHop(c / 4, f.a, f.b),
+                                        3 * ReduceHop(c / 16, f.a, f.b),
+                                        ReduceHop(c / 32, f.ae, f.be)};
+    const Schedule sched =
+        Build(f.model, CollectiveKind::kReduceScatter, s, FabricAlgorithm::kHierarchical, k);
+    const SimulationResult r = f.model.Simulate(sched);
+    ExpectClose(ToSeconds(r.total), FlowShop(stages, k), "reduce-scatter k=" + std::to_string(k));
+    ASSERT_EQ(r.stages.size(), 3u);
+    ExpectClose(ToSeconds(r.stages[2]), stages[2], "inter-node stage on one chunk");
+  }
+}
+
+TEST(FabricPipeline, ChunkedAllGatherMatchesTheFlowShopClosedForm) {
+  const TwoTrn2Nodes f;
+  const double s = 64 << 20;
+  for (int k : {1, 4, 16}) {
+    const double c = s / k;
+    const std::vector<double> stages = {Hop(c / 32, f.ae, f.be), 3 * Hop(c / 16, f.a, f.b),
+                                        3 * Hop(c / 4, f.a, f.b)};
+    ExpectClose(ToSeconds(f.model
+                              .Simulate(Build(f.model, CollectiveKind::kAllGather, s,
+                                              FabricAlgorithm::kHierarchical, k))
+                              .total),
+                FlowShop(stages, k), "allgather k=" + std::to_string(k));
+  }
+}
+
+TEST(FabricPipeline, PipelinedAllReduceHidesTheInterNodeStage) {
+  // The reduce-scatter and allgather over a dimension share its links, so
+  // they take turns; the NIC stages overlap them.
+  const TwoTrn2Nodes f;
+  const double s = 256.0 * (1 << 20);
+  const int k = 64;
+  const auto one = f.model.Simulate(
+      Build(f.model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kHierarchical, 1));
+  const auto piped = f.model.Simulate(
+      Build(f.model, CollectiveKind::kAllReduce, s, FabricAlgorithm::kHierarchical, k));
+  ASSERT_EQ(piped.stages.size(), 6u);
+  // Per chunk, the busiest links: dim 1's, carrying stages 0 and 5.
+  const double dim1 = (piped.stages[0] + piped.stages[5]).count();
+  const double dim0 = (piped.stages[1] + piped.stages[4]).count();
+  const double nics = (piped.stages[2] + piped.stages[3]).count();
+  EXPECT_GE(piped.total.count(), k * std::max({dim1, dim0, nics}) * (1 - 1e-12));
+  EXPECT_LT(piped.total.count(), one.total.count());
+  // The NICs' work is hidden: the pipeline takes about what the intra-node
+  // links need alone.
+  EXPECT_LT(piped.total.count(), k * (dim1 + dim0) + nics + (piped.stages[0].count()));
+}
+
+TEST(FabricPipeline, ChunkCountComesFromTheCollectiveEngine) {
+  const Topology topo = Topology::FromText(
+      "chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 25 latency_us: 15 } "
+      "collective_engine { chunk_bytes: 1048576 max_chunks: 8 }",
+      "chunk-test");
+  const FabricModel model(topo, PlaceRanks(topo, {4, 4}));
+  auto chunks = [&](double bytes, FabricAlgorithm a) {
+    return BuildSchedule(model, {CollectiveKind::kAllReduce, bytes, AllRanks(8), 0}, a).chunks;
+  };
+  EXPECT_EQ(chunks(4 << 20, FabricAlgorithm::kHierarchical), 4);
+  EXPECT_EQ(chunks(3.5 * (1 << 20), FabricAlgorithm::kHierarchical), 4);
+  EXPECT_EQ(chunks(64 << 20, FabricAlgorithm::kHierarchical), 8);
+  EXPECT_EQ(chunks(512 << 10, FabricAlgorithm::kHierarchical), 1);
+  EXPECT_EQ(chunks(64 << 20, FabricAlgorithm::kRing), 1);  // one stage: nothing to pipeline
+  EXPECT_THROW(Topology::FromText("chips_per_node: 1 torus_dims: [1] ranks_per_chip: 1 "
+                                  "intra_node_link { bandwidth_gbps: 1 latency_us: 1 } "
+                                  "inter_node_link { bandwidth_gbps: 1 latency_us: 1 } "
+                                  "collective_engine { max_chunks: 5000 }",
+                                  "bad-chunks"),
+               InvalidUsage);
+}
+
+TEST(FabricPipeline, RingAllToAllStoresAndForwards) {
+  const int n = 8;
+  const Topology topo = RingTopology(n);
+  const FabricModel model(topo, PlaceRanks(topo, {static_cast<std::uint32_t>(n)}));
+  const double s = 16 << 20, share = s / n;
+  double expected = 0;
+  for (int k = 1; k < n; ++k) expected += Hop((n - k) * share);
+  ExpectClose(Seconds(model, CollectiveKind::kAllToAll, s, FabricAlgorithm::kRing), expected,
+              "ring all-to-all");
+}
+
+TEST(FabricPipeline, OneWayFaultTakesOutOneDirection) {
+  const Topology down = RingTopology(4, "faults { from_chip: 0 to_chip: 1 down: true one_way: true }");
+  const FabricModel cut(down, PlaceRanks(down, {4}));
+  EXPECT_EQ(cut.graph().Route(0, 1).size(), 3u);  // around: 0 -> 3 -> 2 -> 1
+  EXPECT_EQ(cut.graph().Route(1, 0).size(), 1u);  // the other direction still works
+  // A ring allgather runs 0 -> 1 -> 2 -> 3 -> 0: a one-way slowdown on 1 -> 2 slows it.
+  const Topology slow =
+      RingTopology(4, "faults { from_chip: 1 to_chip: 2 slowdown: 4 one_way: true }");
+  const FabricModel model(slow, PlaceRanks(slow, {4}));
+  const double s = 64 << 20;
+  ExpectClose(Seconds(model, CollectiveKind::kAllGather, s, FabricAlgorithm::kRing),
+              3 * Hop(s / 4, kA, kB / 4), "ring allgather over a one-way slow link");
+  const Schedule back{"test", {Step{{{2, 1, s}}}}};
+  ExpectClose(ToSeconds(model.Simulate(back).total), Hop(s), "2 -> 1 unaffected");
+  // EFA: only the NIC's ingress of chip 0.
+  const Topology efa = SwitchTopology("faults { from_chip: -1 to_chip: 0 slowdown: 2 one_way: true }");
+  const FabricModel nics(efa, PlaceRanks(efa, {1, 1}));
+  const Schedule in{"test", {Step{{{1, 0, s}}}}}, out{"test", {Step{{{0, 1, s}}}}};
+  ExpectClose(ToSeconds(nics.Simulate(in).total), Hop(s, kA, kB / 2), "into chip 0");
+  ExpectClose(ToSeconds(nics.Simulate(out).total), Hop(s), "out of chip 0");
+  try {
+    SwitchTopology("faults { from_chip: -1 to_chip: 0 slowdown: 2 }");
+    FAIL() << "accepted from_chip -1 without one_way";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("fault on link -1->0 names a negative chip"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(FabricPipeline, AutoPicksTheFastestModelledAlgorithm) {
+  const Topology topo = Topology::Default();
+  const FabricModel node(topo, PlaceRanks(topo, {16}));
+  const FabricModel two(topo, PlaceRanks(topo, {16, 16}));
+  const FabricAlgorithm all[] = {FabricAlgorithm::kRing, FabricAlgorithm::kMesh,
+                                 FabricAlgorithm::kRdh, FabricAlgorithm::kHierarchical,
+                                 FabricAlgorithm::kTree};
+  for (const FabricModel* m : {&node, &two}) {
+    for (auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                      CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
+                      CollectiveKind::kAllToAll}) {
+      for (double bytes : {4096.0, 1048576.0, 16777216.0, 268435456.0}) {
+        const CollectiveShape shape{kind, bytes, AllRanks(m->world_size()), 0};
+        const FabricAlgorithm chosen = ChooseAlgorithm(*m, shape);
+        const double chosen_us = m->Simulate(BuildSchedule(*m, shape, chosen)).total.count();
+        for (FabricAlgorithm a : all) {
+          if (!Implements(*m, a, shape)) continue;
+          if (a == FabricAlgorithm::kHierarchical && m == &node) continue;  // not a candidate
+          EXPECT_LE(chosen_us, m->Simulate(BuildSchedule(*m, shape, a)).total.count())
+              << Name(kind) << " " << bytes << " B on " << m->world_size() << " ranks: "
+              << Name(chosen) << " over " << Name(a);
+        }
+      }
+    }
+  }
+  const CollectiveShape big{CollectiveKind::kAllReduce, 128 << 20, AllRanks(32), 0};
+  EXPECT_STREQ(Name(ChooseAlgorithm(two, big)), "hierarchical");
+}
+
+TEST(FabricPipeline, ForcedAlgorithmAppliesWhereItRuns) {
+  const Topology topo = Topology::Default();
+  const FabricModel node(topo, PlaceRanks(topo, {16}));
+  EXPECT_STREQ(ModelCollective(node, "allreduce", 16 << 20, AllRanks(16), 0,
+                               FabricAlgorithm::kRdh).algorithm,
+               "rdh");
+  EXPECT_STREQ(ModelCollective(node, "broadcast", 16 << 20, AllRanks(16), 0,
+                               FabricAlgorithm::kRing).algorithm,
+               "ring");
+  // rdh cannot run 6 ranks: the automatic choice runs instead, and says so.
+  const CollectiveShape six{CollectiveKind::kAllReduce, 16 << 20, AllRanks(6), 0};
+  EXPECT_STREQ(ModelCollective(node, "allreduce", 16 << 20, AllRanks(6), 0,
+                               FabricAlgorithm::kRdh).algorithm,
+               Name(ChooseAlgorithm(node, six)));
+  ::setenv("NEURON_FABRIC_ALGO", "mesh", 1);
+  EXPECT_EQ(ConfiguredFabricAlgorithm(), FabricAlgorithm::kMesh);
+  ::setenv("NEURON_FABRIC_ALGO", "fastest", 1);
+  try {
+    ConfiguredFabricAlgorithm();
+    ADD_FAILURE() << "accepted NEURON_FABRIC_ALGO=fastest";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("NEURON_FABRIC_ALGO must be auto, ring"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("NEURON_FABRIC_ALGO");
+  EXPECT_EQ(ConfiguredFabricAlgorithm(), FabricAlgorithm::kAuto);
+}
+
+}  // namespace
+}  // namespace neuron::runtime
