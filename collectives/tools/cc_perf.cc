@@ -25,8 +25,10 @@
 #include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/fabric_model.h"
+#include "model_table.h"
 
 namespace neuron::collectives {
 namespace {
@@ -41,9 +43,24 @@ struct PerfOptions {
   bool check = false;
   DataType dtype = DataType::kFloat32;
   Algorithm algorithm = Algorithm::kAuto;
+  // The fabric model's algorithm (--model-algo, else NEURON_FABRIC_ALGO).
+  runtime::FabricAlgorithm model_algorithm = runtime::FabricAlgorithm::kAuto;
   TransportKind transport = TransportKind::kAuto;
   bool registered = false;  // buffers from SharedBufferPool (nccl-tests' -R)
+  // --model-only: the model's table for -N ranks on --nodes nodes, no ranks run.
+  bool model_only = false;
+  int model_ranks = 0, model_nodes = 1;
+  std::string topology_path, device_path;
 };
+
+// A whole number 1 to 1,000,000 for `flag`.
+int ParseCount(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  NEURON_CHECK(!text.empty() && *end == '\0' && value >= 1 && value <= 1000000, flag,
+               " needs a whole number 1 to 1000000, got '", text, "'");
+  return static_cast<int>(value);
+}
 
 std::size_t ParseSize(const std::string& text) {
   char* end = nullptr;
@@ -74,6 +91,7 @@ CollectiveKind ParseOp(const std::string& name) {
 
 PerfOptions Parse(int argc, char** argv) {
   PerfOptions o;
+  o.model_algorithm = runtime::ConfiguredFabricAlgorithm();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -90,6 +108,18 @@ PerfOptions Parse(int argc, char** argv) {
     else if (a == "-R" || a == "--registered") o.registered = true;
     else if (a == "--dtype") o.dtype = ParseDtype(value());
     else if (a == "--algo") o.algorithm = ParseAlgorithm(value());
+    else if (a == "--model-algo") {
+      const std::string name = value();
+      const auto parsed = runtime::ParseFabricAlgorithm(name);
+      NEURON_CHECK(parsed.has_value(), "--model-algo must be auto, ring, mesh, rdh, "
+                   "recursive_doubling, hierarchical or tree, got '", name, "'");
+      o.model_algorithm = *parsed;
+    }
+    else if (a == "--model-only") o.model_only = true;
+    else if (a == "-N" || a == "--ranks") o.model_ranks = ParseCount(a, value());
+    else if (a == "--nodes") o.model_nodes = ParseCount(a, value());
+    else if (a == "--topology") o.topology_path = value();
+    else if (a == "--device") o.device_path = value();
     else if (a == "--transport") {
       const std::string t = value();
       NEURON_CHECK(t == "auto" || t == "shm" || t == "tcp",
@@ -103,10 +133,21 @@ PerfOptions Parse(int argc, char** argv) {
                    "       [-w WARMUP] [--check] [--dtype float32|float64|float16|bfloat16|"
                    "int32|int64] [--algo auto|ring|recursive_doubling|rabenseifner|direct|hierarchical]\n"
                    "       [--transport auto|shm|tcp] [-R|--registered]\n"
+                   "       [--model-algo auto|ring|mesh|rdh|recursive_doubling|hierarchical|tree]\n"
+                   "  --algo: the host algorithm that moves the real bytes;\n"
+                   "  --model-algo: the fabric model's (default NEURON_FABRIC_ALGO, else auto:\n"
+                   "      the one the model rates fastest); a size it cannot run gets auto's\n"
                    "  -R: buffers registered with the collectives (shared with the peers on\n"
                    "      this host), as nccl-tests' -R: a direct allreduce above 16 KiB works\n"
                    "      in place on them (with --check, one that staged counts as wrong);\n"
-                   "      the other operations still stage\n";
+                   "      the other operations still stage\n"
+                   "       neuron-cc-perf --model-only -N RANKS [--nodes NODES] [--topology FILE]\n"
+                   "           [--device FILE] [--op ...] [-b MIN] [-e MAX] [-f FACTOR] [--dtype ...]\n"
+                   "           [--model-algo ...]\n"
+                   "  --model-only: the fabric model's table for RANKS ranks split evenly over\n"
+                   "      NODES nodes of the topology (default NEURON_TOPOLOGY_FILE, else\n"
+                   "      trn2-node) and device (default NEURON_DEVICE_FILE, else NeuronCore-v3);\n"
+                   "      starts no ranks and moves no bytes\n";
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
   }
@@ -245,6 +286,24 @@ class Runner {
 
 int Main(int argc, char** argv) {
   const PerfOptions o = Parse(argc, argv);
+  if (o.model_only) {
+    ModelTableOptions m;
+    m.op = o.op;
+    m.min_bytes = o.min_bytes;
+    m.max_bytes = o.max_bytes;
+    m.factor = o.factor;
+    m.element_bytes = ElementSize(o.dtype);
+    m.ranks = o.model_ranks;
+    m.nodes = o.model_nodes;
+    m.topology_path = o.topology_path;
+    m.device_path = o.device_path;
+    m.algorithm = o.model_algorithm;
+    PrintModelTable(m);
+    return 0;
+  }
+  NEURON_CHECK(o.model_ranks == 0 && o.topology_path.empty() && o.device_path.empty(),
+               "-N, --nodes, --topology and --device go with --model-only (under neuronrun, "
+               "pass --topology to neuronrun)");
   const int rank = EnvInt("RANK"), size = EnvInt("WORLD_SIZE");
   const int local = EnvInt("LOCAL_WORLD_SIZE");
   CommunicatorOptions comm_options;
@@ -253,14 +312,17 @@ int Main(int argc, char** argv) {
       std::make_shared<PrefixStore>("cc-perf", ConnectToJobStore()), rank, size, comm_options);
   const runtime::Topology topology = runtime::Topology::FromEnvironment();
   const runtime::FabricModel model(
-      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)));
+      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)),
+      runtime::DeviceSpec::FromEnvironment());
   const double factor = runtime::BusBandwidthFactor(o.op, size);
   if (rank == 0) {
     std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport%s, %d iterations after %d "
                 "warm-up\n", runtime::Name(o.op), size, Name(o.dtype), comm->transport_name(),
                 o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
-    std::printf("# topology %s; modelled with Neuron's algorithm choice\n",
-                topology.spec().name().c_str());
+    std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
+                o.model_algorithm == runtime::FabricAlgorithm::kAuto
+                    ? "the algorithm the model rates fastest"
+                    : runtime::Name(o.model_algorithm));
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
   }
@@ -305,15 +367,15 @@ int Main(int argc, char** argv) {
       total_wrong += wrong;
     }
     const double s = static_cast<double>(count * esize);
-    const runtime::CollectiveShape shape{o.op, s, runtime::AllRanks(size), 0};
-    const auto algorithm = runtime::ChooseAlgorithm(model, shape);
-    const double model_us = model.Simulate(runtime::BuildSchedule(model, shape, algorithm)).total.count();
+    const runtime::CollectiveCost cost = runtime::ModelCollective(
+        model, runtime::Name(o.op), s, runtime::AllRanks(size), 0, o.model_algorithm);
+    const double model_us = cost.micros;
     if (rank == 0) {
       const double algbw = s / us / 1e3;
       const double model_busbw = model_us > 0 ? s / model_us / 1e3 * factor : 0;
       std::printf("%12zu %12zu %10.3f %11.3f %11.3f %11.2f %11s %11.1f %7s\n",
                   static_cast<std::size_t>(s), count, us, algbw, algbw * factor, model_us,
-                  runtime::Name(algorithm), model_busbw,
+                  cost.algorithm, model_busbw,
                   o.check ? std::to_string(static_cast<long>(wrong)).c_str() : "-");
       std::fflush(stdout);
     }

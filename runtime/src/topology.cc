@@ -117,10 +117,10 @@ void Topology::Validate() const {
   const int chips = static_cast<int>(spec_.chips_per_node()) *
                     static_cast<int>(std::max<std::uint32_t>(spec_.num_nodes(), 1));
   const auto& engine = spec_.collective_engine();
-  NEURON_CHECK(engine.chunk_bytes() <= kMaxChunkBytes && engine.max_chunks() <= kMaxChunks,
-               "topology ", origin_, ": collective_engine needs chunk_bytes 0 to ",
+  NEURON_CHECK(engine.min_chunk_bytes() <= kMaxChunkBytes && engine.max_chunks() <= kMaxChunks,
+               "topology ", origin_, ": collective_engine needs min_chunk_bytes 0 to ",
                kMaxChunkBytes, " and max_chunks 0 to ", kMaxChunks, ", got ",
-               engine.chunk_bytes(), " and ", engine.max_chunks());
+               engine.min_chunk_bytes(), " and ", engine.max_chunks());
   for (const auto& f : spec_.faults()) {
     const bool efa = spec_.inter_node() == proto::TopologySpec::EFA;
     const bool nic_out = f.to_chip() == -1 && f.from_chip() >= 0;

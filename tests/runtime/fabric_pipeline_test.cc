@@ -117,28 +117,39 @@ TEST(FabricPipeline, PipelinedAllReduceHidesTheInterNodeStage) {
   EXPECT_LT(piped.total.count(), k * (dim1 + dim0) + nics + (piped.stages[0].count()));
 }
 
-TEST(FabricPipeline, ChunkCountComesFromTheCollectiveEngine) {
-  const Topology topo = Topology::FromText(
-      "chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
-      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
-      "inter_node_link { bandwidth_gbps: 25 latency_us: 15 } "
-      "collective_engine { chunk_bytes: 1048576 max_chunks: 8 }",
-      "chunk-test");
-  const FabricModel model(topo, PlaceRanks(topo, {4, 4}));
-  auto chunks = [&](double bytes, FabricAlgorithm a) {
-    return BuildSchedule(model, {CollectiveKind::kAllReduce, bytes, AllRanks(8), 0}, a).chunks;
+TEST(FabricPipeline, ChunkCountIsTheFastestWithinTheEnginesBounds) {
+  auto two_nodes = [](const std::string& engine) {
+    return Topology::FromText("chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
+                              "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+                              "inter_node_link { bandwidth_gbps: 25 latency_us: 15 } " + engine,
+                              "chunk-test");
   };
-  EXPECT_EQ(chunks(4 << 20, FabricAlgorithm::kHierarchical), 4);
-  EXPECT_EQ(chunks(3.5 * (1 << 20), FabricAlgorithm::kHierarchical), 4);
-  EXPECT_EQ(chunks(64 << 20, FabricAlgorithm::kHierarchical), 8);
-  EXPECT_EQ(chunks(512 << 10, FabricAlgorithm::kHierarchical), 1);
-  EXPECT_EQ(chunks(64 << 20, FabricAlgorithm::kRing), 1);  // one stage: nothing to pipeline
-  EXPECT_THROW(Topology::FromText("chips_per_node: 1 torus_dims: [1] ranks_per_chip: 1 "
-                                  "intra_node_link { bandwidth_gbps: 1 latency_us: 1 } "
-                                  "inter_node_link { bandwidth_gbps: 1 latency_us: 1 } "
-                                  "collective_engine { max_chunks: 5000 }",
-                                  "bad-chunks"),
-               InvalidUsage);
+  const Topology topo = two_nodes("collective_engine { min_chunk_bytes: 1048576 max_chunks: 8 }");
+  const FabricModel model(topo, PlaceRanks(topo, {4, 4}));
+  for (double bytes : {512.0 * 1024, 4.0 * (1 << 20), 64.0 * (1 << 20), 256.0 * (1 << 20)}) {
+    const Schedule s = BuildSchedule(model, {CollectiveKind::kAllReduce, bytes, AllRanks(8), 0},
+                                     FabricAlgorithm::kHierarchical);
+    const double chosen = model.Simulate(s).total.count();
+    EXPECT_LE(s.chunks, 8);
+    if (s.chunks > 1) EXPECT_GE(bytes / s.chunks, 1048576.0) << bytes;
+    for (int k = 1; k <= 8 && bytes / k >= 1048576; k *= 2) {
+      Schedule other = s;
+      other.chunks = k;
+      EXPECT_LE(chosen, model.Simulate(other).total.count()) << bytes << " B, " << k << " chunks";
+    }
+  }
+  // Large buffers do pipeline: the NIC stage hides behind the torus stages.
+  EXPECT_GT(BuildSchedule(model, {CollectiveKind::kAllReduce, 256 << 20, AllRanks(8), 0},
+                          FabricAlgorithm::kHierarchical).chunks, 1);
+  // One stage: nothing to pipeline.
+  EXPECT_EQ(BuildSchedule(model, {CollectiveKind::kAllReduce, 256 << 20, AllRanks(8), 0},
+                          FabricAlgorithm::kRing).chunks, 1);
+  // No min_chunk_bytes: never chunked.
+  const Topology whole = two_nodes("");
+  const FabricModel unchunked(whole, PlaceRanks(whole, {4, 4}));
+  EXPECT_EQ(BuildSchedule(unchunked, {CollectiveKind::kAllReduce, 256 << 20, AllRanks(8), 0},
+                          FabricAlgorithm::kHierarchical).chunks, 1);
+  EXPECT_THROW(two_nodes("collective_engine { max_chunks: 5000 }"), InvalidUsage);
 }
 
 TEST(FabricPipeline, RingAllToAllStoresAndForwards) {

@@ -43,7 +43,7 @@ CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind
     }
     schedule = BuildSchedule(model, shape, algorithm);
   }
-  return {model.Simulate(schedule).total.count(), schedule.algorithm};
+  return {model.Simulate(schedule).total.count(), schedule.algorithm, schedule.chunks};
 }
 
 }  // namespace neuron::runtime

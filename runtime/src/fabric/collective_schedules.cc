@@ -201,13 +201,25 @@ Schedule Tree(const CollectiveShape& shape) {
   return s;
 }
 
-// The chunks a multi-stage collective of `bytes` is pipelined in.
-int ChunkCount(const FabricModel& model, double bytes) {
+// The chunk count the model rates fastest for a multi-stage schedule of a
+// `bytes` buffer: 1, 2, 4, ... up to the engine's max_chunks, chunks of at
+// least min_chunk_bytes (the fewest on a tie).
+int FastestChunkCount(const FabricModel& model, Schedule s, double bytes) {
   const auto& engine = model.topology().spec().collective_engine();
-  if (engine.chunk_bytes() == 0 || bytes <= 0) return 1;
-  const double max_chunks = engine.max_chunks() != 0 ? engine.max_chunks() : 64;
-  return static_cast<int>(
-      std::clamp(std::ceil(bytes / static_cast<double>(engine.chunk_bytes())), 1.0, max_chunks));
+  const double min_chunk = static_cast<double>(engine.min_chunk_bytes());
+  const int max_chunks = engine.max_chunks() != 0 ? static_cast<int>(engine.max_chunks()) : 64;
+  s.chunks = 1;
+  int best = 1;
+  double best_us = model.Simulate(s).total.count();
+  for (int k = 2; min_chunk > 0 && k <= max_chunks && bytes / k >= min_chunk; k *= 2) {
+    s.chunks = k;
+    const double us = model.Simulate(s).total.count();
+    if (us < best_us) {
+      best = k;
+      best_us = us;
+    }
+  }
+  return best;
 }
 
 // One ring stage per level (HierarchyLevels): reduce-scatter inner levels
@@ -241,7 +253,7 @@ Schedule Hierarchical(const FabricModel& model, const CollectiveShape& shape) {
       held *= l;
     }
   }
-  if (s.stages.size() > 1) s.chunks = ChunkCount(model, shape.bytes);
+  if (s.stages.size() > 1) s.chunks = FastestChunkCount(model, s, shape.bytes);
   return s;
 }
 

@@ -121,17 +121,41 @@ double FabricModel::PipelineMicros(const Schedule& schedule, const std::vector<S
       if (o == s || Intersect(resources[s], resources[o])) conflicts[s].push_back(o);
     }
   }
-  std::vector<double> last_end(n, 0.0);  // of the latest placed chunk, per stage
-  std::vector<double> chunk_at(k, 0.0);  // when chunk c left its previous stage
-  for (int wave = 0; wave <= k + n - 2; ++wave) {
-    for (int s = std::min(n - 1, wave); s >= 0 && wave - s < k; --s) {
-      const int c = wave - s;
-      double start = chunk_at[c];
-      for (int o : conflicts[s]) start = std::max(start, last_end[o]);
-      chunk_at[c] = last_end[s] = start + stage_us[s];
+  // Event by event: at each time, every stage whose next chunk has left the
+  // previous stage and that conflicts with no running stage starts it,
+  // later stages first.
+  std::vector<int> next(n, 0);             // the chunk each stage takes next
+  std::vector<double> busy_until(n, 0.0);  // the end of each stage's latest chunk
+  std::vector<double> left(k, 0.0);        // when chunk c left stage next-1 (0: at start)
+  int done = 0;
+  double now = 0;
+  while (done < n * k) {
+    for (bool started = true; started;) {  // again while a zero-length stage frees the next
+      started = false;
+      for (int s = n - 1; s >= 0; --s) {
+        const int c = next[s];
+        if (c >= k || (s > 0 && next[s - 1] <= c)) continue;  // nothing to take yet
+        bool free = left[c] <= now;
+        for (int o : conflicts[s]) free = free && busy_until[o] <= now;
+        if (!free) continue;
+        busy_until[s] = left[c] = now + stage_us[s];
+        ++next[s];
+        ++done;
+        started = true;
+      }
     }
+    if (done == n * k) break;
+    double next_event = std::numeric_limits<double>::infinity();
+    for (int s = 0; s < n; ++s) {
+      if (busy_until[s] > now) next_event = std::min(next_event, busy_until[s]);
+    }
+    NEURON_ASSERT(next_event < std::numeric_limits<double>::infinity(), "pipeline of '",
+                  schedule.algorithm, "' stalled");
+    now = next_event;
   }
-  return chunk_at[k - 1];
+  double total = 0;
+  for (double t : busy_until) total = std::max(total, t);
+  return total;
 }
 
 SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_bytes) const {

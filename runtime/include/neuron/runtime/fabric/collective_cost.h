@@ -18,6 +18,7 @@ namespace neuron::runtime {
 struct CollectiveCost {
   double micros = 0;
   const char* algorithm = "";  // the schedule's name, e.g. "ring", "linear" (static)
+  int chunks = 1;              // the pipeline's chunks (Schedule::chunks)
 };
 
 // `kind` is a CollectiveKind name ("allreduce", "allgather", "reducescatter",

@@ -14,7 +14,8 @@
 //                 (HierarchyLevels: on-chip, each torus dimension, nodes):
 //                 reduce-scatter inner levels first, allgather outer levels
 //                 first, allreduce the one then the other; pipelined in
-//                 chunks of the topology's collective_engine.chunk_bytes
+//                 the chunk count the model rates fastest within the
+//                 topology's collective_engine bounds
 //   tree          binomial tree (broadcast, reduce)
 // Ring also runs all-to-all (store and forward: step k carries the shares
 // still n - k hops from home) and broadcast / reduce (a chain from the root).

@@ -17,10 +17,10 @@
 // link) never run at once; otherwise they overlap across chunks. A rank's
 // reductions in overlapping stages are not charged against each other: the
 // DMA engines doing them are many (16 per core) and each stage has its own
-// rings. The chunks enter in waves: (chunk c, stage s) is placed in
-// order of c + s, later stages first within a wave, and starts when chunk c
-// has left stage s - 1 and every placed (chunk, stage) it conflicts with has
-// ended. Stages on disjoint resources so give the flow-shop closed form:
+// rings. Each stage takes the chunks in order; event by event, a stage
+// starts its next chunk as soon as that chunk has left the previous stage
+// and no stage it conflicts with is running (later stages first when
+// several could). Stages on disjoint links so give the flow-shop closed form:
 //   total = sum over stages of t_s + (k - 1) x max over stages of t_s.
 //
 // Usage:
