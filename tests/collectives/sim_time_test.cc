@@ -8,6 +8,7 @@
 
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
+#include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/fabric_model.h"
@@ -118,6 +119,28 @@ TEST(SimTimeTrace, ChromeTraceHasBothClocks) {
 
 namespace neuron::collectives {
 namespace {
+
+// NEURON_FABRIC_ALGO steers the modelled algorithm (not the host's): the
+// records name it and carry its time.
+TEST(SimTimeFabricAlgorithm, TheForcedModelledAlgorithmIsRecorded) {
+  const auto topology = runtime::Topology::Default();
+  const runtime::FabricModel model(topology, runtime::PlaceRanks(topology, {4}));
+  constexpr std::size_t kCount = 1 << 20;  // 4 MiB
+  const double ring = runtime::ModelCollective(model, "allreduce", kCount * 4.0,
+                                               runtime::AllRanks(4), 0,
+                                               runtime::FabricAlgorithm::kRing).micros;
+  ::setenv("NEURON_FABRIC_ALGO", "ring", 1);
+  RunRanks(4, [&](int rank, Store& store) {
+    Communicator comm(Borrow(store), rank, 4, CommunicatorOptions{});
+    std::vector<float> data(kCount, 1.0f);
+    comm.AllReduce({data.data(), kCount, DataType::kFloat32});
+    const OpRecord& r = comm.records().back();
+    EXPECT_EQ(r.fabric_algorithm, "ring");
+    EXPECT_DOUBLE_EQ(r.modelled_us, ring);
+    EXPECT_EQ(data[0], 4.0f);
+  });
+  ::unsetenv("NEURON_FABRIC_ALGO");
+}
 
 TEST(SimTimeFaults, ADelayedRankHoldsEveryoneUp) {
   ::setenv("NEURON_FAULTS", "rank_delays { rank: 2 delay_us: 500 }", 1);
