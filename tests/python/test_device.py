@@ -299,6 +299,29 @@ def test_copies_between_devices_keep_values_and_layout():
     _same(x.t().bfloat16(), half, "copy_ into neuron")
 
 
+def test_data_assignment_moves_a_parameter_between_the_cpu_and_the_device():
+    # What Module.to and FSDP2's placement do: param.data = param.to(device).
+    p = nn.Parameter(torch.arange(6.0).reshape(2, 3))
+    p.data = p.to(NEURON)
+    assert p.device == NEURON and p.requires_grad
+    assert torch.equal(p.cpu(), torch.arange(6.0).reshape(2, 3))
+    p.data = p.cpu()
+    assert p.device.type == "cpu"
+    x = torch.ones(2, device=NEURON)
+    x.data = torch.zeros(3, dtype=torch.int64)
+    assert x.device.type == "cpu" and x.dtype == torch.int64 and x.shape == (3,)
+
+
+def test_pinned_host_memory_stays_pinned():
+    # FSDP2's CPU offload keeps shards pinned; a shard is_pinned() denied
+    # would be copied again and the optimizer's updates lost.
+    t = torch.arange(1000.0).pin_memory()
+    assert t.is_pinned() and t[10:].is_pinned() and t.view(10, 100).is_pinned()
+    assert torch.equal(t, torch.arange(1000.0))
+    assert not torch.ones(3).is_pinned()
+    assert torch.equal(t.to(NEURON, non_blocking=True).cpu(), t)
+
+
 def test_mixing_devices_is_refused():
     with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device, but "
                                            r"found at least two devices, neuron:0 and cpu! "

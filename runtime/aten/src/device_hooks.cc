@@ -11,6 +11,7 @@
 
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
+#include "neuron/aten/pinned_allocator.h"
 #include "neuron/aten/registration.h"
 
 namespace neuron::aten {
@@ -56,9 +57,9 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, CurrentDevice());
   }
-  // Device memory is host memory: pinning is the CPU's allocation.
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  // Device memory is host memory: pinning is a CPU allocation, remembered.
+  bool isPinnedPtr(const void* ptr) const override { return IsPinned(ptr); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return PinnedAllocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t bytes) const override {
     c10::DataPtr fresh = storage.allocator()->allocate(bytes);
     const std::size_t keep = std::min(bytes, storage.nbytes());

@@ -155,9 +155,24 @@ int64_t FusedSdpChoice(const at::Tensor& query, const at::Tensor& key, const at:
                                                  is_causal, scale, enable_gqa);
 }
 
+// `param.data = param.to("neuron")` (FSDP2 moving CPU-initialised or
+// offloaded parameters, Module.to): c10 lets a tensor take another's
+// storage in place only between the dense backends it knows, and leaves
+// PrivateUse1 to say. A dense strided "neuron" tensor and a dense strided
+// CPU or "neuron" tensor are the same TensorImpl: compatible.
+bool HasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+           (t.device().is_cpu() || t.device().is_privateuseone()) &&
+           t.key_set().has(c10::DispatchKey::Dense);
+  };
+  return self.key_set() == from.key_set() || (dense(self) && dense(from));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(HasCompatibleShallowCopyType));
   m.impl("empty.memory_format", TORCH_FN(Empty));
   m.impl("empty_strided", TORCH_FN(EmptyStrided));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""PyTorch's own distributed stack on the job's accelerator, against one
+process: a user's GPT trained 10 steps with FSDP2, DTensor tensor (and
+sequence) parallel, their 2-D combination, torch.distributed.pipelining
+(GPipe, 1F1B, Interleaved1F1B) over FSDP2 data parallelism, and a DCP
+checkpoint resharded from one layout into another.
+
+    neuronrun -n 4 tests/python/scripts/upstream_parity.py             # on "neuron"
+    neuronrun -n 4 tests/python/scripts/upstream_parity.py --cpu       # on the CPU, Gloo
+    neuronrun -n 8 tests/python/scripts/upstream_parity.py --cases 3d  # pp x dp x tp
+
+The script is written as a user would write it: the device and backend
+come from torch.accelerator (or the CPU and Gloo with --cpu), the meshes
+from init_device_mesh, nothing from torchneuron beyond its import. Every
+case starts from the reference model's weights and data, and its per-step
+losses must equal the one-process reference's (computed on the CPU) within
+fp32 tolerance (bf16 mixed precision: within bf16's). Rank 0 prints one
+line per case with the losses, then "upstream parity: N cases ok".
+"""
+import argparse
+import math
+import shutil
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                          ScheduleInterleaved1F1B)
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                               RowwiseParallel, SequenceParallel,
+                                               parallelize_module)
+
+import torchneuron  # noqa: F401  (registers the "neuron" device and backend)
+
+VOCAB, SEQ, DIM, HEADS, LAYERS, BATCH, STEPS = 32, 8, 32, 4, 4, 8, 10
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(DIM, DIM, bias=False) for _ in range(4))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        heads = lambda t: t.view(b, s, -1, DIM // HEADS).transpose(1, 2)  # local heads under TP
+        y = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)),
+                                           is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x):
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.attn, self.ln2, self.mlp = nn.LayerNorm(DIM), Attention(), nn.LayerNorm(DIM), MLP()
+        self.checkpointed = False
+
+    def _forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def forward(self, x):
+        if self.checkpointed:
+            return torch.utils.checkpoint.checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+
+class GPT(nn.Module):
+    """Stage-friendly: a pipeline stage deletes the parts it does not run."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleDict({str(i): Block() for i in range(LAYERS)})
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+
+    def forward(self, x):
+        h = self.tok(x) if self.tok is not None else x
+        for layer in self.layers.values():
+            h = layer(h)
+        h = self.norm(h) if self.norm is not None else h
+        return self.head(h).float() if self.head is not None else h
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def reference_model():
+    torch.manual_seed(0)
+    return GPT()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def optimizer(params):
+    return torch.optim.AdamW(params, lr=1e-2, foreach=False)
+
+
+def reference_losses():
+    model, (x, y) = reference_model(), batch()
+    opt, losses = optimizer(model.parameters()), []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def mean_over(loss, group):
+    """The batch's mean loss from each data-parallel rank's mean over its share."""
+    t = loss.detach().clone()
+    dist.all_reduce(t, group=group)
+    return t.item() / dist.get_world_size(group)
+
+
+def shard_rows(t, mesh_dim):
+    return t.chunk(mesh_dim.size())[mesh_dim.get_local_rank()]
+
+
+def tp_plan(sequence_parallel):
+    """Megatron's split: attention and MLP column- then row-wise; with
+    sequence parallelism the norms and residuals hold a slice of the
+    sequence, gathered before attention and MLP (torchtitan's plan)."""
+    block = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(),
+             "attn.v": ColwiseParallel(), "mlp.w1": ColwiseParallel()}
+    if sequence_parallel:
+        gather = lambda: PrepareModuleInput(input_layouts=Shard(1),
+                                            desired_input_layouts=Replicate())
+        block.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(),
+                      "attn": gather(), "mlp": gather(),
+                      "attn.o": RowwiseParallel(output_layouts=Shard(1)),
+                      "mlp.w2": RowwiseParallel(output_layouts=Shard(1))})
+        root = {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                "norm": SequenceParallel(),
+                "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
+    else:
+        block.update({"attn.o": RowwiseParallel(), "mlp.w2": RowwiseParallel()})
+        root = {"tok": RowwiseParallel(input_layouts=Replicate()),
+                "head": ColwiseParallel(output_layouts=Replicate())}
+    return root, block
+
+
+def apply_tp(model, tp_mesh, sequence_parallel):
+    root, block = tp_plan(sequence_parallel)
+    parallelize_module(model, tp_mesh, {k: v for k, v in root.items()
+                                        if getattr(model, k) is not None})
+    for layer in model.layers.values():
+        parallelize_module(layer, tp_mesh, block)
+    return model
+
+
+def apply_fsdp(model, dp_mesh, **kwargs):
+    for layer in model.layers.values():
+        fully_shard(layer, mesh=dp_mesh, **kwargs)
+    return fully_shard(model, mesh=dp_mesh, **kwargs)
+
+
+def train(model, x, y, dp_group=None):
+    opt, losses = optimizer(model.parameters()), []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(mean_over(loss, dp_group) if dp_group is not None else loss.item())
+    return losses
+
+
+def case_fsdp2(device, mp=False):
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
+    model = reference_model()
+    for layer in model.layers.values():
+        layer.checkpointed = not mp  # activation checkpointing under FSDP2
+    kwargs = {}
+    if mp:
+        kwargs = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                    reduce_dtype=torch.float32),
+                  "offload_policy": CPUOffloadPolicy(), "reshard_after_forward": False}
+    else:
+        model.to(device)
+    apply_fsdp(model, mesh["dp"], **kwargs)
+    x, y = batch()
+    return train(model, shard_rows(x, mesh["dp"]).to(device), shard_rows(y, mesh["dp"]).to(device),
+                 mesh["dp"].get_group())
+
+
+def case_tp(device, sequence_parallel):
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("tp",))
+    model = apply_tp(reference_model().to(device), mesh["tp"], sequence_parallel)
+    x, y = batch()
+    return train(model, x.to(device), y.to(device))
+
+
+def case_fsdp_tp(device):
+    mesh = init_device_mesh(device.type, (2, dist.get_world_size() // 2),
+                           mesh_dim_names=("dp", "tp"))
+    model = apply_fsdp(apply_tp(reference_model().to(device), mesh["tp"], False), mesh["dp"])
+    x, y = batch()
+    return train(model, shard_rows(x, mesh["dp"]).to(device), shard_rows(y, mesh["dp"]).to(device),
+                 mesh["dp"].get_group())
+
+
+def stage_modules(stages, first):
+    """Cuts the reference model into `stages` and keeps those from `first`
+    on, one per virtual stage this rank runs (rank, rank + pp, ...)."""
+    per = LAYERS // stages
+    out = []
+    for s in first:
+        m = reference_model()
+        m.layers = nn.ModuleDict({str(i): m.layers[str(i)] for i in range(s * per, (s + 1) * per)})
+        if s != 0:
+            m.tok = None
+        if s != stages - 1:
+            m.norm, m.head = None, None
+        out.append((s, m))
+    return out
+
+
+def case_pp(device, schedule, tp=1):
+    """Pipeline stages over FSDP2 data parallelism (and tensor parallelism
+    inside each stage with tp > 1): pp x dp (x tp)."""
+    pp = 2
+    dims, names = (pp, dist.get_world_size() // (pp * tp)), ("pp", "dp")
+    if tp > 1:
+        dims, names = dims + (tp,), names + ("tp",)
+    mesh = init_device_mesh(device.type, dims, mesh_dim_names=names)
+    pp_rank = mesh["pp"].get_local_rank()
+    virtual = 2 if schedule is ScheduleInterleaved1F1B else 1
+    stages, modules = [], []
+    for s, m in stage_modules(pp * virtual, range(pp_rank, pp * virtual, pp)):
+        m.to(device)
+        if tp > 1:
+            apply_tp(m, mesh["tp"], False)
+        apply_fsdp(m, mesh["dp"])
+        modules.append(m)
+        stages.append(PipelineStage(m, s, pp * virtual, device, group=mesh["pp"].get_group()))
+    microbatches = 2
+    sched = schedule(stages if virtual > 1 else stages[0], n_microbatches=microbatches,
+                     loss_fn=loss_fn)
+    x, y = batch()
+    x, y = shard_rows(x, mesh["dp"]).to(device), shard_rows(y, mesh["dp"]).to(device)
+    opt = optimizer([p for m in modules for p in m.parameters()])
+    last = pp_rank == pp - 1
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        per_microbatch = []
+        if pp_rank == 0:
+            sched.step(x)
+        else:
+            sched.step(target=y, losses=per_microbatch)
+        opt.step()
+        # The last stage has the losses: its data-parallel mean, sent to all.
+        loss = torch.zeros((), device=device)
+        if last:
+            loss = torch.stack(per_microbatch).mean().detach()
+            loss = torch.tensor(mean_over(loss, mesh["dp"].get_group()), device=device)
+        dist.broadcast(loss, group=mesh["pp"].get_group(), group_src=pp - 1)
+        losses.append(loss.item())
+    return losses
+
+
+def case_dcp(device):
+    """Save an FSDP2 model and its AdamW state over every rank; load them
+    into a 2-D FSDP2 x TP layout: every parameter and optimizer state equal."""
+    world = dist.get_world_size()
+    flat = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
+    source = apply_fsdp(reference_model().to(device), flat["dp"])
+    opt = optimizer(source.parameters())
+    x, y = batch()
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(source(shard_rows(x, flat["dp"]).to(device)),
+                shard_rows(y, flat["dp"]).to(device)).backward()
+        opt.step()
+    model_sd, optim_sd = get_state_dict(source, opt)
+    shared = [tempfile.mkdtemp(prefix="upstream-dcp-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(shared, src=0)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=shared[0])
+
+    two_d = init_device_mesh(device.type, (2, world // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(7)  # other weights: the load must replace them
+    target = apply_fsdp(apply_tp(GPT().to(device), two_d["tp"], False), two_d["dp"])
+    target_opt = optimizer(target.parameters())
+    t_model, t_optim = get_state_dict(target, target_opt)
+    state = {"model": t_model, "optim": t_optim}
+    dcp.load(state, checkpoint_id=shared[0])
+    set_state_dict(target, target_opt, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    full = lambda t: t.full_tensor().cpu() if hasattr(t, "full_tensor") else t.cpu()
+    got_model, got_optim = get_state_dict(target, target_opt)
+    checks = 0
+    for name, value in model_sd.items():
+        torch.testing.assert_close(full(got_model[name]), full(value), rtol=0, atol=0,
+                                   msg=lambda m: f"dcp parameter {name}: {m}")
+        checks += 1
+    for name, value in optim_sd["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(full(got_optim["state"][name][key]), full(value[key]),
+                                       rtol=0, atol=0, msg=lambda m: f"dcp {name}.{key}: {m}")
+            checks += 1
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(shared[0])
+    return checks
+
+
+CASES = {
+    "fsdp2": lambda d: case_fsdp2(d),
+    "fsdp2-bf16-offload": lambda d: case_fsdp2(d, mp=True),
+    "tp": lambda d: case_tp(d, False),
+    "tp-sp": lambda d: case_tp(d, True),
+    "fsdp2xtp": lambda d: case_fsdp_tp(d),
+    "pp-gpipe": lambda d: case_pp(d, ScheduleGPipe),
+    "pp-1f1b": lambda d: case_pp(d, Schedule1F1B),
+    "pp-interleaved1f1b": lambda d: case_pp(d, ScheduleInterleaved1F1B),
+    "3d": lambda d: case_pp(d, Schedule1F1B, tp=2),
+}
+DEFAULT = [c for c in CASES if c != "3d"] + ["dcp"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cpu", action="store_true", help="the CPU and Gloo instead of the accelerator")
+    p.add_argument("--cases", default=",".join(DEFAULT))
+    args = p.parse_args()
+    if args.cpu:
+        device, backend = torch.device("cpu"), "gloo"
+    else:
+        accelerator = torch.accelerator.current_accelerator()
+        device = torch.device(accelerator.type, torch.accelerator.current_device_index())
+        backend = dist.get_default_backend_for_device(accelerator)
+    dist.init_process_group(backend=backend)
+    reference = reference_losses()
+    ok = 0
+    for name in args.cases.split(","):
+        if name == "dcp":
+            checks = case_dcp(device)
+            if dist.get_rank() == 0:
+                print(f"upstream parity dcp on {device.type}/{backend}: FSDP2 x{dist.get_world_size()}"
+                      f" -> FSDP2 x TP, {checks} tensors equal", flush=True)
+            ok += 1
+            continue
+        losses = CASES[name](device)
+        bf16 = "bf16" in name
+        torch.testing.assert_close(losses, reference, rtol=2e-2 if bf16 else 1e-5,
+                                   atol=2e-2 if bf16 else 1e-5,
+                                   msg=lambda m: f"case {name}: losses {losses} against the "
+                                                 f"reference {reference}: {m}")
+        assert all(math.isfinite(v) for v in losses)
+        if dist.get_rank() == 0:
+            print(f"upstream parity {name} on {device.type}/{backend}: {STEPS} steps, losses "
+                  + " ".join(f"{v:.6f}" for v in losses), flush=True)
+        ok += 1
+    if dist.get_rank() == 0:
+        print(f"upstream parity: {ok} cases ok on {dist.get_world_size()} ranks, "
+              f"{device.type}/{backend}; reference " + " ".join(f"{v:.6f}" for v in reference),
+              flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""PyTorch's own distributed stack (DeviceMesh, DTensor, FSDP2, tensor and
+sequence parallel, pipelining, DCP) run unchanged on "neuron" under
+neuronrun, against one process and against the same script on Gloo/CPU.
+Three jobs (a Python rank spends ~1.5 s of CPU importing torch)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+NEURONRUN = os.environ["NEURONRUN"]
+SCRIPT = os.path.join(os.environ["NEURON_SOURCE_DIR"], "tests/python/scripts/upstream_parity.py")
+CASES = ["fsdp2", "fsdp2-bf16-offload", "tp", "tp-sp", "fsdp2xtp", "pp-gpipe", "pp-1f1b",
+         "pp-interleaved1f1b"]
+
+
+def run(n, *args):
+    proc = subprocess.run([NEURONRUN, "-n", str(n), SCRIPT, *args], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def losses(stdout, where):
+    """Each case's losses, from rank 0's lines."""
+    found = {}
+    for case, values in re.findall(rf"\[rank 0\]: upstream parity (\S+) on {where}: 10 steps, "
+                                   r"losses ((?:\d+\.\d+ ?){10})", stdout):
+        found[case] = [float(v) for v in values.split()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def on_neuron():
+    return run(4)
+
+
+def test_every_upstream_api_matches_one_process_on_neuron(on_neuron):
+    # The script asserts each case's losses against the one-process
+    # reference (fp32: 1e-5; bf16 mixed precision with CPU offload: 2e-2).
+    found = losses(on_neuron, "neuron/neuron")
+    assert sorted(found) == sorted(CASES), on_neuron
+    assert "[rank 0]: upstream parity dcp on neuron/neuron: FSDP2 x4 -> FSDP2 x TP, 156 tensors " \
+           "equal" in on_neuron, on_neuron
+    assert "[rank 0]: upstream parity: 9 cases ok on 4 ranks, neuron/neuron" in on_neuron
+    assert found["fsdp2"][-1] < found["fsdp2"][0] / 4  # it trains
+
+
+def test_the_same_script_on_gloo_agrees(on_neuron):
+    on_cpu = run(4, "--cpu")
+    neuron, gloo = losses(on_neuron, "neuron/neuron"), losses(on_cpu, "cpu/gloo")
+    assert sorted(gloo) == sorted(CASES), on_cpu
+    for case in CASES:
+        for a, b in zip(neuron[case], gloo[case]):
+            assert abs(a - b) <= 2e-6, (case, neuron[case], gloo[case])
+
+
+def test_three_d_pipeline_fsdp2_and_tensor_parallel_on_neuron():
+    out = run(8, "--cases", "3d")
+    assert "[rank 0]: upstream parity: 1 cases ok on 8 ranks, neuron/neuron" in out, out
+    assert list(losses(out, "neuron/neuron")) == ["3d"], out
