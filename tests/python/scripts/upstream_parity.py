@@ -117,18 +117,6 @@ def optimizer(params):
     return torch.optim.AdamW(params, lr=1e-2, foreach=False)
 
 
-def reference_losses():
-    model, (x, y) = reference_model(), batch()
-    opt, losses = optimizer(model.parameters()), []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 def mean_over(loss, group):
     """The batch's mean loss from each data-parallel rank's mean over its share."""
     t = loss.detach().clone()
@@ -179,6 +167,7 @@ def apply_fsdp(model, dp_mesh, **kwargs):
 
 
 def train(model, x, y, dp_group=None):
+    """Per-step losses (the data-parallel mean with `dp_group`)."""
     opt, losses = optimizer(model.parameters()), []
     for _ in range(STEPS):
         opt.zero_grad()
@@ -354,7 +343,7 @@ def main():
         device = torch.device(accelerator.type, torch.accelerator.current_device_index())
         backend = dist.get_default_backend_for_device(accelerator)
     dist.init_process_group(backend=backend)
-    reference = reference_losses()
+    reference = train(reference_model(), *batch())  # one process, on the CPU
     ok = 0
     for name in args.cases.split(","):
         if name == "dcp":
