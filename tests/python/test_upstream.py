@@ -1,7 +1,8 @@
 """PyTorch's own distributed stack (DeviceMesh, DTensor, FSDP2, tensor and
 sequence parallel, pipelining, DCP) run unchanged on "neuron" under
 neuronrun, against one process and against the same script on Gloo/CPU.
-Three jobs (a Python rank spends ~1.5 s of CPU importing torch)."""
+Four jobs (a Python rank spends ~1.5 s of CPU importing torch), the last
+example 08."""
 import os
 import re
 import subprocess
@@ -59,3 +60,26 @@ def test_three_d_pipeline_fsdp2_and_tensor_parallel_on_neuron():
     out = run(8, "--cases", "3d")
     assert "[rank 0]: upstream parity: 1 cases ok on 8 ranks, neuron/neuron" in out, out
     assert list(losses(out, "neuron/neuron")) == ["3d"], out
+
+
+def test_example_08_trains_pp_tp_fsdp2_and_saves_a_dcp_checkpoint(tmp_path):
+    example = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/08_upstream_gpt.py")
+    checkpoint = tmp_path / "ckpt"
+    proc = subprocess.run([NEURONRUN, "-n", "4", example, "--pp", "2", "--tp", "2", "--sp",
+                           "--schedule", "interleaved", "--steps", "3",
+                           "--checkpoint", str(checkpoint)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert ("[rank 0]: upstream GPT: 4 ranks = pp 2 x dp 1 x tp 2 (sequence parallel) on "
+            "neuron, backend neuron, schedule interleaved") in out, out
+    steps = re.findall(r"\[rank 0\]: step \d: loss (\d+\.\d+), wall [\d.]+ ms \(\d+ tokens/s\), "
+                       r"modelled Trainium2 step ([\d.]+) us", out)
+    assert len(steps) == 3, out
+    for loss, modelled in steps:
+        assert 4.0 < float(loss) < 7.0 and float(modelled) > 0  # ln(256) = 5.5 at the start
+    assert f"saved a DCP checkpoint of the model and optimizer to {checkpoint}" in out
+    assert sorted(p.name for p in checkpoint.iterdir() if p.suffix == ".distcp") == \
+        [f"__{r}_0.distcp" for r in range(4)]
+    peaks = re.search(r"peak device memory per rank \(MiB\): ((?:[\d.]+ ?){4})$", out, re.M)
+    assert peaks and all(float(v) > 0 for v in peaks.group(1).split()), out

@@ -11,7 +11,8 @@ checkpoint resharded from one layout into another.
 
 The script is written as a user would write it: the device and backend
 come from torch.accelerator (or the CPU and Gloo with --cpu), the meshes
-from init_device_mesh, nothing from torchneuron beyond its import. Every
+from init_device_mesh; from torchneuron only its import and the model
+(torchneuron.models.plain_gpt: plain torch.nn layers and the plans). Every
 case starts from the reference model's weights and data, and its per-step
 losses must equal the one-process reference's (computed on the CPU) within
 fp32 tolerance (bf16 mixed precision: within bf16's). Rank 0 prints one
@@ -25,86 +26,23 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
-                                               RowwiseParallel, SequenceParallel,
-                                               parallelize_module)
 
 import torchneuron  # noqa: F401  (registers the "neuron" device and backend)
+from torchneuron.models.plain_gpt import (GPT, PlainGPTConfig, apply_fully_shard,
+                                          apply_tensor_parallel, loss_fn, pipeline_stage)
 
-VOCAB, SEQ, DIM, HEADS, LAYERS, BATCH, STEPS = 32, 8, 32, 4, 4, 8, 10
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q, self.k, self.v, self.o = (nn.Linear(DIM, DIM, bias=False) for _ in range(4))
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        heads = lambda t: t.view(b, s, -1, DIM // HEADS).transpose(1, 2)  # local heads under TP
-        y = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)),
-                                           is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(b, s, -1))
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w1, self.w2 = nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
-
-    def forward(self, x):
-        return self.w2(F.gelu(self.w1(x)))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.attn, self.ln2, self.mlp = nn.LayerNorm(DIM), Attention(), nn.LayerNorm(DIM), MLP()
-        self.checkpointed = False
-
-    def _forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-    def forward(self, x):
-        if self.checkpointed:
-            return torch.utils.checkpoint.checkpoint(self._forward, x, use_reentrant=False)
-        return self._forward(x)
-
-
-class GPT(nn.Module):
-    """Stage-friendly: a pipeline stage deletes the parts it does not run."""
-
-    def __init__(self):
-        super().__init__()
-        self.tok = nn.Embedding(VOCAB, DIM)
-        self.layers = nn.ModuleDict({str(i): Block() for i in range(LAYERS)})
-        self.norm = nn.LayerNorm(DIM)
-        self.head = nn.Linear(DIM, VOCAB, bias=False)
-
-    def forward(self, x):
-        h = self.tok(x) if self.tok is not None else x
-        for layer in self.layers.values():
-            h = layer(h)
-        h = self.norm(h) if self.norm is not None else h
-        return self.head(h).float() if self.head is not None else h
-
-
-def loss_fn(logits, targets):
-    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+VOCAB, SEQ, LAYERS, BATCH, STEPS = 32, 8, 4, 8, 10
+CONFIG = PlainGPTConfig(vocab=VOCAB, seq=SEQ, dim=32, heads=4, layers=LAYERS)
 
 
 def reference_model():
     torch.manual_seed(0)
-    return GPT()
+    return GPT(CONFIG)
 
 
 def batch():
@@ -126,44 +64,6 @@ def mean_over(loss, group):
 
 def shard_rows(t, mesh_dim):
     return t.chunk(mesh_dim.size())[mesh_dim.get_local_rank()]
-
-
-def tp_plan(sequence_parallel):
-    """Megatron's split: attention and MLP column- then row-wise; with
-    sequence parallelism the norms and residuals hold a slice of the
-    sequence, gathered before attention and MLP (torchtitan's plan)."""
-    block = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(),
-             "attn.v": ColwiseParallel(), "mlp.w1": ColwiseParallel()}
-    if sequence_parallel:
-        gather = lambda: PrepareModuleInput(input_layouts=Shard(1),
-                                            desired_input_layouts=Replicate())
-        block.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(),
-                      "attn": gather(), "mlp": gather(),
-                      "attn.o": RowwiseParallel(output_layouts=Shard(1)),
-                      "mlp.w2": RowwiseParallel(output_layouts=Shard(1))})
-        root = {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-                "norm": SequenceParallel(),
-                "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())}
-    else:
-        block.update({"attn.o": RowwiseParallel(), "mlp.w2": RowwiseParallel()})
-        root = {"tok": RowwiseParallel(input_layouts=Replicate()),
-                "head": ColwiseParallel(output_layouts=Replicate())}
-    return root, block
-
-
-def apply_tp(model, tp_mesh, sequence_parallel):
-    root, block = tp_plan(sequence_parallel)
-    parallelize_module(model, tp_mesh, {k: v for k, v in root.items()
-                                        if getattr(model, k) is not None})
-    for layer in model.layers.values():
-        parallelize_module(layer, tp_mesh, block)
-    return model
-
-
-def apply_fsdp(model, dp_mesh, **kwargs):
-    for layer in model.layers.values():
-        fully_shard(layer, mesh=dp_mesh, **kwargs)
-    return fully_shard(model, mesh=dp_mesh, **kwargs)
 
 
 def train(model, x, y, dp_group=None):
@@ -190,7 +90,7 @@ def case_fsdp2(device, mp=False):
                   "offload_policy": CPUOffloadPolicy(), "reshard_after_forward": False}
     else:
         model.to(device)
-    apply_fsdp(model, mesh["dp"], **kwargs)
+    apply_fully_shard(model, mesh["dp"], **kwargs)
     x, y = batch()
     return train(model, shard_rows(x, mesh["dp"]).to(device), shard_rows(y, mesh["dp"]).to(device),
                  mesh["dp"].get_group())
@@ -198,7 +98,7 @@ def case_fsdp2(device, mp=False):
 
 def case_tp(device, sequence_parallel):
     mesh = init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("tp",))
-    model = apply_tp(reference_model().to(device), mesh["tp"], sequence_parallel)
+    model = apply_tensor_parallel(reference_model().to(device), mesh["tp"], sequence_parallel)
     x, y = batch()
     return train(model, x.to(device), y.to(device))
 
@@ -206,26 +106,10 @@ def case_tp(device, sequence_parallel):
 def case_fsdp_tp(device):
     mesh = init_device_mesh(device.type, (2, dist.get_world_size() // 2),
                            mesh_dim_names=("dp", "tp"))
-    model = apply_fsdp(apply_tp(reference_model().to(device), mesh["tp"], False), mesh["dp"])
+    model = apply_fully_shard(apply_tensor_parallel(reference_model().to(device), mesh["tp"], False), mesh["dp"])
     x, y = batch()
     return train(model, shard_rows(x, mesh["dp"]).to(device), shard_rows(y, mesh["dp"]).to(device),
                  mesh["dp"].get_group())
-
-
-def stage_modules(stages, first):
-    """Cuts the reference model into `stages` and keeps those from `first`
-    on, one per virtual stage this rank runs (rank, rank + pp, ...)."""
-    per = LAYERS // stages
-    out = []
-    for s in first:
-        m = reference_model()
-        m.layers = nn.ModuleDict({str(i): m.layers[str(i)] for i in range(s * per, (s + 1) * per)})
-        if s != 0:
-            m.tok = None
-        if s != stages - 1:
-            m.norm, m.head = None, None
-        out.append((s, m))
-    return out
 
 
 def case_pp(device, schedule, tp=1):
@@ -239,11 +123,11 @@ def case_pp(device, schedule, tp=1):
     pp_rank = mesh["pp"].get_local_rank()
     virtual = 2 if schedule is ScheduleInterleaved1F1B else 1
     stages, modules = [], []
-    for s, m in stage_modules(pp * virtual, range(pp_rank, pp * virtual, pp)):
-        m.to(device)
+    for s in range(pp_rank, pp * virtual, pp):  # this rank's stages: rank, rank + pp, ...
+        m = pipeline_stage(reference_model(), pp * virtual, s).to(device)
         if tp > 1:
-            apply_tp(m, mesh["tp"], False)
-        apply_fsdp(m, mesh["dp"])
+            apply_tensor_parallel(m, mesh["tp"], False)
+        apply_fully_shard(m, mesh["dp"])
         modules.append(m)
         stages.append(PipelineStage(m, s, pp * virtual, device, group=mesh["pp"].get_group()))
     microbatches = 2
@@ -277,7 +161,7 @@ def case_dcp(device):
     into a 2-D FSDP2 x TP layout: every parameter and optimizer state equal."""
     world = dist.get_world_size()
     flat = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
-    source = apply_fsdp(reference_model().to(device), flat["dp"])
+    source = apply_fully_shard(reference_model().to(device), flat["dp"])
     opt = optimizer(source.parameters())
     x, y = batch()
     for _ in range(2):
@@ -292,7 +176,7 @@ def case_dcp(device):
 
     two_d = init_device_mesh(device.type, (2, world // 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(7)  # other weights: the load must replace them
-    target = apply_fsdp(apply_tp(GPT().to(device), two_d["tp"], False), two_d["dp"])
+    target = apply_fully_shard(apply_tensor_parallel(GPT(CONFIG).to(device), two_d["tp"], False), two_d["dp"])
     target_opt = optimizer(target.parameters())
     t_model, t_optim = get_state_dict(target, target_opt)
     state = {"model": t_model, "optim": t_optim}

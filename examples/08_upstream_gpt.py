@@ -1,0 +1,160 @@
+"""Example 08: a GPT trained with PyTorch's own parallel APIs on "neuron":
+FSDP2 x tensor parallel x pipeline parallel over a 3-D DeviceMesh.
+
+    neuronrun -n 8 examples/08_upstream_gpt.py --pp 2 --tp 2           # dp = 8 / 4 = 2
+    neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --sp     # + sequence parallel
+    neuronrun -n 4 examples/08_upstream_gpt.py                         # FSDP2 only
+    torchrun --nproc-per-node 4 examples/08_upstream_gpt.py --tp 2     # torchrun works too
+
+Nothing here is torchneuron's but the import and the model
+(torchneuron.models.plain_gpt: plain torch.nn layers): the device and the
+backend come from torch.accelerator, the mesh from init_device_mesh
+("pp", "dp", "tp"), tensor parallelism from parallelize_module
+(Colwise/Rowwise, SequenceParallel with --sp), sharding from FSDP2's
+fully_shard over "dp", the pipeline from torch.distributed.pipelining
+(PipelineStage and ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B
+over "pp"), and --checkpoint DIR saves the model and optimizer with DCP.
+
+Rank 0 prints per step the loss, the wall time and tokens/s on this
+machine, and the modelled Trainium2 step (the slowest rank's simulated
+clock: the device model for every operation, the fabric model for every
+collective) with its tokens/s per device; at the end, the peak device
+memory of every rank.
+"""
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                          ScheduleInterleaved1F1B)
+
+import torchneuron  # noqa: F401  registers the "neuron" device and backend
+from torchneuron import fabric
+from torchneuron.models.plain_gpt import (GPT, PlainGPTConfig, apply_fully_shard,
+                                          apply_tensor_parallel, loss_fn, pipeline_stage)
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
+             "interleaved": ScheduleInterleaved1F1B}
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--sp", action="store_true", help="sequence parallel (with --tp > 1)")
+    p.add_argument("--schedule", default="1f1b", choices=sorted(SCHEDULES))
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch", type=int, default=8, help="sequences per data-parallel rank")
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--checkpoint", help="save the model and optimizer here with DCP at the end")
+    return p.parse_args()
+
+
+def main():
+    args = parse()
+    accelerator = torch.accelerator.current_accelerator()
+    device = torch.device(accelerator.type, torch.accelerator.current_device_index())
+    dist.init_process_group(backend=dist.get_default_backend_for_device(accelerator))
+    world = dist.get_world_size()
+    if world % (args.pp * args.tp):
+        raise SystemExit(f"world size {world} is not divisible by pp x tp = {args.pp * args.tp}")
+    dp = world // (args.pp * args.tp)
+    mesh = init_device_mesh(device.type, (args.pp, dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
+    cfg = PlainGPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, heads=args.heads,
+                         layers=args.layers)
+
+    # This rank's stages (rank, rank + pp, ... with the interleaved schedule).
+    pp_rank = mesh["pp"].get_local_rank()
+    virtual = 2 if args.schedule == "interleaved" and args.pp > 1 else 1
+    n_stages = args.pp * virtual
+    modules, stages = [], []
+    for s in range(pp_rank, n_stages, args.pp):
+        torch.manual_seed(0)  # every rank builds the same full model, then keeps its part
+        m = pipeline_stage(GPT(cfg), n_stages, s).to(device)
+        if args.tp > 1:
+            apply_tensor_parallel(m, mesh["tp"], args.sp)
+        apply_fully_shard(m, mesh["dp"])
+        modules.append(m)
+        if args.pp > 1:
+            stages.append(PipelineStage(m, s, n_stages, device, group=mesh["pp"].get_group()))
+    schedule = None
+    if args.pp > 1:
+        schedule = SCHEDULES[args.schedule](stages if virtual > 1 else stages[0],
+                                            n_microbatches=args.microbatches, loss_fn=loss_fn)
+    opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=args.lr)
+
+    # Synthetic next-token data: this data-parallel rank's share of each batch.
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, args.vocab, (args.steps, dp, args.batch, args.seq + 1), generator=g)
+    dp_rank = mesh["dp"].get_local_rank()
+    last_stage = pp_rank == args.pp - 1
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        print(f"upstream GPT: {world} ranks = pp {args.pp} x dp {dp} x tp {args.tp}"
+              f"{' (sequence parallel)' if args.sp else ''} on {device.type}, backend "
+              f"{dist.get_backend()}, schedule {args.schedule if args.pp > 1 else '-'}", flush=True)
+    tokens_per_step = dp * args.batch * args.seq
+    for step in range(args.steps):
+        x = tokens[step, dp_rank, :, :-1].to(device)
+        y = tokens[step, dp_rank, :, 1:].to(device)
+        clock0 = fabric.clock()["compute_us"] if device.type == "neuron" else 0.0
+        start = time.perf_counter()
+        opt.zero_grad()
+        if schedule is None:
+            loss = loss_fn(modules[0](x), y)
+            loss.backward()
+        else:
+            losses = []
+            if pp_rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=y, losses=losses)
+            loss = torch.stack(losses).mean() if last_stage else torch.zeros((), device=device)
+        opt.step()
+        wall = time.perf_counter() - start
+        modelled = (fabric.clock()["compute_us"] - clock0) if device.type == "neuron" else 0.0
+        # The batch's loss (the last stage's, averaged over data parallel) and
+        # the slowest rank's times.
+        figures = torch.tensor([loss.item() / dp if last_stage else 0.0, wall, modelled],
+                               dtype=torch.float64)
+        summed = figures[:1].clone()
+        dist.all_reduce(summed)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+        if rank0:
+            mean_loss = summed.item() / args.tp  # each tensor-parallel rank holds the loss
+            line = (f"step {step}: loss {mean_loss:.4f}, wall {figures[1] * 1e3:.1f} ms "
+                    f"({tokens_per_step / figures[1]:.0f} tokens/s)")
+            if figures[2] > 0:
+                line += (f", modelled Trainium2 step {figures[2]:.1f} us "
+                         f"({tokens_per_step / (figures[2] * 1e-6) / world:.0f} tokens/s/device)")
+            print(line, flush=True)
+
+    if args.checkpoint:
+        # This rank's stages (their parameter names keep the full model's
+        # layer indices, so the ranks' keys do not collide).
+        model_sd, optim_sd = get_state_dict(torch.nn.ModuleList(modules), opt)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.checkpoint)
+        if rank0:
+            print(f"saved a DCP checkpoint of the model and optimizer to {args.checkpoint}")
+    peak = torch.tensor([torch.neuron.max_memory_allocated() / 2**20
+                         if device.type == "neuron" else 0.0], dtype=torch.float64)
+    every = [torch.zeros_like(peak) for _ in range(world)]
+    dist.all_gather(every, peak)
+    if rank0:
+        print("peak device memory per rank (MiB): " +
+              " ".join(f"{t.item():.2f}" for t in every), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
