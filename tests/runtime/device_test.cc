@@ -37,6 +37,16 @@ TEST(DeviceSpec, TheDefaultIsANeuronCoreV3WithThePublishedFigures) {
   EXPECT_EQ(file.spec().SerializeAsString(), core.spec().SerializeAsString());
 }
 
+TEST(DeviceSpec, NeuronCoreV2IsTrainiumsCore) {
+  const DeviceSpec core = DeviceSpec::FromFile(
+      std::string(NEURON_SOURCE_DIR) + "/configs/devices/neuroncore-v2.textproto");
+  EXPECT_EQ(core.spec().name(), "neuroncore-v2");
+  EXPECT_NEAR(core.PeakTflops(false), 91.75, 0.01);  // "over 90"; two per chip: 183.5 ("190")
+  EXPECT_NEAR(core.PeakTflops(true), 22.9, 0.1);
+  EXPECT_EQ(core.SbufBytes(), 24u << 20);
+  EXPECT_EQ(core.HbmBytes(), 16ull << 30);           // 32 GiB / 2 cores
+}
+
 TEST(DeviceSpec, BadSpecsAreRefusedNamingFileAndField) {
   proto::DeviceSpec good = DeviceSpec::Default().spec();
   auto with = [&](auto change) {

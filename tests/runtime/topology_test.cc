@@ -27,7 +27,8 @@ TEST(Topology, DefaultIsOneTrn2Node) {
 }
 
 TEST(Topology, ShippedConfigsLoad) {
-  for (const char* name : {"trn2-node", "trn2-node-lnc2", "trn2-ultraserver"}) {
+  for (const char* name :
+       {"trn2-node", "trn2-node-lnc2", "trn2-ultraserver", "trn1-node", "trn1n-node"}) {
     const Topology t = Topology::FromFile(std::string(NEURON_SOURCE_DIR) +
                                           "/configs/topologies/" + name + ".textproto");
     EXPECT_EQ(t.spec().name(), name);
