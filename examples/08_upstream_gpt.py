@@ -68,6 +68,10 @@ def main():
     world = dist.get_world_size()
     if world % (args.pp * args.tp):
         raise SystemExit(f"world size {world} is not divisible by pp x tp = {args.pp * args.tp}")
+    if args.sp and args.tp == 1:
+        raise SystemExit("--sp splits the sequence over tensor parallelism: it needs --tp > 1")
+    if args.heads % args.tp:
+        raise SystemExit(f"--heads {args.heads} does not split over --tp {args.tp}")
     dp = world // (args.pp * args.tp)
     mesh = init_device_mesh(device.type, (args.pp, dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
     cfg = PlainGPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, heads=args.heads,

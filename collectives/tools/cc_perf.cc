@@ -142,8 +142,9 @@ PerfOptions Parse(int argc, char** argv) {
                    "      in place on them (with --check, one that staged counts as wrong);\n"
                    "      the other operations still stage\n"
                    "       neuron-cc-perf --model-only -N RANKS [--nodes NODES] [--topology FILE]\n"
-                   "           [--device FILE] [--op ...] [-b MIN] [-e MAX] [-f FACTOR] [--dtype ...]\n"
-                   "           [--model-algo ...]\n"
+                   "           [--device FILE] [--op ...] [-b MIN] [-e MAX] [-f FACTOR]\n"
+                   "           [--dtype ...]"
+                   " [--model-algo ...]\n"
                    "  --model-only: the fabric model's table for RANKS ranks split evenly over\n"
                    "      NODES nodes of the topology (default NEURON_TOPOLOGY_FILE, else\n"
                    "      trn2-node) and device (default NEURON_DEVICE_FILE, else NeuronCore-v3);\n"
@@ -151,8 +152,9 @@ PerfOptions Parse(int argc, char** argv) {
       std::exit(0);
     } else NEURON_CHECK(false, "unknown option '", a, "'");
   }
-  NEURON_CHECK(o.factor >= 2 && o.min_bytes <= o.max_bytes && o.iterations > 0,
-               "need -f >= 2, -b <= -e and -n > 0");
+  NEURON_CHECK(o.factor >= 2 && o.min_bytes >= 1 && o.min_bytes <= o.max_bytes &&
+                   o.iterations > 0,
+               "need -f >= 2, 1 <= -b <= -e and -n > 0");
   return o;
 }
 
@@ -301,7 +303,8 @@ int Main(int argc, char** argv) {
     PrintModelTable(m);
     return 0;
   }
-  NEURON_CHECK(o.model_ranks == 0 && o.topology_path.empty() && o.device_path.empty(),
+  NEURON_CHECK(o.model_ranks == 0 && o.model_nodes == 1 && o.topology_path.empty() &&
+                   o.device_path.empty(),
                "-N, --nodes, --topology and --device go with --model-only (under neuronrun, "
                "pass --topology to neuronrun)");
   const int rank = EnvInt("RANK"), size = EnvInt("WORLD_SIZE");
@@ -334,7 +337,8 @@ int Main(int argc, char** argv) {
   const Algorithm chosen = o.algorithm != Algorithm::kAuto ? o.algorithm
                            : forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
   const bool direct = chosen == Algorithm::kAuto || chosen == Algorithm::kDirect;
-  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+  for (std::size_t bytes = o.min_bytes; bytes != 0;
+       bytes = NextSize(bytes, o.max_bytes, o.factor)) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
     if (o.op == CollectiveKind::kAllGather || o.op == CollectiveKind::kReduceScatter) {
       count = std::max<std::size_t>(count / size, 1) * size;

@@ -35,7 +35,10 @@ void PrintModelTable(const ModelTableOptions& o) {
   std::printf("%12s %12s %11s %11s %11s %13s %7s\n", "size(B)", "count", "time(us)",
               "algbw(GB/s)", "busbw(GB/s)", "algorithm", "chunks");
   const std::vector<int> group = runtime::AllRanks(o.ranks);
-  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+  NEURON_CHECK(o.factor >= 2 && o.min_bytes >= 1 && o.min_bytes <= o.max_bytes,
+               "need -f >= 2 and 1 <= -b <= -e");
+  for (std::size_t bytes = o.min_bytes; bytes != 0;
+       bytes = NextSize(bytes, o.max_bytes, o.factor)) {
     std::size_t count = std::max<std::size_t>(bytes / o.element_bytes, 1);
     if (o.op == runtime::CollectiveKind::kAllGather ||
         o.op == runtime::CollectiveKind::kReduceScatter) {

@@ -24,6 +24,12 @@ struct ModelTableOptions {
   runtime::FabricAlgorithm algorithm = runtime::FabricAlgorithm::kAuto;
 };
 
+// A sweep's next size after `bytes`: bytes x factor while that stays within
+// `max`, else 0 (the end; no overflow). Needs factor >= 2.
+inline std::size_t NextSize(std::size_t bytes, std::size_t max, std::size_t factor) {
+  return bytes > max / factor ? 0 : bytes * factor;
+}
+
 // Prints the table to stdout; InvalidUsage names a shape that does not fit
 // the topology.
 void PrintModelTable(const ModelTableOptions& o);

@@ -33,7 +33,8 @@ std::map<std::string, std::string> ReplayFigures(
   const runtime::FabricModel model(
       topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(
                                                   static_cast<std::size_t>(layout.nodes),
-                                                  static_cast<std::uint32_t>(layout.ranks_per_node))));
+                                                  static_cast<std::uint32_t>(layout.ranks_per_node))),
+      runtime::DeviceSpec::FromEnvironment());  // the device the live ranks price with
   const runtime::ReplayResult r = runtime::ReplayTraces(traces, model);
   NEURON_CHECK(!r.steps.empty(), "the traces mark no step (step_begin and step_end marks: "
                "torchneuron.fabric.mark)");

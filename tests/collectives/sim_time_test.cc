@@ -126,17 +126,19 @@ TEST(SimTimeFabricAlgorithm, TheForcedModelledAlgorithmIsRecorded) {
   const auto topology = runtime::Topology::Default();
   const runtime::FabricModel model(topology, runtime::PlaceRanks(topology, {4}));
   constexpr std::size_t kCount = 1 << 20;  // 4 MiB
-  const double ring = runtime::ModelCollective(model, "allreduce", kCount * 4.0,
-                                               runtime::AllRanks(4), 0,
-                                               runtime::FabricAlgorithm::kRing).micros;
-  ::setenv("NEURON_FABRIC_ALGO", "ring", 1);
+  // recursive_doubling: never the automatic choice (not a candidate).
+  const double forced = runtime::ModelCollective(model, "allreduce", kCount * 4.0,
+                                                 runtime::AllRanks(4), 0,
+                                                 runtime::FabricAlgorithm::kRecursiveDoubling)
+                            .micros;
+  ::setenv("NEURON_FABRIC_ALGO", "recursive_doubling", 1);
   RunRanks(4, [&](int rank, Store& store) {
     Communicator comm(Borrow(store), rank, 4, CommunicatorOptions{});
     std::vector<float> data(kCount, 1.0f);
     comm.AllReduce({data.data(), kCount, DataType::kFloat32});
     const OpRecord& r = comm.records().back();
-    EXPECT_EQ(r.fabric_algorithm, "ring");
-    EXPECT_DOUBLE_EQ(r.modelled_us, ring);
+    EXPECT_EQ(r.fabric_algorithm, "recursive_doubling");
+    EXPECT_DOUBLE_EQ(r.modelled_us, forced);
     EXPECT_EQ(data[0], 4.0f);
   });
   ::unsetenv("NEURON_FABRIC_ALGO");

@@ -8,6 +8,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "neuron/runtime/device/device_spec.h"
@@ -19,13 +20,17 @@ namespace neuron::runtime {
 
 inline constexpr double kB = 100e9;  // link bandwidth of the test topologies, B/s
 inline constexpr double kA = 2e-6;   // per hop latency, s
-// A rank that holds a whole chip of the default device (8 NeuronCore-v3).
-inline const double kR = ReductionBytesPerSecond(DeviceSpec::Default(), 8);
+// The reduction rate of a rank that holds a whole chip of the default
+// device (8 NeuronCore-v3).
+inline double ChipReductionRate() {
+  static const double rate = ReductionBytesPerSecond(DeviceSpec::Default(), 8);
+  return rate;
+}
 
 inline double Hop(double bytes, double a = kA, double b = kB) { return a + bytes / b; }
 
-inline double ReduceHop(double bytes, double a = kA, double b = kB, double r_rate = kR) {
-  const double w = bytes / b, r = bytes / r_rate;
+inline double ReduceHop(double bytes, double a = kA, double b = kB) {
+  const double w = bytes / b, r = bytes / ChipReductionRate();
   return a + (w + r + std::max(w, r)) / 2;
 }
 
@@ -61,6 +66,23 @@ inline double Seconds(const FabricModel& model, CollectiveKind kind, double byte
   const CollectiveShape shape{kind, bytes, AllRanks(model.world_size()), 0};
   return ToSeconds(model.Simulate(BuildSchedule(model, shape, algorithm)).total);
 }
+
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) ::unsetenv(name_);
+    else ::setenv(name_, old_.c_str(), 1);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
 
 // Equal to the closed form up to floating-point rounding.
 inline void ExpectClose(double modelled, double closed_form, const std::string& what) {

@@ -164,7 +164,8 @@ TEST(FabricPipeline, RingAllToAllStoresAndForwards) {
 }
 
 TEST(FabricPipeline, OneWayFaultTakesOutOneDirection) {
-  const Topology down = RingTopology(4, "faults { from_chip: 0 to_chip: 1 down: true one_way: true }");
+  const Topology down =
+      RingTopology(4, "faults { from_chip: 0 to_chip: 1 down: true one_way: true }");
   const FabricModel cut(down, PlaceRanks(down, {4}));
   EXPECT_EQ(cut.graph().Route(0, 1).size(), 3u);  // around: 0 -> 3 -> 2 -> 1
   EXPECT_EQ(cut.graph().Route(1, 0).size(), 1u);  // the other direction still works
@@ -178,11 +179,21 @@ TEST(FabricPipeline, OneWayFaultTakesOutOneDirection) {
   const Schedule back{"test", {Step{{{2, 1, s}}}}};
   ExpectClose(ToSeconds(model.Simulate(back).total), Hop(s), "2 -> 1 unaffected");
   // EFA: only the NIC's ingress of chip 0.
-  const Topology efa = SwitchTopology("faults { from_chip: -1 to_chip: 0 slowdown: 2 one_way: true }");
+  const Topology efa =
+      SwitchTopology("faults { from_chip: -1 to_chip: 0 slowdown: 2 one_way: true }");
   const FabricModel nics(efa, PlaceRanks(efa, {1, 1}));
   const Schedule in{"test", {Step{{{1, 0, s}}}}}, out{"test", {Step{{{0, 1, s}}}}};
   ExpectClose(ToSeconds(nics.Simulate(in).total), Hop(s, kA, kB / 2), "into chip 0");
   ExpectClose(ToSeconds(nics.Simulate(out).total), Hop(s), "out of chip 0");
+  const Topology egress =
+      SwitchTopology("faults { from_chip: 0 to_chip: -1 slowdown: 2 one_way: true }");
+  const FabricModel out_only(egress, PlaceRanks(egress, {1, 1}));
+  ExpectClose(ToSeconds(out_only.Simulate(out).total), Hop(s, kA, kB / 2), "out of chip 0 slowed");
+  ExpectClose(ToSeconds(out_only.Simulate(in).total), Hop(s), "into chip 0 unaffected");
+  // No NICs between UltraServer nodes: a NIC fault there is refused.
+  EXPECT_THROW(RingTopology(4, "inter_node: NEURONLINK "
+                               "faults { from_chip: -1 to_chip: 0 down: true one_way: true }"),
+               InvalidUsage);
   try {
     SwitchTopology("faults { from_chip: -1 to_chip: 0 slowdown: 2 }");
     FAIL() << "accepted from_chip -1 without one_way";
@@ -218,8 +229,72 @@ TEST(FabricPipeline, AutoPicksTheFastestModelledAlgorithm) {
       }
     }
   }
-  const CollectiveShape big{CollectiveKind::kAllReduce, 128 << 20, AllRanks(32), 0};
-  EXPECT_STREQ(Name(ChooseAlgorithm(two, big)), "hierarchical");
+  // The figures in docs/performance.md: inside a node mesh to 4 MiB, ring
+  // from 16 MiB (rdh rated slower there); across nodes hierarchical.
+  auto choice = [](const FabricModel& m, CollectiveKind k, double bytes) {
+    return std::string(Name(ChooseAlgorithm(m, {k, bytes, AllRanks(m.world_size()), 0})));
+  };
+  EXPECT_EQ(choice(node, CollectiveKind::kAllReduce, 1 << 20), "mesh");
+  EXPECT_EQ(choice(node, CollectiveKind::kAllReduce, 4 << 20), "mesh");
+  EXPECT_EQ(choice(node, CollectiveKind::kAllReduce, 16 << 20), "ring");
+  EXPECT_EQ(choice(node, CollectiveKind::kAllReduce, 256 << 20), "ring");
+  EXPECT_EQ(choice(node, CollectiveKind::kAllToAll, 256 << 20), "mesh");
+  EXPECT_EQ(choice(two, CollectiveKind::kAllReduce, 1 << 20), "hierarchical");
+  EXPECT_EQ(choice(two, CollectiveKind::kAllReduce, 128 << 20), "hierarchical");
+  const ChosenSchedule chosen =
+      FastestSchedule(node, {CollectiveKind::kAllReduce, 16 << 20, AllRanks(16), 0});
+  EXPECT_NEAR(chosen.micros, 176.02, 0.01);  // docs/performance.md's table
+}
+
+// Implements is exactly "BuildSchedule does not throw".
+TEST(FabricPipeline, ImplementsSaysWhatBuildScheduleRuns) {
+  const Topology topo = Topology::Default();
+  const FabricModel two(topo, PlaceRanks(topo, {16, 16}));
+  for (auto a : {FabricAlgorithm::kRing, FabricAlgorithm::kMesh, FabricAlgorithm::kRdh,
+                 FabricAlgorithm::kRecursiveDoubling, FabricAlgorithm::kHierarchical,
+                 FabricAlgorithm::kTree}) {
+    for (auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                      CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
+                      CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
+      for (const std::vector<int>& ranks :
+           {AllRanks(6), AllRanks(8), AllRanks(32), std::vector<int>{0, 1, 2, 16, 17}}) {
+        const CollectiveShape shape{kind, 1 << 20, ranks, 0};
+        bool built = true;
+        try {
+          BuildSchedule(two, shape, a);
+        } catch (const InvalidUsage&) {
+          built = false;
+        }
+        EXPECT_EQ(Implements(two, a, shape), built)
+            << Name(a) << " " << Name(kind) << " on " << ranks.size() << " ranks";
+      }
+    }
+  }
+  EXPECT_THROW(BuildSchedule(two, {CollectiveKind::kAllReduce, 1, AllRanks(6), 0},
+                             FabricAlgorithm::kRdh),
+               InvalidUsage);
+}
+
+// Hand-made stages: an empty stage passes chunks straight on; two stages
+// on one link take turns; stages sharing no link overlap.
+TEST(FabricPipeline, ConflictingAndEmptyStagesPipelineAsTheRulesSay) {
+  const Topology topo = RingTopology(4);
+  const FabricModel model(topo, PlaceRanks(topo, {4}));
+  const double s = 64 << 20;
+  Schedule sched{"test", {Step{{{0, 1, s}}}, Step{{{2, 3, s}}}}, {}, 1};
+  sched.stages = {{"a", 0, 1}, {"empty", 1, 1}, {"b", 1, 2}};
+  for (int k : {1, 4}) {
+    sched.chunks = k;
+    ExpectClose(ToSeconds(model.Simulate(sched).total), FlowShop({Hop(s / k), Hop(s / k)}, k),
+                "disjoint links with an empty stage between, k=" + std::to_string(k));
+  }
+  Schedule same{"test", {Step{{{0, 1, s}}}, Step{{{0, 1, s / 2}}}}, {}, 4};
+  same.stages = {{"a", 0, 1}, {"b", 1, 2}};
+  ExpectClose(ToSeconds(model.Simulate(same).total), 4 * (Hop(s / 4) + Hop(s / 8)),
+              "two stages on one link take turns");
+  Schedule bad = same;
+  bad.stages = {{"a", 0, 1}};
+  EXPECT_THROW(model.Simulate(bad), InvalidUsage);  // stages leave a step out
 }
 
 TEST(FabricPipeline, ForcedAlgorithmAppliesWhereItRuns) {
@@ -236,18 +311,21 @@ TEST(FabricPipeline, ForcedAlgorithmAppliesWhereItRuns) {
   EXPECT_STREQ(ModelCollective(node, "allreduce", 16 << 20, AllRanks(6), 0,
                                FabricAlgorithm::kRdh).algorithm,
                Name(ChooseAlgorithm(node, six)));
-  ::setenv("NEURON_FABRIC_ALGO", "mesh", 1);
-  EXPECT_EQ(ConfiguredFabricAlgorithm(), FabricAlgorithm::kMesh);
-  ::setenv("NEURON_FABRIC_ALGO", "fastest", 1);
-  try {
-    ConfiguredFabricAlgorithm();
-    ADD_FAILURE() << "accepted NEURON_FABRIC_ALGO=fastest";
-  } catch (const InvalidUsage& e) {
-    EXPECT_NE(std::string(e.what()).find("NEURON_FABRIC_ALGO must be auto, ring"),
-              std::string::npos)
-        << e.what();
+  {
+    const ScopedEnv mesh("NEURON_FABRIC_ALGO", "mesh");
+    EXPECT_EQ(ConfiguredFabricAlgorithm(), FabricAlgorithm::kMesh);
   }
-  ::unsetenv("NEURON_FABRIC_ALGO");
+  {
+    const ScopedEnv bad("NEURON_FABRIC_ALGO", "fastest");
+    try {
+      ConfiguredFabricAlgorithm();
+      ADD_FAILURE() << "accepted NEURON_FABRIC_ALGO=fastest";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("NEURON_FABRIC_ALGO must be auto, ring"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_EQ(ConfiguredFabricAlgorithm(), FabricAlgorithm::kAuto);
 }
 

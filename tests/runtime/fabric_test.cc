@@ -81,7 +81,7 @@ TEST(FabricModel, ReductionRunsAtHalfTheDmaRateOrTheHbmRate) {
   EXPECT_DOUBLE_EQ(ReductionBytesPerSecond(DeviceSpec::Default(), 1), 362.5e9 / 3);
   EXPECT_DOUBLE_EQ(ReductionBytesPerSecond(DeviceSpec::Default(), 8), 8 * 362.5e9 / 3);
   EXPECT_DOUBLE_EQ(ReductionBytesPerSecond(DeviceWithHbm(600), 2), 2 * 16 * 23e9 * 0.5);
-  EXPECT_DOUBLE_EQ(kR, 8 * 362.5e9 / 3);
+  EXPECT_DOUBLE_EQ(ChipReductionRate(), 8 * 362.5e9 / 3);
 }
 
 TEST(FabricModel, ReducersReceivingAtOnceShareTheirRate) {

@@ -38,6 +38,8 @@ class PlainGPTConfig:
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
+        if cfg.dim % cfg.heads:
+            raise ValueError(f"dim {cfg.dim} does not split into {cfg.heads} heads")
         self.head_dim = cfg.dim // cfg.heads
         self.q, self.k, self.v, self.o = (nn.Linear(cfg.dim, cfg.dim, bias=False)
                                           for _ in range(4))

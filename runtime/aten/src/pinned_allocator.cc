@@ -28,7 +28,7 @@ class PinnedBlocks {
     auto it = blocks_.upper_bound(a);
     if (it == blocks_.begin()) return false;
     --it;
-    return a < it->first + it->second || (a == it->first && it->second == 0);
+    return a < it->first + it->second;
   }
 
  private:
@@ -53,6 +53,8 @@ class Pinned final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) override {
     if (bytes == 0) return {nullptr, nullptr, &DeletePinned, c10::Device(c10::DeviceType::CPU)};
+    TORCH_CHECK_WITH(OutOfMemoryError, bytes <= SIZE_MAX - kAlignment,
+                     "pinned host memory: cannot allocate ", bytes, " bytes");
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
     TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr, "pinned host memory: could not allocate ",

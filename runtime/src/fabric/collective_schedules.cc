@@ -1,9 +1,7 @@
 #include "neuron/runtime/fabric/collective_schedules.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <map>
 #include <tuple>
 
 #include "neuron/runtime/config.h"
@@ -264,6 +262,18 @@ bool SpansNodes(const FabricModel& model, const std::vector<int>& ranks) {
   return false;
 }
 
+// Neuron's documented algorithms that run the shape: the automatic choice's
+// candidates (hierarchical only across nodes).
+std::vector<FabricAlgorithm> Candidates(const FabricModel& model, const CollectiveShape& shape) {
+  std::vector<FabricAlgorithm> out;
+  for (auto a : {FabricAlgorithm::kRing, FabricAlgorithm::kMesh, FabricAlgorithm::kRdh,
+                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
+    if (a == FabricAlgorithm::kHierarchical && !SpansNodes(model, shape.ranks)) continue;
+    if (Implements(model, a, shape)) out.push_back(a);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* Name(CollectiveKind kind) {
@@ -358,27 +368,18 @@ bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
   return false;
 }
 
-std::vector<FabricAlgorithm> Candidates(const FabricModel& model, const CollectiveShape& shape) {
-  std::vector<FabricAlgorithm> out;
-  for (auto a : {FabricAlgorithm::kRing, FabricAlgorithm::kMesh, FabricAlgorithm::kRdh,
-                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
-    if (a == FabricAlgorithm::kHierarchical && !SpansNodes(model, shape.ranks)) continue;
-    if (Implements(model, a, shape)) out.push_back(a);
-  }
-  return out;
+FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape) {
+  return FastestSchedule(model, shape).algorithm;
 }
 
-FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape) {
-  FabricAlgorithm best = FabricAlgorithm::kRing;
-  double best_us = std::numeric_limits<double>::infinity();
+ChosenSchedule FastestSchedule(const FabricModel& model, const CollectiveShape& shape) {
+  ChosenSchedule best{FabricAlgorithm::kRing, {}, std::numeric_limits<double>::infinity()};
   for (FabricAlgorithm a : Candidates(model, shape)) {
-    const double us = model.Simulate(BuildSchedule(model, shape, a)).total.count();
-    if (us < best_us) {
-      best = a;
-      best_us = us;
-    }
+    Schedule s = BuildSchedule(model, shape, a);
+    const double us = model.Simulate(s).total.count();
+    if (us < best.micros) best = {a, std::move(s), us};
   }
-  return best;
+  return best;  // ring runs every shape: never empty
 }
 
 Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
@@ -389,11 +390,11 @@ Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
   switch (algorithm == FabricAlgorithm::kAuto ? ChooseAlgorithm(model, shape) : algorithm) {
     case FabricAlgorithm::kRing: return Ring(model, shape);
     case FabricAlgorithm::kMesh: return Mesh(shape);
-    case FabricAlgorithm::kAuto: break;
     case FabricAlgorithm::kRdh: return Rdh(shape);
     case FabricAlgorithm::kRecursiveDoubling: return RecursiveDoubling(shape);
     case FabricAlgorithm::kHierarchical: return Hierarchical(model, shape);
     case FabricAlgorithm::kTree: return Tree(shape);
+    case FabricAlgorithm::kAuto: break;
   }
   NEURON_ASSERT(false, "unhandled algorithm");
 }

@@ -21,14 +21,15 @@ std::vector<Stage> StagesOf(const Schedule& schedule) {
   if (schedule.stages.empty()) return {Stage{schedule.algorithm, 0, schedule.steps.size()}};
   std::size_t next = 0;
   for (const Stage& stage : schedule.stages) {
-    NEURON_ASSERT(stage.first_step == next && stage.end_step >= stage.first_step &&
-                      stage.end_step <= schedule.steps.size(),
-                  "schedule '", schedule.algorithm, "': stage '", stage.name,
-                  "' does not continue the previous one");
+    NEURON_CHECK(stage.first_step == next && stage.end_step >= stage.first_step &&
+                     stage.end_step <= schedule.steps.size(),
+                 "schedule '", schedule.algorithm, "': stage '", stage.name, "' (steps ",
+                 stage.first_step, " to ", stage.end_step, ") does not continue the previous "
+                 "one (step ", next, ") within its ", schedule.steps.size(), " steps");
     next = stage.end_step;
   }
-  NEURON_ASSERT(next == schedule.steps.size(), "schedule '", schedule.algorithm,
-                "': stages leave steps out");
+  NEURON_CHECK(next == schedule.steps.size(), "schedule '", schedule.algorithm,
+               "': its stages end at step ", next, " of ", schedule.steps.size());
   return schedule.stages;
 }
 

@@ -365,8 +365,9 @@ class Replayer {
     if (it == costs_.end()) {
       const int root = static_cast<int>(std::find(m.group.begin(), m.group.end(), m.root) -
                                         m.group.begin());
-      it = costs_.emplace(key, ModelCollective(target_, m.kind, m.bytes, m.group, root, algorithm_).micros)
-               .first;
+      const double us =
+          ModelCollective(target_, m.kind, m.bytes, m.group, root, algorithm_).micros;
+      it = costs_.emplace(key, us).first;
     }
     return it->second;
   }

@@ -17,8 +17,10 @@
 //                 the chunk count the model rates fastest within the
 //                 topology's collective_engine bounds
 //   tree          binomial tree (broadcast, reduce)
-// Ring also runs all-to-all (store and forward: step k carries the shares
-// still n - k hops from home) and broadcast / reduce (a chain from the root).
+// Ring also runs all-to-all (store and forward: step k carries the n - k
+// shares still k or more hops from their destination; each share crosses
+// as many links as it is hops away) and broadcast / reduce (a chain from
+// the root).
 // Reduce-scatter steps mark their transfers `reduce` (FabricModel prices
 // the reduction).
 //
@@ -60,8 +62,11 @@ std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name);
 // NEURON_FABRIC_ALGO (kAuto when unset); InvalidUsage names a bad value.
 FabricAlgorithm ConfiguredFabricAlgorithm();
 
-// Whether `algorithm` runs this shape (rdh needs a power-of-two group,
-// hierarchical the same ranks on every node, tree is broadcast and reduce).
+// Whether `algorithm` runs this shape: ring every kind; mesh allreduce,
+// allgather, reduce-scatter and all-to-all; rdh allreduce, allgather and
+// reduce-scatter on a power-of-two group; recursive_doubling allreduce on a
+// power-of-two group; hierarchical allreduce, allgather and reduce-scatter
+// with the same ranks on every node; tree broadcast and reduce; auto all.
 bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
                 const CollectiveShape& shape);
 
@@ -69,6 +74,15 @@ bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
 // documented algorithms that run the shape (ring, mesh, rdh; hierarchical
 // when the group spans nodes; tree), the first listed on a tie.
 FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape);
+
+// ChooseAlgorithm's choice with its schedule and modelled time (what the
+// choice computed: no second build).
+struct ChosenSchedule {
+  FabricAlgorithm algorithm = FabricAlgorithm::kRing;
+  Schedule schedule;
+  double micros = 0;
+};
+ChosenSchedule FastestSchedule(const FabricModel& model, const CollectiveShape& shape);
 
 // kAuto builds ChooseAlgorithm's. Throws InvalidUsage when the algorithm
 // cannot run this shape (Implements).

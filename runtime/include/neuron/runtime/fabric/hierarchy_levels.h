@@ -25,8 +25,9 @@ struct HierarchyLevel {
 // Levels with more than one position among `ranks`. When the ranks fill a
 // grid of those coordinates (every combination present once), one level
 // per coordinate; otherwise, with the same number of ranks on every node,
-// two: each node's ranks in ring order ("node"), then the nodes. None when
-// neither holds (unequal ranks per node).
+// each node's ranks in ring order ("node", when a node holds more than one)
+// and then the nodes ("nodes", when there are several). None when neither
+// holds (unequal ranks per node).
 std::optional<std::vector<HierarchyLevel>> HierarchyLevels(const FabricModel& model,
                                                            const std::vector<int>& ranks);
 
