@@ -168,6 +168,10 @@ SimDuration Topology::RankDelay(int rank) const {
   return delay;
 }
 
+std::uint32_t Topology::CoresPerChip() const {
+  return spec_.cores_per_chip() != 0 ? spec_.cores_per_chip() : 8;
+}
+
 ChipPlacement Topology::Place(std::uint32_t node, std::uint32_t local_rank) const {
   ChipPlacement p;
   p.node = node;

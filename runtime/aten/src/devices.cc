@@ -14,7 +14,6 @@ namespace {
 using runtime::ConfigKey;
 using runtime::ConfigRegistry;
 
-constexpr int kDefaultCoresPerChip = 8;  // Trainium2
 constexpr int kDefaultLnc = 2;
 
 int ParseIndex(const std::string& part, int node_cores) {
@@ -41,9 +40,7 @@ DeviceInventory Discover() {
   const runtime::DeviceSpec device = runtime::DeviceSpec::FromEnvironment();
   DeviceInventory inv;
   inv.lnc = LogicalCoreConfig(topology);
-  const int physical = topology.spec().cores_per_chip() == 0
-                           ? kDefaultCoresPerChip
-                           : static_cast<int>(topology.spec().cores_per_chip());
+  const int physical = static_cast<int>(topology.CoresPerChip());
   NEURON_CHECK(physical % inv.lnc == 0, "topology ", topology.origin(), ": cores_per_chip ",
                physical, " is not a multiple of the logical core size ", inv.lnc);
   inv.node_cores = static_cast<int>(topology.spec().chips_per_node()) * physical / inv.lnc;

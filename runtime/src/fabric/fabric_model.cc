@@ -62,7 +62,7 @@ FabricModel::FabricModel(const Topology& topology, std::vector<ChipPlacement> pl
       placement_(std::move(placement)),
       num_nodes_(CountNodes(placement_)),
       graph_(topology_, static_cast<std::uint32_t>(num_nodes_)),
-      reduce_bytes_per_second_(ReductionBytesPerSecond(device, CoresPerRank(topology_.spec()))) {
+      reduce_bytes_per_second_(ReductionBytesPerSecond(device, CoresPerRank(topology_))) {
   NEURON_CHECK(!placement_.empty(), "fabric model of an empty job");
 }
 

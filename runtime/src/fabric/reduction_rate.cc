@@ -16,9 +16,9 @@ double ReductionBytesPerSecond(const DeviceSpec& device, double cores) {
   return cores * std::min(dma_rate, hbm_rate);
 }
 
-double CoresPerRank(const proto::TopologySpec& topology) {
-  const double cores = topology.cores_per_chip() != 0 ? topology.cores_per_chip() : 8;
-  return cores / std::max<std::uint32_t>(topology.ranks_per_chip(), 1);
+double CoresPerRank(const Topology& topology) {
+  return static_cast<double>(topology.CoresPerChip()) /
+         std::max<std::uint32_t>(topology.spec().ranks_per_chip(), 1);
 }
 
 }  // namespace neuron::runtime

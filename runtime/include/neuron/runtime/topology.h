@@ -44,6 +44,8 @@ class Topology {
   SimDuration RankDelay(int rank) const;
 
   const proto::TopologySpec& spec() const { return spec_; }
+  // Physical NeuronCores per chip: cores_per_chip, or Trainium2's 8 when 0.
+  std::uint32_t CoresPerChip() const;
   const std::string& origin() const { return origin_; }
 
   // Throws InvalidUsage when a job of this shape cannot be placed: more nodes

@@ -12,14 +12,14 @@
 #pragma once
 
 #include "neuron/runtime/device/device_spec.h"
-#include "neuron/runtime/topology.pb.h"
+#include "neuron/runtime/topology.h"
 
 namespace neuron::runtime {
 
 double ReductionBytesPerSecond(const DeviceSpec& device, double cores);
 
-// The NeuronCores one rank of `topology` holds: cores_per_chip (0: 8) over
+// The NeuronCores one rank of `topology` holds: its cores per chip over
 // ranks_per_chip.
-double CoresPerRank(const proto::TopologySpec& topology);
+double CoresPerRank(const Topology& topology);
 
 }  // namespace neuron::runtime
