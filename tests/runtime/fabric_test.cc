@@ -62,7 +62,7 @@ TEST(FabricModel, RecursiveDoublingAndRabenseifnerMatchClosedForm) {
 }
 
 TEST(FabricModel, SnakeRingOnTheTrn2TorusUsesOnlyDirectLinks) {
-  const Topology topo = Topology::Default();
+  const Topology topo = Uncalibrated(Topology::Default());
   const FabricModel model(topo, PlaceRanks(topo, {16}));
   const auto ring = RingOrder(model, AllRanks(16));
   for (int i = 0; i < 16; ++i) {

@@ -39,7 +39,7 @@ CollectiveCost ModelCollective(const FabricModel& model, const std::string& kind
   } else {
     const CollectiveShape shape{ParseKind(kind), bytes, group, root};
     if (algorithm == FabricAlgorithm::kAuto || !Implements(model, algorithm, shape)) {
-      ChosenSchedule chosen = FastestSchedule(model, shape);
+      ChosenSchedule chosen = AutomaticSchedule(model, shape);
       return {chosen.micros, chosen.schedule.algorithm, chosen.schedule.chunks};
     }
     schedule = BuildSchedule(model, shape, algorithm);

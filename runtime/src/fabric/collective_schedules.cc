@@ -24,11 +24,6 @@ Step RingStep(const std::vector<int>& ring, double bytes, bool reduce) {
   return step;
 }
 
-void AppendRing(Schedule& s, const std::vector<int>& ring, double chunk, std::size_t steps,
-                bool reduce) {
-  for (std::size_t k = 0; k < steps; ++k) s.steps.push_back(RingStep(ring, chunk, reduce));
-}
-
 // Several groups stepping together: step k of every group in one step.
 void AppendRings(Schedule& s, const std::vector<std::vector<int>>& rings, double chunk,
                  std::size_t steps, bool reduce) {
@@ -78,21 +73,57 @@ int SnakePosition(const FabricModel& model, const ChipPlacement& p) {
   return row * cols + (row % 2 == 0 ? col : cols - 1 - col);
 }
 
+bool SpansNodes(const FabricModel& model, const std::vector<int>& ranks) {
+  for (int r : ranks) {
+    if (model.placement()[r].node != model.placement()[ranks[0]].node) return true;
+  }
+  return false;
+}
+
+// The ring's channels: `ring` itself, or across nodes the topology's
+// inter_node_ring_channels rings, channel k with each node's part rotated
+// by k/channels of its length (so it leaves each node from another chip).
+std::vector<std::vector<int>> RingChannels(const FabricModel& model, const std::vector<int>& ring) {
+  const int channels = model.calibration().inter_node_ring_channels();
+  if (channels == 1 || !SpansNodes(model, ring)) return {ring};
+  std::vector<std::vector<int>> parts;  // per node, in ring order
+  for (std::size_t i = 0; i < ring.size(); ++i) {
+    if (i == 0 || model.placement()[ring[i]].node != model.placement()[ring[i - 1]].node) {
+      parts.emplace_back();
+    }
+    parts.back().push_back(ring[i]);
+  }
+  std::vector<std::vector<int>> out;
+  for (int k = 0; k < channels; ++k) {
+    std::vector<int> channel;
+    for (const auto& part : parts) {
+      const std::size_t shift = part.size() * static_cast<std::size_t>(k) / channels;
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        channel.push_back(part[(i + shift) % part.size()]);
+      }
+    }
+    out.push_back(std::move(channel));
+  }
+  return out;
+}
+
 Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
   Schedule s{"ring", {}};
   const auto ring = RingOrder(model, shape.ranks);
   const std::size_t n = ring.size();
   const double chunk = shape.bytes / static_cast<double>(n);
+  const auto channels = RingChannels(model, ring);
+  const double part = chunk / static_cast<double>(channels.size());
   switch (shape.kind) {
     case CollectiveKind::kAllReduce:
-      AppendRing(s, ring, chunk, n - 1, /*reduce=*/true);
-      AppendRing(s, ring, chunk, n - 1, /*reduce=*/false);
+      AppendRings(s, channels, part, n - 1, /*reduce=*/true);
+      AppendRings(s, channels, part, n - 1, /*reduce=*/false);
       break;
     case CollectiveKind::kAllGather:
-      AppendRing(s, ring, chunk, n - 1, /*reduce=*/false);
+      AppendRings(s, channels, part, n - 1, /*reduce=*/false);
       break;
     case CollectiveKind::kReduceScatter:
-      AppendRing(s, ring, chunk, n - 1, /*reduce=*/true);
+      AppendRings(s, channels, part, n - 1, /*reduce=*/true);
       break;
     case CollectiveKind::kBroadcast:
     case CollectiveKind::kReduce: {  // a chain from the root (to it, for reduce)
@@ -113,7 +144,7 @@ Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
     }
     case CollectiveKind::kAllToAll:  // store and forward: step k carries what is k+ hops away
       for (std::size_t k = 1; k < n; ++k) {
-        s.steps.push_back(RingStep(ring, static_cast<double>(n - k) * chunk, false));
+        AppendRings(s, channels, static_cast<double>(n - k) * part, 1, /*reduce=*/false);
       }
       break;
   }
@@ -251,15 +282,9 @@ Schedule Hierarchical(const FabricModel& model, const CollectiveShape& shape) {
       held *= l;
     }
   }
+  s.kind = shape.kind;  // the chunk count is chosen with the calibrated costs
   if (s.stages.size() > 1) s.chunks = FastestChunkCount(model, s, shape.bytes);
   return s;
-}
-
-bool SpansNodes(const FabricModel& model, const std::vector<int>& ranks) {
-  for (int r : ranks) {
-    if (model.placement()[r].node != model.placement()[ranks[0]].node) return true;
-  }
-  return false;
 }
 
 // Neuron's documented algorithms that run the shape: the automatic choice's
@@ -276,40 +301,6 @@ std::vector<FabricAlgorithm> Candidates(const FabricModel& model, const Collecti
 
 }  // namespace
 
-const char* Name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllToAll: return "alltoall";
-  }
-  return "unknown";
-}
-
-std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name) {
-  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
-                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
-                 CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
-    if (name == Name(k)) return k;
-  }
-  return std::nullopt;
-}
-
-const char* Name(FabricAlgorithm algorithm) {
-  switch (algorithm) {
-    case FabricAlgorithm::kAuto: return "auto";
-    case FabricAlgorithm::kRing: return "ring";
-    case FabricAlgorithm::kMesh: return "mesh";
-    case FabricAlgorithm::kRdh: return "rdh";
-    case FabricAlgorithm::kRecursiveDoubling: return "recursive_doubling";
-    case FabricAlgorithm::kHierarchical: return "hierarchical";
-    case FabricAlgorithm::kTree: return "tree";
-  }
-  return "unknown";
-}
-
 std::vector<int> AllRanks(int n) {
   std::vector<int> ranks(n);
   for (int i = 0; i < n; ++i) ranks[i] = i;
@@ -325,15 +316,6 @@ std::vector<int> RingOrder(const FabricModel& model, const std::vector<int>& ran
            std::make_tuple(pb.node, SnakePosition(model, pb), pb.core);
   });
   return ring;
-}
-
-std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name) {
-  for (auto a : {FabricAlgorithm::kAuto, FabricAlgorithm::kRing, FabricAlgorithm::kMesh,
-                 FabricAlgorithm::kRdh, FabricAlgorithm::kRecursiveDoubling,
-                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
-    if (name == Name(a)) return a;
-  }
-  return std::nullopt;
 }
 
 FabricAlgorithm ConfiguredFabricAlgorithm() {
@@ -369,10 +351,19 @@ bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
 }
 
 FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape) {
-  return FastestSchedule(model, shape).algorithm;
+  return AutomaticSchedule(model, shape).algorithm;
 }
 
-ChosenSchedule FastestSchedule(const FabricModel& model, const CollectiveShape& shape) {
+ChosenSchedule AutomaticSchedule(const FabricModel& model, const CollectiveShape& shape) {
+  if (shape.ranks.size() > 1) {
+    for (FabricAlgorithm a : model.calibration().RuledAlgorithms(
+             shape.kind, shape.bytes, SpansNodes(model, shape.ranks))) {
+      if (!Implements(model, a, shape)) continue;
+      Schedule s = BuildSchedule(model, shape, a);
+      const double us = model.Simulate(s).total.count();
+      return {a, std::move(s), us};
+    }
+  }
   ChosenSchedule best{FabricAlgorithm::kRing, {}, std::numeric_limits<double>::infinity()};
   for (FabricAlgorithm a : Candidates(model, shape)) {
     Schedule s = BuildSchedule(model, shape, a);
@@ -387,16 +378,18 @@ Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
   NEURON_CHECK(!shape.ranks.empty(), "a collective needs at least one rank");
   NEURON_CHECK(shape.bytes >= 0, "negative collective size ", shape.bytes);
   if (shape.ranks.size() == 1) return Schedule{"local", {}};
+  Schedule s;
   switch (algorithm == FabricAlgorithm::kAuto ? ChooseAlgorithm(model, shape) : algorithm) {
-    case FabricAlgorithm::kRing: return Ring(model, shape);
-    case FabricAlgorithm::kMesh: return Mesh(shape);
-    case FabricAlgorithm::kRdh: return Rdh(shape);
-    case FabricAlgorithm::kRecursiveDoubling: return RecursiveDoubling(shape);
-    case FabricAlgorithm::kHierarchical: return Hierarchical(model, shape);
-    case FabricAlgorithm::kTree: return Tree(shape);
-    case FabricAlgorithm::kAuto: break;
+    case FabricAlgorithm::kRing: s = Ring(model, shape); break;
+    case FabricAlgorithm::kMesh: s = Mesh(shape); break;
+    case FabricAlgorithm::kRdh: s = Rdh(shape); break;
+    case FabricAlgorithm::kRecursiveDoubling: s = RecursiveDoubling(shape); break;
+    case FabricAlgorithm::kHierarchical: s = Hierarchical(model, shape); break;
+    case FabricAlgorithm::kTree: s = Tree(shape); break;
+    case FabricAlgorithm::kAuto: NEURON_ASSERT(false, "unhandled algorithm");
   }
-  NEURON_ASSERT(false, "unhandled algorithm");
+  s.kind = shape.kind;
+  return s;
 }
 
 double BusBandwidthFactor(CollectiveKind kind, int n) {

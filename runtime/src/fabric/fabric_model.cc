@@ -62,6 +62,8 @@ FabricModel::FabricModel(const Topology& topology, std::vector<ChipPlacement> pl
       placement_(std::move(placement)),
       num_nodes_(CountNodes(placement_)),
       graph_(topology_, static_cast<std::uint32_t>(num_nodes_)),
+      calibration_(topology_.spec().collective_engine(), topology_.spec().name(),
+                   CoresPerRank(topology_)),
       reduce_bytes_per_second_(ReductionBytesPerSecond(device, CoresPerRank(topology_))) {
   NEURON_CHECK(!placement_.empty(), "fabric model of an empty job");
 }
@@ -71,13 +73,14 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
                schedule.chunks, " chunks");
   const std::vector<Stage> stages = StagesOf(schedule);
   const double scale = 1.0 / schedule.chunks;
+  const AlgorithmCosts costs = calibration_.Costs(schedule.algorithm, schedule.kind);
   SimulationResult result;
   std::vector<double> stage_us;
   for (const Stage& stage : stages) {
     SimDuration sum{0};
     for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
       const SimDuration t =
-          StepTime(schedule.steps[i], scale, &result.link_bytes);
+          StepTime(schedule.steps[i], scale, &result.link_bytes) + SimDuration(costs.step_us);
       result.steps.push_back(t);
       sum += t;
     }
@@ -89,6 +92,9 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
     for (const SimDuration t : result.stages) result.total += t;
   } else {
     result.total = SimDuration(PipelineMicros(schedule, stages, stage_us));
+  }
+  if (!schedule.steps.empty()) {
+    result.total += SimDuration(calibration_.launch_us() + costs.fixed_us);
   }
   return result;
 }
@@ -165,10 +171,13 @@ SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_b
   std::vector<int> sharers(graph_.links().size(), 0);
   std::map<std::uint32_t, int> on_chip_sharers;
   std::map<int, int> reducers;
+  std::vector<int> sends(n, 0), receives(n, 0);  // per rank: its DMA rings' sharers
   for (const Transfer& t : step.transfers) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
     if (t.reduce) ++reducers[t.dst];
+    ++sends[t.src];
+    ++receives[t.dst];
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
     if (a == b) {
       ++on_chip_sharers[a];
@@ -199,6 +208,8 @@ SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_b
       }
       *link_bytes += bytes * static_cast<double>(route.size());
     }
+    rate = std::min(rate, calibration_.rank_dma_bytes_per_second() /
+                              std::max(sends[t.src], receives[t.dst]));
     double seconds = bytes / rate;
     if (t.reduce) {
       const double reduce = bytes / (reduce_bytes_per_second_ / reducers[t.dst]);

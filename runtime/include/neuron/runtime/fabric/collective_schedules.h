@@ -17,6 +17,9 @@
 //                 the chunk count the model rates fastest within the
 //                 topology's collective_engine bounds
 //   tree          binomial tree (broadcast, reduce)
+// A ring that spans nodes runs the topology's inter_node_ring_channels
+// channels: rings rotated within each node so that each crosses between
+// nodes at other chips, each carrying its share of the buffer.
 // Ring also runs all-to-all (store and forward: step k carries the n - k
 // shares still k or more hops from their destination; each share crosses
 // as many links as it is hops away) and broadcast / reduce (a chain from
@@ -33,14 +36,11 @@
 #include <string>
 #include <vector>
 
+#include "neuron/runtime/fabric/collective_names.h"
 #include "neuron/runtime/fabric/fabric_model.h"
 #include "neuron/runtime/fabric/schedule.h"
 
 namespace neuron::runtime {
-
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
-
-enum class FabricAlgorithm { kAuto, kRing, kMesh, kRdh, kRecursiveDoubling, kHierarchical, kTree };
 
 struct CollectiveShape {
   CollectiveKind kind = CollectiveKind::kAllReduce;
@@ -49,16 +49,9 @@ struct CollectiveShape {
   int root = 0;            // index into `ranks` (broadcast, reduce)
 };
 
-const char* Name(CollectiveKind kind);
-const char* Name(FabricAlgorithm algorithm);
-// The kind Name() calls `name` ("allreduce", ...), or none.
-std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name);
-
 // {0, 1, ..., n-1}.
 std::vector<int> AllRanks(int n);
 
-// The algorithm Name() calls `name` ("auto", "ring", ...), or none.
-std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name);
 // NEURON_FABRIC_ALGO (kAuto when unset); InvalidUsage names a bad value.
 FabricAlgorithm ConfiguredFabricAlgorithm();
 
@@ -70,7 +63,9 @@ FabricAlgorithm ConfiguredFabricAlgorithm();
 bool Implements(const FabricModel& model, FabricAlgorithm algorithm,
                 const CollectiveShape& shape);
 
-// The automatic choice: the one the model rates fastest among Neuron's
+// The automatic choice: Neuron's own where the topology's calibration has
+// a rule for this kind, size and span whose algorithm runs the shape (the
+// first such); otherwise the one the model rates fastest among Neuron's
 // documented algorithms that run the shape (ring, mesh, rdh; hierarchical
 // when the group spans nodes; tree), the first listed on a tie.
 FabricAlgorithm ChooseAlgorithm(const FabricModel& model, const CollectiveShape& shape);
@@ -82,7 +77,7 @@ struct ChosenSchedule {
   Schedule schedule;
   double micros = 0;
 };
-ChosenSchedule FastestSchedule(const FabricModel& model, const CollectiveShape& shape);
+ChosenSchedule AutomaticSchedule(const FabricModel& model, const CollectiveShape& shape);
 
 // kAuto builds ChooseAlgorithm's. Throws InvalidUsage when the algorithm
 // cannot run this shape (Implements).

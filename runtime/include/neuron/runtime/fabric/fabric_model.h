@@ -23,6 +23,12 @@
 // several could). Stages on disjoint links so give the flow-shop closed form:
 //   total = sum over stages of t_s + (k - 1) x max over stages of t_s.
 //
+// Calibration (the topology's collective_engine, CollectiveCalibration):
+// a schedule of at least one step costs launch_us plus its algorithm's
+// fixed_us more, every step its algorithm's step_us more, and a transfer
+// moves no faster than rank_dma_gbps shared among what its sender sends and
+// its receiver receives in that step.
+//
 // Usage:
 //   FabricModel model(Topology::Default(), PlaceRanks(topology, {16}));
 //   SimDuration t = model.Simulate(RingAllReduce(order, bytes)).total;
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/fabric/collective_calibration.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/schedule.h"
 #include "neuron/runtime/sim_time.h"
@@ -58,6 +65,7 @@ class FabricModel {
   const FabricGraph& graph() const { return graph_; }
   const std::vector<ChipPlacement>& placement() const { return placement_; }
   const Topology& topology() const { return topology_; }
+  const CollectiveCalibration& calibration() const { return calibration_; }
   int world_size() const { return static_cast<int>(placement_.size()); }
   int num_nodes() const { return num_nodes_; }
 
@@ -74,6 +82,7 @@ class FabricModel {
   std::vector<ChipPlacement> placement_;
   int num_nodes_;
   FabricGraph graph_;
+  CollectiveCalibration calibration_;
   double reduce_bytes_per_second_;  // per rank
 };
 

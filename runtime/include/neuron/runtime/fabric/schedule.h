@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "neuron/runtime/fabric/collective_names.h"
 
 namespace neuron::runtime {
 
@@ -44,6 +47,9 @@ struct Schedule {
   std::vector<Stage> stages;
   // Equal chunks the buffer is pipelined in (1: the whole buffer at once).
   int chunks = 1;
+  // The collective it runs (none: a gather or scatter, or a bare schedule):
+  // with `algorithm`, which of the topology's calibrated costs it pays.
+  std::optional<CollectiveKind> kind;
 };
 
 }  // namespace neuron::runtime
