@@ -136,7 +136,8 @@ PerfOptions Parse(int argc, char** argv) {
                    "       [--model-algo auto|ring|mesh|rdh|recursive_doubling|hierarchical|tree]\n"
                    "  --algo: the host algorithm that moves the real bytes;\n"
                    "  --model-algo: the fabric model's (default NEURON_FABRIC_ALGO, else auto:\n"
-                   "      the one the model rates fastest); a size it cannot run gets auto's\n"
+                   "      the topology's rule for the size, else the model's fastest); a size\n"
+                   "      it cannot run gets auto's\n"
                    "  -R: buffers registered with the collectives (shared with the peers on\n"
                    "      this host), as nccl-tests' -R: a direct allreduce above 16 KiB works\n"
                    "      in place on them (with --check, one that staged counts as wrong);\n"
@@ -324,7 +325,7 @@ int Main(int argc, char** argv) {
                 o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
     std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
                 o.model_algorithm == runtime::FabricAlgorithm::kAuto
-                    ? "the algorithm the model rates fastest"
+                    ? "Neuron's rule for the size, else the model's fastest"
                     : runtime::Name(o.model_algorithm));
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");

@@ -174,6 +174,7 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
     id.placement = config_.topology.Place(o.node_rank, local);
     id.ranks_per_chip = config_.topology.spec().ranks_per_chip();
     id.topology_file = config_.topology_file;
+    id.device_file = config_.device_file;
     id.store_endpoint = store_endpoint_;
     id.job_secret = config_.secret;
     id.python_path = config_.python_path;

@@ -42,6 +42,7 @@ struct JobConfig {
   std::string program_path;    // what to execve
   std::vector<std::string> program_argv;
   std::string topology_file;   // absolute, or empty for the embedded default
+  std::string device_file;     // absolute, or empty: the inherited environment's
   std::string python_path;     // prepended to the ranks' PYTHONPATH
 };
 

@@ -19,7 +19,10 @@
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/fabric/collective_calibration.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
+#include "neuron/runtime/fabric/reduction_rate.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "secret.h"
 
@@ -62,6 +65,14 @@ JobConfig Resolve(LaunchOptions o) {
                        std::vector<std::uint32_t>(o.nnodes, o.nproc_per_node));
   if (!o.topology_file.empty()) {
     c.topology_file = std::filesystem::absolute(o.topology_file).string();
+  }
+  // The ranks' fabric models would reject a bad calibration or device file:
+  // say so once, before any starts.
+  runtime::CollectiveCalibration(c.topology.spec().collective_engine(), c.topology.spec().name(),
+                                 runtime::CoresPerRank(c.topology));
+  if (!o.device_file.empty()) {
+    runtime::DeviceSpec::FromFile(o.device_file);
+    c.device_file = std::filesystem::absolute(o.device_file).string();
   }
   c.run_id = o.run_id.empty() ? collectives::auth::GenerateSecret().substr(0, 12) : o.run_id;
   c.secret = o.nnodes == 1 ? collectives::auth::GenerateSecret()

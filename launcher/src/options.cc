@@ -104,6 +104,9 @@ const std::map<std::string, Setter>& ValueOptions() {
     m["--topology"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
       o.topology_file = v;
     };
+    m["--device"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
+      o.device_file = v;
+    };
     m["--rdzv-backend"] = [](const std::string& f, const std::string& v, LaunchOptions&) {
       // torchrun's; neuronrun's agents always meet through node 0's store.
       NEURON_CHECK(v == "c10d" || v == "static", f, " '", v,
@@ -278,6 +281,11 @@ Output:
 Simulated fabric:
   --topology FILE          fabric topology (protobuf text, configs/topologies/);
                            default: the embedded trn2 node (16 chips)
+  --device FILE            NeuronCore spec the ranks model (protobuf text,
+                           configs/devices/; sets NEURON_DEVICE_FILE):
+                           neuroncore-v2 for trn1, v3 for trn2; default:
+                           $NEURON_DEVICE_FILE, else the embedded
+                           NeuronCore-v3
   --python PATH            interpreter for .py scripts (default:
                            $NEURON_PYTHON, else the Python
                            neuronrun was built with)

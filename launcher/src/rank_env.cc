@@ -57,6 +57,7 @@ Environment RankEnvironment(Environment env, const RankIdentity& id) {
   } else {
     set(VariableName(ConfigKey::kTopologyFile), id.topology_file);
   }
+  if (!id.device_file.empty()) set(VariableName(ConfigKey::kDeviceFile), id.device_file);
   set(VariableName(ConfigKey::kStoreEndpoint), id.store_endpoint);
   set(VariableName(ConfigKey::kJobSecret), id.job_secret);
   env.erase(VariableName(ConfigKey::kRdzvSecret));

@@ -27,6 +27,7 @@ struct RankIdentity {
   runtime::ChipPlacement placement;
   std::uint32_t ranks_per_chip = 1;
   std::string topology_file;   // absolute; empty = embedded default
+  std::string device_file;     // absolute; empty = as the environment has it
   std::string store_endpoint;  // HOST:PORT of the job's store server
   std::string job_secret;
   std::string python_path;     // prepended to PYTHONPATH when not empty

@@ -48,7 +48,7 @@ int Env() {
                          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                          "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "NEURON_NODE_INDEX",
                          "NEURON_CHIP_INDEX", "NEURON_CORE_INDEX", "NEURON_RANKS_PER_CHIP",
-                         "NEURON_TOPOLOGY_FILE", "NEURON_STORE_ENDPOINT",
+                         "NEURON_TOPOLOGY_FILE", "NEURON_DEVICE_FILE", "NEURON_STORE_ENDPOINT",
                          "NEURON_JOB_SECRET", "NEURON_RDZV_SECRET", "PYTHONPATH"};
   std::string out;
   for (const char* name : names) {

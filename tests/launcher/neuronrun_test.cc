@@ -109,7 +109,9 @@ TEST(Neuronrun, RanksArePinnedToCpusWhenTheyFitOrWhenAsked) {
 TEST(Neuronrun, UserSettingsAndTopologyPlacement) {
   const std::string topo = std::string(NEURON_SOURCE_DIR) +
                            "/configs/topologies/trn2-node-lnc2.textproto";
-  LauncherProcess job({"-n", "8", "--topology", topo, kHelper, "env"},
+  const std::string device = std::string(NEURON_SOURCE_DIR) +
+                             "/configs/devices/neuroncore-v2.textproto";
+  LauncherProcess job({"-n", "8", "--topology", topo, "--device", device, kHelper, "env"},
                       {{"OMP_NUM_THREADS", "3"}});
   ASSERT_EQ(job.Wait(), 0) << job.Stderr();
   const auto ranks = ParseEnvOutput(job.Stdout());
@@ -120,7 +122,26 @@ TEST(Neuronrun, UserSettingsAndTopologyPlacement) {
     EXPECT_EQ(ranks.at(r).at("NEURON_CORE_INDEX"), std::to_string(r % 4));
     EXPECT_EQ(ranks.at(r).at("NEURON_RANKS_PER_CHIP"), "4");
     EXPECT_EQ(ranks.at(r).at("NEURON_TOPOLOGY_FILE"), topo);
+    EXPECT_EQ(ranks.at(r).at("NEURON_DEVICE_FILE"), device);
   }
+}
+
+// A topology whose calibration the ranks' fabric models would reject stops
+// the job before any rank starts, naming the file's topology and field.
+TEST(Neuronrun, BadCollectiveCalibrationFailsAtLaunch) {
+  const std::string path = ::testing::TempDir() + "/bad_calibration.textproto";
+  std::ofstream(path) << "name: 'bad-engine' chips_per_node: 16 torus_dims: [4, 4] "
+                         "ranks_per_chip: 1 intra_node_link { bandwidth_gbps: 256 } "
+                         "inter_node_link { bandwidth_gbps: 25 } on_chip_link { bandwidth_gbps: 2900 } "
+                         "collective_engine { algorithm_rules { algorithm: 'kangaring' } }\n";
+  LauncherProcess job({"-n", "2", "--topology", path, kHelper, "env"});
+  EXPECT_EQ(job.Wait(), 2);
+  EXPECT_NE(job.Stderr().find("topology 'bad-engine': collective_engine.algorithm_rules[0]"
+                              ".algorithm names algorithm 'kangaring'"),
+            std::string::npos)
+      << job.Stderr();
+  EXPECT_EQ(job.Stdout(), "");
+  std::remove(path.c_str());
 }
 
 TEST(Neuronrun, ConcurrentOutputArrivesAsWholePrefixedLines) {
@@ -404,7 +425,7 @@ TEST_P(NeuronrunBadInput, OneLineErrorExitTwoNoProcesses) {
 std::string BadInputName(const ::testing::TestParamInfo<BadInput>& info) {
   static const char* kNames[] = {"UnknownFlag",   "ZeroRanks",       "MissingScript",
                                  "MissingProgram", "TooManyRanks",   "MissingTopology",
-                                 "SilentEndpoint", "MissingPython"};
+                                 "MissingDevice", "SilentEndpoint",  "MissingPython"};
   return kNames[info.index];
 }
 
@@ -418,6 +439,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"-n", "17", "/bin/true"}, "node 0 has 17 ranks"},
         BadInput{{"--topology", "/nonexistent.textproto", "/bin/true"},
                  "cannot read topology file /nonexistent.textproto"},
+        BadInput{{"--device", "/nonexistent.textproto", "/bin/true"},
+                 "cannot read device spec file /nonexistent.textproto"},
         BadInput{{"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
                   "127.0.0.1:1", "--rdzv-timeout", "1", "/bin/true"},
                  "rendezvous endpoint 127.0.0.1:1 did not answer within 1 s"},
@@ -489,7 +512,7 @@ TEST(Neuronrun, HelpDocumentsEveryOption) {
   EXPECT_EQ(job.Wait(), 0);
   for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint",
                            "--rdzv-timeout", "--rdzv-secret-file", "--master-port",
-                           "--max-restarts", "--log-dir", "--tee", "--topology", "--run-id",
+                           "--max-restarts", "--log-dir", "--tee", "--topology", "--device", "--run-id",
                            "--python", "--grace-period"}) {
     EXPECT_NE(job.Stdout().find(flag), std::string::npos) << flag;
   }

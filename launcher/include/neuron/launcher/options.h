@@ -29,6 +29,7 @@ struct LaunchOptions {
   std::string log_dir;
   bool tee = false;
   std::string topology_file;             // empty: embedded trn2 node
+  std::string device_file;               // empty: the ranks' NEURON_DEVICE_FILE, else v3
   std::string run_id;                    // empty: random
   std::string python;                    // empty: NEURON_PYTHON or default
   std::chrono::milliseconds grace_period{5000};
