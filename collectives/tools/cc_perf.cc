@@ -111,8 +111,8 @@ PerfOptions Parse(int argc, char** argv) {
     else if (a == "--model-algo") {
       const std::string name = value();
       const auto parsed = runtime::ParseFabricAlgorithm(name);
-      NEURON_CHECK(parsed.has_value(), "--model-algo must be auto, ring, mesh, rdh, "
-                   "recursive_doubling, hierarchical or tree, got '", name, "'");
+      NEURON_CHECK(parsed.has_value(), "--model-algo must be auto, ",
+                   runtime::FabricAlgorithmNames(), ", got '", name, "'");
       o.model_algorithm = *parsed;
     }
     else if (a == "--model-only") o.model_only = true;
@@ -325,7 +325,7 @@ int Main(int argc, char** argv) {
                 o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
     std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
                 o.model_algorithm == runtime::FabricAlgorithm::kAuto
-                    ? "Neuron's rule for the size, else the model's fastest"
+                    ? "the topology's rule for the size, else the model's fastest"
                     : runtime::Name(o.model_algorithm));
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");

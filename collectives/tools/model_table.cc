@@ -30,7 +30,7 @@ void PrintModelTable(const ModelTableOptions& o) {
               runtime::Name(o.op), o.ranks, o.nodes, topology.spec().name().c_str(),
               device.spec().name().c_str(),
               o.algorithm == runtime::FabricAlgorithm::kAuto
-                  ? "Neuron's rule for the size, else the model's fastest"
+                  ? "the topology's rule for the size, else the model's fastest"
                   : runtime::Name(o.algorithm));
   std::printf("%12s %12s %11s %11s %11s %13s %7s\n", "size(B)", "count", "time(us)",
               "algbw(GB/s)", "busbw(GB/s)", "algorithm", "chunks");

@@ -22,7 +22,6 @@
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/fabric/collective_calibration.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
-#include "neuron/runtime/fabric/reduction_rate.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "secret.h"
 
@@ -68,8 +67,7 @@ JobConfig Resolve(LaunchOptions o) {
   }
   // The ranks' fabric models would reject a bad calibration or device file:
   // say so once, before any starts.
-  runtime::CollectiveCalibration(c.topology.spec().collective_engine(), c.topology.spec().name(),
-                                 runtime::CoresPerRank(c.topology));
+  runtime::CheckCollectiveCalibration(c.topology);
   if (!o.device_file.empty()) {
     runtime::DeviceSpec::FromFile(o.device_file);
     c.device_file = std::filesystem::absolute(o.device_file).string();

@@ -33,8 +33,9 @@ ConfigRegistry::ConfigRegistry()
            "hierarchical",
            false},
           {ConfigKey::kFabricAlgorithm, "NEURON_FABRIC_ALGO", "auto",
-           "force the fabric model's algorithm where it runs the collective: auto (the one the "
-           "model rates fastest), ring, mesh, rdh, recursive_doubling, hierarchical, tree",
+           "force the fabric model's algorithm where it runs the collective: auto (the "
+           "topology's calibrated rule for the kind and size, else the one the model rates "
+           "fastest), ring, mesh, rdh, recursive_doubling, hierarchical, tree",
            false},
           {ConfigKey::kLocalWorldSize, "LOCAL_WORLD_SIZE", "",
            "ranks per node (set by neuronrun); places ranks on the fabric model", false},

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -110,7 +112,7 @@ TEST(Neuronrun, UserSettingsAndTopologyPlacement) {
   const std::string topo = std::string(NEURON_SOURCE_DIR) +
                            "/configs/topologies/trn2-node-lnc2.textproto";
   const std::string device = std::string(NEURON_SOURCE_DIR) +
-                             "/configs/devices/neuroncore-v2.textproto";
+                             "/configs/devices/neuroncore-v3.textproto";
   LauncherProcess job({"-n", "8", "--topology", topo, "--device", device, kHelper, "env"},
                       {{"OMP_NUM_THREADS", "3"}});
   ASSERT_EQ(job.Wait(), 0) << job.Stderr();
@@ -127,20 +129,24 @@ TEST(Neuronrun, UserSettingsAndTopologyPlacement) {
 }
 
 // A topology whose calibration the ranks' fabric models would reject stops
-// the job before any rank starts, naming the file's topology and field.
+// the job before any rank starts, in one line naming the file and field.
 TEST(Neuronrun, BadCollectiveCalibrationFailsAtLaunch) {
   const std::string path = ::testing::TempDir() + "/bad_calibration.textproto";
   std::ofstream(path) << "name: 'bad-engine' chips_per_node: 16 torus_dims: [4, 4] "
                          "ranks_per_chip: 1 intra_node_link { bandwidth_gbps: 256 } "
                          "inter_node_link { bandwidth_gbps: 25 } on_chip_link { bandwidth_gbps: 2900 } "
-                         "collective_engine { algorithm_rules { algorithm: 'kangaring' } }\n";
+                         "collective_engine { calibration { algorithm_rules { algorithm: 'kangaring' } } }\n";
   LauncherProcess job({"-n", "2", "--topology", path, kHelper, "env"});
   EXPECT_EQ(job.Wait(), 2);
-  EXPECT_NE(job.Stderr().find("topology 'bad-engine': collective_engine.algorithm_rules[0]"
-                              ".algorithm names algorithm 'kangaring'"),
-            std::string::npos)
-      << job.Stderr();
-  EXPECT_EQ(job.Stdout(), "");
+  const std::string err = job.Stderr();
+  EXPECT_EQ(err.rfind("neuronrun: error: topology " + path +
+                          ": collective_engine.calibration.algorithm_rules[0]"
+                          ".algorithm names algorithm 'kangaring'",
+                      0),
+            0u)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_EQ(job.Stdout(), "");  // no rank ran the helper
   std::remove(path.c_str());
 }
 

@@ -52,15 +52,11 @@ inline Topology SwitchTopology(const std::string& extra = "") {
       "switch-test");
 }
 
-// `topology` without its collective calibration (launch, DMA cap,
-// algorithm costs and rules, channels): the bare fabric the closed forms
-// describe. Its chunking bounds stay.
+// `topology` without its collective calibration: the bare fabric the
+// closed forms describe (its chunking bounds stay).
 inline Topology Uncalibrated(const Topology& topology) {
   proto::TopologySpec spec = topology.spec();
-  proto::CollectiveEngineSpec bare;
-  bare.set_min_chunk_bytes(spec.collective_engine().min_chunk_bytes());
-  bare.set_max_chunks(spec.collective_engine().max_chunks());
-  *spec.mutable_collective_engine() = bare;
+  spec.mutable_collective_engine()->clear_calibration();
   std::string text;
   google::protobuf::TextFormat::PrintToString(spec, &text);
   return Topology::FromText(text, spec.name() + " without calibration");

@@ -20,8 +20,8 @@ Schedule Linear(const std::vector<int>& group, int root_index, double bytes, boo
 
 CollectiveKind ParseKind(const std::string& kind) {
   const auto k = ParseCollectiveKind(kind);
-  NEURON_CHECK(k.has_value(), "unknown collective '", kind, "' (allreduce, allgather, ",
-               "reducescatter, broadcast, reduce, alltoall, gather, scatter)");
+  NEURON_CHECK(k.has_value(), "unknown collective '", kind, "' (", CollectiveKindNames(),
+               ", gather, scatter)");
   return *k;
 }
 

@@ -1,48 +1,70 @@
 #include "neuron/runtime/fabric/collective_names.h"
 
+#include <utility>
+
 namespace neuron::runtime {
 
-const char* Name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllToAll: return "alltoall";
+namespace {
+
+// Each enumerator's name, once.
+constexpr std::pair<CollectiveKind, const char*> kKinds[] = {
+    {CollectiveKind::kAllReduce, "allreduce"},   {CollectiveKind::kAllGather, "allgather"},
+    {CollectiveKind::kReduceScatter, "reducescatter"}, {CollectiveKind::kBroadcast, "broadcast"},
+    {CollectiveKind::kReduce, "reduce"},         {CollectiveKind::kAllToAll, "alltoall"},
+};
+
+constexpr std::pair<FabricAlgorithm, const char*> kAlgorithms[] = {
+    {FabricAlgorithm::kAuto, "auto"},
+    {FabricAlgorithm::kRing, "ring"},
+    {FabricAlgorithm::kMesh, "mesh"},
+    {FabricAlgorithm::kRdh, "rdh"},
+    {FabricAlgorithm::kRecursiveDoubling, "recursive_doubling"},
+    {FabricAlgorithm::kHierarchical, "hierarchical"},
+    {FabricAlgorithm::kTree, "tree"},
+};
+
+template <typename Table, typename Enum>
+const char* NameIn(const Table& table, Enum value) {
+  for (const auto& [e, name] : table) {
+    if (e == value) return name;
   }
   return "unknown";
 }
 
-std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name) {
-  for (auto k : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
-                 CollectiveKind::kReduceScatter, CollectiveKind::kBroadcast,
-                 CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
-    if (name == Name(k)) return k;
+template <typename Enum, typename Table>
+std::optional<Enum> ParseIn(const Table& table, const std::string& name) {
+  for (const auto& [e, n] : table) {
+    if (name == n) return e;
   }
   return std::nullopt;
 }
 
-const char* Name(FabricAlgorithm algorithm) {
-  switch (algorithm) {
-    case FabricAlgorithm::kAuto: return "auto";
-    case FabricAlgorithm::kRing: return "ring";
-    case FabricAlgorithm::kMesh: return "mesh";
-    case FabricAlgorithm::kRdh: return "rdh";
-    case FabricAlgorithm::kRecursiveDoubling: return "recursive_doubling";
-    case FabricAlgorithm::kHierarchical: return "hierarchical";
-    case FabricAlgorithm::kTree: return "tree";
+template <typename Table>
+std::string Join(const Table& table, std::size_t first) {
+  std::string out;
+  for (std::size_t i = first; i < std::size(table); ++i) {
+    if (!out.empty()) out += ", ";
+    out += table[i].second;
   }
-  return "unknown";
+  return out;
+}
+
+}  // namespace
+
+const char* Name(CollectiveKind kind) { return NameIn(kKinds, kind); }
+
+const char* Name(FabricAlgorithm algorithm) { return NameIn(kAlgorithms, algorithm); }
+
+std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name) {
+  return ParseIn<CollectiveKind>(kKinds, name);
 }
 
 std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name) {
-  for (auto a : {FabricAlgorithm::kAuto, FabricAlgorithm::kRing, FabricAlgorithm::kMesh,
-                 FabricAlgorithm::kRdh, FabricAlgorithm::kRecursiveDoubling,
-                 FabricAlgorithm::kHierarchical, FabricAlgorithm::kTree}) {
-    if (name == Name(a)) return a;
-  }
-  return std::nullopt;
+  return ParseIn<FabricAlgorithm>(kAlgorithms, name);
 }
+
+std::string CollectiveKindNames() { return Join(kKinds, 0); }
+
+std::string FabricAlgorithmNames() { return Join(kAlgorithms, 1); }
 
 }  // namespace neuron::runtime

@@ -81,11 +81,13 @@ bool SpansNodes(const FabricModel& model, const std::vector<int>& ranks) {
 }
 
 // The ring's channels: `ring` itself, or across nodes the topology's
-// inter_node_ring_channels rings, channel k with each node's part rotated
-// by k/channels of its length (so it leaves each node from another chip).
+// inter_node_ring_channels rings (no more than the fewest ranks a node has
+// in the ring), channel k with each node's part rotated by k/channels of its
+// length, so that each channel leaves every node from another rank.
 std::vector<std::vector<int>> RingChannels(const FabricModel& model, const std::vector<int>& ring) {
-  const int channels = model.calibration().inter_node_ring_channels();
-  if (channels == 1 || !SpansNodes(model, ring)) return {ring};
+  const std::size_t asked =
+      static_cast<std::size_t>(model.calibration().inter_node_ring_channels());
+  if (asked == 1 || !SpansNodes(model, ring)) return {ring};
   std::vector<std::vector<int>> parts;  // per node, in ring order
   for (std::size_t i = 0; i < ring.size(); ++i) {
     if (i == 0 || model.placement()[ring[i]].node != model.placement()[ring[i - 1]].node) {
@@ -93,11 +95,13 @@ std::vector<std::vector<int>> RingChannels(const FabricModel& model, const std::
     }
     parts.back().push_back(ring[i]);
   }
+  std::size_t channels = asked;
+  for (const auto& part : parts) channels = std::min(channels, part.size());
   std::vector<std::vector<int>> out;
-  for (int k = 0; k < channels; ++k) {
+  for (std::size_t k = 0; k < channels; ++k) {
     std::vector<int> channel;
     for (const auto& part : parts) {
-      const std::size_t shift = part.size() * static_cast<std::size_t>(k) / channels;
+      const std::size_t shift = part.size() * k / channels;
       for (std::size_t i = 0; i < part.size(); ++i) {
         channel.push_back(part[(i + shift) % part.size()]);
       }
@@ -322,8 +326,8 @@ FabricAlgorithm ConfiguredFabricAlgorithm() {
   const auto value = ConfigRegistry::Get().Find(ConfigKey::kFabricAlgorithm);
   if (!value || value->empty()) return FabricAlgorithm::kAuto;
   const auto algorithm = ParseFabricAlgorithm(*value);
-  NEURON_CHECK(algorithm.has_value(), "NEURON_FABRIC_ALGO must be auto, ring, mesh, rdh, "
-               "recursive_doubling, hierarchical or tree, got '", *value, "'");
+  NEURON_CHECK(algorithm.has_value(), "NEURON_FABRIC_ALGO must be auto, ",
+               FabricAlgorithmNames(), ", got '", *value, "'");
   return *algorithm;
 }
 

@@ -33,6 +33,20 @@ std::vector<Stage> StagesOf(const Schedule& schedule) {
   return schedule.stages;
 }
 
+// The most distinct ranks one rank sends to in `step` (0 when it is empty).
+int MostPeers(const Step& step) {
+  std::vector<std::pair<int, int>> pairs;
+  for (const Transfer& t : step.transfers) pairs.emplace_back(t.src, t.dst);
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  int most = 0;
+  for (std::size_t i = 0, run = 0; i < pairs.size(); ++i) {
+    run = (i > 0 && pairs[i].first == pairs[i - 1].first) ? run + 1 : 1;
+    most = std::max(most, static_cast<int>(run));
+  }
+  return most;
+}
+
 bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
   auto i = a.begin(), j = b.begin();
   while (i != a.end() && j != b.end()) {
@@ -62,8 +76,7 @@ FabricModel::FabricModel(const Topology& topology, std::vector<ChipPlacement> pl
       placement_(std::move(placement)),
       num_nodes_(CountNodes(placement_)),
       graph_(topology_, static_cast<std::uint32_t>(num_nodes_)),
-      calibration_(topology_.spec().collective_engine(), topology_.spec().name(),
-                   CoresPerRank(topology_)),
+      calibration_(topology_),
       reduce_bytes_per_second_(ReductionBytesPerSecond(device, CoresPerRank(topology_))) {
   NEURON_CHECK(!placement_.empty(), "fabric model of an empty job");
 }
@@ -73,14 +86,19 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
                schedule.chunks, " chunks");
   const std::vector<Stage> stages = StagesOf(schedule);
   const double scale = 1.0 / schedule.chunks;
-  const AlgorithmCosts costs = calibration_.Costs(schedule.algorithm, schedule.kind);
+  // Collectives pay the calibrated costs; point-to-point and linear
+  // gather / scatter schedules (no kind) only the wire.
+  const AlgorithmCosts costs = schedule.kind
+                                   ? calibration_.Costs(schedule.algorithm, *schedule.kind)
+                                   : AlgorithmCosts{};
   SimulationResult result;
   std::vector<double> stage_us;
   for (const Stage& stage : stages) {
     SimDuration sum{0};
     for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
       const SimDuration t =
-          StepTime(schedule.steps[i], scale, &result.link_bytes) + SimDuration(costs.step_us);
+          StepTime(schedule.steps[i], scale, &result.link_bytes) +
+          SimDuration(costs.step_us * MostPeers(schedule.steps[i]));
       result.steps.push_back(t);
       sum += t;
     }
@@ -93,7 +111,7 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
   } else {
     result.total = SimDuration(PipelineMicros(schedule, stages, stage_us));
   }
-  if (!schedule.steps.empty()) {
+  if (schedule.kind && !schedule.steps.empty()) {
     result.total += SimDuration(calibration_.launch_us() + costs.fixed_us);
   }
   return result;

@@ -20,4 +20,9 @@ const char* Name(FabricAlgorithm algorithm);
 std::optional<CollectiveKind> ParseCollectiveKind(const std::string& name);
 std::optional<FabricAlgorithm> ParseFabricAlgorithm(const std::string& name);
 
+// For error messages: "allreduce, allgather, ..., alltoall", and the
+// algorithms "ring, mesh, ..., tree" (without "auto").
+std::string CollectiveKindNames();
+std::string FabricAlgorithmNames();
+
 }  // namespace neuron::runtime

@@ -17,9 +17,11 @@
 //                 the chunk count the model rates fastest within the
 //                 topology's collective_engine bounds
 //   tree          binomial tree (broadcast, reduce)
-// A ring that spans nodes runs the topology's inter_node_ring_channels
-// channels: rings rotated within each node so that each crosses between
-// nodes at other chips, each carrying its share of the buffer.
+// A ring allreduce, allgather, reduce-scatter or all-to-all that spans nodes
+// runs the topology's inter_node_ring_channels channels (at most the fewest
+// ranks a node has in it): rings rotated within each node so that each
+// leaves every node from another rank, each carrying its share of the
+// buffer.
 // Ring also runs all-to-all (store and forward: step k carries the n - k
 // shares still k or more hops from their destination; each share crosses
 // as many links as it is hops away) and broadcast / reduce (a chain from

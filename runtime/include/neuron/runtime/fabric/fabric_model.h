@@ -23,11 +23,14 @@
 // several could). Stages on disjoint links so give the flow-shop closed form:
 //   total = sum over stages of t_s + (k - 1) x max over stages of t_s.
 //
-// Calibration (the topology's collective_engine, CollectiveCalibration):
-// a schedule of at least one step costs launch_us plus its algorithm's
-// fixed_us more, every step its algorithm's step_us more, and a transfer
-// moves no faster than rank_dma_gbps shared among what its sender sends and
-// its receiver receives in that step.
+// Calibration (the topology's collective_engine.calibration,
+// CollectiveCalibration): a collective's schedule (one with a kind) of at
+// least one step costs launch_us plus its algorithm's fixed_us more, and
+// every step its algorithm's step_us times the most peers one rank sends to
+// in that step more. Every transfer moves no faster than its sender's
+// collective DMA rate (core_dma_gbps times its cores) shared by what the
+// sender sends in that step, nor than its receiver's shared by what it
+// receives.
 //
 // Usage:
 //   FabricModel model(Topology::Default(), PlaceRanks(topology, {16}));

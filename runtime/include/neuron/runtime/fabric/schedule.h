@@ -47,8 +47,9 @@ struct Schedule {
   std::vector<Stage> stages;
   // Equal chunks the buffer is pipelined in (1: the whole buffer at once).
   int chunks = 1;
-  // The collective it runs (none: a gather or scatter, or a bare schedule):
-  // with `algorithm`, which of the topology's calibrated costs it pays.
+  // The collective it runs, which with `algorithm` says which of the
+  // topology's calibrated costs it pays; none (point-to-point, a linear
+  // gather or scatter) pays none of them.
   std::optional<CollectiveKind> kind;
 };
 
