@@ -108,6 +108,14 @@ double Micros(const FabricModel& model, CollectiveKind kind, double bytes,
   return Seconds(model, kind, bytes, algorithm) * 1e6;
 }
 
+// Two nodes of 4 chips (a ring each), EFA NICs of 10 GB/s per chip.
+Topology TwoNodeRings(const std::string& extra) {
+  return Topology::FromText(
+      "chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
+      "inter_node_link { bandwidth_gbps: 10 latency_us: 2 } " + extra, "two-node-test");
+}
+
 TEST(FabricCalibration, LaunchAlgorithmAndStepCostsAddToTheWire) {
   // The every-kind ring entry comes first; allreduce's own still counts.
   const std::string costs = Calibration(
@@ -138,17 +146,11 @@ TEST(FabricCalibration, LaunchAlgorithmAndStepCostsAddToTheWire) {
 }
 
 TEST(FabricCalibration, PipelinedChunksPayTheStepCostEachAndTheLaunchOnce) {
-  auto two_nodes = [](const std::string& extra) {
-    return Topology::FromText(
-        "chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
-        "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
-        "inter_node_link { bandwidth_gbps: 10 latency_us: 2 } " + extra, "two-node-test");
-  };
-  const Topology calibrated = two_nodes(
+  const Topology calibrated = TwoNodeRings(
       "collective_engine { min_chunk_bytes: 1024 max_chunks: 8 calibration { launch_us: 7 "
       "algorithm_costs { algorithm: 'hierarchical' kind: 'reducescatter' fixed_us: 5 "
       "step_us: 3 } } }");
-  const Topology bare = two_nodes("collective_engine { min_chunk_bytes: 1024 max_chunks: 8 }");
+  const Topology bare = TwoNodeRings("collective_engine { min_chunk_bytes: 1024 max_chunks: 8 }");
   const FabricModel with(calibrated, PlaceRanks(calibrated, {4, 4}));
   const FabricModel without(bare, PlaceRanks(bare, {4, 4}));
   // Reduce-scatter over a ring of 4 then across 2 nodes: stages of 3 and 1
@@ -230,14 +232,6 @@ TEST(FabricCalibration, RulesChooseNeuronsAlgorithmWhereItRuns) {
   EXPECT_STREQ(cost.algorithm, "ring");
   EXPECT_DOUBLE_EQ(cost.micros, Micros(model, CollectiveKind::kAllReduce, 1024,
                                        FabricAlgorithm::kRing));
-}
-
-// Two nodes of 4 chips (a ring each), EFA NICs of 10 GB/s per chip.
-Topology TwoNodeRings(const std::string& extra) {
-  return Topology::FromText(
-      "chips_per_node: 4 torus_dims: [4] ranks_per_chip: 1 "
-      "intra_node_link { bandwidth_gbps: 100 latency_us: 2 } "
-      "inter_node_link { bandwidth_gbps: 10 latency_us: 2 } " + extra, "two-node-test");
 }
 
 // The chips of node 0 that transfers of `step` leave it from.
