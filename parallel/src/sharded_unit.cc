@@ -78,6 +78,11 @@ struct ShardedUnit::State {
   ShardingOptions options;
   int n = 1, rank = 0;
   std::int64_t total = 0, padded = 0, shard_numel = 0;
+  at::Device device = at::kCPU;  // the parameters': every buffer lives there
+
+  at::TensorOptions On(at::ScalarType dtype) const {
+    return at::TensorOptions(dtype).device(device);
+  }
 
   at::Tensor master;       // fp32 [shard_numel], the optimizer's parameter
   at::Tensor full;         // param_dtype [padded]; storage freed when not gathered
@@ -254,7 +259,7 @@ struct ShardedUnit::State {
   // Moves parameter i's gradient (or zeros) into the flat gradient.
   void TakeGradient(std::size_t i) {
     if (!grad_full.defined()) {
-      grad_full = at::zeros({padded}, at::TensorOptions(options.reduce_dtype));
+      grad_full = at::zeros({padded}, On(options.reduce_dtype));
       Recount();
     }
     at::Tensor slot = grad_full.narrow(0, offsets[i], numels[i]);
@@ -319,11 +324,14 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   s.n = s.group->getSize();
   s.rank = s.group->getRank();
   std::vector<at::Tensor> flat;
+  if (!s.params.empty() && s.params[0].defined()) s.device = s.params[0].device();
   for (std::size_t i = 0; i < s.params.size(); ++i) {
     const at::Tensor& p = s.params[i];
     NEURON_CHECK(p.defined() && p.layout() == at::kStrided && p.requires_grad() && p.is_leaf() &&
                      p.scalar_type() == at::kFloat,
                  s.What(), ": parameter ", i, " must be a dense float32 leaf that requires grad");
+    NEURON_CHECK(p.device() == s.device, s.What(), ": parameter ", i, " is on ", p.device(),
+                 ", parameter 0 on ", s.device, " (a unit's parameters share a device)");
     s.shapes.emplace_back(p.sizes().begin(), p.sizes().end());
     s.offsets.push_back(s.total);
     s.numels.push_back(p.numel());
@@ -332,10 +340,10 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   }
   s.padded = (s.total + s.n - 1) / s.n * s.n;
   s.shard_numel = s.padded / s.n;
-  at::Tensor values = at::zeros({s.padded}, at::kFloat);
+  at::Tensor values = at::zeros({s.padded}, s.On(at::kFloat));
   if (!flat.empty()) values.narrow(0, 0, s.total).copy_(at::cat(flat));
   s.master = values.narrow(0, s.rank * s.shard_numel, s.shard_numel).clone().requires_grad_(true);
-  s.full = at::empty({s.padded}, at::TensorOptions(s.options.param_dtype));
+  s.full = at::empty({s.padded}, s.On(s.options.param_dtype));
   // The gradient accumulators record their parameter's shape and dtype when
   // created: create them while the parameters are full views.
   s.PointParametersAtFull();
@@ -417,7 +425,8 @@ at::Tensor ShardedUnit::Shard(const std::vector<at::Tensor>& values) const {
   const State& s = *state_;
   NEURON_CHECK(values.size() == s.params.size(), s.What(), ": loading ", values.size(),
                " tensors into ", s.params.size(), " parameters");
-  at::Tensor flat = at::zeros({s.padded}, values.empty() ? at::kFloat : values[0].scalar_type());
+  at::Tensor flat =
+      at::zeros({s.padded}, s.On(values.empty() ? at::kFloat : values[0].scalar_type()));
   for (std::size_t i = 0; i < values.size(); ++i) {
     NEURON_CHECK(values[i].sizes().vec() == s.shapes[i], s.What(), ": parameter ", i,
                  " has shape ", at::IntArrayRef(s.shapes[i]), " but the value loaded has ",
@@ -469,7 +478,7 @@ double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const
   const std::int64_t begin = s.rank * s.shard_numel, end = begin + s.shard_numel;
   // Counted parameters that lie next to each other in the shard are
   // summed as one run: one reduction per run, not per parameter.
-  at::Tensor sum = at::zeros({}, at::kDouble);
+  at::Tensor sum = at::zeros({}, s.On(at::kDouble));
   std::int64_t run_lo = begin, run_hi = begin;  // the current run, [lo, hi) in the flat vector
   auto add_run = [&] {
     if (run_hi > run_lo) {

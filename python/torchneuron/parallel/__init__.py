@@ -6,6 +6,7 @@ from libtorch trainers); this package is their Python face.
 
     import torchneuron.parallel as tp
     tp.initialize(tp=2, pp=2)                     # dp = world / 4
+    mesh = tp.get_device_mesh()                   # torch DeviceMesh ("pp", "dp", "tp")
     sampler = tp.DistributedSampler(dataset)      # shards over the data-parallel group
     model = tp.DistributedDataParallel(model)     # averages grads over it
     # or ZeRO: model = tp.FullyShardedDataParallel(model, stage=3)
@@ -39,6 +40,7 @@ from .mesh import (
     get_data_parallel_group,
     get_data_parallel_rank,
     get_data_parallel_world_size,
+    get_device_mesh,
     get_layout,
     get_pipeline_parallel_group,
     get_pipeline_parallel_rank,
@@ -57,7 +59,7 @@ __all__ = [
     "DistributedDataParallel", "DistributedSampler", "average_gradients", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "CPUOffload", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "model_state_memory", "record_optimizer_state", "reset_model_state_peak",
-    "destroy", "get_data_parallel_group", "get_data_parallel_rank",
+    "destroy", "get_data_parallel_group", "get_device_mesh", "get_data_parallel_rank",
     "get_data_parallel_world_size", "get_layout", "get_pipeline_parallel_group",
     "get_pipeline_parallel_rank", "get_pipeline_parallel_world_size",
     "get_tensor_parallel_group", "get_tensor_parallel_rank", "get_tensor_parallel_world_size",

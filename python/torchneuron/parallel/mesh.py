@@ -2,9 +2,13 @@
 
 Layout (neuron::parallel::MeshLayout, Megatron's order): tensor-parallel ranks
 are contiguous, pipeline stages strided by tp x dp, data parallel the rest:
-rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank.
+rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank. get_device_mesh() gives
+the same layout as PyTorch's DeviceMesh of dims ("pp", "dp", "tp") over the
+same groups, for fully_shard, parallelize_module, pipelining and DCP.
 """
+import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 
 from .. import _C
 
@@ -65,6 +69,28 @@ def initialize(tp=1, pp=1, dp=None, backend=None, timeout=None):
                 groups[axis] = group
     _state.update(layout=layout, groups=groups)
     return layout
+
+
+def get_device_mesh(device_type=None):
+    """The layout as a torch DeviceMesh of shape (pp, dp, tp), dims named
+    "pp", "dp" and "tp", over the groups initialize() made (no new group):
+    mesh["dp"].get_group() is get_data_parallel_group(), and so on.
+    `device_type` defaults to the current accelerator's ("neuron" once
+    torchneuron is imported), else "cpu"; the mesh is made once per type.
+    """
+    state = _require()
+    if device_type is None:
+        accelerator = torch.accelerator.current_accelerator()
+        device_type = accelerator.type if accelerator is not None else "cpu"
+    meshes = state.setdefault("device_meshes", {})
+    if device_type not in meshes:
+        layout = state["layout"]
+        ranks = torch.arange(layout.world_size, dtype=torch.int).reshape(layout.pp, layout.dp,
+                                                                          layout.tp)
+        groups = [state["groups"][axis] for axis in ("pipeline", "data", "tensor")]
+        meshes[device_type] = DeviceMesh.from_group(groups, device_type, mesh=ranks,
+                                                    mesh_dim_names=("pp", "dp", "tp"))
+    return meshes[device_type]
 
 
 def is_initialized():

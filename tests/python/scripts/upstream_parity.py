@@ -3,7 +3,9 @@
 process: a user's GPT trained 10 steps with FSDP2, DTensor tensor (and
 sequence) parallel, their 2-D combination, torch.distributed.pipelining
 (GPipe, 1F1B, Interleaved1F1B) over FSDP2 data parallelism, and a DCP
-checkpoint resharded from one layout into another.
+checkpoint resharded from one layout into another; and, on the accelerator,
+torchneuron.parallel meeting them: its ZeRO stages 1 and 3 on the same
+model, and its initialize()'s groups as the DeviceMesh FSDP2 x TP run on.
 
     neuronrun -n 4 tests/python/scripts/upstream_parity.py             # on "neuron"
     neuronrun -n 4 tests/python/scripts/upstream_parity.py --cpu       # on the CPU, Gloo
@@ -12,7 +14,8 @@ checkpoint resharded from one layout into another.
 The script is written as a user would write it: the device and backend
 come from torch.accelerator (or the CPU and Gloo with --cpu), the meshes
 from init_device_mesh; from torchneuron only its import and the model
-(torchneuron.models.plain_gpt: plain torch.nn layers and the plans). Every
+(torchneuron.models.plain_gpt: plain torch.nn layers and the plans), but
+in the interop cases (zero1, zero3, mesh). Every
 case starts from the reference model's weights and data, and its per-step
 losses must equal the one-process reference's (computed on the CPU) within
 fp32 tolerance (bf16 mixed precision: within bf16's). Rank 0 prints one
@@ -26,14 +29,17 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
 import torchneuron  # noqa: F401  (registers the "neuron" device and backend)
-from torchneuron.models.plain_gpt import (GPT, PlainGPTConfig, apply_fully_shard,
+import torchneuron.parallel as neuron_parallel
+from torchneuron.models.plain_gpt import (GPT, Block, PlainGPTConfig, apply_fully_shard,
                                           apply_tensor_parallel, loss_fn, pipeline_stage)
 
 VOCAB, SEQ, LAYERS, BATCH, STEPS = 32, 8, 4, 8, 10
@@ -156,6 +162,97 @@ def case_pp(device, schedule, tp=1):
     return losses
 
 
+def case_zero(device, stage):
+    """torchneuron.parallel's own ZeRO over every rank, a unit per block."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    model = neuron_parallel.FullyShardedDataParallel(
+        reference_model().to(device), stage=stage, process_group=dist.group.WORLD,
+        wrap_policy=neuron_parallel.module_type_policy(Block))
+    x, y = (t.chunk(world)[rank].to(device) for t in batch())
+    return train(model, x, y, dist.group.WORLD)
+
+
+def case_mesh(device):
+    """FSDP2 x TP on the DeviceMesh of torchneuron.parallel.initialize(tp=2):
+    its own groups, as fsdp2xtp's init_device_mesh lays them out."""
+    neuron_parallel.initialize(tp=2)
+    try:
+        mesh = neuron_parallel.get_device_mesh(device.type)
+        assert mesh.mesh_dim_names == ("pp", "dp", "tp"), mesh
+        assert mesh["dp"].get_group() is neuron_parallel.get_data_parallel_group()
+        assert mesh["tp"].get_group() is neuron_parallel.get_tensor_parallel_group()
+        model = apply_fully_shard(apply_tensor_parallel(reference_model().to(device), mesh["tp"],
+                                                        False), mesh["dp"])
+        x, y = batch()
+        return train(model, shard_rows(x, mesh["dp"]).to(device),
+                     shard_rows(y, mesh["dp"]).to(device), mesh["dp"].get_group())
+    finally:
+        neuron_parallel.destroy()
+
+
+def shared_tempdir(prefix):
+    """A directory rank 0 makes, its name sent to every rank."""
+    shared = [tempfile.mkdtemp(prefix=prefix) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
+def trained_zero3(device):
+    """torchneuron.parallel's ZeRO-3 over every rank, 2 steps of AdamW."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    plain = reference_model().to(device)
+    model = neuron_parallel.FullyShardedDataParallel(plain, stage=3, process_group=dist.group.WORLD)
+    opt = optimizer(model.parameters())
+    x, y = (t.chunk(world)[rank].to(device) for t in batch())
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return plain, model, opt
+
+
+def case_checkpoint_interop(device):
+    """Model state both ways between torchneuron.parallel's checkpoints and
+    DCP: a ZeRO-3 checkpoint into FSDP2 x TP through load_full_state_dict and
+    set_model_state_dict; an FSDP2 x TP DCP checkpoint into a ZeRO-3 model
+    through dcp.load of a plain model. Returns the tensors checked."""
+    full = lambda t: t.full_tensor().cpu() if hasattr(t, "full_tensor") else t.cpu()
+    plain, zero, opt = trained_zero3(device)
+    saved = zero.full_state_dict()
+    directory = shared_tempdir("upstream-interop-")
+    neuron_parallel.save_checkpoint(directory, plain, parts=[zero], optimizer=opt, step=2)
+    mesh = init_device_mesh(device.type, (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(7)  # other weights: the load must replace them
+    target = apply_fully_shard(apply_tensor_parallel(GPT(CONFIG).to(device), mesh["tp"], False),
+                               mesh["dp"])
+    set_model_state_dict(target, neuron_parallel.load_full_state_dict(directory),
+                         options=StateDictOptions(full_state_dict=True))
+    loaded = get_model_state_dict(target, options=StateDictOptions(full_state_dict=True))
+    checks = 0
+    for name, value in saved.items():
+        torch.testing.assert_close(full(loaded[name]), value.cpu(), rtol=0, atol=0,
+                                   msg=lambda m: f"torchneuron -> FSDP2 x TP {name}: {m}")
+        checks += 1
+    # And back: the FSDP2 x TP model through DCP into a fresh ZeRO-3 model.
+    dcp_dir = shared_tempdir("upstream-interop-dcp-")
+    dcp.save({"model": get_model_state_dict(target)}, checkpoint_id=dcp_dir)
+    torch.manual_seed(8)
+    fresh = GPT(CONFIG).to(device)
+    state = {"model": get_model_state_dict(fresh)}
+    dcp.load(state, checkpoint_id=dcp_dir)
+    set_model_state_dict(fresh, state["model"])
+    back = neuron_parallel.FullyShardedDataParallel(fresh, stage=3, process_group=dist.group.WORLD)
+    for name, value in back.full_state_dict().items():
+        torch.testing.assert_close(value.cpu(), saved[name].cpu(), rtol=0, atol=0,
+                                   msg=lambda m: f"DCP -> torchneuron ZeRO-3 {name}: {m}")
+        checks += 1
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(directory)
+        shutil.rmtree(dcp_dir)
+    return checks
+
+
 def case_dcp(device):
     """Save an FSDP2 model and its AdamW state over every rank; load them
     into a 2-D FSDP2 x TP layout: every parameter and optimizer state equal."""
@@ -170,8 +267,7 @@ def case_dcp(device):
                 shard_rows(y, flat["dp"]).to(device)).backward()
         opt.step()
     model_sd, optim_sd = get_state_dict(source, opt)
-    shared = [tempfile.mkdtemp(prefix="upstream-dcp-") if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(shared, src=0)
+    shared = [shared_tempdir("upstream-dcp-")]
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=shared[0])
 
     two_d = init_device_mesh(device.type, (2, world // 2), mesh_dim_names=("dp", "tp"))
@@ -211,15 +307,23 @@ CASES = {
     "pp-1f1b": lambda d: case_pp(d, Schedule1F1B),
     "pp-interleaved1f1b": lambda d: case_pp(d, ScheduleInterleaved1F1B),
     "3d": lambda d: case_pp(d, Schedule1F1B, tp=2),
+    # torchneuron.parallel against them (the accelerator only: its ZeRO
+    # needs the backend's _allgather_base and _reduce_scatter_base).
+    "zero1": lambda d: case_zero(d, 1),
+    "zero3": lambda d: case_zero(d, 3),
+    "mesh": lambda d: case_mesh(d),
 }
-DEFAULT = [c for c in CASES if c != "3d"] + ["dcp"]
+INTEROP = ["zero1", "zero3", "mesh", "checkpoint-interop"]
+DEFAULT = [c for c in CASES if c not in INTEROP + ["3d"]] + ["dcp"]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cpu", action="store_true", help="the CPU and Gloo instead of the accelerator")
-    p.add_argument("--cases", default=",".join(DEFAULT))
+    p.add_argument("--cases", help="comma-separated (default: every case but 3d; on the "
+                   "accelerator the interop cases too)")
     args = p.parse_args()
+    cases = args.cases.split(",") if args.cases else DEFAULT + ([] if args.cpu else INTEROP)
     if args.cpu:
         device, backend = torch.device("cpu"), "gloo"
     else:
@@ -229,12 +333,19 @@ def main():
     dist.init_process_group(backend=backend)
     reference = train(reference_model(), *batch())  # one process, on the CPU
     ok = 0
-    for name in args.cases.split(","):
+    for name in cases:
         if name == "dcp":
             checks = case_dcp(device)
             if dist.get_rank() == 0:
                 print(f"upstream parity dcp on {device.type}/{backend}: FSDP2 x{dist.get_world_size()}"
                       f" -> FSDP2 x TP, {checks} tensors equal", flush=True)
+            ok += 1
+            continue
+        if name == "checkpoint-interop":
+            checks = case_checkpoint_interop(device)
+            if dist.get_rank() == 0:
+                print(f"upstream parity checkpoint-interop on {device.type}/{backend}: ZeRO-3 -> "
+                      f"FSDP2 x TP -> ZeRO-3, {checks} tensors equal", flush=True)
             ok += 1
             continue
         losses = CASES[name](device)

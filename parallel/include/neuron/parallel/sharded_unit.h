@@ -62,9 +62,11 @@ struct ShardingOptions {
 
 class ShardedUnit {
  public:
-  // `params`: dense fp32 leaves that require grad. Their values become the
-  // shards (rank r's slice of every rank's copy: pass equal values, e.g.
-  // after a broadcast); from then on they are views of the full buffer.
+  // `params`: dense fp32 leaves that require grad, all on one device (the
+  // CPU, or "neuron"): the unit's shards, full buffer and gradients live
+  // there. Their values become the shards (rank r's slice of every rank's
+  // copy: pass equal values, e.g. after a broadcast); from then on they are
+  // views of the full buffer.
   ShardedUnit(std::vector<at::Tensor> params, c10::intrusive_ptr<::c10d::ProcessGroup> group,
               ShardingOptions options);
   ~ShardedUnit();
