@@ -1,6 +1,7 @@
 #include "neuron/parallel/sharded_unit.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -19,10 +20,12 @@ namespace neuron::parallel {
 namespace {
 
 
-// Gives a freed storage `bytes` of fresh memory (views of it stay valid).
+// Gives a freed storage `bytes` of fresh memory on its own device (views of
+// it stay valid).
 void Allocate(const at::Tensor& t, std::size_t bytes) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
   if (storage->nbytes() == bytes) return;
+  const c10::OptionalDeviceGuard on(t.device());  // a device allocator serves the current one
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   storage->set_nbytes(bytes);
 }
@@ -132,7 +135,7 @@ struct ShardedUnit::State {
   void StartGather() {
     if (full_valid || gather_work) return;
     Allocate(full, static_cast<std::size_t>(padded) * full.element_size());
-    gather_input = master.detach().to(options.param_dtype).contiguous();
+    gather_input = master.detach().to(device, options.param_dtype).contiguous();
     gather_work = group->_allgather_base(full, gather_input);
     Recount();
   }
@@ -240,7 +243,7 @@ struct ShardedUnit::State {
     LeaveInFlight();
     at::Tensor sum = options.stage == 1 ? grad_full.narrow(0, rank * shard_numel, shard_numel)
                                         : grad_shard;
-    at::Tensor g = sum.div(at::scalar_tensor(n, at::kDouble));
+    at::Tensor g = sum.div(at::scalar_tensor(n, at::kDouble)).to(master.device());
     at::Tensor& master_grad = master.mutable_grad();
     if (master_grad.defined()) {
       master_grad.add_(g);
@@ -342,7 +345,13 @@ ShardedUnit::ShardedUnit(std::vector<at::Tensor> params,
   s.shard_numel = s.padded / s.n;
   at::Tensor values = at::zeros({s.padded}, s.On(at::kFloat));
   if (!flat.empty()) values.narrow(0, 0, s.total).copy_(at::cat(flat));
-  s.master = values.narrow(0, s.rank * s.shard_numel, s.shard_numel).clone().requires_grad_(true);
+  // The master shard (and so its gradient and the optimizer's state) lives
+  // in host memory under offload, else beside the parameters.
+  const at::Device master_device = s.options.offload ? at::Device(at::kCPU) : s.device;
+  s.master = values.narrow(0, s.rank * s.shard_numel, s.shard_numel)
+                 .to(at::TensorOptions().device(master_device), /*non_blocking=*/false,
+                     /*copy=*/true)
+                 .requires_grad_(true);
   s.full = at::empty({s.padded}, s.On(s.options.param_dtype));
   // The gradient accumulators record their parameter's shape and dtype when
   // created: create them while the parameters are full views.
@@ -433,7 +442,8 @@ at::Tensor ShardedUnit::Shard(const std::vector<at::Tensor>& values) const {
                  values[i].sizes());
     flat.narrow(0, s.offsets[i], s.numels[i]).copy_(values[i].reshape(-1));
   }
-  return flat.narrow(0, s.rank * s.shard_numel, s.shard_numel).clone();
+  return flat.narrow(0, s.rank * s.shard_numel, s.shard_numel)
+      .to(at::TensorOptions().device(s.master.device()), /*non_blocking=*/false, /*copy=*/true);
 }
 
 std::vector<at::Tensor> ShardedUnit::FullParameters() { return Unshard(state_->master); }
@@ -478,7 +488,7 @@ double ShardedUnit::LocalGradSquaredNorm(const std::vector<bool>& counted) const
   const std::int64_t begin = s.rank * s.shard_numel, end = begin + s.shard_numel;
   // Counted parameters that lie next to each other in the shard are
   // summed as one run: one reduction per run, not per parameter.
-  at::Tensor sum = at::zeros({}, s.On(at::kDouble));
+  at::Tensor sum = at::zeros({}, at::TensorOptions(at::kDouble).device(g.device()));
   std::int64_t run_lo = begin, run_hi = begin;  // the current run, [lo, hi) in the flat vector
   auto add_run = [&] {
     if (run_hi > run_lo) {

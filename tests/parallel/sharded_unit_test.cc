@@ -134,6 +134,23 @@ TEST(ShardedUnit, LoadsFullValuesAndRefusesWrongShapesNamingTheUnit) {
   });
 }
 
+// A unit's parameters share one device: its buffers live there.
+TEST(ShardedUnit, RefusesParametersOnTwoDevicesNamingThem) {
+  RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int) {
+    at::Tensor on_cpu = at::zeros({4}).requires_grad_(true);
+    at::Tensor on_meta = at::empty({4}, at::TensorOptions().device(at::kMeta)).requires_grad_(true);
+    try {
+      ShardedUnit unit({on_cpu, on_meta}, Owned(pg), {3, at::kFloat, at::kFloat, "mixed"});
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter 1 is on meta, parameter 0 on cpu (a unit's "
+                                           "parameters share a device)"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST(ShardedUnit, Bfloat16ComputeOverFloat32MasterWeights) {
   RunProcessGroup(2, [&](::c10d::ProcessGroup& pg, int rank) {
     Layers m;

@@ -48,7 +48,9 @@ class MixedPrecision:
 @dataclasses.dataclass(frozen=True)
 class CPUOffload:
     """Keep the fp32 master shards, their gradients and the optimizer state in
-    host memory (ZeRO-Offload): they leave the device's model-state memory,
+    host memory (ZeRO-Offload; on a "neuron" module they are CPU tensors,
+    moved to the device for each gather and back for each gradient): they
+    leave the device's model-state memory,
     and every step charges the rank's modelled time with moving the shard
     gradients to the host and the updated shards back over a host link of
     `host_gbps` GB/s (an assumption: the device spec has no host link yet)."""
@@ -265,8 +267,8 @@ class FullyShardedDataParallel(nn.Module):
         if self.cpu_offload is None or not torch.is_grad_enabled():
             return
         if self._offload_steps > 0:
-            grad_size = torch.empty(0, dtype=self.mixed_precision.reduce_dtype).element_size()
-            param_size = torch.empty(0, dtype=self.mixed_precision.param_dtype).element_size()
+            grad_size = self.mixed_precision.reduce_dtype.itemsize
+            param_size = self.mixed_precision.param_dtype.itemsize
             elements = sum(u.core.shard_numel for u in self._all_units())
             _C._advance_compute(elements * (grad_size + param_size) /
                                 (self.cpu_offload.host_gbps * 1e3))

@@ -88,6 +88,14 @@ def get_device_mesh(device_type=None):
         ranks = torch.arange(layout.world_size, dtype=torch.int).reshape(layout.pp, layout.dp,
                                                                           layout.tp)
         groups = [state["groups"][axis] for axis in ("pipeline", "data", "tensor")]
+        coordinates = (layout.pp_rank, layout.dp_rank, layout.tp_rank)
+        for dim, group in enumerate(groups):  # each dim's row through this rank is its group
+            row = list(coordinates)
+            row[dim] = slice(None)
+            along, members = ranks[tuple(row)].tolist(), dist.get_process_group_ranks(group)
+            if along != members:
+                raise RuntimeError(f"torchneuron.parallel.get_device_mesh: mesh dim {dim} "
+                                   f"holds ranks {along}, its group {members}")
         meshes[device_type] = DeviceMesh.from_group(groups, device_type, mesh=ranks,
                                                     mesh_dim_names=("pp", "dp", "tp"))
     return meshes[device_type]

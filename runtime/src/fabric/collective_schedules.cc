@@ -157,6 +157,7 @@ Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
 
 Schedule Mesh(const CollectiveShape& shape) {
   Schedule s{"mesh", {}};
+  s.serial_sends = true;  // nec.h: "Mesh uses only a single channel"
   NEURON_CHECK(shape.kind != CollectiveKind::kBroadcast && shape.kind != CollectiveKind::kReduce,
                "mesh does not implement ", Name(shape.kind));
   const double share = shape.bytes / static_cast<double>(shape.ranks.size());

@@ -47,6 +47,13 @@ int MostPeers(const Step& step) {
   return most;
 }
 
+// How many times `step` pays its algorithm's step_us: once per peer when a
+// rank's sends go one after another, else once (never for an empty step).
+int StepCostCount(const Schedule& schedule, const Step& step) {
+  if (step.transfers.empty()) return 0;
+  return schedule.serial_sends ? MostPeers(step) : 1;
+}
+
 bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
   auto i = a.begin(), j = b.begin();
   while (i != a.end() && j != b.end()) {
@@ -98,7 +105,7 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
     for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
       const SimDuration t =
           StepTime(schedule.steps[i], scale, &result.link_bytes) +
-          SimDuration(costs.step_us * MostPeers(schedule.steps[i]));
+          SimDuration(costs.step_us * StepCostCount(schedule, schedule.steps[i]));
       result.steps.push_back(t);
       sum += t;
     }

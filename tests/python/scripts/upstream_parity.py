@@ -3,9 +3,10 @@
 process: a user's GPT trained 10 steps with FSDP2, DTensor tensor (and
 sequence) parallel, their 2-D combination, torch.distributed.pipelining
 (GPipe, 1F1B, Interleaved1F1B) over FSDP2 data parallelism, and a DCP
-checkpoint resharded from one layout into another; and, on the accelerator,
-torchneuron.parallel meeting them: its ZeRO stages 1 and 3 on the same
-model, and its initialize()'s groups as the DeviceMesh FSDP2 x TP run on.
+checkpoint resharded from one layout into another; and torchneuron.parallel
+meeting them: its ZeRO stages 1 and 3 on the same model, its initialize()'s
+groups as the DeviceMesh FSDP2 x TP run on, and its checkpoints and DCP's
+loading into each other.
 
     neuronrun -n 4 tests/python/scripts/upstream_parity.py             # on "neuron"
     neuronrun -n 4 tests/python/scripts/upstream_parity.py --cpu       # on the CPU, Gloo
@@ -15,11 +16,12 @@ The script is written as a user would write it: the device and backend
 come from torch.accelerator (or the CPU and Gloo with --cpu), the meshes
 from init_device_mesh; from torchneuron only its import and the model
 (torchneuron.models.plain_gpt: plain torch.nn layers and the plans), but
-in the interop cases (zero1, zero3, mesh). Every
-case starts from the reference model's weights and data, and its per-step
-losses must equal the one-process reference's (computed on the CPU) within
-fp32 tolerance (bf16 mixed precision: within bf16's). Rank 0 prints one
-line per case with the losses, then "upstream parity: N cases ok".
+in the torchneuron.parallel cases (zero1, zero3, mesh, checkpoint-interop).
+Every training case starts from the reference model's weights and data, and
+its per-step losses must equal the one-process reference's (computed on the
+CPU) within fp32 tolerance (bf16 mixed precision: within bf16's); the
+checkpoint cases compare every tensor bitwise. Rank 0 prints one line per
+case, then "upstream parity: N cases ok".
 """
 import argparse
 import math
@@ -72,13 +74,21 @@ def shard_rows(t, mesh_dim):
     return t.chunk(mesh_dim.size())[mesh_dim.get_local_rank()]
 
 
-def train(model, x, y, dp_group=None):
-    """Per-step losses (the data-parallel mean with `dp_group`)."""
+def full_cpu(t):
+    """A state-dict value whole, on the CPU (a DTensor gathered)."""
+    return t.full_tensor().cpu() if hasattr(t, "full_tensor") else t.cpu()
+
+
+def train(model, x, y, dp_group=None, before_step=None):
+    """Per-step losses (the data-parallel mean with `dp_group`);
+    `before_step()` runs between backward and the optimizer's step."""
     opt, losses = optimizer(model.parameters()), []
     for _ in range(STEPS):
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
+        if before_step is not None:
+            before_step()
         opt.step()
         losses.append(mean_over(loss, dp_group) if dp_group is not None else loss.item())
     return losses
@@ -162,14 +172,27 @@ def case_pp(device, schedule, tp=1):
     return losses
 
 
-def case_zero(device, stage):
-    """torchneuron.parallel's own ZeRO over every rank, a unit per block."""
+def zero_model(module, stage, offload=False):
+    """torchneuron.parallel's own ZeRO over every rank, a unit per block
+    (with `offload`, its master shards and optimizer state on the host)."""
+    return neuron_parallel.FullyShardedDataParallel(
+        module, stage=stage, process_group=dist.group.WORLD,
+        wrap_policy=neuron_parallel.module_type_policy(Block),
+        cpu_offload=neuron_parallel.CPUOffload() if offload else None)
+
+
+def rank_rows(device):
+    """This rank's rows of the batch."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    model = neuron_parallel.FullyShardedDataParallel(
-        reference_model().to(device), stage=stage, process_group=dist.group.WORLD,
-        wrap_policy=neuron_parallel.module_type_policy(Block))
-    x, y = (t.chunk(world)[rank].to(device) for t in batch())
-    return train(model, x, y, dist.group.WORLD)
+    return tuple(t.chunk(world)[rank].to(device) for t in batch())
+
+
+def case_zero(device, stage, offload=False):
+    """ZeRO, its gradient-norm clipping run every step (at a bound far above
+    the norm: the losses stay the reference's)."""
+    model = zero_model(reference_model().to(device), stage, offload)
+    return train(model, *rank_rows(device), dist.group.WORLD,
+                 before_step=lambda: model.clip_grad_norm_(1e9))
 
 
 def case_mesh(device):
@@ -177,8 +200,10 @@ def case_mesh(device):
     its own groups, as fsdp2xtp's init_device_mesh lays them out."""
     neuron_parallel.initialize(tp=2)
     try:
+        default = neuron_parallel.get_device_mesh()  # the accelerator's
+        assert default.device_type == torch.accelerator.current_accelerator().type, default
         mesh = neuron_parallel.get_device_mesh(device.type)
-        assert mesh.mesh_dim_names == ("pp", "dp", "tp"), mesh
+        assert mesh.mesh_dim_names == ("pp", "dp", "tp") and mesh.shape == (1, 2, 2), mesh
         assert mesh["dp"].get_group() is neuron_parallel.get_data_parallel_group()
         assert mesh["tp"].get_group() is neuron_parallel.get_tensor_parallel_group()
         model = apply_fully_shard(apply_tensor_parallel(reference_model().to(device), mesh["tp"],
@@ -198,12 +223,11 @@ def shared_tempdir(prefix):
 
 
 def trained_zero3(device):
-    """torchneuron.parallel's ZeRO-3 over every rank, 2 steps of AdamW."""
-    world, rank = dist.get_world_size(), dist.get_rank()
+    """ZeRO-3 and its module after 2 steps of AdamW."""
     plain = reference_model().to(device)
-    model = neuron_parallel.FullyShardedDataParallel(plain, stage=3, process_group=dist.group.WORLD)
+    model = zero_model(plain, 3)
     opt = optimizer(model.parameters())
-    x, y = (t.chunk(world)[rank].to(device) for t in batch())
+    x, y = rank_rows(device)
     for _ in range(2):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -213,14 +237,24 @@ def trained_zero3(device):
 
 def case_checkpoint_interop(device):
     """Model state both ways between torchneuron.parallel's checkpoints and
-    DCP: a ZeRO-3 checkpoint into FSDP2 x TP through load_full_state_dict and
-    set_model_state_dict; an FSDP2 x TP DCP checkpoint into a ZeRO-3 model
-    through dcp.load of a plain model. Returns the tensors checked."""
-    full = lambda t: t.full_tensor().cpu() if hasattr(t, "full_tensor") else t.cpu()
+    DCP: a ZeRO-3 checkpoint into another ZeRO-3 model (load_checkpoint),
+    into FSDP2 x TP (load_full_state_dict and set_model_state_dict); that
+    model's DCP checkpoint into a ZeRO-3 model (dcp.load of its plain
+    module). Returns the tensors checked."""
     plain, zero, opt = trained_zero3(device)
     saved = zero.full_state_dict()
     directory = shared_tempdir("upstream-interop-")
     neuron_parallel.save_checkpoint(directory, plain, parts=[zero], optimizer=opt, step=2)
+    torch.manual_seed(9)
+    again_plain = GPT(CONFIG).to(device)
+    again = zero_model(again_plain, 3)
+    neuron_parallel.load_checkpoint(directory, again_plain, parts=[again],
+                                    optimizer=optimizer(again.parameters()))
+    checks = 0
+    for name, value in again.full_state_dict().items():
+        torch.testing.assert_close(value.cpu(), saved[name].cpu(), rtol=0, atol=0,
+                                   msg=lambda m: f"torchneuron -> ZeRO-3 {name}: {m}")
+        checks += 1
     mesh = init_device_mesh(device.type, (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(7)  # other weights: the load must replace them
     target = apply_fully_shard(apply_tensor_parallel(GPT(CONFIG).to(device), mesh["tp"], False),
@@ -228,9 +262,8 @@ def case_checkpoint_interop(device):
     set_model_state_dict(target, neuron_parallel.load_full_state_dict(directory),
                          options=StateDictOptions(full_state_dict=True))
     loaded = get_model_state_dict(target, options=StateDictOptions(full_state_dict=True))
-    checks = 0
     for name, value in saved.items():
-        torch.testing.assert_close(full(loaded[name]), value.cpu(), rtol=0, atol=0,
+        torch.testing.assert_close(full_cpu(loaded[name]), value.cpu(), rtol=0, atol=0,
                                    msg=lambda m: f"torchneuron -> FSDP2 x TP {name}: {m}")
         checks += 1
     # And back: the FSDP2 x TP model through DCP into a fresh ZeRO-3 model.
@@ -241,7 +274,7 @@ def case_checkpoint_interop(device):
     state = {"model": get_model_state_dict(fresh)}
     dcp.load(state, checkpoint_id=dcp_dir)
     set_model_state_dict(fresh, state["model"])
-    back = neuron_parallel.FullyShardedDataParallel(fresh, stage=3, process_group=dist.group.WORLD)
+    back = zero_model(fresh, 3)
     for name, value in back.full_state_dict().items():
         torch.testing.assert_close(value.cpu(), saved[name].cpu(), rtol=0, atol=0,
                                    msg=lambda m: f"DCP -> torchneuron ZeRO-3 {name}: {m}")
@@ -267,8 +300,8 @@ def case_dcp(device):
                 shard_rows(y, flat["dp"]).to(device)).backward()
         opt.step()
     model_sd, optim_sd = get_state_dict(source, opt)
-    shared = [shared_tempdir("upstream-dcp-")]
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=shared[0])
+    directory = shared_tempdir("upstream-dcp-")
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
 
     two_d = init_device_mesh(device.type, (2, world // 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(7)  # other weights: the load must replace them
@@ -276,24 +309,23 @@ def case_dcp(device):
     target_opt = optimizer(target.parameters())
     t_model, t_optim = get_state_dict(target, target_opt)
     state = {"model": t_model, "optim": t_optim}
-    dcp.load(state, checkpoint_id=shared[0])
+    dcp.load(state, checkpoint_id=directory)
     set_state_dict(target, target_opt, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
-    full = lambda t: t.full_tensor().cpu() if hasattr(t, "full_tensor") else t.cpu()
     got_model, got_optim = get_state_dict(target, target_opt)
     checks = 0
     for name, value in model_sd.items():
-        torch.testing.assert_close(full(got_model[name]), full(value), rtol=0, atol=0,
+        torch.testing.assert_close(full_cpu(got_model[name]), full_cpu(value), rtol=0, atol=0,
                                    msg=lambda m: f"dcp parameter {name}: {m}")
         checks += 1
     for name, value in optim_sd["state"].items():
         for key in ("exp_avg", "exp_avg_sq"):
-            torch.testing.assert_close(full(got_optim["state"][name][key]), full(value[key]),
+            torch.testing.assert_close(full_cpu(got_optim["state"][name][key]), full_cpu(value[key]),
                                        rtol=0, atol=0, msg=lambda m: f"dcp {name}.{key}: {m}")
             checks += 1
     dist.barrier()
     if dist.get_rank() == 0:
-        shutil.rmtree(shared[0])
+        shutil.rmtree(directory)
     return checks
 
 
@@ -307,23 +339,21 @@ CASES = {
     "pp-1f1b": lambda d: case_pp(d, Schedule1F1B),
     "pp-interleaved1f1b": lambda d: case_pp(d, ScheduleInterleaved1F1B),
     "3d": lambda d: case_pp(d, Schedule1F1B, tp=2),
-    # torchneuron.parallel against them (the accelerator only: its ZeRO
-    # needs the backend's _allgather_base and _reduce_scatter_base).
+    # torchneuron.parallel against them.
     "zero1": lambda d: case_zero(d, 1),
-    "zero3": lambda d: case_zero(d, 3),
+    "zero3-offload": lambda d: case_zero(d, 3, offload=True),
     "mesh": lambda d: case_mesh(d),
 }
-INTEROP = ["zero1", "zero3", "mesh", "checkpoint-interop"]
-DEFAULT = [c for c in CASES if c not in INTEROP + ["3d"]] + ["dcp"]
+DEFAULT = [c for c in CASES if c != "3d"] + ["dcp", "checkpoint-interop"]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cpu", action="store_true", help="the CPU and Gloo instead of the accelerator")
-    p.add_argument("--cases", help="comma-separated (default: every case but 3d; on the "
-                   "accelerator the interop cases too)")
+    p.add_argument("--cases", default=",".join(DEFAULT),
+                   help="comma-separated (default: every case but 3d)")
     args = p.parse_args()
-    cases = args.cases.split(",") if args.cases else DEFAULT + ([] if args.cpu else INTEROP)
+    cases = args.cases.split(",")
     if args.cpu:
         device, backend = torch.device("cpu"), "gloo"
     else:
@@ -345,7 +375,8 @@ def main():
             checks = case_checkpoint_interop(device)
             if dist.get_rank() == 0:
                 print(f"upstream parity checkpoint-interop on {device.type}/{backend}: ZeRO-3 -> "
-                      f"FSDP2 x TP -> ZeRO-3, {checks} tensors equal", flush=True)
+                      f"ZeRO-3, -> FSDP2 x TP -> DCP -> ZeRO-3, {checks} tensors equal",
+                      flush=True)
             ok += 1
             continue
         losses = CASES[name](device)

@@ -48,9 +48,10 @@ struct ShardingOptions {
   at::ScalarType param_dtype = at::kFloat;   // of the gathered parameters (compute)
   at::ScalarType reduce_dtype = at::kFloat;  // of the gradient reduction
   std::string name = "unit";                 // for messages
-  // CPU offload: the fp32 master shard and its gradient (and the optimizer
-  // state, which the trainer reports) live in host memory, so they are not
-  // counted as device model-state memory.
+  // CPU offload: the fp32 master shard and its gradient (and so the
+  // optimizer's state) live in host memory, moved to the parameters' device
+  // for each gather and back for each gradient, and are not counted as
+  // device model-state memory.
   bool offload = false;
   // Sequence parallelism: the flagged parameters (one flag per parameter, or
   // none) were used on a sequence shard of `sequence_parallel_group`, so

@@ -21,7 +21,7 @@ namespace neuron::runtime {
 
 struct AlgorithmCosts {
   double fixed_us = 0;  // once per collective
-  double step_us = 0;   // every step, times the most peers a rank sends to
+  double step_us = 0;   // every step (mesh: every step and peer)
 };
 
 class CollectiveCalibration {

@@ -26,8 +26,9 @@
 // Calibration (the topology's collective_engine.calibration,
 // CollectiveCalibration): a collective's schedule (one with a kind) of at
 // least one step costs launch_us plus its algorithm's fixed_us more, and
-// every step its algorithm's step_us times the most peers one rank sends to
-// in that step more. Every transfer moves no faster than its sender's
+// every step its algorithm's step_us more: once, or, when a rank's sends go
+// one after another (Schedule::serial_sends, mesh), times the most peers one
+// rank sends to in that step. Every transfer moves no faster than its sender's
 // collective DMA rate (core_dma_gbps times its cores) shared by what the
 // sender sends in that step, nor than its receiver's shared by what it
 // receives.

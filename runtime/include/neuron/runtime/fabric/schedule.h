@@ -51,6 +51,9 @@ struct Schedule {
   // topology's calibrated costs it pays; none (point-to-point, a linear
   // gather or scatter) pays none of them.
   std::optional<CollectiveKind> kind;
+  // A rank's sends in a step go one after another (mesh: one channel), so
+  // a step's calibrated cost counts once per peer rather than once.
+  bool serial_sends = false;
 };
 
 }  // namespace neuron::runtime
