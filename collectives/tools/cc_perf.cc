@@ -324,9 +324,7 @@ int Main(int argc, char** argv) {
                 "warm-up\n", runtime::Name(o.op), size, Name(o.dtype), comm->transport_name(),
                 o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
     std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
-                o.model_algorithm == runtime::FabricAlgorithm::kAuto
-                    ? "the topology's rule for the size, else the model's fastest"
-                    : runtime::Name(o.model_algorithm));
+                DescribeModelAlgorithm(o.model_algorithm));
     std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
   }

@@ -29,9 +29,7 @@ void PrintModelTable(const ModelTableOptions& o) {
   std::printf("# neuron-cc-perf --model-only: %s, %d ranks on %d node(s) of %s, device %s; %s\n",
               runtime::Name(o.op), o.ranks, o.nodes, topology.spec().name().c_str(),
               device.spec().name().c_str(),
-              o.algorithm == runtime::FabricAlgorithm::kAuto
-                  ? "the topology's rule for the size, else the model's fastest"
-                  : runtime::Name(o.algorithm));
+              DescribeModelAlgorithm(o.algorithm));
   std::printf("%12s %12s %11s %11s %11s %13s %7s\n", "size(B)", "count", "time(us)",
               "algbw(GB/s)", "busbw(GB/s)", "algorithm", "chunks");
   const std::vector<int> group = runtime::AllRanks(o.ranks);
@@ -51,6 +49,12 @@ void PrintModelTable(const ModelTableOptions& o) {
     std::printf("%12zu %12zu %11.2f %11.3f %11.3f %13s %7d\n", static_cast<std::size_t>(s), count,
                 cost.micros, algbw, algbw * factor, cost.algorithm, cost.chunks);
   }
+}
+
+const char* DescribeModelAlgorithm(runtime::FabricAlgorithm algorithm) {
+  return algorithm == runtime::FabricAlgorithm::kAuto
+             ? "the topology's rule for the size, else the model's fastest"
+             : runtime::Name(algorithm);
 }
 
 }  // namespace neuron::collectives

@@ -34,4 +34,8 @@ inline std::size_t NextSize(std::size_t bytes, std::size_t max, std::size_t fact
 // the topology.
 void PrintModelTable(const ModelTableOptions& o);
 
+// What the tables' headers say the model runs: `algorithm`'s name, or for
+// kAuto how the automatic choice picks.
+const char* DescribeModelAlgorithm(runtime::FabricAlgorithm algorithm);
+
 }  // namespace neuron::collectives

@@ -1,6 +1,7 @@
 #include "neuron/runtime/fabric/fabric_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -196,13 +197,17 @@ SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_b
   std::vector<int> sharers(graph_.links().size(), 0);
   std::map<std::uint32_t, int> on_chip_sharers;
   std::map<int, int> reducers;
-  std::vector<int> sends(n, 0), receives(n, 0);  // per rank: its DMA rings' sharers
+  // Per rank, its DMA rings' sharers: counted only when the rate is capped.
+  const bool capped = std::isfinite(calibration_.rank_dma_bytes_per_second());
+  std::vector<int> sends(capped ? n : 0, 0), receives(capped ? n : 0, 0);
   for (const Transfer& t : step.transfers) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
     if (t.reduce) ++reducers[t.dst];
-    ++sends[t.src];
-    ++receives[t.dst];
+    if (capped) {
+      ++sends[t.src];
+      ++receives[t.dst];
+    }
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
     if (a == b) {
       ++on_chip_sharers[a];
@@ -233,8 +238,10 @@ SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_b
       }
       *link_bytes += bytes * static_cast<double>(route.size());
     }
-    rate = std::min(rate, calibration_.rank_dma_bytes_per_second() /
-                              std::max(sends[t.src], receives[t.dst]));
+    if (capped) {
+      rate = std::min(rate, calibration_.rank_dma_bytes_per_second() /
+                                std::max(sends[t.src], receives[t.dst]));
+    }
     double seconds = bytes / rate;
     if (t.reduce) {
       const double reduce = bytes / (reduce_bytes_per_second_ / reducers[t.dst]);
