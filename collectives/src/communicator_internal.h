@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <algorithm>
 #include <deque>
-#include <thread>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -165,14 +164,19 @@ struct Message {
 
 }  // namespace detail
 
-// The shared-memory window: as configured, or 1 MiB per rank per core
-// (measured with neuron-cc-perf, 4-32 MiB allreduce: at 2 ranks on 2 cores
-// 1 MiB windows beat 8 MiB ones 1.6x; at 8 ranks 4-16 MiB beat 1 MiB 1.4x).
+// The shared-memory window: as configured, or 8 MiB shared by the ranks
+// (at most 1 MiB, at least 64 KiB each). The direct allreduce moves its
+// data through every rank's window one window-sized round at a time; while
+// all the windows together stay in the last-level cache, the reduction and
+// the copy out read from cache, not memory. Measured with neuron-cc-perf,
+// 1-64 MiB allreduce on 2 cores (docs/performance.md): 1 MiB windows are
+// fastest at 2-8 ranks, 512 KiB at 16, where 8 MiB windows (the earlier
+// choice, to save phase waits) were 1.2-1.5x slower.
 inline std::size_t WindowBytesFor(std::size_t configured, int ranks) {
   if (configured != 0) return configured;
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int per_core = std::clamp((ranks + cores - 1) / cores, 1, 8);
-  return static_cast<std::size_t>(per_core) << 20;
+  constexpr std::size_t kAllWindows = 8u << 20, kMost = 1u << 20, kLeast = 64u << 10;
+  const std::size_t share = kAllWindows / static_cast<std::size_t>(std::max(ranks, 1));
+  return std::clamp(share & ~std::size_t{4095}, kLeast, kMost);
 }
 
 struct Communicator::PointToPoint {

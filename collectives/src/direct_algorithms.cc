@@ -20,9 +20,10 @@ using detail::kStagedPhase;
 
 // Direct shared-memory reduction (the scheme of shared-memory allreduce in
 // CPU collective libraries such as oneCCL and DeepSpeed's shm backend): per
-// window-sized chunk, every rank stages its input in its shared window, then
-// reduces its 1/n slice straight from every rank's window, in rank order,
-// into its own window, then copies every rank's reduced slice out. Three
+// window-sized chunk, every rank stages its input in its shared window (all
+// but its own slice), then reduces its 1/n slice straight from every other
+// rank's window and its own buffer, in rank order, into its own window, then
+// copies every rank's reduced slice out. Three
 // phase flags order it; each element is reduced exactly once, over all ranks
 // in rank order, so the result is the naive reference's, bitwise.
 void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
@@ -34,15 +35,19 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
     const std::size_t n = std::min(chunk, count - start);
     char* mine = data + start * esize;
     const std::uint64_t seq = window_sequence_ + 1;
+    const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
     if (!staged) {  // else the handshake staged everything and all ranks saw it
       // The data areas are free once every rank collected their last use.
       shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
-      std::memcpy(WindowData(rank_), mine, n * esize);
+      // Every slice but this rank's own, which only this rank reduces (from
+      // `mine`, below).
+      std::memcpy(WindowData(rank_), mine, b * esize);
+      std::memcpy(WindowData(rank_) + e * esize, mine + e * esize, (n - e) * esize);
       shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
     }
     window_sequence_ = seq;
-    const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
     for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + b * esize;
+    inputs[rank_] = mine + b * esize;  // this rank's own input, as it was staged
     if (e > b) {
       // Only this rank reads or writes slice `rank_` of its own window now.
       ReduceInputs(dtype, op, inputs.data(), inputs.size(), WindowData(rank_) + b * esize,

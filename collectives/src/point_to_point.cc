@@ -183,9 +183,8 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
   }
   // Simulated time: max(posted, sent + the modelled transfer).
   const MessageHeader& h = p2p_->incoming[source];
-  const runtime::Schedule transfer{
-      "p2p", {runtime::Step{{{global_ranks_[source], global_ranks_[rank_],
-                              static_cast<double>(bytes)}}}}};
+  const runtime::Schedule transfer = runtime::PointToPointSchedule(
+      global_ranks_[source], global_ranks_[rank_], static_cast<double>(bytes));
   const double modelled = fabric_->Simulate(transfer).total.count();
   const double end = std::max(posted_us, h.send_us + modelled);
   if (join_compute_) clock_->JoinCompute(runtime::SimDuration(end));

@@ -641,7 +641,7 @@ TEST(Communicator, ReceiveCompletesAtSendTimePlusTransfer) {
       comm.Send(1, buffer.data(), buffer.size());
     } else {
       comm.Recv(0, buffer.data(), buffer.size());
-      const runtime::Schedule transfer{"p2p", {runtime::Step{{{0, 1, double(1 << 20)}}}}};
+      const runtime::Schedule transfer = runtime::PointToPointSchedule(0, 1, double(1 << 20));
       const double modelled = comm.fabric().Simulate(transfer).total.count();
       EXPECT_DOUBLE_EQ(comm.clock().compute().count(), 100.0 + modelled);
     }

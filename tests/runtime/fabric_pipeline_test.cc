@@ -131,7 +131,9 @@ TEST(FabricPipeline, ChunkCountIsTheFastestWithinTheEnginesBounds) {
                                      FabricAlgorithm::kHierarchical);
     const double chosen = model.Simulate(s).total.count();
     EXPECT_LE(s.chunks, 8);
-    if (s.chunks > 1) EXPECT_GE(bytes / s.chunks, 1048576.0) << bytes;
+    if (s.chunks > 1) {
+      EXPECT_GE(bytes / s.chunks, 1048576.0) << bytes;
+    }
     for (int k = 1; k <= 8 && bytes / k >= 1048576; k *= 2) {
       Schedule other = s;
       other.chunks = k;
@@ -282,14 +284,15 @@ TEST(FabricPipeline, ConflictingAndEmptyStagesPipelineAsTheRulesSay) {
   const Topology topo = RingTopology(4);
   const FabricModel model(topo, PlaceRanks(topo, {4}));
   const double s = 64 << 20;
-  Schedule sched{"test", {Step{{{0, 1, s}}}, Step{{{2, 3, s}}}}, {}, 1};
+  Schedule sched("test", {Step{{{0, 1, s}}}, Step{{{2, 3, s}}}});
   sched.stages = {{"a", 0, 1}, {"empty", 1, 1}, {"b", 1, 2}};
   for (int k : {1, 4}) {
     sched.chunks = k;
     ExpectClose(ToSeconds(model.Simulate(sched).total), FlowShop({Hop(s / k), Hop(s / k)}, k),
                 "disjoint links with an empty stage between, k=" + std::to_string(k));
   }
-  Schedule same{"test", {Step{{{0, 1, s}}}, Step{{{0, 1, s / 2}}}}, {}, 4};
+  Schedule same("test", {Step{{{0, 1, s}}}, Step{{{0, 1, s / 2}}}});
+  same.chunks = 4;
   same.stages = {{"a", 0, 1}, {"b", 1, 2}};
   ExpectClose(ToSeconds(model.Simulate(same).total), 4 * (Hop(s / 4) + Hop(s / 8)),
               "two stages on one link take turns");

@@ -1,5 +1,7 @@
 #include "neuron/runtime/fabric/collective_cost.h"
 
+#include <utility>
+
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 
@@ -15,7 +17,10 @@ Schedule Linear(const std::vector<int>& group, int root_index, double bytes, boo
     if (g == root) continue;
     step.transfers.push_back(to_root ? Transfer{g, root, bytes} : Transfer{root, g, bytes});
   }
-  return Schedule{"linear", {step}};
+  Schedule linear;
+  linear.algorithm = "linear";
+  linear.steps.push_back(std::move(step));
+  return linear;
 }
 
 CollectiveKind ParseKind(const std::string& kind) {

@@ -112,7 +112,8 @@ std::vector<std::vector<int>> RingChannels(const FabricModel& model, const std::
 }
 
 Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
-  Schedule s{"ring", {}};
+  Schedule s;
+  s.algorithm = "ring";
   const auto ring = RingOrder(model, shape.ranks);
   const std::size_t n = ring.size();
   const double chunk = shape.bytes / static_cast<double>(n);
@@ -156,7 +157,8 @@ Schedule Ring(const FabricModel& model, const CollectiveShape& shape) {
 }
 
 Schedule Mesh(const CollectiveShape& shape) {
-  Schedule s{"mesh", {}};
+  Schedule s;
+  s.algorithm = "mesh";
   s.serial_sends = true;  // nec.h: "Mesh uses only a single channel"
   NEURON_CHECK(shape.kind != CollectiveKind::kBroadcast && shape.kind != CollectiveKind::kReduce,
                "mesh does not implement ", Name(shape.kind));
@@ -173,7 +175,8 @@ Schedule Mesh(const CollectiveShape& shape) {
 Schedule Rdh(const CollectiveShape& shape) {
   const std::size_t n = shape.ranks.size();
   NEURON_CHECK(IsPowerOfTwo(n), "rdh needs a power-of-two group, got ", n, " ranks");
-  Schedule s{"rdh", {}};
+  Schedule s;
+  s.algorithm = "rdh";
   const bool halve = shape.kind == CollectiveKind::kAllReduce ||
                      shape.kind == CollectiveKind::kReduceScatter;
   const bool double_up = shape.kind == CollectiveKind::kAllReduce ||
@@ -201,7 +204,8 @@ Schedule RecursiveDoubling(const CollectiveShape& shape) {
   NEURON_CHECK(IsPowerOfTwo(n), "recursive_doubling needs a power-of-two group, got ", n);
   NEURON_CHECK(shape.kind == CollectiveKind::kAllReduce,
                "recursive_doubling implements allreduce only");
-  Schedule s{"recursive_doubling", {}};
+  Schedule s;
+  s.algorithm = "recursive_doubling";
   for (std::size_t d = 1; d < n; d *= 2) {
     s.steps.push_back(ExchangeStep(shape.ranks, d, shape.bytes, /*reduce=*/true));
   }
@@ -211,7 +215,8 @@ Schedule RecursiveDoubling(const CollectiveShape& shape) {
 Schedule Tree(const CollectiveShape& shape) {
   NEURON_CHECK(shape.kind == CollectiveKind::kBroadcast || shape.kind == CollectiveKind::kReduce,
                "tree implements broadcast and reduce");
-  Schedule s{"tree", {}};
+  Schedule s;
+  s.algorithm = "tree";
   const std::size_t n = shape.ranks.size();
   auto rank_at = [&](std::size_t relative) {
     return shape.ranks[(relative + static_cast<std::size_t>(shape.root)) % n];
@@ -265,7 +270,8 @@ Schedule Hierarchical(const FabricModel& model, const CollectiveShape& shape) {
                    shape.kind == CollectiveKind::kAllGather ||
                    shape.kind == CollectiveKind::kReduceScatter,
                "hierarchical does not implement ", Name(shape.kind));
-  Schedule s{"hierarchical", {}};
+  Schedule s;
+  s.algorithm = "hierarchical";
   double held = shape.bytes;  // what each rank still reduces, or already gathered
   if (shape.kind != CollectiveKind::kAllGather) {
     for (const auto& level : *levels) {
@@ -382,7 +388,11 @@ Schedule BuildSchedule(const FabricModel& model, const CollectiveShape& shape,
                        FabricAlgorithm algorithm) {
   NEURON_CHECK(!shape.ranks.empty(), "a collective needs at least one rank");
   NEURON_CHECK(shape.bytes >= 0, "negative collective size ", shape.bytes);
-  if (shape.ranks.size() == 1) return Schedule{"local", {}};
+  if (shape.ranks.size() == 1) {
+    Schedule local;
+    local.algorithm = "local";
+    return local;
+  }
   Schedule s;
   switch (algorithm == FabricAlgorithm::kAuto ? ChooseAlgorithm(model, shape) : algorithm) {
     case FabricAlgorithm::kRing: s = Ring(model, shape); break;

@@ -376,7 +376,7 @@ class Replayer {
     auto key = std::make_tuple(src, dst, bytes);
     auto it = transfers_.find(key);
     if (it == transfers_.end()) {
-      const Schedule s{"p2p", {Step{{{src, dst, bytes}}}}};
+      const Schedule s = PointToPointSchedule(src, dst, bytes);
       it = transfers_.emplace(key, target_.Simulate(s).total.count()).first;
     }
     return it->second;

@@ -81,9 +81,8 @@ struct CommunicatorOptions {
   std::size_t small_message_bytes = 16u << 10;
   std::size_t shm_ring_bytes = 512u << 10;  // per pair, allocated up front
   // Shared-memory window per rank for the direct algorithms (0: automatic,
-  // 1 MiB per rank per core, up to 8 MiB: with more ranks than cores, fewer
-  // and larger rounds save the phase waits that dominate there, while with
-  // a core each, 1 MiB rounds stay in cache and are fastest).
+  // 8 MiB shared by the ranks, 64 KiB to 1 MiB each: rounds whose windows
+  // all stay in the last-level cache are the fastest).
   std::size_t shm_window_bytes = 0;
   // TCP: the address this rank listens on; empty: its host name's address
   // (127.0.0.1 when every rank is on this host).

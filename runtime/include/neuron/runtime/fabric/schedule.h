@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neuron/runtime/fabric/collective_names.h"
@@ -39,6 +40,11 @@ struct Stage {
 };
 
 struct Schedule {
+  Schedule() = default;
+  // A schedule of `steps` in one stage, for no collective (tests, messages).
+  Schedule(const char* algorithm_name, std::vector<Step> schedule_steps)
+      : algorithm(algorithm_name), steps(std::move(schedule_steps)) {}
+
   // "ring", "mesh", "rdh", "recursive_doubling", ...: a string literal (it
   // lives as long as the process, so costs and records hold it as is).
   const char* algorithm = "";
@@ -55,5 +61,11 @@ struct Schedule {
   // a step's calibrated cost counts once per peer rather than once.
   bool serial_sends = false;
 };
+
+// One message of `bytes` from rank `src` to rank `dst` ("p2p"): no
+// collective, so it pays the wire and the DMA rate only.
+inline Schedule PointToPointSchedule(int src, int dst, double bytes) {
+  return Schedule("p2p", {Step{{Transfer{src, dst, bytes, false}}}});
+}
 
 }  // namespace neuron::runtime
