@@ -1,6 +1,7 @@
 #include "neuron/collectives/dtype.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "neuron/runtime/error.h"
 
@@ -13,17 +14,25 @@ void UnknownDataType(DataType type) {
 
 const char* Name(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kInt8: return "int8";
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kBool: return "bool";
+#define NEURON_DATA_TYPE_NAME(Id, bytes, floating, name, ir, Torch, Device) \
+  case DataType::k##Id:                                                   \
+    return name;
+    NEURON_FORALL_DTYPES(NEURON_DATA_TYPE_NAME)
+#undef NEURON_DATA_TYPE_NAME
   }
   return "unknown dtype";
+}
+
+const char* DataTypeNames() {
+  static const std::string names = [] {
+    std::string all;
+#define NEURON_APPEND_NAME(Id, bytes, floating, name, ir, Torch, Device) \
+  all.append(all.empty() ? "" : ", ").append(name);
+    NEURON_FORALL_DTYPES(NEURON_APPEND_NAME)
+#undef NEURON_APPEND_NAME
+    return all;
+  }();
+  return names.c_str();
 }
 
 const char* Name(ReduceOp op) {

@@ -1,5 +1,6 @@
 #include "neuron/compiler/device_dtypes.h"
 
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -10,18 +11,20 @@ namespace rp = runtime::proto;
 
 struct DeviceDtype {
   const char* ir;
-  rp::ElementType device;
+  rp::ElementType device;  // ELEMENT_TYPE_UNSPECIFIED: not on the device
 };
-constexpr DeviceDtype kDtypes[] = {{"f32", rp::F32}, {"bf16", rp::BF16}, {"f16", rp::F16},
-                                   {"i64", rp::I64}, {"i32", rp::I32},   {"i8", rp::I8},
-                                   {"u8", rp::U8},   {"bool", rp::BOOL}};
+constexpr DeviceDtype kDtypes[] = {
+#define NEURON_DEVICE_DTYPE(Id, bytes, floating, name, ir, Torch, Device) {ir, rp::Device},
+    NEURON_FORALL_DTYPES(NEURON_DEVICE_DTYPE)
+#undef NEURON_DEVICE_DTYPE
+};
 
 }  // namespace
 
 rp::ElementType DeviceElementType(const std::string& dtype, const std::string& where) {
   const DeviceDtype* found = nullptr;
   for (const auto& d : kDtypes) {
-    if (dtype == d.ir) found = &d;
+    if (dtype == d.ir && d.device != rp::ELEMENT_TYPE_UNSPECIFIED) found = &d;
   }
   NEURON_CHECK(found != nullptr, where, ": dtype ", dtype,
                " is not supported on the device (float32, bfloat16, float16 and integers are)");
@@ -30,7 +33,7 @@ rp::ElementType DeviceElementType(const std::string& dtype, const std::string& w
 
 const char* IrDtypeName(rp::ElementType type) {
   for (const auto& d : kDtypes) {
-    if (d.device == type) return d.ir;
+    if (d.device == type && type != rp::ELEMENT_TYPE_UNSPECIFIED) return d.ir;
   }
   NEURON_ASSERT(false, "element type ", static_cast<int>(type), " has no IR dtype");
   return "";

@@ -7,13 +7,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
 namespace {
 
-const std::set<std::string> kDtypes = {"f32", "bf16", "f16", "f64", "i64",
-                                       "i32", "i8",   "u8",  "bool"};
+// The IR's dtypes: every one of runtime/dtype_list.h.
+const std::set<std::string> kDtypes = {
+#define NEURON_IR_DTYPE(Id, bytes, floating, name, ir, Torch, Device) ir,
+    NEURON_FORALL_DTYPES(NEURON_IR_DTYPE)
+#undef NEURON_IR_DTYPE
+};
 
 std::string Where(const proto::Graph& g, int index, const proto::Node& n) {
   return StrCat("graph ", g.name(), ": node ", index, " (", n.op(), ")",

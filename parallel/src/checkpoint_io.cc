@@ -14,6 +14,7 @@
 #include <fstream>
 #include <set>
 
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
 #include "neuron/runtime/fnv.h"
@@ -37,24 +38,21 @@ std::string ManifestHeader(const std::string& text) {
 
 std::string DtypeName(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    default: throw InvalidUsage(StrCat("checkpoint: dtype ", t, " is not supported"));
+#define NEURON_CHECKPOINT_DTYPE(Id, bytes, floating, name, ir, Torch, Device) \
+  case at::k##Torch:                                                       \
+    return name;
+    NEURON_FORALL_DTYPES(NEURON_CHECKPOINT_DTYPE)
+#undef NEURON_CHECKPOINT_DTYPE
+    default:
+      throw InvalidUsage(StrCat("checkpoint: dtype ", t, " is not supported"));
   }
 }
 
 at::ScalarType DtypeOf(const std::string& name, const std::string& where) {
-  for (auto t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt,
-                 at::kChar, at::kByte, at::kBool}) {
-    if (DtypeName(t) == name) return t;
-  }
+#define NEURON_CHECKPOINT_TYPE(Id, bytes, floating, dtype_name, ir, Torch, Device) \
+  if (name == dtype_name) return at::k##Torch;
+  NEURON_FORALL_DTYPES(NEURON_CHECKPOINT_TYPE)
+#undef NEURON_CHECKPOINT_TYPE
   throw InvalidUsage(StrCat(where, ": unknown dtype '", name, "'"));
 }
 

@@ -1,6 +1,6 @@
 // torchneuron._C's device functions: what torch.neuron (torchneuron.device)
 // calls. Thin: the behaviour lives in neuron::aten.
-#include "device_bindings.h"
+#include "bindings.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>

@@ -29,9 +29,8 @@ import torch
 
 from . import _C
 
-_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-           torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.int8: "i8",
-           torch.uint8: "u8", torch.bool: "bool"}
+# torch dtype -> the IR's name, from the project's one dtype list.
+_DTYPES = {getattr(torch, name): ir for name, ir, _on_device in _C._dtypes()}
 
 _metrics = []
 _lock = threading.Lock()

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "neuron/collectives/reduce.h"
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::c10d {
@@ -12,24 +13,11 @@ using collectives::ReduceOp;
 
 std::optional<DataType> ToDataType(at::ScalarType type) {
   switch (type) {
-    case at::kFloat:
-      return DataType::kFloat32;
-    case at::kDouble:
-      return DataType::kFloat64;
-    case at::kHalf:
-      return DataType::kFloat16;
-    case at::kBFloat16:
-      return DataType::kBFloat16;
-    case at::kChar:
-      return DataType::kInt8;
-    case at::kByte:
-      return DataType::kUInt8;
-    case at::kInt:
-      return DataType::kInt32;
-    case at::kLong:
-      return DataType::kInt64;
-    case at::kBool:
-      return DataType::kBool;
+#define NEURON_TORCH_DATA_TYPE(Id, bytes, floating, name, ir, Torch, Device) \
+  case at::k##Torch:                                                      \
+    return DataType::k##Id;
+    NEURON_FORALL_DTYPES(NEURON_TORCH_DATA_TYPE)
+#undef NEURON_TORCH_DATA_TYPE
     default:
       return std::nullopt;
   }
@@ -112,8 +100,7 @@ DataType ReduceType(const at::Tensor& tensor, ReduceOp reduce_op, const char* op
   NEURON_CHECK(type.has_value(), op, ": cannot reduce dtype ",
                c10::toString(tensor.scalar_type()), " (reduce op ",
                collectives::Name(reduce_op),
-               "); the neuron backend reduces float32, float64, float16, bfloat16, int8, "
-               "uint8, int32, int64 and bool");
+               "); the neuron backend reduces ", collectives::DataTypeNames());
   collectives::CheckReducible(*type, reduce_op, op);
   return *type;
 }

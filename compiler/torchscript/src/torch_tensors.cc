@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "neuron/compiler/device_dtypes.h"
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -14,19 +15,21 @@ namespace rp = runtime::proto;
 namespace {
 
 // The dtypes the device takes: torch's and the runtime's (device_dtypes.h
-// names them in the IR).
+// names them in the IR); float64's device type is unspecified: not taken.
 struct DeviceType {
   at::ScalarType torch;
   rp::ElementType device;
 };
-constexpr DeviceType kTypes[] = {{at::kFloat, rp::F32}, {at::kBFloat16, rp::BF16},
-                                 {at::kHalf, rp::F16},  {at::kLong, rp::I64},
-                                 {at::kInt, rp::I32},   {at::kChar, rp::I8},
-                                 {at::kByte, rp::U8},   {at::kBool, rp::BOOL}};
+constexpr DeviceType kTypes[] = {
+#define NEURON_TORCH_DEVICE_TYPE(Id, bytes, floating, name, ir, Torch, Device) \
+  {at::k##Torch, rp::Device},
+    NEURON_FORALL_DTYPES(NEURON_TORCH_DEVICE_TYPE)
+#undef NEURON_TORCH_DEVICE_TYPE
+};
 
 const DeviceType& Find(at::ScalarType type, const std::string& where) {
   for (const auto& t : kTypes) {
-    if (t.torch == type) return t;
+    if (t.torch == type && t.device != rp::ELEMENT_TYPE_UNSPECIFIED) return t;
   }
   throw InvalidUsage(
       StrCat(where, ": dtype ", c10::toString(type), " is not supported on the device"));
@@ -44,7 +47,7 @@ std::string IrDtypeOf(at::ScalarType type, const std::string& where) {
 
 at::ScalarType ScalarTypeOf(rp::ElementType type) {
   for (const auto& t : kTypes) {
-    if (t.device == type) return t.torch;
+    if (t.device == type && type != rp::ELEMENT_TYPE_UNSPECIFIED) return t.torch;
   }
   return at::kBool;  // as before: what the table does not name is read as bytes of bool
 }

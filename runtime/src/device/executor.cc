@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/dtype_list.h"
 
 namespace neuron::runtime {
 namespace {
@@ -723,22 +724,12 @@ Runner RunnerFor(const proto::Instruction& i) {
 }  // namespace
 
 std::size_t ElementBytes(proto::ElementType type) {
-  switch (type) {
-    case proto::F32:
-    case proto::I32:
-      return 4;
-    case proto::BF16:
-    case proto::F16:
-      return 2;
-    case proto::I64:
-      return 8;
-    case proto::I8:
-    case proto::U8:
-    case proto::BOOL:
-      return 1;
-    default:
-      return 0;
-  }
+  if (type == proto::ELEMENT_TYPE_UNSPECIFIED) return 0;
+#define NEURON_DEVICE_BYTES(Id, bytes, floating, name, ir, Torch, Device) \
+  if (type == proto::Device) return bytes;
+  NEURON_FORALL_DTYPES(NEURON_DEVICE_BYTES)
+#undef NEURON_DEVICE_BYTES
+  return 0;
 }
 
 HostTensor HostTensor::FromFloats(proto::ElementType dtype,

@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/half.h"
 
 namespace neuron::runtime::kernels {
 
 bool IsFloat(proto::ElementType type) {
-  return type == proto::F32 || type == proto::BF16 || type == proto::F16;
+  if (type == proto::ELEMENT_TYPE_UNSPECIFIED) return false;
+#define NEURON_DEVICE_FLOAT(Id, bytes, floating, name, ir, Torch, Device) \
+  if (type == proto::Device) return floating;
+  NEURON_FORALL_DTYPES(NEURON_DEVICE_FLOAT)
+#undef NEURON_DEVICE_FLOAT
+  return false;
 }
 
 std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,

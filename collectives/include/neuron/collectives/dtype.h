@@ -8,18 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "neuron/runtime/dtype_list.h"
+
 namespace neuron::collectives {
 
+// runtime/dtype_list.h's types, in its order (the index travels in headers).
 enum class DataType : std::uint8_t {
-  kFloat32,
-  kFloat64,
-  kFloat16,
-  kBFloat16,
-  kInt8,
-  kUInt8,
-  kInt32,
-  kInt64,
-  kBool,  // one byte, 0 or 1
+#define NEURON_DATA_TYPE(Id, bytes, floating, name, ir, Torch, Device) k##Id,
+  NEURON_FORALL_DTYPES(NEURON_DATA_TYPE)
+#undef NEURON_DATA_TYPE
 };
 
 enum class ReduceOp : std::uint8_t {
@@ -39,29 +36,29 @@ enum class ReduceOp : std::uint8_t {
 // Inline: every collective asks, several times.
 inline std::size_t ElementSize(DataType type) {
   switch (type) {
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt8:
-    case DataType::kUInt8:
-    case DataType::kBool:
-      return 1;
+#define NEURON_ELEMENT_SIZE(Id, bytes, floating, name, ir, Torch, Device) \
+  case DataType::k##Id:                                                 \
+    return bytes;
+    NEURON_FORALL_DTYPES(NEURON_ELEMENT_SIZE)
+#undef NEURON_ELEMENT_SIZE
   }
   UnknownDataType(type);
 }
 
 inline bool IsFloatingPoint(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 ||
-         type == DataType::kFloat16 || type == DataType::kBFloat16;
+  switch (type) {
+#define NEURON_IS_FLOATING(Id, bytes, floating, name, ir, Torch, Device) \
+  case DataType::k##Id:                                                \
+    return floating;
+    NEURON_FORALL_DTYPES(NEURON_IS_FLOATING)
+#undef NEURON_IS_FLOATING
+  }
+  UnknownDataType(type);
 }
 
 const char* Name(DataType type);
+// Every DataType's name, in order, comma-separated: for messages.
+const char* DataTypeNames();
 const char* Name(ReduceOp op);
 
 }  // namespace neuron::collectives

@@ -80,6 +80,7 @@
 
 namespace neuron::runtime {
 
+// The size of one element of `type` (dtype_list.h); 0 for none.
 std::size_t ElementBytes(proto::ElementType type);
 
 struct HostTensor {

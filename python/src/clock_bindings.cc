@@ -1,0 +1,69 @@
+// torchneuron._C's simulated time: this rank's clocks, its operation trace
+// and the device model's matmul time. Thin: the behaviour lives in
+// neuron::runtime.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "bindings.h"
+#include "neuron/runtime/device/cost_model.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/op_trace.h"
+#include "neuron/runtime/sim_clock.h"
+
+namespace py = pybind11;
+
+void BindClock(py::module_& m) {
+  m.def(
+      "_clock",
+      [] {
+        const auto clock = neuron::runtime::ProcessClock();
+        py::dict d;
+        d["compute_us"] = clock->compute().count();
+        d["collective_us"] = clock->collective().count();
+        return d;
+      },
+      "This rank's simulated clocks (microseconds).");
+  m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
+  m.def(
+      "_start_trace",
+      [] {
+        neuron::runtime::ProcessClock()->set_trace(std::make_shared<neuron::runtime::OpTrace>());
+      },
+      "Records this rank's operation trace from now on (a new, empty one).");
+  m.def(
+      "_trace_mark",
+      [](const std::string& name) {
+        if (auto trace = neuron::runtime::ProcessClock()->trace()) trace->Mark(name);
+      },
+      py::arg("name"), "Marks a point of the program in the trace being recorded, if any.");
+  m.def(
+      "_save_trace",
+      [](const std::string& path, int rank, int world_size, int tp, int pp, int dp) {
+        const auto trace = neuron::runtime::ProcessClock()->trace();
+        NEURON_CHECK(trace != nullptr, "save_trace: no trace is being recorded "
+                     "(call torchneuron.fabric.start_trace() first)");
+        neuron::runtime::proto::TraceLayout layout;
+        layout.set_tp(tp);
+        layout.set_pp(pp);
+        layout.set_dp(dp);
+        trace->Save(path, rank, world_size, layout);
+      },
+      py::arg("path"), py::arg("rank"), py::arg("world_size"), py::arg("tp"), py::arg("pp"),
+      py::arg("dp"), "Writes the recorded trace (op_trace.proto) to `path`.");
+  m.def(
+      "_advance_compute",
+      [](double us) {
+        NEURON_CHECK(us >= 0, "advance_compute: a duration must be >= 0 us, got ", us);
+        neuron::runtime::ProcessClock()->AdvanceCompute(neuron::runtime::SimDuration(us));
+      },
+      py::arg("us"), "Charges `us` of modelled device time to this rank's compute stream.");
+  m.def(
+      "_matmul_us",
+      [](std::int64_t m, std::int64_t k, std::int64_t n, bool fp32) {
+        static const neuron::runtime::CostModel model(
+            neuron::runtime::DeviceSpec::FromEnvironment());
+        return model.Matmul(m, k, n, fp32).time.count();
+      },
+      py::arg("m"), py::arg("k"), py::arg("n"), py::arg("fp32"),
+      "The device model's time (us) of an [m,k] x [k,n] matmul on one NeuronCore.");
+}

@@ -1,0 +1,117 @@
+// torchneuron._C's compiler: graphs compiled for the simulated NeuronCore,
+// the compile cache, the native operators and the dtypes. Thin: the
+// behaviour lives in neuron::compiler.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "neuron/compiler/compiled_graph.h"
+#include "neuron/compiler/native_ops.h"
+#include "neuron/compiler/torch_tensors.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/dtype_list.h"
+#include "neuron/runtime/executable.pb.h"
+
+namespace py = pybind11;
+
+void BindCompiler(py::module_& m) {
+  using neuron::compiler::CompiledGraph;
+  using neuron::compiler::FromHost;
+  using neuron::compiler::ToHost;
+  py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(
+      m, "_CompiledGraph", "A graph compiled for the simulated NeuronCore.")
+      .def(
+          "run",
+          [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
+            std::vector<neuron::runtime::HostTensor> host;
+            for (const auto& t : inputs) host.push_back(ToHost(t));
+            std::vector<neuron::runtime::HostTensor> out;
+            {
+              py::gil_scoped_release release;
+              out = g.Run(std::move(host));
+            }
+            std::vector<at::Tensor> result;
+            for (const auto& h : out) result.push_back(FromHost(h));
+            return result;
+          },
+          py::arg("inputs"),
+          "Runs the graph: real results, and the modelled time in info().")
+      .def("write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
+           "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
+      .def("info", [](const CompiledGraph& g) {
+        const auto i = g.info();
+        py::dict d;
+        d["name"] = i.name;
+        d["graph_id"] = i.cache_key;
+        d["nodes_before"] = i.nodes_before;
+        d["nodes_after"] = i.nodes_after;
+        d["sbuf_bytes"] = i.sbuf_bytes;
+        d["sbuf_lower_bound"] = i.sbuf_lower_bound;
+        d["psum_bytes"] = i.psum_bytes;
+        d["psum_lower_bound"] = i.psum_lower_bound;
+        d["hbm_bytes"] = i.hbm_bytes;
+        py::dict passes;
+        for (const auto& [name, us] : i.pass_us) passes[name.c_str()] = us;
+        d["pass_us"] = passes;
+        py::dict engines;
+        for (int k = 0; k < neuron::runtime::kEngineCount; ++k) {
+          engines[neuron::runtime::Name(static_cast<neuron::runtime::Engine>(k))] = i.engine_us[k];
+        }
+        d["engine_us"] = engines;
+        d["fused_groups"] = i.fused_groups;
+        d["fused_ops"] = i.fused_ops;
+        d["modelled_us"] = i.modelled_us;
+        d["mfu"] = i.mfu;
+        d["runs"] = i.runs;
+        return d;
+      });
+  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
+        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
+        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+  m.def(
+      "_native_ops",
+      [] {
+        std::vector<std::string> names;
+        for (const auto& op : neuron::compiler::NativeOps()) names.push_back(op.name);
+        return names;
+      },
+      "The IR ops the device runs (compiler/src/native_ops.cc).");
+  m.def(
+      "_fallback_allowed",
+      [] {
+        return neuron::runtime::ConfigRegistry::Get()
+                   .Find(neuron::runtime::ConfigKey::kFallback)
+                   .value_or("1") != "0";
+      },
+      "NEURON_FALLBACK, read through the configuration registry.");
+  m.def(
+      "_forget_compiled_in_memory", [] { CompiledGraph::Cache().ForgetMemory(); },
+      "Drops the compile cache's in-memory entries (the disk cache keeps them).");
+  m.def("_cache_counters", [] {
+    const auto c = CompiledGraph::Cache().counters();
+    py::dict d;
+    d["memory_hits"] = c.memory_hits;
+    d["disk_hits"] = c.disk_hits;
+    d["misses"] = c.misses;
+    d["evictions"] = c.evictions;
+    d["corrupt"] = c.corrupt;
+    return d;
+  });
+  m.def(
+      "_dtypes",
+      [] {
+        std::vector<std::tuple<std::string, std::string, bool>> out;
+#define NEURON_BIND_DTYPE(Id, bytes, floating, name, ir, Torch, Device) \
+  out.emplace_back(name, ir, neuron::runtime::proto::Device !=          \
+                                 neuron::runtime::proto::ELEMENT_TYPE_UNSPECIFIED);
+        NEURON_FORALL_DTYPES(NEURON_BIND_DTYPE)
+#undef NEURON_BIND_DTYPE
+        return out;
+      },
+      "Every dtype the project names (runtime/dtype_list.h): (torch name, IR name, "
+      "whether the device computes in it).");
+}
