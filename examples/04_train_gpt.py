@@ -25,12 +25,13 @@ the matmuls, fabric model for every collective and transfer, the slowest
 rank's clock); and the largest resident memory of any rank. At the end it
 prints every rank's memory: resident set and ZeRO model-state peak (the
 sharded parameters, gradients and optimizer state). --metrics-out
-FILE writes the run's figures (key = value lines) for `neuronrun matrix`;
+FILE writes the run's figures (a RunFigures text proto) for `neuronrun matrix`;
 --trace-out DIR records every rank's operation trace there, for
 `neuronrun replay` on a larger topology (docs/scaling.md).
 """
 import argparse
 import datetime
+import json
 import resource
 import sys
 import time
@@ -69,8 +70,8 @@ def parse():
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--metrics-out", help="write the run's figures to this file (key = value "
-                   "lines; rank 0): what `neuronrun matrix` collects")
+    p.add_argument("--metrics-out", help="write the run's figures to this file (a RunFigures "
+                   "text proto; rank 0): what `neuronrun matrix` collects")
     p.add_argument("--trace-out", help="record each rank's operation trace into this "
                    "directory (rank_N.pb), for `neuronrun replay`")
     return p.parse_args()
@@ -254,11 +255,13 @@ def write_metrics(args, layout, history, tokens_per_step, rss, model_state_mib):
         figures["cold_compile_ms"] = compile_ms[0].item()
         if compile_ms[1].item() >= 0:
             figures["warm_compile_ms"] = compile_ms[1].item()
-    for op, nbytes in sorted(volume.items()):
-        figures[f"bytes_per_step_{op}"] = nbytes
+    # A text proto of neuron.launcher.proto.RunFigures
+    # (launcher/proto/neuron/launcher/matrix_result.proto).
+    lines = [f"{key}: {val!r}" for key, val in figures.items()]
+    lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(nbytes)!r} }}"
+              for op, nbytes in sorted(volume.items())]
     with open(args.metrics_out, "w") as f:
-        for key, val in figures.items():
-            f.write(f"{key} = {val}\n")
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

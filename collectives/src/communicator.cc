@@ -319,61 +319,71 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
   registered_op_ = false;
   // A straggler (rank_delays fault) reaches every collective that much later.
   mine.arrival_us = std::max(IssueTime(), stream_end_us_) + rank_delay_us_;
-  Agreed agreed{mine.arrival_us, mine.model_bytes};
+  const Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
   if (shm_ != nullptr) {
-    const Label what = Describing(mine);
-    const std::size_t slot = SlotOffset();
-    static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
-    if (mine.path == detail::kPathHeaderLine) {
-      NEURON_CHECK(staged_bytes <= detail::kTinyBytes, what, ": ", staged_bytes,
-                   " bytes do not fit a header");
-      if (staged_bytes > 0) std::memcpy(mine.tiny, staged, staged_bytes);
-    } else if (mine.path == detail::kPathHeaderSlot) {
-      NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
-                   " bytes do not fit a header slot");
-      if (staged_bytes > 0) std::memcpy(InlineData(rank_), staged, staged_bytes);
-    } else if (staged_bytes > 0) {
-      // The data area is free once every rank collected its last use.
-      shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
-      std::memcpy(WindowData(rank_), staged, staged_bytes);
-    }
-    if (slot_bytes > 0) {
-      NEURON_ASSERT(mine.path != detail::kPathHeaderSlot && slot_bytes <= detail::kInlineBytes,
-                    what, ": slot data does not fit");
-      std::memcpy(InlineData(rank_), slot_data, slot_bytes);
-    }
-    // The header's `published`, stored last, is the handshake's flag: a
-    // peer polls the header's own cache line.
-    // Everything but the flag, which peers may be reading (atomically).
-    static_assert(offsetof(Header, published) + sizeof(Header::published) == sizeof(Header),
-                  "Header::published must be its last member");
-    // The flag's store follows the header's at once: a peer polling the line
-    // between the two would take it back, and the flag store would wait for
-    // the line a second time.
-    NEURON_ASSERT(mine.published == sequence_, what, ": header made for another collective");
-    const std::size_t flag = slot + offsetof(Header, published);
-    const transport::Deadline deadline = NewDeadline();
-    std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
-    shm_->SyncWindowWord(flag, mine.published, deadline, what);
-    if (mine.path == detail::kPathHeaderSlot) {
-      // The headers' lines are here (their flags were); start fetching the
-      // inline data now, while the headers are checked.
-      for (int r = 0; r < size_; ++r) __builtin_prefetch(InlineData(r));
-    }
-    header_views_.resize(static_cast<std::size_t>(size_));
-    const Header** theirs = header_views_.data();
-    for (int r = 0; r < size_; ++r) {
-      // This rank's own from its local copy: the shared line may still wait
-      // in the store buffer for the cache line (peers poll it), and a load
-      // from it would wait too.
-      theirs[r] = r == rank_ ? &mine : reinterpret_cast<const Header*>(shm_->Window(r) + slot);
-      agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
-      agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
-    }
-    CheckHeaders(mine, theirs);
-    return agreed;
+    return ShmHandshake(mine, agreed, staged, staged_bytes, slot_data, slot_bytes);
   }
+  return RingHandshake(mine, agreed);
+}
+
+Communicator::Agreed Communicator::ShmHandshake(Header& mine, Agreed agreed, const void* staged,
+                                                std::size_t staged_bytes, const void* slot_data,
+                                                std::size_t slot_bytes) {
+  const Label what = Describing(mine);
+  const std::size_t slot = SlotOffset();
+  static_assert(sizeof(Header) <= detail::kHeaderBytes, "header slot too small");
+  if (mine.path == detail::kPathHeaderLine) {
+    NEURON_CHECK(staged_bytes <= detail::kTinyBytes, what, ": ", staged_bytes,
+                 " bytes do not fit a header");
+    if (staged_bytes > 0) std::memcpy(mine.tiny, staged, staged_bytes);
+  } else if (mine.path == detail::kPathHeaderSlot) {
+    NEURON_CHECK(staged_bytes <= detail::kInlineBytes, what, ": ", staged_bytes,
+                 " bytes do not fit a header slot");
+    if (staged_bytes > 0) std::memcpy(InlineData(rank_), staged, staged_bytes);
+  } else if (staged_bytes > 0) {
+    // The data area is free once every rank collected its last use.
+    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+    std::memcpy(WindowData(rank_), staged, staged_bytes);
+  }
+  if (slot_bytes > 0) {
+    NEURON_ASSERT(mine.path != detail::kPathHeaderSlot && slot_bytes <= detail::kInlineBytes,
+                  what, ": slot data does not fit");
+    std::memcpy(InlineData(rank_), slot_data, slot_bytes);
+  }
+  // The header's `published`, stored last, is the handshake's flag: a
+  // peer polls the header's own cache line.
+  // Everything but the flag, which peers may be reading (atomically).
+  static_assert(offsetof(Header, published) + sizeof(Header::published) == sizeof(Header),
+                "Header::published must be its last member");
+  // The flag's store follows the header's at once: a peer polling the line
+  // between the two would take it back, and the flag store would wait for
+  // the line a second time.
+  NEURON_ASSERT(mine.published == sequence_, what, ": header made for another collective");
+  const std::size_t flag = slot + offsetof(Header, published);
+  const transport::Deadline deadline = NewDeadline();
+  std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
+  shm_->SyncWindowWord(flag, mine.published, deadline, what);
+  if (mine.path == detail::kPathHeaderSlot) {
+    // The headers' lines are here (their flags were); start fetching the
+    // inline data now, while the headers are checked.
+    for (int r = 0; r < size_; ++r) __builtin_prefetch(InlineData(r));
+  }
+  header_views_.resize(static_cast<std::size_t>(size_));
+  const Header** theirs = header_views_.data();
+  for (int r = 0; r < size_; ++r) {
+    // This rank's own from its local copy: the shared line may still wait
+    // in the store buffer for the cache line (peers poll it), and a load
+    // from it would wait too.
+    theirs[r] = r == rank_ ? &mine : reinterpret_cast<const Header*>(shm_->Window(r) + slot);
+    agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
+    agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
+  }
+  CheckHeaders(mine, theirs);
+  return agreed;
+}
+
+Communicator::Agreed Communicator::RingHandshake(const Header& mine, Agreed agreed) {
   const int right_rank = Mod(rank_ + 1, size_), left_rank = Mod(rank_ - 1, size_);
   if (debug_) {  // every rank sees every header: a ring allgather of them
     std::vector<Header> all(size_);
@@ -517,12 +527,9 @@ void Communicator::Abort(const std::string& reason) {
   AbortPointToPoint(reason);
 }
 
-void Communicator::AllReduce(const AllReduceOptions& o) {
-  CheckReducible(o.dtype, o.op, "allreduce");
-  NEURON_CHECK(o.data != nullptr || o.count == 0, "allreduce: data is null");
-  Header h = NewHeader(OpCode::kAllReduce, o.dtype, o.count, o.op);
-  const std::size_t bytes = o.count * ElementSize(o.dtype);
-  Algorithm algorithm = o.algorithm;
+Algorithm Communicator::AllReduceAlgorithm(Algorithm requested, std::size_t bytes,
+                                           std::size_t count) const {
+  Algorithm algorithm = requested;
   if (algorithm == Algorithm::kAuto) algorithm = forced_algorithm_;
   if (algorithm == Algorithm::kAuto) {
     if (local_ != nullptr) {
@@ -530,7 +537,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
     } else if (shm_ != nullptr) {
       algorithm = Algorithm::kDirect;
     } else {
-      algorithm = bytes <= options_.small_message_bytes || o.count < static_cast<std::size_t>(size_)
+      algorithm = bytes <= options_.small_message_bytes || count < static_cast<std::size_t>(size_)
                       ? Algorithm::kRecursiveDoubling
                       : Algorithm::kRing;
     }
@@ -542,6 +549,15 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
                "on one host at least (automatic transport)");
   NEURON_CHECK(algorithm != Algorithm::kBinomialTree && algorithm != Algorithm::kBruck,
                "allreduce: algorithm ", Name(algorithm), " does not implement it");
+  return algorithm;
+}
+
+void Communicator::AllReduce(const AllReduceOptions& o) {
+  CheckReducible(o.dtype, o.op, "allreduce");
+  NEURON_CHECK(o.data != nullptr || o.count == 0, "allreduce: data is null");
+  Header h = NewHeader(OpCode::kAllReduce, o.dtype, o.count, o.op);
+  const std::size_t bytes = o.count * ElementSize(o.dtype);
+  const Algorithm algorithm = AllReduceAlgorithm(o.algorithm, bytes, o.count);
   h.algorithm = static_cast<std::uint8_t>(algorithm);  // all ranks must agree
   char* data = static_cast<char*>(o.data);
   const Label what = Describing(h);

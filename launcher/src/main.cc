@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <google/protobuf/text_format.h>
 
 #include "agent.h"
 #include "child_process.h"
@@ -102,8 +103,8 @@ constexpr const char* kMatrixHelp =
     "usage: neuronrun matrix FILE [--out DIR]\n"
     "Runs the scaling test matrix FILE (configs/scaling/*.textproto): every cell a real\n"
     "neuronrun job of the trainer; DIR (default: matrix-NAME) gets cells/ID/ (output.log,\n"
-    "metrics.txt, result.txt), results.csv, report.md and the plots efficiency.png,\n"
-    "breakdown.png and memory.png. A rerun skips completed cells;\n"
+    "metrics.textproto, result.textproto), results.csv, report.md and the plots\n"
+    "efficiency.png, breakdown.png and memory.png. A rerun skips completed cells;\n"
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
     "job starts. Exit status: 0 every cell completed, 1 some failed, 2 a bad file.\n";
 
@@ -160,8 +161,9 @@ constexpr const char* kReplayHelp =
     "torchneuron.fabric.start_trace/save_trace, e.g. examples/04_train_gpt.py --trace-out)\n"
     "through the device and fabric models on N nodes x R ranks (default: the recorded\n"
     "ranks on one node) of FILE (default: the embedded trn2 node). More ranks than were\n"
-    "recorded add data-parallel replicas (weak scaling). Prints the modelled figures as\n"
-    "key = value lines. Exit status: 0, or 2 when the traces cannot be replayed there.\n";
+    "recorded add data-parallel replicas (weak scaling). Prints the modelled figures as a\n"
+    "text proto (neuron.launcher.proto.RunFigures). Exit status: 0, or 2 when the traces\n"
+    "cannot be replayed there.\n";
 
 // neuronrun replay TRACE_DIR [...]
 int ReplayMain(int argc, char** argv) {
@@ -197,9 +199,9 @@ int ReplayMain(int argc, char** argv) {
     if (layout.ranks_per_node == 0) {  // the recorded job, on one node
       layout.ranks_per_node = static_cast<int>(traces.size());
     }
-    for (const auto& [k, v] : ReplayFigures(traces, layout, tokens)) {
-      std::cout << k << " = " << v << "\n";
-    }
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(ReplayFigures(traces, layout, tokens), &text);
+    std::cout << text;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "neuronrun replay: error: " << e.what() << "\n" << kReplayHelp;

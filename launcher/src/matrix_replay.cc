@@ -23,7 +23,7 @@ double WarmMedian(const std::vector<runtime::ReplayedStep>& steps, Get get) {
 
 }  // namespace
 
-std::map<std::string, std::string> ReplayFigures(
+proto::RunFigures ReplayFigures(
     const std::vector<runtime::proto::RankTrace>& traces, const ReplayLayout& layout,
     double tokens_per_rank_step) {
   const runtime::Topology topology = layout.topology.empty()
@@ -42,23 +42,22 @@ std::map<std::string, std::string> ReplayFigures(
   const double compute = WarmMedian(r.steps, [](const auto& s) { return s.compute_us; });
   const double bubble = WarmMedian(r.steps, [](const auto& s) { return s.message_wait_us; });
   const double tokens = tokens_per_rank_step * r.dp;
-  std::map<std::string, std::string> f = {
-      {"world", std::to_string(r.world_size)},
-      {"tp", std::to_string(r.tp)},
-      {"pp", std::to_string(r.pp)},
-      {"dp", std::to_string(r.dp)},
-      {"recorded_world", std::to_string(r.recorded_world_size)},
-      {"steps", std::to_string(r.steps.size())},
-      {"tokens_per_step", std::to_string(tokens)},
-      {"modelled_step_us", std::to_string(step)},
-      {"compute_us", std::to_string(compute)},
-      {"bubble_us", std::to_string(bubble)},
-      {"exposed_comm_us", std::to_string(std::max(0.0, step - compute - bubble))},
-      {"modelled_tokens_per_s", std::to_string(tokens / step * 1e6)},
-      {"modelled_tokens_per_s_per_device", std::to_string(tokens / step * 1e6 / r.world_size)},
-  };
+  proto::RunFigures f;
+  f.set_world(r.world_size);
+  f.set_tp(r.tp);
+  f.set_pp(r.pp);
+  f.set_dp(r.dp);
+  f.set_recorded_world(r.recorded_world_size);
+  f.set_steps(static_cast<int>(r.steps.size()));
+  f.set_tokens_per_step(tokens);
+  f.set_modelled_step_us(step);
+  f.set_compute_us(compute);
+  f.set_bubble_us(bubble);
+  f.set_exposed_comm_us(std::max(0.0, step - compute - bubble));
+  f.set_modelled_tokens_per_s(tokens / step * 1e6);
+  f.set_modelled_tokens_per_s_per_device(tokens / step * 1e6 / r.world_size);
   for (const auto& [kind, bytes] : r.steps.back().rank0_bytes) {
-    f["bytes_per_step_" + kind] = std::to_string(bytes);
+    (*f.mutable_bytes_per_step())[kind] = static_cast<double>(bytes);
   }
   return f;
 }

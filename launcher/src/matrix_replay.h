@@ -3,10 +3,10 @@
 // layout of nodes x ranks per node on a topology.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
+#include "neuron/launcher/matrix_result.pb.h"
 #include "neuron/runtime/op_trace.pb.h"
 
 namespace neuron::launcher {
@@ -17,14 +17,15 @@ struct ReplayLayout {
   std::string topology;  // a file, or "" for the embedded trn2 node
 };
 
-// The figures `neuronrun matrix` reports for a cell (key -> value):
-// modelled_step_us, compute_us, exposed_comm_us, bubble_us (the slowest
-// rank's, medians over the steps after the first), modelled tokens/s in
-// all and per device (`tokens_per_rank_step` tokens per data-parallel rank
-// per step), bytes_per_step_KIND (rank 0's collectives), world, tp, pp, dp,
-// steps and recorded_world. InvalidUsage or IoError say why the traces in
-// `traces` (a job's, runtime::LoadJobTraces) cannot be replayed there.
-std::map<std::string, std::string> ReplayFigures(
+// The modelled figures of a cell replayed from `traces` (a job's,
+// runtime::LoadJobTraces): modelled step, compute, exposed communication
+// and bubble (the slowest rank's, medians over the steps after the first),
+// modelled tokens/s in all and per device (`tokens_per_rank_step` tokens
+// per data-parallel rank per step), rank 0's collective bytes per step,
+// world, tp, pp, dp, steps and recorded_world; no loss, wall time or
+// memory. InvalidUsage or IoError say why the traces cannot be replayed
+// there.
+proto::RunFigures ReplayFigures(
     const std::vector<runtime::proto::RankTrace>& traces, const ReplayLayout& layout,
     double tokens_per_rank_step);
 

@@ -1,5 +1,6 @@
 // RunMatrix: each cell a neuronrun job (several agents for several nodes),
 // results per cell in out/cells/ID/, then results.csv and report.md.
+#include <google/protobuf/text_format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +12,15 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
+#include "neuron/launcher/matrix_result.pb.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/files.h"
+#include "neuron/runtime/text_proto.h"
 #include "child_process.h"
 #include "matrix_replay.h"
 #include "ports.h"
@@ -27,23 +31,26 @@ namespace neuron::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-using Figures = std::map<std::string, std::string>;
+using proto::CellResult;
+using proto::RunFigures;
 
-// "key = value" lines.
-Figures ReadFigures(const fs::path& file) {
-  Figures out;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find(" = ");
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+// A cell's result from an earlier run; NOT_RUN when there is none or it
+// does not parse (the cell then runs again).
+CellResult ReadResult(const fs::path& file) {
+  CellResult result;
+  if (!fs::exists(file)) return result;
+  try {
+    runtime::ParseTextProto(runtime::ReadTextFile(file.string(), "cell result"), file.string(),
+                            "cell result", &result);
+  } catch (const Error&) {
+    result = CellResult();
   }
-  return out;
+  return result;
 }
 
-void WriteFigures(const fs::path& file, const Figures& figures) {
+void WriteResult(const fs::path& file, const CellResult& result) {
   std::string text;
-  for (const auto& [k, v] : figures) text += k + " = " + v + "\n";
+  google::protobuf::TextFormat::PrintToString(result, &text);
   runtime::WriteFileAtomically(file.string(), text);
 }
 
@@ -123,58 +130,58 @@ class TraceCache {
 // replayed on its own layout, and the trace of the largest smaller real
 // cell like it scaled up to it, against its real modelled step time.
 void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
-                 TraceCache& traces, Figures& f) {
+                 TraceCache& traces, CellResult& result) {
   try {
-    const double real = std::stod(f.at("modelled_step_us"));
-    const auto own = ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
-    f["replayed_step_us"] = own.at("modelled_step_us");
+    const double real = result.figures().modelled_step_us();
+    const RunFigures own =
+        ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
+    result.set_replayed_step_us(own.modelled_step_us());
     const int from = RecordingFor(spec, c, c.world());
     if (from < 0) return;
     const MatrixCell& source = spec.cells[static_cast<std::size_t>(from)];
     const fs::path source_trace = dir.parent_path() / source.id / "trace";
     if (!fs::exists(source_trace)) return;
-    const auto scaled = ReplayFigures(traces.Of(source_trace), LayoutOf(c), TokensPerRankStep(c));
-    f["scaled_from"] = source.id;
-    f["scaled_replay_step_us"] = scaled.at("modelled_step_us");
-    f["scaled_replay_error_pct"] =
-        std::to_string(100.0 * (std::stod(scaled.at("modelled_step_us")) - real) / real);
+    const RunFigures scaled =
+        ReplayFigures(traces.Of(source_trace), LayoutOf(c), TokensPerRankStep(c));
+    result.set_scaled_from(source.id);
+    result.set_scaled_replay_step_us(scaled.modelled_step_us());
+    result.set_scaled_replay_error_pct(100.0 * (scaled.modelled_step_us() - real) / real);
   } catch (const std::exception& e) {
-    f["replay_error"] = e.what();
+    result.set_replay_error(e.what());
   }
 }
 
 // A modelled cell: its source cell's trace replayed on its layout.
-Figures ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& cells,
-                  const Figures& source_result, TraceCache& traces) {
+CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& cells,
+                     const CellResult& source_result, TraceCache& traces) {
   const MatrixCell& source = spec.cells[static_cast<std::size_t>(c.source)];
-  Figures f;
-  f["modelled_from"] = source.id;
-  if (!source_result.count("status") || source_result.at("status") != "completed") {
-    f["status"] = "failed";
-    f["error"] = "its recording cell " + source.id + " did not complete";
-    return f;
+  CellResult result;
+  result.set_modelled_from(source.id);
+  if (source_result.status() != CellResult::COMPLETED) {
+    result.set_status(CellResult::FAILED);
+    result.set_error("its recording cell " + source.id + " did not complete");
+    return result;
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    for (const auto& [k, v] :
-         ReplayFigures(traces.Of(cells / source.id / "trace"), LayoutOf(c), TokensPerRankStep(c))) {
-      f[k] = v;
-    }
-    f["status"] = "modelled";
+    *result.mutable_figures() =
+        ReplayFigures(traces.Of(cells / source.id / "trace"), LayoutOf(c), TokensPerRankStep(c));
+    result.set_status(CellResult::MODELLED);
   } catch (const std::exception& e) {
-    f["status"] = "failed";
-    f["error"] = e.what();
+    result.set_status(CellResult::FAILED);
+    result.set_error(e.what());
   }
-  f["wall_s"] = std::to_string(
+  result.set_wall_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return f;
+  return result;
 }
 
-// Runs one cell; returns its figures with "status" and, on failure, "error".
-Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
+// Runs one cell: COMPLETED with the trainer's figures, or FAILED with what
+// went wrong.
+CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
                 const std::string& neuronrun) {
   fs::create_directories(dir);
-  const fs::path log = dir / "output.log", metrics = dir / "metrics.txt", trace = dir / "trace";
+  const fs::path log = dir / "output.log", metrics = dir / "metrics.textproto", trace = dir / "trace";
   fs::remove(log);
   fs::remove(metrics);
   fs::remove_all(trace);
@@ -210,22 +217,27 @@ Figures RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir
     ::waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
   }
-  Figures f = ReadFigures(metrics);
-  f["wall_s"] = std::to_string(
+  CellResult result;
+  result.set_wall_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (failed == 0 && f.count("loss")) {
-    f["status"] = "completed";
-  } else {
-    f["status"] = "failed";
-    f["error"] = ErrorOf(log);
+  if (failed > 0 || !fs::exists(metrics)) {
+    result.set_status(CellResult::FAILED);
+    result.set_error(ErrorOf(log));
+    return result;
   }
-  return f;
+  try {  // the trainer's figures, a RunFigures text proto
+    runtime::ParseTextProto(runtime::ReadTextFile(metrics.string(), "trainer figures"),
+                            metrics.string(), "trainer figures", result.mutable_figures());
+    result.set_status(CellResult::COMPLETED);
+  } catch (const Error& e) {
+    result.set_status(CellResult::FAILED);
+    result.set_error(e.what());
+  }
+  return result;
 }
 
-double Number(const Figures& f, const std::string& key) {
-  auto it = f.find(key);
-  return it == f.end() || it->second.empty() ? std::nan("") : std::stod(it->second);
-}
+// A figure the result may lack (NaN: an empty CSV field, "-" in reports).
+double Maybe(bool present, double value) { return present ? value : std::nan(""); }
 
 std::string Fixed(double v, int digits) {
   if (std::isnan(v)) return "";
@@ -274,26 +286,47 @@ std::string ModelledNote(const MatrixSpec& spec) {
                 "wall time or memory).");
 }
 
+const char* StatusName(CellResult::Status status) {
+  switch (status) {
+    case CellResult::COMPLETED: return "completed";
+    case CellResult::FAILED: return "failed";
+    case CellResult::MODELLED: return "modelled";
+    default: return "not run";
+  }
+}
+
+bool HasFigures(const CellResult& r) {
+  return r.status() == CellResult::COMPLETED || r.status() == CellResult::MODELLED;
+}
+
+// A figure as the reports print it: NaN (an empty CSV field) where the cell
+// has no figures or the figure is absent (a modelled cell's loss, ...).
+double Figure(const CellResult& r, double value, bool present = true) {
+  return HasFigures(r) ? Maybe(present, value) : std::nan("");
+}
+
 // The replay against the real runs: each real cell's modelled step, its own
 // trace replayed, and a smaller cell's trace scaled up to it.
-std::string ReplayCheck(const MatrixSpec& spec, const std::vector<Figures>& results) {
+std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& results) {
   std::ostringstream md;
   double worst = 0;
   int checked = 0;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
-    const Figures& f = results[i];
-    if (!f.count("scaled_from")) continue;
+    const CellResult& r = results[i];
+    if (r.scaled_from().empty()) continue;
     if (checked++ == 0) {
       md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its own "
             "trace replayed on its layout, and the trace of a smaller real cell scaled up to "
             "it (what a modelled cell does); target: within 2%.\n\n| cell | real us | own "
             "trace us | scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";
     }
-    const double error = Number(f, "scaled_replay_error_pct");
+    const double error = Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct());
     worst = std::max(worst, std::fabs(error));
-    md << "| " << spec.cells[i].id << " | " << Fixed(Number(f, "modelled_step_us"), 2) << " | "
-       << Fixed(Number(f, "replayed_step_us"), 2) << " | " << f.at("scaled_from") << " | "
-       << Fixed(Number(f, "scaled_replay_step_us"), 2) << " | " << Fixed(error, 2) << "% |\n";
+    md << "| " << spec.cells[i].id << " | " << Fixed(r.figures().modelled_step_us(), 2) << " | "
+       << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << " | "
+       << r.scaled_from() << " | "
+       << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << " | "
+       << Fixed(error, 2) << "% |\n";
   }
   if (checked > 0) md << "\nLargest error: " << Fixed(worst, 2) << "% over " << checked << " cells.\n";
   return md.str();
@@ -301,44 +334,106 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<Figures>& resu
 
 // The compiled cells' compile time: IR to executables, the slowest rank's,
 // with an empty compile cache (cold) and loading from the disk cache (warm).
-std::string CompileTimes(const MatrixSpec& spec, const std::vector<Figures>& results) {
+std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& results) {
   std::ostringstream md;
   int rows = 0;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
-    const Figures& f = results[i];
-    if (!spec.cells[i].compile || !f.count("cold_compile_ms")) continue;
+    const RunFigures& f = results[i].figures();
+    if (!spec.cells[i].compile || !f.has_cold_compile_ms()) continue;
     if (rows++ == 0) {
       md << "\n## Compile time\n\nIR to executables, the slowest rank's: cold (an empty "
             "compile cache, the cell's own) and warm (the same graphs loaded from the disk "
             "cache, as a rerun would).\n\n| cell | cold ms | warm ms | cold / warm |\n"
             "|---|---|---|---|\n";
     }
-    const double cold = Number(f, "cold_compile_ms"), warm = Number(f, "warm_compile_ms");
+    const double cold = f.cold_compile_ms();
+    const double warm = Maybe(f.has_warm_compile_ms(), f.warm_compile_ms());
     md << "| " << spec.cells[i].id << " | " << Fixed(cold, 1) << " | " << Fixed(warm, 2)
        << " | " << Fixed(cold / warm, 1) << "x |\n";
   }
   return md.str();
 }
 
-void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
-                  const fs::path& out) {
-  const std::vector<int> base = Baselines(spec);
-  std::set<std::string> ops;
-  for (const auto& f : results) {
-    for (const auto& [k, v] : f) {
-      if (k.rfind("bytes_per_step_", 0) == 0) ops.insert(k);
-    }
+// results.csv's header: the cell, then its figures, then one column per
+// collective kind in `ops`.
+std::string CsvHeader(const std::set<std::string>& ops) {
+  std::string header =
+      "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,"
+      "topology,status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,"
+      "compute_us,exposed_comm_us,bubble_us,wall_tokens_per_s,"
+      "modelled_tokens_per_s_per_device,scaling_efficiency,max_rss_mib,model_state_mib,"
+      "cold_compile_ms,warm_compile_ms,modelled_from,replayed_step_us,scaled_from,"
+      "scaled_replay_step_us,scaled_replay_error_pct";
+  for (const auto& op : ops) header += ",bytes_per_step_" + op;
+  return header + "\n";
+}
+
+// One cell's row of results.csv; `b` is its baseline's result.
+std::string CsvRow(const MatrixCell& c, const CellResult& r, const CellResult& b,
+                   const std::set<std::string>& ops) {
+  const RunFigures& f = r.figures();
+  const double loss = Figure(r, f.loss(), f.has_loss());
+  const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device());
+  std::ostringstream csv;
+  csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
+      << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
+      << c.strategy.pp() << "," << c.dp() << "," << c.strategy.zero() << ","
+      << (c.strategy.sp() ? 1 : 0) << "," << c.strategy.microbatches() << ","
+      << Csv(c.model.name()) << "," << (c.compile ? 1 : 0) << "," << Csv(c.topology) << ","
+      << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(loss, 6) << ","
+      << Fixed(diff, 6) << "," << Fixed(Figure(r, f.first_step_ms(), f.has_first_step_ms()), 2)
+      << "," << Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 2) << ","
+      << Fixed(Figure(r, f.modelled_step_us()), 2) << "," << Fixed(Figure(r, f.compute_us()), 2)
+      << "," << Fixed(Figure(r, f.exposed_comm_us()), 2) << ","
+      << Fixed(Figure(r, f.bubble_us()), 2) << ","
+      << Fixed(Figure(r, f.wall_tokens_per_s(), f.has_wall_tokens_per_s()), 1) << ","
+      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device()), 1) << "," << Fixed(eff, 4)
+      << "," << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 1) << ","
+      << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 3) << ","
+      << Fixed(Figure(r, f.cold_compile_ms(), f.has_cold_compile_ms()), 1) << ","
+      << Fixed(Figure(r, f.warm_compile_ms(), f.has_warm_compile_ms()), 1) << ","
+      << Csv(r.modelled_from()) << ","
+      << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << ","
+      << Csv(r.scaled_from()) << ","
+      << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << ","
+      << Fixed(Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct()), 3);
+  for (const auto& op : ops) {
+    const auto it = f.bytes_per_step().find(op);
+    csv << "," << Fixed(Figure(r, it == f.bytes_per_step().end() ? 0 : it->second,
+                               it != f.bytes_per_step().end()), 0);
   }
-  const bool weak = spec.matrix.scaling() == proto::WEAK;
-  std::ofstream csv(out / "results.csv");
-  csv << "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,topology,"
-         "status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,compute_us,"
-         "exposed_comm_us,bubble_us,wall_tokens_per_s,modelled_tokens_per_s_per_device,"
-         "scaling_efficiency,max_rss_mib,model_state_mib,cold_compile_ms,warm_compile_ms,"
-         "modelled_from,replayed_step_us,"
-         "scaled_from,scaled_replay_step_us,scaled_replay_error_pct";
-  for (const auto& op : ops) csv << "," << op;
   csv << "\n";
+  return csv.str();
+}
+
+// One cell's row of report.md's table; `b` is its baseline's result.
+std::string ReportRow(const MatrixCell& c, const CellResult& r, const CellResult& b) {
+  const RunFigures& f = r.figures();
+  const bool ok = r.status() == CellResult::COMPLETED;
+  const double loss = Figure(r, f.loss(), f.has_loss());
+  const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device());
+  std::ostringstream md;
+  md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
+     << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
+     << (ok || r.status() == CellResult::MODELLED ? StatusName(r.status()) : "**failed**")
+     << " | " << (ok ? Fixed(loss, 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
+     << (ok ? Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 1) : "-") << " | "
+     << Fixed(Figure(r, f.modelled_step_us()), 1) << " ("
+     << Fixed(Figure(r, f.compute_us()), 1) << " / " << Fixed(Figure(r, f.exposed_comm_us()), 1)
+     << " / " << Fixed(Figure(r, f.bubble_us()), 1) << ") | "
+     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device()), 0) << " | " << Fixed(eff, 3)
+     << " | " << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 2) << " | "
+     << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 0) << " |\n";
+  return md.str();
+}
+
+// report.md's opening: what made it, the axes and how to read the figures.
+std::string ReportHeader(const MatrixSpec& spec, const fs::path& out) {
+  const bool weak = spec.matrix.scaling() == proto::WEAK;
   std::ostringstream md;
   md << "# Scaling matrix: " << spec.matrix.name() << "\n\n"
      << "Made by `neuronrun matrix " << spec.path << " --out " << out.string() << "`. "
@@ -352,61 +447,35 @@ void WriteReports(const MatrixSpec& spec, const std::vector<Figures>& results,
      << "| cell | ranks | tp x pp x dp | ZeRO | status | loss (diff) | wall step ms | modelled "
         "step us (compute / exposed comm / bubble) | modelled tokens/s/device | efficiency | "
         "model-state MiB | max RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  return md.str();
+}
+
+void WriteReports(const MatrixSpec& spec, const std::vector<CellResult>& results,
+                  const fs::path& out) {
+  const std::vector<int> base = Baselines(spec);
+  std::set<std::string> ops;
+  for (const auto& r : results) {
+    for (const auto& [op, bytes] : r.figures().bytes_per_step()) ops.insert(op);
+  }
+  std::string csv = CsvHeader(ops), md = ReportHeader(spec, out);
   std::vector<std::string> failures;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& c = spec.cells[i];
-    const Figures& f = results[i];
-    const Figures& b = results[base[i]];
-    const bool ok = f.count("status") && f.at("status") == "completed";
-    const bool modelled = f.count("status") && f.at("status") == "modelled";
-    const double eff = Number(f, "modelled_tokens_per_s_per_device") /
-                       Number(b, "modelled_tokens_per_s_per_device");
-    const double diff = Number(f, "loss") - Number(b, "loss");
-    const std::string error = f.count("error") ? f.at("error") : "";
-    csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << "," << c.ranks_per_node << "," << c.world() << ","
-        << c.strategy.tp() << "," << c.strategy.pp() << "," << c.dp() << ","
-        << c.strategy.zero() << "," << (c.strategy.sp() ? 1 : 0) << ","
-        << c.strategy.microbatches() << "," << Csv(c.model.name()) << ","
-        << (c.compile ? 1 : 0) << "," << Csv(c.topology) << ","
-        << (f.count("status") ? f.at("status") : "not run") << "," << Csv(error) << ","
-        << Fixed(Number(f, "loss"), 6) << "," << Fixed(diff, 6) << ","
-        << Fixed(Number(f, "first_step_ms"), 2) << "," << Fixed(Number(f, "wall_step_ms"), 2)
-        << "," << Fixed(Number(f, "modelled_step_us"), 2) << ","
-        << Fixed(Number(f, "compute_us"), 2) << "," << Fixed(Number(f, "exposed_comm_us"), 2)
-        << "," << Fixed(Number(f, "bubble_us"), 2) << ","
-        << Fixed(Number(f, "wall_tokens_per_s"), 1) << ","
-        << Fixed(Number(f, "modelled_tokens_per_s_per_device"), 1) << "," << Fixed(eff, 4)
-        << "," << Fixed(Number(f, "max_rss_mib"), 1) << ","
-        << Fixed(Number(f, "model_state_mib"), 3) << ","
-        << Fixed(Number(f, "cold_compile_ms"), 1) << "," << Fixed(Number(f, "warm_compile_ms"), 1)
-        << "," << Csv(f.count("modelled_from") ? f.at("modelled_from") : "") << ","
-        << Fixed(Number(f, "replayed_step_us"), 2) << ","
-        << Csv(f.count("scaled_from") ? f.at("scaled_from") : "") << ","
-        << Fixed(Number(f, "scaled_replay_step_us"), 2) << ","
-        << Fixed(Number(f, "scaled_replay_error_pct"), 3);
-    for (const auto& op : ops) csv << "," << Fixed(Number(f, op), 0);
-    csv << "\n";
-    md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
-       << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
-       << (ok ? "completed" : modelled ? "modelled" : "**failed**") << " | "
-       << (ok ? Fixed(Number(f, "loss"), 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
-       << (ok ? Fixed(Number(f, "wall_step_ms"), 1) : "-") << " | "
-       << Fixed(Number(f, "modelled_step_us"), 1) << " (" << Fixed(Number(f, "compute_us"), 1)
-       << " / " << Fixed(Number(f, "exposed_comm_us"), 1) << " / "
-       << Fixed(Number(f, "bubble_us"), 1) << ") | "
-       << Fixed(Number(f, "modelled_tokens_per_s_per_device"), 0) << " | " << Fixed(eff, 3)
-       << " | " << Fixed(Number(f, "model_state_mib"), 2) << " | "
-       << Fixed(Number(f, "max_rss_mib"), 0) << " |\n";
-    if (!ok && !modelled) failures.push_back(c.id + ": " + error);
+    const CellResult& r = results[i];
+    const CellResult& b = results[static_cast<std::size_t>(base[i])];
+    csv += CsvRow(c, r, b, ops);
+    md += ReportRow(c, r, b);
+    if (!HasFigures(r)) failures.push_back(c.id + ": " + r.error());
   }
-  md << ReplayCheck(spec, results) << CompileTimes(spec, results);
-  md << "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
+  md += ReplayCheck(spec, results) + CompileTimes(spec, results);
+  md += "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
         "(breakdown.png)\n\n![memory per rank](memory.png)\n";
   if (!failures.empty()) {
-    md << "\n## Failed cells\n\n";
-    for (const auto& f : failures) md << "- " << f << "\n";
+    md += "\n## Failed cells\n\n";
+    for (const auto& f : failures) md += "- " + f + "\n";
   }
-  std::ofstream(out / "report.md") << md.str();
+  runtime::WriteFileAtomically((out / "results.csv").string(), csv);
+  runtime::WriteFileAtomically((out / "report.md").string(), md);
 }
 
 }  // namespace
@@ -415,7 +484,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
               const std::vector<std::string>& plotter, std::ostream& progress) {
   const fs::path out(out_dir);
   fs::create_directories(out / "cells");
-  std::vector<Figures> results(spec.cells.size());
+  std::vector<CellResult> results(spec.cells.size());
   TraceCache traces;
   int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
@@ -425,11 +494,11 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
       const MatrixCell& c = spec.cells[i];
       if (c.modelled != modelled) continue;
       const fs::path dir = out / "cells" / c.id;
-      const fs::path result = dir / "result.txt";
-      Figures f = ReadFigures(result);
+      const fs::path result_file = dir / "result.textproto";
+      CellResult result = ReadResult(result_file);
       // A real cell ran before (a result marked "modelled" came from a run
       // with another max_real_ranks: it is run for real now).
-      const bool ran = f.count("status") && f["status"] == "completed";
+      const bool ran = result.status() == CellResult::COMPLETED;
       if (ran && !modelled) {
         ++skipped;
       } else {
@@ -437,26 +506,26 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
                  << c.id << " (" << (position + 1) << "/" << total << ": done " << done
                  << ", failed " << failed << ", left " << total - position << ")" << std::endl;
         fs::create_directories(dir);
-        f = modelled ? ModelCell(spec, c, out / "cells", results[c.source], traces)
-                     : RunCell(spec, c, dir, neuronrun);
-        WriteFigures(result, f);
+        result = modelled ? ModelCell(spec, c, out / "cells", results[c.source], traces)
+                          : RunCell(spec, c, dir, neuronrun);
+        WriteResult(result_file, result);
       }
       ++position;
-      if (f["status"] == "completed" || f["status"] == "modelled") {
+      if (HasFigures(result)) {
         ++done;
       } else {
         ++failed;
         progress << "[matrix " << spec.matrix.name() << "] cell " << c.id
-                 << " failed: " << f["error"] << std::endl;
+                 << " failed: " << result.error() << std::endl;
       }
-      results[i] = f;
+      results[i] = std::move(result);
     }
     if (!modelled) {  // every real cell's trace is there now
       for (int i = 0; i < total; ++i) {
         const MatrixCell& c = spec.cells[i];
-        if (c.modelled || results[i]["status"] != "completed") continue;
+        if (c.modelled || results[i].status() != CellResult::COMPLETED) continue;
         CheckReplay(spec, c, out / "cells" / c.id, traces, results[i]);
-        WriteFigures(out / "cells" / c.id / "result.txt", results[i]);
+        WriteResult(out / "cells" / c.id / "result.textproto", results[i]);
       }
     }
   }

@@ -127,17 +127,12 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
   return best;
 }
 
-MatrixSpec LoadMatrix(const std::string& path) {
-  MatrixSpec spec;
-  spec.path = path;
-  const std::string text = runtime::ReadTextFile(path, "scaling matrix");
-  TextFormat::ParseInfoTree tree;
-  // Syntax errors (unknown fields included) name the line; `tree` keeps
-  // every field's for the checks below.
-  runtime::ParseTextProto(text, path, "scaling matrix", &spec.matrix, &tree);
-  proto::ScalingMatrix& m = spec.matrix;
-  const Locator at(path, &tree);
+namespace {
 
+// Fills the matrix's scalar defaults and checks them (the trainer script
+// resolved into spec.script).
+void CheckScalars(const std::string& path, const Locator& at, MatrixSpec& spec) {
+  proto::ScalingMatrix& m = spec.matrix;
   if (m.script().empty()) m.set_script("examples/04_train_gpt.py");
   const fs::path script = Resolve(m.script(), path);
   NEURON_CHECK(fs::exists(script), at.At("script"), ": no trainer ", m.script(),
@@ -161,6 +156,10 @@ MatrixSpec LoadMatrix(const std::string& path) {
   for (int i = 0; i < m.ranks_per_node_size(); ++i) {
     CheckRange(m.ranks_per_node(i), 1, kMaxRanksPerNode, at.At("ranks_per_node"));
   }
+}
+
+// Fills each strategy's defaults and name, and checks it.
+void CheckStrategies(const Locator& at, proto::ScalingMatrix& m) {
   for (int s = 0; s < m.strategies_size(); ++s) {
     proto::Strategy& st = *m.mutable_strategies(s);
     if (st.tp() == 0) st.set_tp(1);
@@ -175,6 +174,10 @@ MatrixSpec LoadMatrix(const std::string& path) {
     NEURON_CHECK(!st.sp() || st.tp() > 1, at.At("sp", "strategies", s),
                  ": sequence parallelism needs tp > 1");
   }
+}
+
+// Fills each model's defaults and name, and checks it.
+void CheckModels(const Locator& at, proto::ScalingMatrix& m) {
   for (int k = 0; k < m.models_size(); ++k) {
     proto::Model& md = *m.mutable_models(k);
     if (md.seq() == 0) md.set_seq(32);
@@ -189,6 +192,10 @@ MatrixSpec LoadMatrix(const std::string& path) {
     NEURON_CHECK(md.dim() % md.heads() == 0, at.At("heads", "models", k), ": ",
                  md.heads(), " heads do not divide dim ", md.dim());
   }
+}
+
+// Resolves each topology file (next to the matrix, here or in the sources).
+void ResolveTopologies(const std::string& path, const Locator& at, proto::ScalingMatrix& m) {
   for (int t = 0; t < m.topologies_size(); ++t) {
     if (m.topologies(t).empty()) continue;
     const fs::path file = Resolve(m.topologies(t), path);
@@ -197,9 +204,67 @@ MatrixSpec LoadMatrix(const std::string& path) {
                  NEURON_SOURCE_DIR, ")");
     m.set_topologies(t, file.string());
   }
+}
 
-  // Every combination, each checked as a layout; each topology read once and
-  // checked to fit each node shape once.
+// The cells of `n` nodes x `r` ranks per node with strategy `s`: one per
+// model, compile flag and topology, each checked as a layout.
+void AddCells(int n, int r, int s, const Locator& at, MatrixSpec& spec) {
+  const proto::ScalingMatrix& m = spec.matrix;
+  const proto::Strategy& st = m.strategies(s);
+  // Within the bounds the checks above set: no product overflows.
+  const std::int64_t world = std::int64_t{n} * r;
+  NEURON_CHECK(world <= kMaxWorld, at.At("ranks_per_node"), ": ", n, " nodes x ", r,
+               " ranks per node = ", world, " ranks, more than the ", kMaxWorld,
+               " a matrix cell may have");
+  const std::int64_t model_parallel = std::int64_t{st.tp()} * st.pp();
+  NEURON_CHECK(world % model_parallel == 0, at.At("tp", "strategies", s),
+               ": tp x pp = ", st.tp(), " x ", st.pp(), " does not divide ", world,
+               " ranks (", n, " nodes x ", r, " ranks per node)");
+  const std::int64_t dp = world / model_parallel;
+  for (int k = 0; k < m.models_size(); ++k) {
+    const proto::Model& md = m.models(k);
+    NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ",
+                 md.heads(), " heads are not divisible by strategy ", st.name(),
+                 "'s tp ", st.tp());
+    NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At("layers", "models", k),
+                 ": too few layers for strategy ", st.name(), "'s ", st.pp(),
+                 " pipeline stages");
+    NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At("seq", "models", k),
+                 ": sequence ", md.seq(), " not divisible by tp ", st.tp());
+    int per_dp = m.batch();
+    if (m.scaling() == proto::STRONG) {
+      NEURON_CHECK(m.batch() % dp == 0, at.At("batch"), ": strong scaling's global "
+                   "batch ", m.batch(), " is not divisible by ", dp,
+                   " data-parallel ranks (strategy ", st.name(), ", ", world, " ranks)");
+      per_dp = m.batch() / dp;
+    }
+    for (bool compile : m.compile()) {
+      NEURON_CHECK(!compile || st.tp() == 1, at.At("tp", "strategies", s),
+                   ": compile needs tp 1 (strategy ", st.name(), ")");
+      for (const std::string& topology : m.topologies()) {
+        MatrixCell cell;
+        cell.nodes = n;
+        cell.ranks_per_node = r;
+        cell.strategy = st;
+        cell.model = md;
+        cell.compile = compile;
+        cell.topology = topology;
+        cell.batch_per_dp = per_dp;
+        cell.modelled = world > m.max_real_ranks();
+        cell.id = StrCat("n", n, "x", r, "-", Slug(st.name()), "-", Slug(md.name()), "-",
+                         compile ? "compiled" : "eager", "-",
+                         topology.empty() ? "default"
+                                          : Slug(fs::path(topology).stem().string()));
+        spec.cells.push_back(std::move(cell));
+      }
+    }
+  }
+}
+
+// Every combination; each topology read once and checked to fit each node
+// shape once.
+void ExpandCells(const Locator& at, MatrixSpec& spec) {
+  const proto::ScalingMatrix& m = spec.matrix;
   std::vector<runtime::Topology> topologies;
   for (const std::string& topology : m.topologies()) {
     if (!topology.empty()) topologies.push_back(runtime::Topology::FromFile(topology));
@@ -209,59 +274,27 @@ MatrixSpec LoadMatrix(const std::string& path) {
       for (const auto& topology : topologies) {
         topology.CheckFits(n, {static_cast<std::uint32_t>(r)});
       }
-      for (int s = 0; s < m.strategies_size(); ++s) {
-        const proto::Strategy& st = m.strategies(s);
-        // Within the bounds above: no product overflows.
-        const std::int64_t world = std::int64_t{n} * r;
-        NEURON_CHECK(world <= kMaxWorld, at.At("ranks_per_node"), ": ", n, " nodes x ", r,
-                     " ranks per node = ", world, " ranks, more than the ", kMaxWorld,
-                     " a matrix cell may have");
-        const std::int64_t model_parallel = std::int64_t{st.tp()} * st.pp();
-        NEURON_CHECK(world % model_parallel == 0, at.At("tp", "strategies", s),
-                     ": tp x pp = ", st.tp(), " x ", st.pp(), " does not divide ", world,
-                     " ranks (", n, " nodes x ", r, " ranks per node)");
-        const std::int64_t dp = world / model_parallel;
-        for (int k = 0; k < m.models_size(); ++k) {
-          const proto::Model& md = m.models(k);
-          NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ",
-                       md.heads(), " heads are not divisible by strategy ", st.name(),
-                       "'s tp ", st.tp());
-          NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At("layers", "models", k),
-                       ": too few layers for strategy ", st.name(), "'s ", st.pp(),
-                       " pipeline stages");
-          NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At("seq", "models", k),
-                       ": sequence ", md.seq(), " not divisible by tp ", st.tp());
-          int per_dp = m.batch();
-          if (m.scaling() == proto::STRONG) {
-            NEURON_CHECK(m.batch() % dp == 0, at.At("batch"), ": strong scaling's global "
-                         "batch ", m.batch(), " is not divisible by ", dp,
-                         " data-parallel ranks (strategy ", st.name(), ", ", world, " ranks)");
-            per_dp = m.batch() / dp;
-          }
-          for (bool compile : m.compile()) {
-            NEURON_CHECK(!compile || st.tp() == 1, at.At("tp", "strategies", s),
-                         ": compile needs tp 1 (strategy ", st.name(), ")");
-            for (const std::string& topology : m.topologies()) {
-              MatrixCell cell;
-              cell.nodes = n;
-              cell.ranks_per_node = r;
-              cell.strategy = st;
-              cell.model = md;
-              cell.compile = compile;
-              cell.topology = topology;
-              cell.batch_per_dp = per_dp;
-              cell.modelled = world > m.max_real_ranks();
-              cell.id = StrCat("n", n, "x", r, "-", Slug(st.name()), "-", Slug(md.name()), "-",
-                               compile ? "compiled" : "eager", "-",
-                               topology.empty() ? "default"
-                                                : Slug(fs::path(topology).stem().string()));
-              spec.cells.push_back(std::move(cell));
-            }
-          }
-        }
-      }
+      for (int s = 0; s < m.strategies_size(); ++s) AddCells(n, r, s, at, spec);
     }
   }
+}
+
+}  // namespace
+
+MatrixSpec LoadMatrix(const std::string& path) {
+  MatrixSpec spec;
+  spec.path = path;
+  const std::string text = runtime::ReadTextFile(path, "scaling matrix");
+  TextFormat::ParseInfoTree tree;
+  // Syntax errors (unknown fields included) name the line; `tree` keeps
+  // every field's for the checks below.
+  runtime::ParseTextProto(text, path, "scaling matrix", &spec.matrix, &tree);
+  const Locator at(path, &tree);
+  CheckScalars(path, at, spec);
+  CheckStrategies(at, spec.matrix);
+  CheckModels(at, spec.matrix);
+  ResolveTopologies(path, at, spec.matrix);
+  ExpandCells(at, spec);
   ChooseSources(spec, at);
   return spec;
 }

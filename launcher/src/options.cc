@@ -220,8 +220,8 @@ bool IsPythonScript(const std::string& program) {
          program.compare(program.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string HelpText() {
-  return R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
+// neuronrun --help: the options, the environment and the exit status.
+constexpr char kHelpText[] = R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE [args...]
        neuronrun [options] -m MODULE [args...]
        neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
        neuronrun replay TRACE_DIR [...]    (replay recorded traces; replay --help)
@@ -301,6 +301,7 @@ Exit status: 0 when every rank succeeded; the failing rank's status; 2 for
 bad usage or a job that cannot start (unknown option, missing program,
 unreachable rendezvous, port in use, bad topology).
 )";
-}
+
+std::string HelpText() { return kHelpText; }
 
 }  // namespace neuron::launcher

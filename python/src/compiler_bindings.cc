@@ -18,7 +18,36 @@
 
 namespace py = pybind11;
 
-void BindCompiler(py::module_& m) {
+namespace {
+
+py::dict InfoDict(const neuron::compiler::CompiledGraphInfo& i) {
+  py::dict d;
+  d["name"] = i.name;
+  d["graph_id"] = i.cache_key;
+  d["nodes_before"] = i.nodes_before;
+  d["nodes_after"] = i.nodes_after;
+  d["sbuf_bytes"] = i.sbuf_bytes;
+  d["sbuf_lower_bound"] = i.sbuf_lower_bound;
+  d["psum_bytes"] = i.psum_bytes;
+  d["psum_lower_bound"] = i.psum_lower_bound;
+  d["hbm_bytes"] = i.hbm_bytes;
+  py::dict passes;
+  for (const auto& [name, us] : i.pass_us) passes[name.c_str()] = us;
+  d["pass_us"] = passes;
+  py::dict engines;
+  for (int k = 0; k < neuron::runtime::kEngineCount; ++k) {
+    engines[neuron::runtime::Name(static_cast<neuron::runtime::Engine>(k))] = i.engine_us[k];
+  }
+  d["engine_us"] = engines;
+  d["fused_groups"] = i.fused_groups;
+  d["fused_ops"] = i.fused_ops;
+  d["modelled_us"] = i.modelled_us;
+  d["mfu"] = i.mfu;
+  d["runs"] = i.runs;
+  return d;
+}
+
+void BindCompiledGraph(py::module_& m) {
   using neuron::compiler::CompiledGraph;
   using neuron::compiler::FromHost;
   using neuron::compiler::ToHost;
@@ -42,33 +71,15 @@ void BindCompiler(py::module_& m) {
           "Runs the graph: real results, and the modelled time in info().")
       .def("write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
            "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
-      .def("info", [](const CompiledGraph& g) {
-        const auto i = g.info();
-        py::dict d;
-        d["name"] = i.name;
-        d["graph_id"] = i.cache_key;
-        d["nodes_before"] = i.nodes_before;
-        d["nodes_after"] = i.nodes_after;
-        d["sbuf_bytes"] = i.sbuf_bytes;
-        d["sbuf_lower_bound"] = i.sbuf_lower_bound;
-        d["psum_bytes"] = i.psum_bytes;
-        d["psum_lower_bound"] = i.psum_lower_bound;
-        d["hbm_bytes"] = i.hbm_bytes;
-        py::dict passes;
-        for (const auto& [name, us] : i.pass_us) passes[name.c_str()] = us;
-        d["pass_us"] = passes;
-        py::dict engines;
-        for (int k = 0; k < neuron::runtime::kEngineCount; ++k) {
-          engines[neuron::runtime::Name(static_cast<neuron::runtime::Engine>(k))] = i.engine_us[k];
-        }
-        d["engine_us"] = engines;
-        d["fused_groups"] = i.fused_groups;
-        d["fused_ops"] = i.fused_ops;
-        d["modelled_us"] = i.modelled_us;
-        d["mfu"] = i.mfu;
-        d["runs"] = i.runs;
-        return d;
-      });
+      .def("info", [](const CompiledGraph& g) { return InfoDict(g.info()); },
+           "The graph's compile figures and its modelled time (a dict).");
+}
+
+}  // namespace
+
+void BindCompiler(py::module_& m) {
+  using neuron::compiler::CompiledGraph;
+  BindCompiledGraph(m);
   m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
         py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
         "Compiles IR text (neuron::compiler's text form) through the compile cache.");

@@ -26,9 +26,7 @@ at::ScalarType ParseFloatType(const std::string& name) {
                              "float16, got '" + name + "'");
 }
 
-}  // namespace
-
-void BindDataParallel(py::module_& m) {
+void BindGradientReducer(py::module_& m) {
   py::class_<np::GradientReducer>(m, "_GradientReducer")
       .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group,
                        std::int64_t bucket_cap_bytes, std::int64_t first_bucket_bytes,
@@ -52,7 +50,9 @@ void BindDataParallel(py::module_& m) {
              return out;
            })
       .def("allreduces", &np::GradientReducer::allreduces);
+}
 
+void BindShardedUnit(py::module_& m) {
   using np::ShardedUnit;
   py::class_<ShardedUnit>(m, "_ShardedUnit")
       .def(py::init([](std::vector<at::Tensor> params, ::c10d::ProcessGroup& group, int stage,
@@ -94,7 +94,13 @@ void BindDataParallel(py::module_& m) {
       .def("set_require_gradient_sync", &ShardedUnit::SetRequireGradientSync)
       .def("discard_accumulated_gradients", &ShardedUnit::DiscardAccumulatedGradients)
       .def("local_grad_squared_norm", &ShardedUnit::LocalGradSquaredNorm, py::arg("counted"));
+}
 
+}  // namespace
+
+void BindDataParallel(py::module_& m) {
+  BindGradientReducer(m);
+  BindShardedUnit(m);
   m.def(
       "_set_grad",
       [](at::Tensor& param, const at::Tensor& grad) { param.mutable_grad() = grad; },

@@ -143,3 +143,23 @@ def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert re.search(pattern, proc.stderr), (pattern, proc.stderr)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_trainer_whose_figures_do_not_parse_fails_its_cell_naming_the_line(tmp_path):
+    # The trainer's figures are a RunFigures text proto: a trainer writing
+    # anything else (here the old "key = value" lines) fails its cell.
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(
+        "import sys\n"
+        "out = sys.argv[sys.argv.index('--metrics-out') + 1]\n"
+        "open(out, 'w').write('modelled_step_us: 12.5\\nloss = 1.0\\n')\n")
+    spec = tmp_path / "m.textproto"
+    spec.write_text(f'name: "p" script: "{trainer}" steps: 2 batch: 2 ranks_per_node: [1]\n'
+                    'strategies { name: "dp" }\n'
+                    'models { name: "m" dim: 16 layers: 1 heads: 2 seq: 8 vocab: 32 }\n')
+    proc = matrix(spec, tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = next(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    assert row["status"] == "failed", row
+    assert "metrics.textproto: line 2, column" in row["error"], row
+    assert row["modelled_step_us"] == "" and row["loss"] == "", row

@@ -319,6 +319,14 @@ class Communicator {
   // with the header, for the ranks to read until the next collective.
   Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
                    const void* slot_data = nullptr, std::size_t slot_bytes = 0);
+  // Handshake through the header slots of the shared windows, and around
+  // the ring over TCP (in debug mode every rank sees every header).
+  Agreed ShmHandshake(Header& mine, Agreed agreed, const void* staged, std::size_t staged_bytes,
+                      const void* slot_data, std::size_t slot_bytes);
+  Agreed RingHandshake(const Header& mine, Agreed agreed);
+  // The allreduce algorithm for `requested` (kAuto: the options' forced
+  // one, else by transport and size); InvalidUsage for one that cannot run.
+  Algorithm AllReduceAlgorithm(Algorithm requested, std::size_t bytes, std::size_t count) const;
   // The current collective's header slot in every window (by sequence
   // parity: communicator_internal.h).
   std::size_t SlotOffset() const;
