@@ -70,7 +70,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   info.modelled_us = compiled->timing_.total.count();
   info.mfu = compiled->timing_.mfu;
   for (const auto& i : compiled->executable_->instructions()) {
-    if (i.op() != "fused") continue;
+    if (i.op() != runtime::proto::OP_FUSED) continue;
     ++info.fused_groups;
     info.fused_ops += i.fused_size();
   }

@@ -1,127 +1,160 @@
 #include "neuron/compiler/native_ops.h"
 
-#include <set>
+#include <iterator>
+#include <string>
+#include <unordered_map>
+
+#include "op_lowerings.h"
 
 namespace neuron::compiler {
 
+namespace {
+
+// The table: one row per IR op the device runs.
+const NativeOp kNativeOps[] = {
+    // Matmuls: into PSUM (float32), then to SBUF.
+    {"aten.mm", "tensor", "[M,K] x [K,N]", LowerMatmul},
+    {"aten.addmm", "tensor",
+     "alpha and beta 1; the bias [N] or [M,N] added on the vector engine", LowerMatmul},
+    {"aten.bmm", "tensor", "[B,M,K] x [B,K,N]", LowerMatmul},
+    // Elementwise.
+    {"aten.add", "vector",
+     "alpha 1; the second operand repeats when smaller (a bias); or a number",
+     LowerArithmetic},
+    {"aten.sub", "vector", "as aten.add", LowerArithmetic},
+    {"aten.mul", "vector", "the second operand repeats when smaller; or a number",
+     LowerArithmetic},
+    {"aten.div", "vector", "as aten.mul", LowerArithmetic},
+    {"aten.add.Scalar", "vector", "", LowerArithmetic},
+    {"aten.sub.Scalar", "vector", "", LowerArithmetic},
+    {"aten.mul.Scalar", "vector", "", LowerArithmetic},
+    {"aten.div.Scalar", "vector", "", LowerArithmetic},
+    {"aten.maximum", "vector", "as aten.mul", LowerBinary},
+    {"aten.minimum", "vector", "as aten.mul", LowerBinary},
+    {"aten.relu", "vector", "", LowerUnary},
+    {"aten.neg", "vector", "", LowerUnary},
+    {"aten.abs", "vector", "", LowerUnary},
+    {"aten.sgn", "vector", "float (abs's gradient)", LowerUnary},
+    {"aten.sign", "vector", "float", LowerUnary},
+    {"aten.threshold_backward", "vector", "", LowerThresholdBackward},
+    {"aten.gelu_backward", "vector", "approximate \"none\" or \"tanh\"",
+     LowerGeluBackward},
+    {"aten.tanh_backward", "vector", "(grad, output)", LowerBinary},
+    {"aten.sigmoid_backward", "vector", "(grad, output)", LowerBinary},
+    {"aten.masked_fill.Scalar", "vector", "a bool or uint8 mask, repeating when smaller",
+     LowerMaskedFill},
+    {"aten.eq", "vector", "float operands (or a number) -> bool", LowerCompare},
+    {"aten.ne", "vector", "as aten.eq", LowerCompare},
+    {"aten.lt", "vector", "as aten.eq", LowerCompare},
+    {"aten.le", "vector", "as aten.eq", LowerCompare},
+    {"aten.gt", "vector", "as aten.eq", LowerCompare},
+    {"aten.ge", "vector", "as aten.eq", LowerCompare},
+    {"aten.eq.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.ne.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.lt.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.le.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.gt.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.ge.Scalar", "vector", "as aten.eq", LowerCompare},
+    {"aten.where.self", "vector", "a bool condition, float operands", LowerWhere},
+    {"aten.exp", "scalar", "", LowerUnary},
+    {"aten.tanh", "scalar", "", LowerUnary},
+    {"aten.sigmoid", "scalar", "", LowerUnary},
+    {"aten.gelu", "scalar", "approximate \"none\" or \"tanh\"", LowerUnary},
+    // Row-wise over the last dimension.
+    {"aten._softmax", "scalar", "over the last dimension", LowerRowwise},
+    {"aten._log_softmax", "scalar", "over the last dimension", LowerRowwise},
+    {"aten._softmax_backward_data", "scalar", "over the last dimension", LowerRowwise},
+    {"aten._log_softmax_backward_data", "scalar", "over the last dimension",
+     LowerRowwise},
+    {"aten.native_layer_norm", "vector", "over the last dimension, with weight and bias",
+     LowerLayerNorm},
+    {"aten.native_layer_norm_backward", "vector",
+     "over the last dimension, with weight and bias; all three gradients computed",
+     LowerLayerNorm},
+    {"aten.nll_loss_forward", "vector", "[N,C], no class weights; any reduction",
+     LowerNllLoss},
+    {"aten.nll_loss_backward", "vector", "[N,C], no class weights; any reduction",
+     LowerNllLoss},
+    {"aten.sum", "vector", "", LowerSum},
+    {"aten.sum.dim_IntList", "vector", "any dims (moved to the front by a strided copy)",
+     LowerSum},
+    {"aten.mean", "vector", "float32, bfloat16, float16", LowerSum},
+    {"aten.mean.dim", "vector", "any dims, as aten.sum.dim_IntList", LowerSum},
+    // Data movement: strided copies of raw elements, bitwise.
+    {"aten.view", "vector", "", LowerCopy},
+    {"aten._unsafe_view", "vector", "", LowerCopy},
+    {"aten.reshape", "vector", "", LowerCopy},
+    {"aten._reshape_alias", "vector", "", LowerCopy},
+    {"aten.detach", "vector", "", LowerCopy},
+    {"aten.clone", "vector", "contiguous result", LowerCopy},
+    {"aten.alias", "vector", "", LowerCopy},
+    {"aten.unsqueeze", "vector", "", LowerCopy},
+    {"aten.squeeze", "vector", "", LowerCopy},
+    {"aten.squeeze.dim", "vector", "", LowerCopy},
+    {"aten.t", "vector", "2-D", LowerTranspose2d},
+    {"aten.transpose.int", "vector", "", LowerView},
+    {"aten.permute", "vector", "", LowerView},
+    {"aten.expand", "vector", "", LowerView},
+    {"aten.select.int", "vector", "", LowerView},
+    {"aten.slice", "vector", "step >= 1", LowerView},
+    {"aten.unbind.int", "vector", "", LowerView},
+    {"aten.stack", "vector", "", LowerView},
+    {"aten.cat", "vector", "", LowerView},
+    {"aten.slice_backward", "vector", "", LowerFill},
+    {"aten.select_backward", "vector", "", LowerFill},
+    {"aten.embedding", "gpsimd", "int32 or int64 indices", LowerIndexing},
+    {"aten.convolution", "tensor",
+     "2-D, groups 1, not transposed: im2col on GpSimd, a matmul (the bias added leaving "
+     "PSUM)",
+     LowerWindows},
+    {"aten.convolution_backward", "tensor", "as aten.convolution; col2im on GpSimd",
+     LowerWindows},
+    {"aten.max_pool2d_with_indices", "gpsimd", "no ceil_mode", LowerWindows},
+    {"aten.max_pool2d_with_indices_backward", "gpsimd", "no ceil_mode", LowerWindows},
+    {"aten.native_dropout", "gpsimd",
+     "the mask from a hash of (the run's seed, drawn from torch's generator; the site; "
+     "the element)",
+     LowerDropout},
+    {"aten.native_dropout_backward", "gpsimd", "", LowerDropout},
+    {"aten.bernoulli_.float", "gpsimd",
+     "as aten.native_dropout's mask (functional on the device)", LowerDropout},
+    {"aten.bernoulli.p", "gpsimd", "as aten.bernoulli_.float", LowerDropout},
+    {"aten.embedding_dense_backward", "gpsimd",
+     "padding_idx honoured; no scale_grad_by_freq", LowerIndexing},
+    // Constants.
+    {"aten.zeros", "vector", "", LowerFill},
+    {"aten.ones", "vector", "", LowerFill},
+    {"aten.full", "vector", "", LowerFill},
+    {"aten.zeros_like", "vector", "", LowerFill},
+    {"aten.ones_like", "vector", "", LowerFill},
+    {"aten.full_like", "vector", "", LowerFill},
+    {"aten.new_zeros", "vector", "", LowerFill},
+    {"aten.new_ones", "vector", "", LowerFill},
+    {"aten.new_full", "vector", "", LowerFill},
+    {"aten.empty_like", "vector", "filled with zeros", LowerFill},
+    {"aten.empty", "vector", "filled with zeros", LowerFill},
+    {"aten.arange", "gpsimd", "", LowerIndexing},
+    {"aten.arange.start", "gpsimd", "", LowerIndexing},
+    {"aten.arange.start_step", "gpsimd", "", LowerIndexing},
+};
+
+}  // namespace
+
 const std::vector<NativeOp>& NativeOps() {
-  static const std::vector<NativeOp> ops = {
-      // Matmuls: into PSUM (float32), then to SBUF.
-      {"aten.mm", "tensor", "[M,K] x [K,N]"},
-      {"aten.addmm", "tensor", "alpha and beta 1; the bias [N] or [M,N] added on the vector engine"},
-      {"aten.bmm", "tensor", "[B,M,K] x [B,K,N]"},
-      // Elementwise.
-      {"aten.add", "vector", "alpha 1; the second operand repeats when smaller (a bias); or a number"},
-      {"aten.sub", "vector", "as aten.add"},
-      {"aten.mul", "vector", "the second operand repeats when smaller; or a number"},
-      {"aten.div", "vector", "as aten.mul"},
-      {"aten.add.Scalar", "vector", ""},
-      {"aten.sub.Scalar", "vector", ""},
-      {"aten.mul.Scalar", "vector", ""},
-      {"aten.div.Scalar", "vector", ""},
-      {"aten.maximum", "vector", "as aten.mul"},
-      {"aten.minimum", "vector", "as aten.mul"},
-      {"aten.relu", "vector", ""},
-      {"aten.neg", "vector", ""},
-      {"aten.abs", "vector", ""},
-      {"aten.sgn", "vector", "float (abs's gradient)"},
-      {"aten.sign", "vector", "float"},
-      {"aten.threshold_backward", "vector", ""},
-      {"aten.gelu_backward", "vector", "approximate \"none\" or \"tanh\""},
-      {"aten.tanh_backward", "vector", "(grad, output)"},
-      {"aten.sigmoid_backward", "vector", "(grad, output)"},
-      {"aten.masked_fill.Scalar", "vector", "a bool or uint8 mask, repeating when smaller"},
-      {"aten.eq", "vector", "float operands (or a number) -> bool"},
-      {"aten.ne", "vector", "as aten.eq"},
-      {"aten.lt", "vector", "as aten.eq"},
-      {"aten.le", "vector", "as aten.eq"},
-      {"aten.gt", "vector", "as aten.eq"},
-      {"aten.ge", "vector", "as aten.eq"},
-      {"aten.eq.Scalar", "vector", "as aten.eq"},
-      {"aten.ne.Scalar", "vector", "as aten.eq"},
-      {"aten.lt.Scalar", "vector", "as aten.eq"},
-      {"aten.le.Scalar", "vector", "as aten.eq"},
-      {"aten.gt.Scalar", "vector", "as aten.eq"},
-      {"aten.ge.Scalar", "vector", "as aten.eq"},
-      {"aten.where.self", "vector", "a bool condition, float operands"},
-      {"aten.exp", "scalar", ""},
-      {"aten.tanh", "scalar", ""},
-      {"aten.sigmoid", "scalar", ""},
-      {"aten.gelu", "scalar", "approximate \"none\" or \"tanh\""},
-      // Row-wise over the last dimension.
-      {"aten._softmax", "scalar", "over the last dimension"},
-      {"aten._log_softmax", "scalar", "over the last dimension"},
-      {"aten._softmax_backward_data", "scalar", "over the last dimension"},
-      {"aten._log_softmax_backward_data", "scalar", "over the last dimension"},
-      {"aten.native_layer_norm", "vector", "over the last dimension, with weight and bias"},
-      {"aten.native_layer_norm_backward", "vector",
-       "over the last dimension, with weight and bias; all three gradients computed"},
-      {"aten.nll_loss_forward", "vector", "[N,C], no class weights; any reduction"},
-      {"aten.nll_loss_backward", "vector", "[N,C], no class weights; any reduction"},
-      {"aten.sum", "vector", ""},
-      {"aten.sum.dim_IntList", "vector", "any dims (moved to the front by a strided copy)"},
-      {"aten.mean", "vector", "float32, bfloat16, float16"},
-      {"aten.mean.dim", "vector", "any dims, as aten.sum.dim_IntList"},
-      // Data movement: strided copies of raw elements, bitwise.
-      {"aten.view", "vector", ""},
-      {"aten._unsafe_view", "vector", ""},
-      {"aten.reshape", "vector", ""},
-      {"aten._reshape_alias", "vector", ""},
-      {"aten.detach", "vector", ""},
-      {"aten.clone", "vector", "contiguous result"},
-      {"aten.alias", "vector", ""},
-      {"aten.unsqueeze", "vector", ""},
-      {"aten.squeeze", "vector", ""},
-      {"aten.squeeze.dim", "vector", ""},
-      {"aten.t", "vector", "2-D"},
-      {"aten.transpose.int", "vector", ""},
-      {"aten.permute", "vector", ""},
-      {"aten.expand", "vector", ""},
-      {"aten.select.int", "vector", ""},
-      {"aten.slice", "vector", "step >= 1"},
-      {"aten.unbind.int", "vector", ""},
-      {"aten.stack", "vector", ""},
-      {"aten.cat", "vector", ""},
-      {"aten.slice_backward", "vector", ""},
-      {"aten.select_backward", "vector", ""},
-      {"aten.embedding", "gpsimd", "int32 or int64 indices"},
-      {"aten.convolution", "tensor",
-       "2-D, groups 1, not transposed: im2col on GpSimd, a matmul (the bias added leaving PSUM)"},
-      {"aten.convolution_backward", "tensor", "as aten.convolution; col2im on GpSimd"},
-      {"aten.max_pool2d_with_indices", "gpsimd", "no ceil_mode"},
-      {"aten.max_pool2d_with_indices_backward", "gpsimd", "no ceil_mode"},
-      {"aten.native_dropout", "gpsimd",
-       "the mask from a hash of (the run's seed, drawn from torch's generator; the site; the element)"},
-      {"aten.native_dropout_backward", "gpsimd", ""},
-      {"aten.bernoulli_.float", "gpsimd", "as aten.native_dropout's mask (functional on the device)"},
-      {"aten.bernoulli.p", "gpsimd", "as aten.bernoulli_.float"},
-      {"aten.embedding_dense_backward", "gpsimd", "padding_idx honoured; no scale_grad_by_freq"},
-      // Constants.
-      {"aten.zeros", "vector", ""},
-      {"aten.ones", "vector", ""},
-      {"aten.full", "vector", ""},
-      {"aten.zeros_like", "vector", ""},
-      {"aten.ones_like", "vector", ""},
-      {"aten.full_like", "vector", ""},
-      {"aten.new_zeros", "vector", ""},
-      {"aten.new_ones", "vector", ""},
-      {"aten.new_full", "vector", ""},
-      {"aten.empty_like", "vector", "filled with zeros"},
-      {"aten.empty", "vector", "filled with zeros"},
-      {"aten.arange", "gpsimd", ""},
-      {"aten.arange.start", "gpsimd", ""},
-      {"aten.arange.start_step", "gpsimd", ""},
-  };
+  static const std::vector<NativeOp> ops(std::begin(kNativeOps), std::end(kNativeOps));
   return ops;
 }
 
-bool IsNativeOp(const std::string& name) {
-  static const std::set<std::string> names = [] {
-    std::set<std::string> out;
-    for (const auto& op : NativeOps()) out.insert(op.name);
+const NativeOp* FindNativeOp(const std::string& name) {
+  static const std::unordered_map<std::string, const NativeOp*> by_name = [] {
+    std::unordered_map<std::string, const NativeOp*> out;
+    for (const auto& op : NativeOps()) out.emplace(op.name, &op);
     return out;
   }();
-  return names.count(name) > 0;
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
 }
+
+bool IsNativeOp(const std::string& name) { return FindNativeOp(name) != nullptr; }
 
 }  // namespace neuron::compiler

@@ -1,5 +1,6 @@
 // neuron-op-table: writes docs/operators.md from the compiler's table of
-// native operators (native_ops.h), or with --check FILE exits 1 when FILE
+// native operators (native_ops.h) and the device's op registry
+// (runtime/device/device_ops.h), or with --check FILE exits 1 when FILE
 // differs from what it would write (a test keeps the page current).
 //
 //   neuron-op-table > docs/operators.md
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "neuron/compiler/native_ops.h"
+#include "neuron/runtime/device/device_ops.h"
 
 namespace {
 
@@ -32,6 +34,29 @@ std::string Page() {
          "| op | engine | limits |\n|---|---|---|\n";
   for (const auto& op : neuron::compiler::NativeOps()) {
     out << "| `" << op.name << "` | " << op.engine << " | " << op.limits << " |\n";
+  }
+  out << "\n## Device operations\n\n"
+         "What the lowering turns those ops into: the executable format's `Op`\n"
+         "(`runtime/proto/neuron/runtime/executable.proto`), one row each of the\n"
+         "registry `runtime/include/neuron/runtime/device/device_ops.h`. Kernel: the\n"
+         "executor's family that runs it (Elementwise ops also fuse into one `fused`\n"
+         "instruction). Inputs: the tensors an Elementwise or Shaped op reads. Cost:\n"
+         "passes over the op's elements on its engine (a pass per input: one per input "
+         "read,\n"
+         "at least one); matmuls are costed by their shape, DMAs by their bytes.\n\n"
+         "| device op | kernel | inputs | cost |\n|---|---|---|---|\n";
+  std::size_t count = 0;
+  const neuron::runtime::DeviceOp* ops = neuron::runtime::DeviceOps(&count);
+  for (std::size_t k = 0; k < count; ++k) {
+    const auto& op = ops[k];
+    const std::string kernel = op.kernel;
+    const std::string cost = kernel == "Dma"      ? "its bytes"
+                             : kernel == "Matmul" ? "its shape"
+                             : op.passes == 1     ? "1 pass"
+                             : op.passes > 1      ? std::to_string(op.passes) + " passes"
+                                                  : "a pass per input";
+    out << "| `" << op.name << "` | " << kernel << " | "
+        << (op.inputs > 0 ? std::to_string(op.inputs) : "") << " | " << cost << " |\n";
   }
   return out.str();
 }

@@ -8,9 +8,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "neuron/compiler/device_dtypes.h"
 #include "neuron/compiler/graph_text.h"
+#include "neuron/compiler/native_ops.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
@@ -95,6 +98,19 @@ TEST(DeviceDtypes, IrNamesAndElementTypesMapBothWays) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(NativeOps, EveryRowHasALoweringAndANameOfItsOwn) {
+  std::set<std::string> names;
+  for (const NativeOp& op : NativeOps()) {
+    EXPECT_NE(op.lower, nullptr) << op.name;
+    EXPECT_TRUE(names.insert(op.name).second) << op.name << " twice";
+    EXPECT_EQ(FindNativeOp(op.name), &op);
+    EXPECT_TRUE(
+        std::set<std::string>({"tensor", "vector", "scalar", "gpsimd"}).count(op.engine))
+        << op.name << ": " << op.engine;
+  }
+  EXPECT_EQ(FindNativeOp("aten.softplus"), nullptr);
 }
 
 TEST(Lower, AnMlpRunsOnTheExecutorAndMatchesTheReferenceBitwise) {
@@ -249,8 +265,8 @@ TEST(Lower, EpiloguesFuseAndViewsAreFree) {
   const Lowered lowered = Lower(g, device);
   int fused = 0, fused_ops = 0, copies = 0;
   for (const auto& i : lowered.executable.instructions()) {
-    if (i.op() == "fused") ++fused, fused_ops += i.fused_size();
-    if (i.op() == "strided_copy") ++copies;
+    if (i.op() == runtime::proto::OP_FUSED) ++fused, fused_ops += i.fused_size();
+    if (i.op() == runtime::proto::OP_STRIDED_COPY) ++copies;
   }
   EXPECT_EQ(fused, 1);
   EXPECT_EQ(fused_ops, 4);  // bias add from PSUM, tanh, residual add, scale

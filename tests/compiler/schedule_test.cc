@@ -13,7 +13,7 @@ namespace {
 namespace rp = runtime::proto;
 
 rp::Instruction* Add(rp::Executable& e, std::uint32_t id, rp::EngineKind engine,
-                     const std::string& op, std::uint32_t in, std::uint32_t out) {
+                     rp::Op op, std::uint32_t in, std::uint32_t out) {
   auto* i = e.add_instructions();
   i->set_id(id), i->set_engine(engine), i->set_op(op);
   i->add_inputs(in), i->add_outputs(out);
@@ -35,11 +35,11 @@ TEST(Schedule, TheCriticalPathIssuesFirstAndDependenciesHold) {
   probe.set_engine(rp::VECTOR), probe.set_elements(1 << 16), probe.set_operand_count(1);
   const double per_chunk = runtime::InstructionDuration(probe, model, false).count();
   const auto elements = static_cast<std::int64_t>((1 << 16) * 0.8 * matmul_us / per_chunk);
-  auto* slow = Add(e, 0, rp::VECTOR, "relu", 0, 1);
+  auto* slow = Add(e, 0, rp::VECTOR, rp::OP_RELU, 0, 1);
   slow->set_elements(elements), slow->set_operand_count(1);
-  auto* feed = Add(e, 1, rp::VECTOR, "neg", 0, 2);
+  auto* feed = Add(e, 1, rp::VECTOR, rp::OP_NEG, 0, 2);
   feed->set_elements(128), feed->set_operand_count(1);
-  auto* mm = Add(e, 2, rp::TENSOR, "matmul", 2, 4);
+  auto* mm = Add(e, 2, rp::TENSOR, rp::OP_MATMUL, 2, 4);
   mm->add_inputs(3), mm->set_m(128), mm->set_k(128), mm->set_n(512), mm->add_deps(1);
 
   const ScheduleResult r = ScheduleInstructions(e, model);
@@ -47,12 +47,13 @@ TEST(Schedule, TheCriticalPathIssuesFirstAndDependenciesHold) {
   EXPECT_LT(r.after_us, r.before_us * 0.8);
   EXPECT_NEAR(r.after_us, runtime::TimePlan(e, model).total.count(), 1e-9);
   ASSERT_EQ(e.instructions_size(), 3);
-  EXPECT_EQ(e.instructions(0).op(), "neg");  // the matmul's input first
+  EXPECT_EQ(e.instructions(0).op(), rp::OP_NEG);  // the matmul's input first
   for (int k = 0; k < 3; ++k) EXPECT_EQ(e.instructions(k).id(), static_cast<std::uint32_t>(k));
-  const auto& moved = *std::find_if(e.instructions().begin(), e.instructions().end(),
-                                    [](const rp::Instruction& i) { return i.op() == "matmul"; });
+  const auto& moved =
+      *std::find_if(e.instructions().begin(), e.instructions().end(),
+                    [](const rp::Instruction& i) { return i.op() == rp::OP_MATMUL; });
   ASSERT_EQ(moved.deps_size(), 1);
-  EXPECT_EQ(e.instructions(static_cast<int>(moved.deps(0))).op(), "neg");
+  EXPECT_EQ(e.instructions(static_cast<int>(moved.deps(0))).op(), rp::OP_NEG);
 
   // Already in the best order: kept as it is.
   const rp::Executable before = e;

@@ -33,7 +33,7 @@ proto::Buffer* Buffer(proto::Executable& e, std::uint32_t id, proto::MemorySpace
 }
 
 proto::Instruction* Op(proto::Executable& e, std::uint32_t id, proto::EngineKind engine,
-                       const std::string& op, std::vector<std::uint32_t> in,
+                       proto::Op op, std::vector<std::uint32_t> in,
                        std::vector<std::uint32_t> out, std::vector<std::uint32_t> deps) {
   auto* i = e.add_instructions();
   i->set_id(id), i->set_engine(engine), i->set_op(op);
@@ -62,17 +62,17 @@ proto::Executable MlpLayer() {
   Buffer(e, 6, proto::PSUM, 0, proto::F32, {kM, kN});
   Buffer(e, 7, proto::SBUF, 12288, proto::BF16, {kM, kN});  // gelu output, bf16
   Buffer(e, 8, proto::HBM, 16384, proto::BF16, {kM, kN});   // y
-  Op(e, 0, proto::DMA, "load", {0}, {3}, {})->set_bytes(kM * kK * 4);
-  Op(e, 1, proto::DMA, "load", {1}, {4}, {})->set_bytes(kK * kN * 2);
-  Op(e, 2, proto::DMA, "load", {2}, {5}, {})->set_bytes(kN * 4);
+  Op(e, 0, proto::DMA, proto::OP_LOAD, {0}, {3}, {})->set_bytes(kM * kK * 4);
+  Op(e, 1, proto::DMA, proto::OP_LOAD, {1}, {4}, {})->set_bytes(kK * kN * 2);
+  Op(e, 2, proto::DMA, proto::OP_LOAD, {2}, {5}, {})->set_bytes(kN * 4);
   for (int i = 0; i < 3; ++i) e.mutable_instructions(i)->set_partitions(kK);
-  auto* mm = Op(e, 3, proto::TENSOR, "matmul", {3, 4}, {6}, {0, 1});
+  auto* mm = Op(e, 3, proto::TENSOR, proto::OP_MATMUL, {3, 4}, {6}, {0, 1});
   mm->set_m(kM), mm->set_k(kK), mm->set_n(kN);
-  auto* bias = Op(e, 4, proto::VECTOR, "add", {6, 5}, {6}, {3, 2});
+  auto* bias = Op(e, 4, proto::VECTOR, proto::OP_ADD, {6, 5}, {6}, {3, 2});
   bias->set_elements(kM * kN), bias->set_operand_count(2);
-  auto* act = Op(e, 5, proto::SCALAR, "gelu", {6}, {7}, {4});
+  auto* act = Op(e, 5, proto::SCALAR, proto::OP_GELU, {6}, {7}, {4});
   act->set_elements(kM * kN), act->set_operand_count(1);
-  auto* store = Op(e, 6, proto::DMA, "store", {7}, {8}, {5});
+  auto* store = Op(e, 6, proto::DMA, proto::OP_STORE, {7}, {8}, {5});
   store->set_bytes(kM * kN * 2), store->set_partitions(kM);
   auto* w = e.add_constants();
   w->set_buffer(1);
@@ -147,10 +147,23 @@ TEST(Executor, BadPlansAndInputsAreRefusedNamingWhere) {
             }).find("2 inputs given, the plan takes 1"),
             std::string::npos);
   proto::Executable unknown = MlpLayer();
-  unknown.mutable_instructions(5)->set_op("softplus");
+  unknown.mutable_instructions(5)->set_op(
+      static_cast<proto::Op>(200));  // a newer format's
   EXPECT_NE(ErrorOf([&] {
               exec.Run(unknown, {{"x", x}});
-            }).find("instruction 5 (softplus): unknown unary op 'softplus'"),
+            }).find("instruction 5 (op 200): unknown op 200"),
+            std::string::npos);
+  proto::Executable arity = MlpLayer();  // a binary op given one input
+  arity.mutable_instructions(5)->set_op(proto::OP_SUB);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(arity, {{"x", x}});
+            }).find("instruction 5 (sub): sub is not a unary op"),
+            std::string::npos);
+  proto::Executable engine = MlpLayer();  // a DMA op on the vector engine
+  engine.mutable_instructions(4)->set_op(proto::OP_LOAD);
+  EXPECT_NE(ErrorOf([&] {
+              exec.Run(engine, {{"x", x}});
+            }).find("instruction 4 (load): not an op of engine VECTOR"),
             std::string::npos);
   proto::Executable shape = MlpLayer();
   shape.mutable_instructions(3)->set_k(kK + 1);

@@ -29,7 +29,7 @@ proto::Buffer* AddBuffer(proto::Executable& e, std::uint32_t id, proto::MemorySp
 }
 
 proto::Instruction* Add(proto::Executable& e, std::uint32_t id, proto::EngineKind engine,
-                        const std::string& op, std::vector<std::uint32_t> deps) {
+                        proto::Op op, std::vector<std::uint32_t> deps) {
   auto* i = e.add_instructions();
   i->set_id(id);
   i->set_engine(engine);
@@ -50,22 +50,22 @@ proto::Executable SmallPlan() {
   AddBuffer(e, 3, proto::SBUF, 1 << 16, 128 * 512 * 2);
   AddBuffer(e, 4, proto::PSUM, 0, 128 * 512 * 4, proto::F32);
   AddBuffer(e, 5, proto::HBM, 2 << 20, 128 * 512 * 4, proto::F32);
-  auto* l0 = Add(e, 0, proto::DMA, "load", {});
+  auto* l0 = Add(e, 0, proto::DMA, proto::OP_LOAD, {});
   l0->set_bytes(128 * 128 * 2), l0->set_partitions(128), l0->add_inputs(0),
       l0->add_outputs(2);
-  auto* l1 = Add(e, 1, proto::DMA, "load", {});
+  auto* l1 = Add(e, 1, proto::DMA, proto::OP_LOAD, {});
   l1->set_bytes(128 * 512 * 2), l1->set_partitions(128), l1->add_inputs(1),
       l1->add_outputs(3);
-  auto* mm = Add(e, 2, proto::TENSOR, "matmul", {0, 1});
+  auto* mm = Add(e, 2, proto::TENSOR, proto::OP_MATMUL, {0, 1});
   mm->set_m(128), mm->set_k(128), mm->set_n(512), mm->add_inputs(2), mm->add_inputs(3);
   mm->add_outputs(4);
-  auto* add = Add(e, 3, proto::VECTOR, "add", {2});
+  auto* add = Add(e, 3, proto::VECTOR, proto::OP_ADD, {2});
   add->set_elements(128 * 512), add->set_operand_count(2), add->add_inputs(4),
       add->add_outputs(4);
-  auto* st = Add(e, 4, proto::DMA, "store", {3});
+  auto* st = Add(e, 4, proto::DMA, proto::OP_STORE, {3});
   st->set_bytes(128 * 512 * 4), st->set_partitions(128), st->set_spill(true);
   st->add_inputs(4), st->add_outputs(5);
-  auto* side = Add(e, 5, proto::SCALAR, "exp", {});
+  auto* side = Add(e, 5, proto::SCALAR, proto::OP_EXP, {});
   side->set_elements(128 * 64), side->set_operand_count(1), side->add_inputs(2);
   side->add_outputs(2);
   auto* in = e.add_inputs();
@@ -118,7 +118,7 @@ TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {
   EXPECT_NE(
       broken([](auto& e) {
         e.set_format_version(7);
-      }).find("executable 'test/forward/0': format version 7, this runtime reads 2"),
+      }).find("executable 'test/forward/0': format version 7, this runtime reads 3"),
       std::string::npos);
   EXPECT_NE(broken([](auto& e) { e.mutable_instructions(2)->add_deps(4); })
                 .find("instruction 2 (matmul): depends on instruction 4, which is not an "
@@ -127,6 +127,16 @@ TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {
   EXPECT_NE(broken([](auto& e) {
               e.mutable_instructions(3)->add_inputs(99);
             }).find("instruction 3 (add): input buffer 99 does not exist"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& e) {
+              e.mutable_instructions(3)->clear_op();
+            }).find("instruction 3 (op 0): unknown op 0"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& e) {
+              auto* sub = e.mutable_instructions(3)->add_fused();
+              sub->set_op(proto::OP_MATMUL);
+              sub->add_inputs(2);
+            }).find("instruction 3 (add): only a fused instruction has fused ops"),
             std::string::npos);
   EXPECT_NE(broken([](auto& e) {
               e.mutable_buffers(2)->set_offset(28u << 20);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
 #include "neuron/runtime/fnv.h"
@@ -84,6 +85,66 @@ class IdSet {
 
 }  // namespace
 
+namespace {
+
+// Instruction `i` of the executable `where`: a registered op on its
+// engine, existing buffers, dependencies on earlier instructions only
+// (`earlier`), sound cost parameters, fused sub-ops reading its inputs.
+void CheckInstruction(const proto::Instruction& i, const std::string& where,
+                      const IdSet& buffers, const IdSet& earlier) {
+  // Built only for a message: validation runs on every cache load.
+  const auto what = [&] {
+    return StrCat(where, ": instruction ", i.id(), " (", DeviceOpName(i.op()), ")");
+  };
+  NEURON_CHECK(!earlier.Contains(i.id()), what(), ": id used twice");
+  const DeviceOp* op = FindDeviceOp(i.op());
+  NEURON_CHECK(op != nullptr, what(), ": unknown op ", static_cast<int>(i.op()),
+               " (device_ops.h lists the device's)");
+  // DMA ops on the DMA engine and matmul on the tensor engine, only.
+  NEURON_CHECK((std::strcmp(op->kernel, "Dma") == 0) == (i.engine() == proto::DMA) &&
+                   (i.op() == proto::OP_MATMUL) == (i.engine() == proto::TENSOR),
+               what(), ": not an op of engine ", proto::EngineKind_Name(i.engine()));
+  NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what(), ": no engine");
+  for (auto b : i.inputs())
+    NEURON_CHECK(buffers.Contains(b), what(), ": input buffer ", b, " does not exist");
+  for (auto b : i.outputs())
+    NEURON_CHECK(buffers.Contains(b), what(), ": output buffer ", b, " does not exist");
+  for (auto d : i.deps()) {
+    NEURON_CHECK(earlier.Contains(d), what(), ": depends on instruction ", d,
+                 ", which is not an earlier instruction");
+  }
+  switch (i.engine()) {
+    case proto::TENSOR:
+      NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what(),
+                   ": negative matmul shape ", i.m(), "x", i.k(), "x", i.n());
+      break;
+    case proto::DMA:
+      NEURON_CHECK(i.partitions() > 0, what(), ": a DMA needs partitions > 0");
+      break;
+    default:
+      NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what(),
+                   ": needs elements >= 0 "
+                   "and operand_count >= 1, got ",
+                   i.elements(), " and ", i.operand_count());
+  }
+  NEURON_CHECK(i.op() == proto::OP_FUSED || i.fused().empty(), what(),
+               ": only a fused instruction has fused ops");
+  for (const auto& sub : i.fused()) {
+    const DeviceOp* row = FindDeviceOp(sub.op());
+    NEURON_CHECK(row != nullptr && row->fusible && sub.inputs_size() >= 1, what(),
+                 ": fused op ", DeviceOpName(sub.op()),
+                 " is not an elementwise op with inputs");
+    for (auto b : sub.inputs()) {
+      NEURON_CHECK(b == kFusedPrevious || std::find(i.inputs().begin(), i.inputs().end(),
+                                                    b) != i.inputs().end(),
+                   what(), ": fused op ", DeviceOpName(sub.op()), " reads buffer ", b,
+                   ", which is not an input of the instruction");
+    }
+  }
+}
+
+}  // namespace
+
 void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
   const std::string where = StrCat("executable '", e.name(), "'");
   NEURON_CHECK(e.format_version() == kExecutableFormatVersion, where, ": format version ",
@@ -103,42 +164,7 @@ void ValidateExecutable(const proto::Executable& e, const DeviceSpec& device) {
   }
   IdSet earlier(e.instructions_size());
   for (const auto& i : e.instructions()) {
-    // Built only for a message: validation runs on every cache load.
-    const auto what = [&] { return StrCat(where, ": instruction ", i.id(), " (", i.op(), ")"); };
-    NEURON_CHECK(!earlier.Contains(i.id()), what(), ": id used twice");
-    NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what(), ": no engine");
-    for (auto b : i.inputs())
-      NEURON_CHECK(buffers.Contains(b), what(), ": input buffer ", b, " does not exist");
-    for (auto b : i.outputs())
-      NEURON_CHECK(buffers.Contains(b), what(), ": output buffer ", b, " does not exist");
-    for (auto d : i.deps()) {
-      NEURON_CHECK(earlier.Contains(d), what(), ": depends on instruction ", d,
-                   ", which is not an earlier instruction");
-    }
-    switch (i.engine()) {
-      case proto::TENSOR:
-        NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what(),
-                     ": negative matmul shape ", i.m(), "x", i.k(), "x", i.n());
-        break;
-      case proto::DMA:
-        NEURON_CHECK(i.partitions() > 0, what(), ": a DMA needs partitions > 0");
-        break;
-      default:
-        NEURON_CHECK(i.elements() >= 0 && i.operand_count() >= 1, what(),
-                     ": needs elements >= 0 "
-                     "and operand_count >= 1, got ",
-                     i.elements(), " and ", i.operand_count());
-    }
-    for (const auto& sub : i.fused()) {
-      NEURON_CHECK(!sub.op().empty() && sub.inputs_size() >= 1, what(),
-                   ": a fused op needs an op and inputs");
-      for (auto b : sub.inputs()) {
-        NEURON_CHECK(b == kFusedPrevious ||
-                         std::find(i.inputs().begin(), i.inputs().end(), b) != i.inputs().end(),
-                     what(), ": fused op ", sub.op(), " reads buffer ", b,
-                     ", which is not an input of the instruction");
-      }
-    }
+    CheckInstruction(i, where, buffers, earlier);
     earlier.Insert(i.id());
   }
   for (const auto* bindings : {&e.inputs(), &e.outputs()}) {

@@ -6,9 +6,10 @@
 #include <unordered_map>
 
 #include "kernels.h"
+#include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/device/executable.h"
-#include "neuron/runtime/error.h"
 #include "neuron/runtime/dtype_list.h"
+#include "neuron/runtime/error.h"
 
 namespace neuron::runtime {
 namespace {
@@ -30,7 +31,7 @@ struct What {
 };
 std::ostream& operator<<(std::ostream& out, const What& w) {
   return out << "executable '" << w.executable.name() << "': instruction "
-             << w.instruction.id() << " (" << w.instruction.op() << ")";
+             << w.instruction.id() << " (" << DeviceOpName(w.instruction.op()) << ")";
 }
 
 // Holds the run's device memory in the counters; gives it back however the
@@ -70,7 +71,7 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
 
 void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(i.op() == "matmul", what, ": the tensor engine runs matmul only");
+  NEURON_CHECK(i.op() == proto::OP_MATMUL, what, ": the tensor engine runs matmul only");
   NEURON_CHECK(in.size() == 2 && out.size() == 1, what,
                ": matmul reads two buffers, writes one");
   for (const Placed& p : in) {
@@ -198,13 +199,13 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
         args.push_back(&loaded.back());
       }
     }
-    NEURON_CHECK(!args.empty() && args[0]->size() == n, what, ": fused op ", sub.op(),
-                 " needs its first operand at full size");
+    NEURON_CHECK(!args.empty() && args[0]->size() == n, what, ": fused op ",
+                 DeviceOpName(sub.op()), " needs its first operand at full size");
     result.resize(n);  // the kernels write every element
     const bool known = args.size() == 1
                            ? kernels::Unary(sub.op(), *args[0], sub.scalar(), result)
                            : kernels::Binary(sub.op(), *args[0], *args[1], sub.scalar(), result);
-    NEURON_CHECK(known, what, ": unknown fused op '", sub.op(), "'");
+    NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
     acc.swap(result);
   }
   kernels::FromFloat(acc, out[0].buffer->dtype(), out[0].data);
@@ -254,11 +255,12 @@ Window WindowOf(const proto::Instruction& i, const What& what) {
 // padding); col2im: the sum back into [N,C,H,W] (float32).
 void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.size() == 1 && out.size() == 1, what, ": ", i.op(), " reads and writes one");
+  NEURON_CHECK(in.size() == 1 && out.size() == 1, what, ": ", DeviceOpName(i.op()),
+               " reads and writes one");
   const Window g = WindowOf(i, what);
   const std::int64_t rows = g.n * g.oh * g.ow, cols = g.c * g.kh * g.kw;
   const std::int64_t image = g.n * g.c * g.h * g.w;
-  if (i.op() == "im2col") {
+  if (i.op() == proto::OP_IM2COL) {
     NEURON_CHECK(in[0].elements() >= static_cast<std::size_t>(image) &&
                      out[0].elements() >= static_cast<std::size_t>(rows * cols) &&
                      in[0].buffer->dtype() == out[0].buffer->dtype(),
@@ -287,7 +289,7 @@ void RunMaxPool(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what) {
   const Window g = WindowOf(i, what);
   const std::int64_t planes = g.n * g.c, pooled = g.oh * g.ow, plane = g.h * g.w;
-  if (i.op() == "maxpool2d") {
+  if (i.op() == proto::OP_MAXPOOL2D) {
     NEURON_CHECK(in.size() == 1 && out.size() == 2 && kernels::IsFloat(in[0].buffer->dtype()) &&
                      out[1].buffer->dtype() == proto::I64 &&
                      in[0].elements() >= static_cast<std::size_t>(planes * plane) &&
@@ -362,16 +364,16 @@ class Draws {
 void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what) {
   const std::size_t n = static_cast<std::size_t>(i.elements());
-  const bool forward = i.op() == "dropout";
-  NEURON_CHECK(in.size() == 2 && out.size() == (forward ? 2u : 1u), what, ": ", i.op(),
-               " takes two inputs");
-  NEURON_CHECK(kernels::IsFloat(out[0].buffer->dtype()), what, ": ", i.op(),
+  const bool forward = i.op() == proto::OP_DROPOUT;
+  NEURON_CHECK(in.size() == 2 && out.size() == (forward ? 2u : 1u), what, ": ",
+               DeviceOpName(i.op()), " takes two inputs");
+  NEURON_CHECK(kernels::IsFloat(out[0].buffer->dtype()), what, ": ", DeviceOpName(i.op()),
                " writes float");
   NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) && in[0].elements() >= n &&
                    out[0].elements() >= n,
                what, ": ", n, " float elements");
   std::vector<float> y(n);
-  if (i.op() == "bernoulli") {  // 1 where hash(seed, k, e) < p
+  if (i.op() == proto::OP_BERNOULLI) {  // 1 where hash(seed, k, e) < p
     const Draws draw(in[1], i.k(), what);
     for (std::size_t e = 0; e < n; ++e) y[e] = draw(e) < i.scalar() ? 1.0f : 0.0f;
     kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
@@ -405,10 +407,10 @@ void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what) {
   const std::size_t n = static_cast<std::size_t>(i.elements());
-  NEURON_CHECK(!in.empty() && out.size() == 1 && out[0].elements() >= n, what, ": ", i.op(),
-               " of ", n, " elements");
+  NEURON_CHECK(!in.empty() && out.size() == 1 && out[0].elements() >= n, what, ": ",
+               DeviceOpName(i.op()), " of ", n, " elements");
   auto operand = [&](std::size_t k) { return FloatOperand(in[k], n, what); };
-  if (i.op() == "where") {
+  if (i.op() == proto::OP_WHERE) {
     NEURON_CHECK(in.size() == 3 && ElementBytes(in[0].buffer->dtype()) == 1 &&
                      in[0].elements() >= n && kernels::IsFloat(out[0].buffer->dtype()),
                  what, ": where takes a bool condition of ", n, " and two float operands");
@@ -418,20 +420,21 @@ void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
     kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
     return;
   }
-  NEURON_CHECK(ElementBytes(out[0].buffer->dtype()) == 1, what, ": ", i.op(), " writes bool");
+  NEURON_CHECK(ElementBytes(out[0].buffer->dtype()) == 1, what, ": ",
+               DeviceOpName(i.op()), " writes bool");
   const auto a = operand(0);
   NEURON_CHECK(a.size() == n, what, ": the first operand needs ", n, " elements");
   const std::vector<float> b =
       in.size() > 1 ? operand(1) : std::vector<float>{static_cast<float>(i.scalar())};
-  const std::string& op = i.op();
+  const proto::Op op = i.op();
   for (std::size_t e = 0; e < n; ++e) {
     const float x = a[e], y = b[e % b.size()];
-    const bool r = op == "compare_eq"   ? x == y
-                   : op == "compare_ne" ? x != y
-                   : op == "compare_lt" ? x < y
-                   : op == "compare_le" ? x <= y
-                   : op == "compare_gt" ? x > y
-                                        : x >= y;
+    const bool r = op == proto::OP_COMPARE_EQ   ? x == y
+                   : op == proto::OP_COMPARE_NE ? x != y
+                   : op == proto::OP_COMPARE_LT ? x < y
+                   : op == proto::OP_COMPARE_LE ? x <= y
+                   : op == proto::OP_COMPARE_GT ? x > y
+                                                : x >= y;
     out[0].data[e] = r ? 1 : 0;
   }
 }
@@ -440,12 +443,12 @@ void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
 // step): an arithmetic sequence into one buffer of any numeric dtype.
 void RunSequence(const proto::Instruction& i, const std::vector<Placed>& in,
                  const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.empty() && out.size() == 1, what, ": ", i.op(),
+  NEURON_CHECK(in.empty() && out.size() == 1, what, ": ", DeviceOpName(i.op()),
                " reads nothing and writes one buffer");
   const std::size_t n = static_cast<std::size_t>(i.elements());
   NEURON_CHECK(out[0].elements() >= n, what, ": buffer ", out[0].buffer->name(), " has ",
                out[0].elements(), " elements, the op ", n);
-  const double start = i.scalar(), step = i.op() == "iota" ? i.step() : 0.0;
+  const double start = i.scalar(), step = i.op() == proto::OP_IOTA ? i.step() : 0.0;
   const auto type = out[0].buffer->dtype();
   if (kernels::IsFloat(type)) {
     std::vector<float> v(n);
@@ -479,7 +482,7 @@ std::vector<std::int64_t> Indices(const Placed& p, std::size_t n, const What& wh
 // gather_rows and scatter_add_rows (executor.h): embedding and its backward.
 void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
              const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.size() == 2 && out.size() == 1, what, ": ", i.op(),
+  NEURON_CHECK(in.size() == 2 && out.size() == 1, what, ": ", DeviceOpName(i.op()),
                " reads rows and indices, writes one buffer");
   const std::int64_t m = i.m(), n = i.n(), k = i.k();
   const auto index = Indices(in[1], static_cast<std::size_t>(m), what);
@@ -487,7 +490,7 @@ void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
     NEURON_CHECK(index[r] >= 0 && index[r] < k, what, ": index ", index[r], " (position ", r,
                  ") is outside the ", k, " rows");
   }
-  if (i.op() == "gather_rows") {
+  if (i.op() == proto::OP_GATHER_ROWS) {
     NEURON_CHECK(in[0].buffer->dtype() == out[0].buffer->dtype() &&
                      in[0].elements() >= static_cast<std::size_t>(k * n) &&
                      out[0].elements() >= static_cast<std::size_t>(m * n),
@@ -541,7 +544,7 @@ void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
 // (g, x, mean, rstd, w -> gx, gw, gb) over [m, n].
 void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
                   const std::vector<Placed>& out, const What& what) {
-  const bool forward = i.op() == "layer_norm_rows";
+  const bool forward = i.op() == proto::OP_LAYER_NORM_ROWS;
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
   const std::vector<std::size_t> in_sizes =
@@ -555,7 +558,7 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
     fits = in[k].elements() == in_sizes[k];
   for (std::size_t k = 0; fits && k < out_sizes.size(); ++k)
     fits = out[k].elements() == out_sizes[k];
-  NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols,
+  NEURON_CHECK(fits, what, ": ", DeviceOpName(i.op()), " of [", rows, ", ", cols,
                "]: the buffers do not have the sizes the op reads and writes");
   std::vector<std::vector<float>> a;
   for (std::size_t k = 0; k < in_sizes.size(); ++k) {
@@ -584,7 +587,7 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
 // reduction; targets equal to `k` are ignored.
 void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what) {
-  const bool forward = i.op() == "nll_loss_rows";
+  const bool forward = i.op() == proto::OP_NLL_LOSS_ROWS;
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
   const bool mean = i.scalar() == 1.0;
@@ -593,7 +596,7 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
   const Placed& target = in.at(1);
   NEURON_CHECK(in.size() == (forward ? 2u : 3u) && out.size() == (forward ? 2u : 1u) &&
                    target.buffer->dtype() == proto::I64 && target.elements() == rows,
-               what, ": ", i.op(), " of [", rows, ", ", cols,
+               what, ": ", DeviceOpName(i.op()), " of [", rows, ", ", cols,
                "] takes its inputs and int64 targets of ", rows);
   const auto* t = reinterpret_cast<const std::int64_t*>(target.data);
   for (std::size_t r = 0; r < rows; ++r) {
@@ -646,13 +649,14 @@ void RunShaped(const proto::Instruction& i, const std::vector<Placed>& in,
   std::vector<float> result(n);
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
-  const std::size_t writes = i.op() == "sum_rows" ? cols : rows * cols;
-  const std::size_t inputs = kernels::ShapedInputs(i.op());
+  const std::size_t writes = i.op() == proto::OP_SUM_ROWS ? cols : rows * cols;
+  const std::size_t inputs = static_cast<std::size_t>(FindDeviceOp(i.op())->inputs);
   bool fits = in.size() == inputs && n == writes;
   for (const Placed& p : in) fits = fits && p.elements() >= rows * cols;
-  NEURON_CHECK(fits, what, ": ", i.op(), " of [", rows, ", ", cols, "] takes ", inputs,
-               " input(s) of ", rows * cols, " elements and writes ", writes, "; got ",
-               in.size(), " input(s) of ", in[0].elements(), " and ", n);
+  NEURON_CHECK(fits, what, ": ", DeviceOpName(i.op()), " of [", rows, ", ", cols,
+               "] takes ", inputs, " input(s) of ", rows * cols, " elements and writes ",
+               writes, "; got ", in.size(), " input(s) of ", in[0].elements(), " and ",
+               n);
   std::vector<std::vector<float>> operands;
   for (const Placed& p : in)
     operands.push_back(kernels::ToFloat(p.data, p.buffer->dtype(), rows * cols));
@@ -682,43 +686,28 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   } else {
     known = kernels::Binary(i.op(), a, FloatOperand(in[1], n, what), i.scalar(), result);
   }
-  NEURON_CHECK(known, what, ": unknown ", in.size() == 1 ? "unary" : "binary", " op '",
-               i.op(), "'");
+  NEURON_CHECK(known, what, ": ", DeviceOpName(i.op()), " is not a ",
+               in.size() == 1 ? "unary" : "binary", " op");
   kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
 }
 
 using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
                         const std::vector<Placed>&, const What&);
 
-// The kernel family of an instruction, by engine and op.
+// The kernel family of an instruction: its op's row of the registry
+// (device_ops.h). The loader refused ops outside it.
 Runner RunnerFor(const proto::Instruction& i) {
-  if (i.engine() == proto::DMA) return RunDma;
-  if (i.engine() == proto::TENSOR) return RunMatmul;
-  static const std::unordered_map<std::string, Runner> kByOp = {
-      {"fused", RunFused},
-      {"strided_copy", RunStridedCopy},
-      {"masked_fill", RunMaskedFill},
-      {"fill", RunSequence},
-      {"iota", RunSequence},
-      {"where", RunSelect},
-      {"im2col", RunIm2Col},
-      {"col2im", RunIm2Col},
-      {"maxpool2d", RunMaxPool},
-      {"maxpool2d_backward", RunMaxPool},
-      {"dropout", RunDropout},
-      {"masked_scale", RunDropout},
-      {"bernoulli", RunDropout},
-      {"gather_rows", RunRows},
-      {"scatter_add_rows", RunRows},
-      {"nll_loss_rows", RunNllLoss},
-      {"nll_loss_backward_rows", RunNllLoss},
-      {"layer_norm_rows", RunLayerNorm},
-      {"layer_norm_backward_rows", RunLayerNorm}};
-  const std::string& op = i.op();
-  if (auto it = kByOp.find(op); it != kByOp.end()) return it->second;
-  if (op.rfind("compare_", 0) == 0) return RunSelect;
-  if (kernels::IsShaped(op)) return RunShaped;
-  return RunElementwise;
+  switch (i.op()) {
+#define NEURON_DEVICE_OP_RUNNER(Id, Kernel, Inputs, Passes) \
+  case proto::OP_##Id:                                      \
+    return Run##Kernel;
+    NEURON_FORALL_DEVICE_OPS(NEURON_DEVICE_OP_RUNNER)
+#undef NEURON_DEVICE_OP_RUNNER
+    default:
+      break;
+  }
+  throw InvalidUsage(
+      StrCat("instruction ", i.id(), ": ", DeviceOpName(i.op()), " is not a device op"));
 }
 
 }  // namespace

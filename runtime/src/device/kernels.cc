@@ -65,88 +65,81 @@ float Gelu(float x) {                   // torch.nn.functional.gelu(approximate=
 
 }  // namespace
 
-bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
+bool Unary(proto::Op op, const std::vector<float>& a, double scalar,
            std::vector<float>& out) {
   const float s = static_cast<float>(scalar);
   auto apply = [&](auto f) {
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i]);
     return true;
   };
-  if (op == "copy") return apply([](float x) { return x; });
-  if (op == "relu") return apply([](float x) { return x > 0 ? x : 0.0f; });
-  if (op == "neg") return apply([](float x) { return -x; });
-  if (op == "abs") return apply([](float x) { return std::fabs(x); });
-  if (op == "sign") return apply([](float x) { return static_cast<float>((x > 0) - (x < 0)); });
-  if (op == "exp") return apply([](float x) { return std::exp(x); });
-  if (op == "tanh") return apply([](float x) { return std::tanh(x); });
-  if (op == "sigmoid") return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
-  if (op == "gelu") return apply(Gelu);
-  if (op == "gelu_exact") {  // torch.nn.functional.gelu(approximate="none")
+  if (op == proto::OP_COPY) return apply([](float x) { return x; });
+  if (op == proto::OP_RELU) return apply([](float x) { return x > 0 ? x : 0.0f; });
+  if (op == proto::OP_NEG) return apply([](float x) { return -x; });
+  if (op == proto::OP_ABS) return apply([](float x) { return std::fabs(x); });
+  if (op == proto::OP_SIGN)
+    return apply([](float x) { return static_cast<float>((x > 0) - (x < 0)); });
+  if (op == proto::OP_EXP) return apply([](float x) { return std::exp(x); });
+  if (op == proto::OP_TANH) return apply([](float x) { return std::tanh(x); });
+  if (op == proto::OP_SIGMOID)
+    return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  if (op == proto::OP_GELU) return apply(Gelu);
+  if (op == proto::OP_GELU_EXACT) {  // torch.nn.functional.gelu(approximate="none")
     return apply(
         [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); });
   }
-  if (op == "scale") return apply([s](float x) { return x * s; });
-  if (op == "add_scalar") return apply([s](float x) { return x + s; });
+  if (op == proto::OP_SCALE) return apply([s](float x) { return x * s; });
+  if (op == proto::OP_ADD_SCALAR) return apply([s](float x) { return x + s; });
   return false;
 }
 
-bool Binary(const std::string& op, const std::vector<float>& a,
-            const std::vector<float>& b, double scalar, std::vector<float>& out) {
+bool Binary(proto::Op op, const std::vector<float>& a, const std::vector<float>& b,
+            double scalar, std::vector<float>& out) {
   const std::size_t nb = b.size();
   auto apply = [&](auto f) {
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i], b[i % nb]);
     return true;
   };
-  if (op == "add") return apply([](float x, float y) { return x + y; });
-  if (op == "sub") return apply([](float x, float y) { return x - y; });
-  if (op == "mul") return apply([](float x, float y) { return x * y; });
-  if (op == "div") return apply([](float x, float y) { return x / y; });
-  if (op == "tanh_backward") return apply([](float g, float y) { return g * (1 - y * y); });
-  if (op == "sigmoid_backward") return apply([](float g, float y) { return g * y * (1 - y); });
-  if (op == "max") return apply([](float x, float y) { return std::max(x, y); });
-  if (op == "min") return apply([](float x, float y) { return std::min(x, y); });
-  if (op == "gelu_backward") {  // a: the gradient, b: the input; tanh form
+  if (op == proto::OP_ADD) return apply([](float x, float y) { return x + y; });
+  if (op == proto::OP_SUB) return apply([](float x, float y) { return x - y; });
+  if (op == proto::OP_MUL) return apply([](float x, float y) { return x * y; });
+  if (op == proto::OP_DIV) return apply([](float x, float y) { return x / y; });
+  if (op == proto::OP_TANH_BACKWARD)
+    return apply([](float g, float y) { return g * (1 - y * y); });
+  if (op == proto::OP_SIGMOID_BACKWARD)
+    return apply([](float g, float y) { return g * y * (1 - y); });
+  if (op == proto::OP_MAX) return apply([](float x, float y) { return std::max(x, y); });
+  if (op == proto::OP_MIN) return apply([](float x, float y) { return std::min(x, y); });
+  if (op == proto::OP_GELU_BACKWARD) {  // a: the gradient, b: the input; tanh form
     return apply([](float g, float x) {
       const float c = 0.7978845608028654f, k = 0.044715f;
       const float t = std::tanh(c * (x + k * x * x * x));
       return g * (0.5f * (1 + t) + 0.5f * x * (1 - t * t) * c * (1 + 3 * k * x * x));
     });
   }
-  if (op == "gelu_exact_backward") {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+  if (op == proto::OP_GELU_EXACT_BACKWARD) {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
     return apply([](float g, float x) {
       const float cdf = 0.5f * (1 + std::erf(x * 0.7071067811865476f));
       const float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
       return g * (cdf + x * pdf);
     });
   }
-  if (op == "threshold_backward") {  // a: the gradient, b: the forward input
+  if (op == proto::OP_THRESHOLD_BACKWARD) {  // a: the gradient, b: the forward input
     const float t = static_cast<float>(scalar);
     return apply([t](float g, float x) { return x > t ? g : 0.0f; });
   }
   return false;
 }
 
-bool IsShaped(const std::string& op) { return ShapedInputs(op) > 0; }
-
-std::size_t ShapedInputs(const std::string& op) {
-  if (op == "transpose" || op == "sum_rows" || op == "softmax_rows" ||
-      op == "log_softmax_rows") {
-    return 1;
-  }
-  if (op == "softmax_backward_rows" || op == "log_softmax_backward_rows") return 2;
-  return 0;
-}
-
-bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
-            std::int64_t rows, std::int64_t cols, std::vector<float>& out) {
+bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_t rows,
+            std::int64_t cols, std::vector<float>& out) {
   const std::vector<float>& a = in[0];
-  if (op == "transpose") {
+  if (op == proto::OP_TRANSPOSE) {
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = a[r * cols + c];
     }
     return true;
   }
-  if (op == "sum_rows") {
+  if (op == proto::OP_SUM_ROWS) {
     std::fill(out.begin(), out.end(), 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c) out[c] += a[r * cols + c];
@@ -156,20 +149,20 @@ bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* x = a.data() + r * cols;
     float* y = out.data() + r * cols;
-    if (op == "softmax_rows" || op == "log_softmax_rows") {
+    if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
       const float max = cols > 0 ? *std::max_element(x, x + cols) : 0.0f;
       float sum = 0;
       for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
       for (std::int64_t c = 0; c < cols; ++c) {
-        y[c] = op == "softmax_rows" ? std::exp(x[c] - max) / sum
-                                    : x[c] - max - std::log(sum);
+        y[c] = op == proto::OP_SOFTMAX_ROWS ? std::exp(x[c] - max) / sum
+                                            : x[c] - max - std::log(sum);
       }
-    } else if (op == "softmax_backward_rows") {  // y = out * (g - sum(g * out))
+    } else if (op == proto::OP_SOFTMAX_BACKWARD_ROWS) {  // y = out * (g - sum(g * out))
       const float* o = in[1].data() + r * cols;
       float dot = 0;
       for (std::int64_t c = 0; c < cols; ++c) dot += x[c] * o[c];
       for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
-    } else if (op == "log_softmax_backward_rows") {  // y = g - exp(out) * sum(g)
+    } else if (op == proto::OP_LOG_SOFTMAX_BACKWARD_ROWS) {  // y = g - exp(out) * sum(g)
       const float* o = in[1].data() + r * cols;
       float sum = 0;
       for (std::int64_t c = 0; c < cols; ++c) sum += x[c];

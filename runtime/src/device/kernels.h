@@ -24,19 +24,18 @@ void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64
 
 // Applies `op` over out.size() elements; `b` (binary ops) repeats when
 // shorter. Returns false when `op` is not a known op of that arity.
-bool Unary(const std::string& op, const std::vector<float>& a, double scalar,
+bool Unary(proto::Op op, const std::vector<float>& a, double scalar,
            std::vector<float>& out);
-bool Binary(const std::string& op, const std::vector<float>& a,
-            const std::vector<float>& b, double scalar, std::vector<float>& out);
-// Ops over [rows, cols] row-major inputs, row by row:
+bool Binary(proto::Op op, const std::vector<float>& a, const std::vector<float>& b,
+            double scalar, std::vector<float>& out);
+// Ops over [rows, cols] row-major inputs (as many as the op's registry row
+// says, device_ops.h), row by row:
 //   transpose (a -> [cols, rows]), sum_rows (a -> [cols], the sum over rows
 //   in row order), softmax_rows and log_softmax_rows (a -> [rows, cols],
 //   over each row, max-subtracted), softmax_backward_rows and
 //   log_softmax_backward_rows (grad, forward output -> the input's grad).
-bool IsShaped(const std::string& op);
-std::size_t ShapedInputs(const std::string& op);
-bool Shaped(const std::string& op, const std::vector<std::vector<float>>& in,
-            std::int64_t rows, std::int64_t cols, std::vector<float>& out);
+bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_t rows,
+            std::int64_t cols, std::vector<float>& out);
 
 // Layer norm over each row of [rows, cols] (torch.native_layer_norm):
 // forward (x, weight, bias -> y, mean [rows], rstd [rows]) and backward

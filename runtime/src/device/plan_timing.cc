@@ -4,6 +4,7 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::runtime {
@@ -86,7 +87,7 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     end_of[i.id()] = end;
     t.busy[index] += duration;
     t.total = std::max(t.total, end);
-    t.schedule.push_back({i.id(), engine, i.op(), start, end});
+    t.schedule.push_back({i.id(), engine, DeviceOpName(i.op()), start, end});
   }
   for (int k = 0; k < kEngineCount; ++k) {
     t.utilisation[k] = t.total.count() > 0 ? t.busy[k] / t.total : 0.0;

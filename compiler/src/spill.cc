@@ -1,0 +1,101 @@
+#include "spill.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::compiler {
+
+void Lifetimes(const LoweringContext& cx, std::vector<Interval>* sbuf,
+               std::vector<Interval>* psum) {
+  const auto& steps = cx.steps();
+  const auto& slots = cx.slots();
+  std::map<std::string, Interval> life;
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    for (const auto& w : steps[s].writes) {
+      if (slots.at(w).space != rp::HBM && !life.count(w))
+        life[w] = {w, slots.at(w).bytes, s, s};
+    }
+    for (const auto& r : steps[s].reads) {
+      if (life.count(r)) life[r].last = s;
+    }
+  }
+  sbuf->clear();
+  psum->clear();
+  for (const auto& [name, interval] : life) {
+    (slots.at(name).space == rp::PSUM ? psum : sbuf)->push_back(interval);
+  }
+}
+
+bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
+  std::vector<Step>& steps = cx.steps();
+  std::vector<std::uint64_t> alive(steps.size(), 0);
+  for (const auto& v : sbuf) {
+    for (int s = v.first; s <= v.last; ++s) alive[static_cast<std::size_t>(s)] += v.bytes;
+  }
+  const int peak =
+      static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
+  const Interval* victim = nullptr;
+  for (const auto& v : sbuf) {
+    if (v.first >= peak || v.last <= peak ||
+        v.name.rfind(".reload", std::string::npos) != std::string::npos) {
+      continue;
+    }
+    int writers = 0;
+    bool used_at_peak = false;
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const auto& st = steps[s];
+      const bool writes = std::count(st.writes.begin(), st.writes.end(), v.name) > 0;
+      writers += writes ? 1 : 0;
+      if (static_cast<int>(s) == peak) {
+        used_at_peak = writes || std::count(st.reads.begin(), st.reads.end(), v.name) > 0;
+      }
+    }
+    if (writers == 1 && !used_at_peak && (victim == nullptr || v.bytes > victim->bytes)) {
+      victim = &v;
+    }
+  }
+  if (victim == nullptr) return false;
+  const std::string name = victim->name;
+  const std::string home = "spill:" + name;
+  cx.AddSlot(home, cx.ValueOf(name), rp::HBM, "spill");
+  std::vector<Step> out;
+  int reloads = 0;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    Step step = std::move(steps[s]);
+    const bool reads = std::count(step.reads.begin(), step.reads.end(), name) > 0;
+    const bool writes = std::count(step.writes.begin(), step.writes.end(), name) > 0;
+    if (reads && !writes) {  // bring it back for this step
+      const std::string copy = StrCat(name, ".reload", reloads++);
+      proto::Value v = cx.ValueOf(name);
+      v.set_name(copy);
+      cx.AddSlot(copy, v, rp::SBUF, "reload");
+      cx.Dma(rp::OP_RELOAD, home, copy, "reload %" + name);
+      steps.back().instruction.set_spill(true);
+      out.push_back(std::move(steps.back()));
+      steps.pop_back();
+      for (auto& r : step.reads) {
+        if (r == name) r = copy;
+      }
+      for (auto& group : step.fused_reads) {
+        for (auto& r : group) {
+          if (r == name) r = copy;
+        }
+      }
+    }
+    out.push_back(std::move(step));
+    if (writes) {  // and out, once written
+      cx.Dma(rp::OP_SPILL, name, home, "spill %" + name);
+      steps.back().instruction.set_spill(true);
+      out.push_back(std::move(steps.back()));
+      steps.pop_back();
+    }
+  }
+  steps = std::move(out);
+  return true;
+}
+
+}  // namespace neuron::compiler
