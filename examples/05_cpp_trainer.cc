@@ -244,6 +244,78 @@ void PrintMemory(::c10d::ProcessGroup& world, const np::MeshLayout& layout, int 
   std::fflush(stdout);
 }
 
+// This stage's layers [begin, end): a balanced split by parameter count.
+std::pair<int, int> StageLayers(const Model& model, int stages, int stage) {
+  std::vector<double> costs;
+  for (const auto& layer : model.layers) {
+    double n = 0;
+    for (const auto& p : layer) n += static_cast<double>(p.numel());
+    costs.push_back(n);
+  }
+  const std::vector<int> starts = np::BalancedPartition(costs, stages);
+  return {starts[stage], starts[stage + 1]};
+}
+
+// How gradients are averaged over data parallel: this stage's layers as
+// one ZeRO unit, else DDP (without a pipeline) or AverageGradients after
+// it; `trained` are the tensors the optimizer steps.
+struct Averaging {
+  std::unique_ptr<np::GradientReducer> reducer;
+  std::unique_ptr<np::ShardedUnit> unit;
+  std::vector<at::Tensor> trained;
+};
+
+Averaging MakeAveraging(const Options& o, const std::vector<at::Tensor>& params,
+                        const np::ParallelGroups& groups, int stage) {
+  Averaging a;
+  a.trained = params;
+  if (o.zero > 0) {
+    a.unit = std::make_unique<np::ShardedUnit>(
+        params, groups.data,
+        np::ShardingOptions{o.zero, at::kFloat, at::kFloat, "stage " + std::to_string(stage)});
+    a.trained = {a.unit->shard()};
+  } else if (o.pp == 1) {
+    a.reducer =
+        std::make_unique<np::GradientReducer>(params, groups.data, np::ReducerOptions{});
+  }
+  return a;
+}
+
+// SGD with momentum 0.9 on `a.trained`; a ZeRO unit's full parameters are
+// stale after it.
+void SgdStep(Averaging& a, std::vector<at::Tensor>& momentum, double lr) {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < a.trained.size(); ++i) {
+    momentum[i].mul_(0.9).add_(a.trained[i].grad());
+    a.trained[i].sub_(momentum[i] * lr);
+    a.trained[i].mutable_grad().reset();
+  }
+  if (a.unit) {
+    a.unit->MarkStale();
+    np::SetOptimizerStateBytes(static_cast<std::uint64_t>(momentum[0].nbytes()));
+  }
+}
+
+// Rank 0 prints the step: the loss (it lives on the last stage: summed over
+// data parallel and stages), the slowest rank's wall and modelled times,
+// tokens/s and resident memory.
+void ReportStep(const np::ParallelGroups& groups, int step, const at::Tensor& loss,
+                double wall, double modelled, std::int64_t tokens_per_step) {
+  std::vector<at::Tensor> l{loss.detach().reshape({1}).clone()};
+  groups.data->allreduce(l)->wait();
+  groups.pipeline->allreduce(l)->wait();
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const double rss = Slowest(*groups.world, usage.ru_maxrss / 1024.0);
+  if (groups.rank != 0) return;
+  const int dp = groups.layout.size(np::Axis::kData);
+  std::printf("step %d: loss %.4f | wall %.1f ms, %.0f tokens/s | modelled %.1f us, %.0f "
+              "tokens/s | max RSS %.0f MiB\n",
+              step, l[0].item<double>() / dp, wall * 1e3, tokens_per_step / wall, modelled,
+              tokens_per_step / modelled * 1e6, rss);
+  std::fflush(stdout);
+}
+
 int Run(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   const int rank = EnvInt("RANK"), world = EnvInt("WORLD_SIZE");
@@ -257,35 +329,11 @@ int Run(int argc, char** argv) {
   const int dp_rank = groups.layout.Coordinates(rank).dp;
 
   Model model(o, groups.tensor);
-  // This stage's layers: a balanced split by parameter count.
-  std::vector<double> costs;
-  for (const auto& layer : model.layers) {
-    double n = 0;
-    for (const auto& p : layer) n += static_cast<double>(p.numel());
-    costs.push_back(n);
-  }
   const int stage = groups.layout.Coordinates(rank).pp;
-  const std::vector<int> starts = np::BalancedPartition(costs, o.pp);
-  const int begin = starts[stage], end = starts[stage + 1];
+  const auto [begin, end] = StageLayers(model, o.pp, stage);
   const std::vector<at::Tensor> params = model.Params(begin, end);
-  auto run_layers = [&](const at::Tensor& x) {
-    at::Tensor y = x;
-    for (int i = begin; i < end; ++i) y = model.Run(i, y);
-    return y;
-  };
-  // How gradients are averaged over data parallel: this stage's layers as
-  // one ZeRO unit, else DDP (without a pipeline) or AverageGradients after it.
-  std::unique_ptr<np::GradientReducer> reducer;
-  std::unique_ptr<np::ShardedUnit> unit;
-  std::vector<at::Tensor> trained = params;
-  if (o.zero > 0) {
-    unit = std::make_unique<np::ShardedUnit>(
-        params, groups.data,
-        np::ShardingOptions{o.zero, at::kFloat, at::kFloat, "stage " + std::to_string(stage)});
-    trained = {unit->shard()};
-  } else if (o.pp == 1) {
-    reducer = std::make_unique<np::GradientReducer>(params, groups.data, np::ReducerOptions{});
-  }
+  Averaging averaging = MakeAveraging(o, params, groups, stage);
+  auto& unit = averaging.unit;
   // A forward of this stage's layers (a whole batch, or one microbatch):
   // each arms one backward of the unit; ZeRO-3 frees the parameters after
   // it and gathers them again when backward reaches the stage's output.
@@ -294,7 +342,8 @@ int Run(int argc, char** argv) {
       unit->PrepareForBackward();
       unit->Gather();
     }
-    at::Tensor y = run_layers(x);
+    at::Tensor y = x;
+    for (int i = begin; i < end; ++i) y = model.Run(i, y);
     if (unit && o.zero == 3) {
       unit->Free();
       if (y.requires_grad()) {
@@ -319,7 +368,7 @@ int Run(int argc, char** argv) {
       3 * model.ForwardMicros(0, static_cast<int>(model.layers.size()),
                               static_cast<std::int64_t>(o.batch) * o.seq);
   std::vector<at::Tensor> momentum;
-  for (const auto& p : trained) momentum.push_back(at::zeros_like(p));
+  for (const auto& p : averaging.trained) momentum.push_back(at::zeros_like(p));
 
   const at::Tensor data = np::SyntheticTokens({o.batch * dp * o.steps, o.seq, o.vocab, 7});
   np::ShardedBatches batches(data, {0, dp, dp_rank, true, 7, false}, o.batch);
@@ -342,41 +391,17 @@ int Run(int argc, char** argv) {
       if (!unit) np::AverageGradients(params, *groups.data);
       if (!loss.defined()) loss = at::zeros({});
     } else {
-      if (reducer) reducer->PrepareForBackward();
+      if (averaging.reducer) averaging.reducer->PrepareForBackward();
       loss = model.Loss(forward(tokens), targets);
       loss.backward();
       clock->AdvanceCompute(neuron::runtime::SimDuration(step_compute_us));
     }
-    {
-      at::NoGradGuard no_grad;  // SGD with momentum 0.9
-      for (std::size_t i = 0; i < trained.size(); ++i) {
-        momentum[i].mul_(0.9).add_(trained[i].grad());
-        trained[i].sub_(momentum[i] * o.lr);
-        trained[i].mutable_grad().reset();
-      }
-      if (unit) {
-        unit->MarkStale();
-        np::SetOptimizerStateBytes(static_cast<std::uint64_t>(momentum[0].nbytes()));
-      }
-    }
+    SgdStep(averaging, momentum, o.lr);
     const double wall =
         Slowest(*groups.world, std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                              start).count());
     const double modelled = Slowest(*groups.world, clock->compute().count() - clock0);
-    // The loss lives on the last stage: sum over data parallel and stages.
-    std::vector<at::Tensor> l{loss.detach().reshape({1}).clone()};
-    groups.data->allreduce(l)->wait();
-    groups.pipeline->allreduce(l)->wait();
-    rusage usage{};
-    ::getrusage(RUSAGE_SELF, &usage);
-    const double rss = Slowest(*groups.world, usage.ru_maxrss / 1024.0);
-    if (rank == 0) {
-      std::printf("step %d: loss %.4f | wall %.1f ms, %.0f tokens/s | modelled %.1f us, %.0f "
-                  "tokens/s | max RSS %.0f MiB\n",
-                  step, l[0].item<double>() / dp, wall * 1e3, tokens_per_step / wall, modelled,
-                  tokens_per_step / modelled * 1e6, rss);
-      std::fflush(stdout);
-    }
+    ReportStep(groups, step, loss, wall, modelled, tokens_per_step);
   }
   PrintMemory(*groups.world, groups.layout, rank);
   return 0;

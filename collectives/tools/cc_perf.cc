@@ -287,23 +287,81 @@ class Runner {
   Buffer in_, out_;
 };
 
+// --model-only: the fabric model's table, no ranks.
+int ModelOnly(const PerfOptions& o) {
+  ModelTableOptions m;
+  m.op = o.op;
+  m.min_bytes = o.min_bytes;
+  m.max_bytes = o.max_bytes;
+  m.factor = o.factor;
+  m.element_bytes = ElementSize(o.dtype);
+  m.ranks = o.model_ranks;
+  m.nodes = o.model_nodes;
+  m.topology_path = o.topology_path;
+  m.device_path = o.device_path;
+  m.algorithm = o.model_algorithm;
+  PrintModelTable(m);
+  return 0;
+}
+
+// Whether allreduces take the direct algorithm (the registered path's).
+bool TakesDirect(const PerfOptions& o) {
+  const auto forced =
+      runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
+  const Algorithm chosen = o.algorithm != Algorithm::kAuto ? o.algorithm
+                           : forced                        ? ParseAlgorithm(*forced)
+                                                           : Algorithm::kAuto;
+  return chosen == Algorithm::kAuto || chosen == Algorithm::kDirect;
+}
+
+// The slowest rank's microseconds per operation, after the warm-up.
+double TimeOperations(Communicator& comm, Runner& runner, const PerfOptions& o) {
+  runner.Prepare();
+  for (int i = 0; i < o.warmup; ++i) runner.Run();
+  comm.Barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iterations; ++i) runner.Run();
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count() /
+              o.iterations;
+  comm.AllReduce({&us, 1, DataType::kFloat64, ReduceOp::kMax});
+  return us;
+}
+
+// Wrong elements of one checked run, over all ranks. Registered buffers
+// must have been used in place where the path applies (a direct allreduce
+// above the small-message size): a staged one counts as wrong.
+double CountWrong(Communicator& comm, Runner& runner, const PerfOptions& o, std::size_t bytes,
+                  std::size_t small_message_bytes) {
+  runner.Prepare();
+  runner.Run();
+  double wrong = static_cast<double>(runner.Wrong());
+  if (o.registered && o.op == CollectiveKind::kAllReduce && comm.size() > 1 && TakesDirect(o) &&
+      comm.transport_name() == std::string("shm") && bytes > small_message_bytes &&
+      !comm.records().back().registered) {
+    std::fprintf(stderr, "rank %d: the allreduce of %zu bytes staged its registered buffer\n",
+                 comm.rank(), bytes);
+    wrong += 1;
+  }
+  comm.AllReduce({&wrong, 1, DataType::kFloat64, ReduceOp::kSum});
+  return wrong;
+}
+
+void PrintHeader(const PerfOptions& o, const Communicator& comm,
+                 const runtime::Topology& topology) {
+  std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport%s, %d iterations after %d "
+              "warm-up\n", runtime::Name(o.op), comm.size(), Name(o.dtype),
+              comm.transport_name(), o.registered ? ", registered buffers" : "", o.iterations,
+              o.warmup);
+  std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
+              DescribeModelAlgorithm(o.model_algorithm));
+  std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
+              "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
+}
+
 int Main(int argc, char** argv) {
   const PerfOptions o = Parse(argc, argv);
-  if (o.model_only) {
-    ModelTableOptions m;
-    m.op = o.op;
-    m.min_bytes = o.min_bytes;
-    m.max_bytes = o.max_bytes;
-    m.factor = o.factor;
-    m.element_bytes = ElementSize(o.dtype);
-    m.ranks = o.model_ranks;
-    m.nodes = o.model_nodes;
-    m.topology_path = o.topology_path;
-    m.device_path = o.device_path;
-    m.algorithm = o.model_algorithm;
-    PrintModelTable(m);
-    return 0;
-  }
+  if (o.model_only) return ModelOnly(o);
   NEURON_CHECK(o.model_ranks == 0 && o.model_nodes == 1 && o.topology_path.empty() &&
                    o.device_path.empty(),
                "-N, --nodes, --topology and --device go with --model-only (under neuronrun, "
@@ -319,23 +377,9 @@ int Main(int argc, char** argv) {
       topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(size / local, local)),
       runtime::DeviceSpec::FromEnvironment());
   const double factor = runtime::BusBandwidthFactor(o.op, size);
-  if (rank == 0) {
-    std::printf("# neuron-cc-perf: %s, %d ranks, %s, %s transport%s, %d iterations after %d "
-                "warm-up\n", runtime::Name(o.op), size, Name(o.dtype), comm->transport_name(),
-                o.registered ? ", registered buffers" : "", o.iterations, o.warmup);
-    std::printf("# topology %s; modelled with %s\n", topology.spec().name().c_str(),
-                DescribeModelAlgorithm(o.model_algorithm));
-    std::printf("%12s %12s %10s %11s %11s %11s %11s %11s %7s\n", "size(B)", "count", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)", "model(us)", "m.algo", "m.busbw", "wrong");
-  }
+  if (rank == 0) PrintHeader(o, *comm, topology);
   const std::size_t esize = ElementSize(o.dtype);
   double total_wrong = 0;
-  // Whether allreduces take the direct algorithm (the registered path's).
-  const auto forced =
-      runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCollectiveAlgorithm);
-  const Algorithm chosen = o.algorithm != Algorithm::kAuto ? o.algorithm
-                           : forced ? ParseAlgorithm(*forced) : Algorithm::kAuto;
-  const bool direct = chosen == Algorithm::kAuto || chosen == Algorithm::kDirect;
   for (std::size_t bytes = o.min_bytes; bytes != 0;
        bytes = NextSize(bytes, o.max_bytes, o.factor)) {
     std::size_t count = std::max<std::size_t>(bytes / esize, 1);
@@ -343,41 +387,19 @@ int Main(int argc, char** argv) {
       count = std::max<std::size_t>(count / size, 1) * size;
     }
     Runner runner(*comm, o, count);
-    runner.Prepare();
-    for (int i = 0; i < o.warmup; ++i) runner.Run();
-    comm->Barrier();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.iterations; ++i) runner.Run();
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                    .count() / o.iterations;
-    comm->AllReduce({&us, 1, DataType::kFloat64, ReduceOp::kMax});
-    double wrong = 0;
-    if (o.check) {
-      runner.Prepare();
-      runner.Run();
-      wrong = static_cast<double>(runner.Wrong());
-      // Registered buffers must have been used in place where the path
-      // applies (a direct allreduce above the small-message size).
-      if (o.registered && o.op == CollectiveKind::kAllReduce && size > 1 && direct &&
-          comm->transport_name() == std::string("shm") &&
-          count * esize > comm_options.small_message_bytes &&
-          !comm->records().back().registered) {
-        std::fprintf(stderr, "rank %d: the allreduce of %zu bytes staged its registered buffer\n",
-                     rank, count * esize);
-        wrong += 1;
-      }
-      comm->AllReduce({&wrong, 1, DataType::kFloat64, ReduceOp::kSum});
-      total_wrong += wrong;
-    }
+    const double us = TimeOperations(*comm, runner, o);
+    const double wrong =
+        o.check ? CountWrong(*comm, runner, o, count * esize, comm_options.small_message_bytes)
+                : 0;
+    total_wrong += wrong;
     const double s = static_cast<double>(count * esize);
     const runtime::CollectiveCost cost = runtime::ModelCollective(
         model, runtime::Name(o.op), s, runtime::AllRanks(size), 0, o.model_algorithm);
-    const double model_us = cost.micros;
     if (rank == 0) {
       const double algbw = s / us / 1e3;
-      const double model_busbw = model_us > 0 ? s / model_us / 1e3 * factor : 0;
+      const double model_busbw = cost.micros > 0 ? s / cost.micros / 1e3 * factor : 0;
       std::printf("%12zu %12zu %10.3f %11.3f %11.3f %11.2f %11s %11.1f %7s\n",
-                  static_cast<std::size_t>(s), count, us, algbw, algbw * factor, model_us,
+                  static_cast<std::size_t>(s), count, us, algbw, algbw * factor, cost.micros,
                   cost.algorithm, model_busbw,
                   o.check ? std::to_string(static_cast<long>(wrong)).c_str() : "-");
       std::fflush(stdout);

@@ -126,6 +126,134 @@ def _definition(model):
         return ""
 
 
+def _arg_operands(node, names):
+    """The node's positional operands: tensors (IR names, in order; a list
+    of tensors for stack and cat) and the other arguments as attributes
+    named by the op's schema."""
+    schema = node.target._schema.arguments
+    tensors, attrs = [], []
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node):
+            tensors.append("%" + names[arg])
+        elif (isinstance(arg, (list, tuple)) and arg
+              and all(isinstance(a, torch.fx.Node) for a in arg)):
+            tensors.extend("%" + names[a] for a in arg)  # stack, cat
+        elif arg is not None:
+            attrs.append(f"{schema[i].name} = {_attribute(arg)}")
+    return tensors, attrs
+
+
+def _kwarg_operands(node, names, tensors, attrs):
+    """Appends the node's keyword operands (those every IR value does not
+    already satisfy) to `tensors` and `attrs`."""
+    for key, arg in node.kwargs.items():
+        if isinstance(arg, torch.fx.Node):
+            tensors.append("%" + names[arg])
+        elif _implied(key, arg):
+            continue
+        elif arg is not None:
+            attrs.append(f"{key} = {_attribute(arg)}")
+
+
+def _output_types(node, op):
+    """The IR types of a node with several outputs: from their getitem
+    users, else (unused) from the argument they match or the fake values
+    AOTAutograd traced."""
+    items = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    returns = node.target._schema.returns
+    count = len(returns)
+    listed = count == 1 and str(returns[0].type) == "List[Tensor]"
+    if listed:  # unbind: one tensor per index along `dim`, all alike
+        shape = node.args[0].meta["tensor_meta"].shape
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        count = int(shape[dim])
+    like = _OUTPUT_LIKE.get(op, {})
+
+    def output_type(k):
+        if k in items:
+            return _type(items[k].meta.get("tensor_meta"), node.name)
+        if listed and items:
+            return _type(next(iter(items.values())).meta.get("tensor_meta"), node.name)
+        if k in like:  # unused, typed as the argument it matches
+            if callable(like[k]):
+                return like[k](node)
+            return _type(node.args[like[k]].meta.get("tensor_meta"), node.name)
+        val = node.meta.get("val")  # the fake outputs AOTAutograd traced
+        if isinstance(val, (list, tuple)) and k < len(val):
+            return _type(val[k], node.name)
+        raise _Unsupported("an output that is never used")
+    return [output_type(k) for k in range(count)]
+
+
+def _results(node, op, meta):
+    """The IR declaration of the node's results, and whether it has
+    several (read through getitem)."""
+    if isinstance(meta, (list, tuple)) and not hasattr(meta, "shape"):  # unbind
+        return ", ".join(f"%{node.name}_{k}: {_type(m, node.name)}"
+                         for k, m in enumerate(meta)), True
+    if meta is None:  # several outputs: their types are on the getitem users
+        return ", ".join(f"%{node.name}_{k}: {t}"
+                         for k, t in enumerate(_output_types(node, op))), True
+    return f"%{node.name}: {_type(meta, node.name)}", False
+
+
+class _Translation:
+    """The state of one graph's translation to IR (to_ir)."""
+
+    def __init__(self, where):
+        self.where = where
+        self.inputs, self.lines, self.unsupported = [], [], []
+        self.names, self.multi = {}, set()
+        self.outputs = None
+        self.streams = 0  # random ops so far: each draws its own stream of the seed
+
+    def call(self, node):
+        """An aten op node as one IR line."""
+        op = _op_name(node.target)
+        try:
+            tensors, attrs = _arg_operands(node, self.names)
+            if op in _RANDOM:  # its random bits: the run's seed, a stream each
+                if self.streams == 0:
+                    self.inputs.append((_SEED, f"%{_SEED}: i64[]"))
+                tensors.append("%" + _SEED)
+                attrs.append(f"stream = {self.streams}")
+                self.streams += 1
+            _kwarg_operands(node, self.names, tensors, attrs)
+            out, several = _results(node, op, node.meta.get("tensor_meta"))
+            if several:
+                self.multi.add(node)
+            attr_text = " {" + ", ".join(attrs) + "}" if attrs else ""
+            self.lines.append(f"  {out} = {op}({', '.join(tensors)}){attr_text}"
+                              f"  # {_source(node, self.where)}")
+            self.names[node] = node.name
+        except (_Unsupported, KeyError):
+            self.unsupported.append((op, _source(node, self.where)))
+
+    def node(self, node):
+        meta = node.meta.get("tensor_meta")
+        if node.op == "placeholder":
+            try:
+                self.inputs.append((node.name, f"%{node.name}: {_type(meta, node.name)}"))
+            except _Unsupported as e:
+                self.unsupported.append((f"input {node.name}", str(e)))
+            self.names[node] = node.name
+        elif node.op == "call_function" and node.target is operator.getitem:
+            source, index = node.args
+            if source not in self.multi:
+                self.unsupported.append(("getitem", _source(node, self.where)))
+            self.names[node] = f"{self.names.get(source, source.name)}_{index}"
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            self.call(node)
+        elif node.op == "output":
+            returned = node.args[0]
+            if isinstance(returned, torch.fx.Node):  # a split segment's single result
+                returned = [returned]
+            self.outputs = [self.names.get(a) if isinstance(a, torch.fx.Node) else None
+                            for a in returned]
+        else:
+            self.unsupported.append((str(node.target), _source(node, self.where)))
+
+
 def to_ir(gm, name, where=""):
     """Translates an FX graph of aten ops into the compiler's IR text.
 
@@ -138,103 +266,18 @@ def to_ir(gm, name, where=""):
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
     cannot express (then text is None)."""
-    inputs, lines, unsupported, names, multi = [], [], [], {}, set()
-    outputs = None
-    streams = 0  # random ops so far: each draws its own stream of the seed
+    t = _Translation(where)
     for node in gm.graph.nodes:
-        meta = node.meta.get("tensor_meta")
-        if node.op == "placeholder":
-            try:
-                inputs.append((node.name, f"%{node.name}: {_type(meta, node.name)}"))
-            except _Unsupported as e:
-                unsupported.append((f"input {node.name}", str(e)))
-            names[node] = node.name
-        elif node.op == "call_function" and node.target is operator.getitem:
-            source, index = node.args
-            if source not in multi:
-                unsupported.append(("getitem", _source(node, where)))
-            names[node] = f"{names.get(source, source.name)}_{index}"
-        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            op = _op_name(node.target)
-            try:
-                schema = node.target._schema.arguments
-                tensors, attrs = [], []
-                for i, arg in enumerate(node.args):
-                    if isinstance(arg, torch.fx.Node):
-                        tensors.append("%" + names[arg])
-                    elif (isinstance(arg, (list, tuple)) and arg
-                          and all(isinstance(a, torch.fx.Node) for a in arg)):
-                        tensors.extend("%" + names[a] for a in arg)  # stack, cat
-                    elif arg is not None:
-                        attrs.append(f"{schema[i].name} = {_attribute(arg)}")
-                if op in _RANDOM:  # its random bits: the run's seed, a stream each
-                    if streams == 0:
-                        inputs.append((_SEED, f"%{_SEED}: i64[]"))
-                    tensors.append("%" + _SEED)
-                    attrs.append(f"stream = {streams}")
-                    streams += 1
-                for key, arg in node.kwargs.items():
-                    if isinstance(arg, torch.fx.Node):
-                        tensors.append("%" + names[arg])
-                    elif _implied(key, arg):
-                        continue
-                    elif arg is not None:
-                        attrs.append(f"{key} = {_attribute(arg)}")
-                if isinstance(meta, (list, tuple)) and not hasattr(meta, "shape"):  # unbind
-                    out = ", ".join(f"%{node.name}_{k}: {_type(m, node.name)}"
-                                    for k, m in enumerate(meta))
-                    multi.add(node)
-                elif meta is None:  # several outputs: their types are on the getitem users
-                    items = {u.args[1]: u for u in node.users if u.target is operator.getitem}
-                    returns = node.target._schema.returns
-                    count = len(returns)
-                    listed = count == 1 and str(returns[0].type) == "List[Tensor]"
-                    if listed:  # unbind: one tensor per index along `dim`, all alike
-                        shape = node.args[0].meta["tensor_meta"].shape
-                        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-                        count = int(shape[dim])
-                    like = _OUTPUT_LIKE.get(op, {})
-
-                    def output_type(k):
-                        if k in items:
-                            return _type(items[k].meta.get("tensor_meta"), node.name)
-                        if listed and items:
-                            return _type(next(iter(items.values())).meta.get("tensor_meta"),
-                                         node.name)
-                        if k in like:  # unused, typed as the argument it matches
-                            if callable(like[k]):
-                                return like[k](node)
-                            return _type(node.args[like[k]].meta.get("tensor_meta"), node.name)
-                        val = node.meta.get("val")  # the fake outputs AOTAutograd traced
-                        if isinstance(val, (list, tuple)) and k < len(val):
-                            return _type(val[k], node.name)
-                        raise _Unsupported("an output that is never used")
-                    out = ", ".join(f"%{node.name}_{k}: {output_type(k)}" for k in range(count))
-                    multi.add(node)
-                else:
-                    out = f"%{node.name}: {_type(meta, node.name)}"
-                attr_text = " {" + ", ".join(attrs) + "}" if attrs else ""
-                lines.append(f"  {out} = {op}({', '.join(tensors)}){attr_text}"
-                             f"  # {_source(node, where)}")
-                names[node] = node.name
-            except (_Unsupported, KeyError):
-                unsupported.append((op, _source(node, where)))
-        elif node.op == "output":
-            returned = node.args[0]
-            if isinstance(returned, torch.fx.Node):  # a split segment's single result
-                returned = [returned]
-            outputs = [names.get(a) if isinstance(a, torch.fx.Node) else None
-                       for a in returned]
-        else:
-            unsupported.append((str(node.target), _source(node, where)))
-    if unsupported:
-        return None, None, outputs, unsupported
+        t.node(node)
+    if t.unsupported:
+        return None, None, t.outputs, t.unsupported
+    inputs = t.inputs
     sorted_inputs = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
     order = [i if inputs[i][0] != _SEED else None for i in sorted_inputs]
-    returned = sorted({o for o in outputs if o is not None})
+    returned = sorted({o for o in t.outputs if o is not None})
     text = (f"graph {name}({', '.join(inputs[i][1] for i in sorted_inputs)}) {{\n" +
-            "\n".join(lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
-    return text, order, outputs, []
+            "\n".join(t.lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
+    return text, order, t.outputs, []
 
 
 def _record(entry):

@@ -212,6 +212,13 @@ class Translator {
     }
   }
 
+  // Input `i` of `n`: its known value, its IR name (a tensor), its shape.
+  const c10::IValue& Input(Node* n, std::size_t i) const { return values_.at(n->inputs()[i]); }
+  std::string TensorInput(Node* n, std::size_t i, const std::string& where) {
+    return TensorName(n->inputs()[i], where);
+  }
+  c10::IntArrayRef ShapeOf(Node* n, std::size_t i) const { return Input(n, i).toTensor().sizes(); }
+
   void Translate(Node* n) {
     const auto results = Evaluate(n);
     for (std::size_t i = 0; i < n->outputs().size() && i < results.size(); ++i) {
@@ -229,100 +236,112 @@ class Translator {
       UnpackParts(n, where);
       return;
     }
-    const at::Tensor result = results[0].toTensor();
     NEURON_CHECK(kind.is_aten(), where, ": is not supported on the device");
-    const std::string op = kind.toUnqualString();
-    auto tensor = [&](std::size_t i) { return TensorName(n->inputs()[i], where); };
-    auto value = [&](std::size_t i) -> const c10::IValue& { return values_.at(n->inputs()[i]); };
-    auto shape = [&](std::size_t i) { return value(i).toTensor().sizes(); };
-    Value* out = n->outputs()[0];
+    names_[n->outputs()[0]] = TranslateAten(n, results[0].toTensor(), where);
+  }
+
+  // The IR name of aten node `n`'s result `result`: its composite ops
+  // (dropout in eval, contiguous, view, softmax, layer_norm, linear,
+  // matmul) by hand, the rest by name.
+  std::string TranslateAten(Node* n, const at::Tensor& result, const std::string& where) {
+    const std::string op = n->kind().toUnqualString();
     if (op == "dropout" || op == "feature_dropout") {
-      NEURON_CHECK(!value(2).toBool(), where, ": dropout in training mode (call .eval() "
+      NEURON_CHECK(!Input(n, 2).toBool(), where, ": dropout in training mode (call .eval() "
                    "before saving, or compile it from Python)");
-      names_[out] = tensor(0);
-      return;
+      return TensorInput(n, 0, where);
     }
-    if (op == "contiguous") {
-      names_[out] = Emit("aten.clone", {tensor(0)}, result, where);
-      return;
-    }
+    if (op == "contiguous") return Emit("aten.clone", {TensorInput(n, 0, where)}, result, where);
     if (op == "view" || op == "reshape" || op == "flatten") {
-      names_[out] = Emit("aten.view", {tensor(0)}, result, where, {{"size", Ints(result.sizes())}});
-      return;
+      return Emit("aten.view", {TensorInput(n, 0, where)}, result, where,
+                  {{"size", Ints(result.sizes())}});
     }
     if (op == "softmax" || op == "log_softmax") {
-      names_[out] = Emit(op == "softmax" ? "aten._softmax" : "aten._log_softmax", {tensor(0)},
-                         result, where, {{"dim", Int(value(1).toInt())}, {"half_to_float", Int(0)}});
-      return;
+      return Emit(op == "softmax" ? "aten._softmax" : "aten._log_softmax",
+                  {TensorInput(n, 0, where)}, result, where,
+                  {{"dim", Int(Input(n, 1).toInt())}, {"half_to_float", Int(0)}});
     }
-    if (op == "layer_norm") {  // (x, normalized_shape, weight, bias, eps, cudnn)
-      NEURON_CHECK(!value(2).isNone() && !value(3).isNone(), where,
-                   ": layer_norm needs weight and bias on the device");
-      auto* node = AddNode("aten.native_layer_norm", {tensor(0), tensor(2), tensor(3)}, where);
-      const std::string y = NewName();
-      *node->add_outputs() = TypeOf(y, result, where);
-      std::vector<std::int64_t> stats(shape(0).begin(), shape(0).end());
-      stats.back() = 1;
-      const at::Tensor stat = at::empty(stats, result.options().dtype(at::kFloat));
-      *node->add_outputs() = TypeOf(NewName(), stat, where);
-      *node->add_outputs() = TypeOf(NewName(), stat, where);
-      (*node->mutable_attrs())["normalized_shape"] = Ints(value(1).toIntVector());
-      proto::Attribute eps;
-      eps.set_f(value(4).toDouble());
-      (*node->mutable_attrs())["eps"] = eps;
-      names_[out] = y;
-      return;
+    if (op == "layer_norm") return TranslateLayerNorm(n, result, where);
+    if (op == "linear") return TranslateLinear(n, result, where);
+    if (op == "matmul") return TranslateMatmul(n, result, where);
+    return TranslateByName(n, result, where);
+  }
+
+  // layer_norm (x, normalized_shape, weight, bias, eps, cudnn).
+  std::string TranslateLayerNorm(Node* n, const at::Tensor& result, const std::string& where) {
+    NEURON_CHECK(!Input(n, 2).isNone() && !Input(n, 3).isNone(), where,
+                 ": layer_norm needs weight and bias on the device");
+    auto* node = AddNode("aten.native_layer_norm",
+                         {TensorInput(n, 0, where), TensorInput(n, 2, where),
+                          TensorInput(n, 3, where)},
+                         where);
+    const std::string y = NewName();
+    *node->add_outputs() = TypeOf(y, result, where);
+    std::vector<std::int64_t> stats(ShapeOf(n, 0).begin(), ShapeOf(n, 0).end());
+    stats.back() = 1;
+    const at::Tensor stat = at::empty(stats, result.options().dtype(at::kFloat));
+    *node->add_outputs() = TypeOf(NewName(), stat, where);
+    *node->add_outputs() = TypeOf(NewName(), stat, where);
+    (*node->mutable_attrs())["normalized_shape"] = Ints(Input(n, 1).toIntVector());
+    proto::Attribute eps;
+    eps.set_f(Input(n, 4).toDouble());
+    (*node->mutable_attrs())["eps"] = eps;
+    return y;
+  }
+
+  // linear: x [.., K] x weight [N, K]^T + bias, the rows through one mm.
+  std::string TranslateLinear(Node* n, const at::Tensor& result, const std::string& where) {
+    const auto x = ShapeOf(n, 0), w = ShapeOf(n, 1);
+    const std::int64_t rows = Input(n, 0).toTensor().numel() / x.back();
+    const at::Tensor wt = at::empty({w[1], w[0]}, result.options());
+    const std::string weight_t = Emit("aten.t", {TensorInput(n, 1, where)}, wt, where);
+    std::string input = TensorInput(n, 0, where);
+    const at::Tensor flat_out = at::empty({rows, w[0]}, result.options());
+    if (x.size() != 2) {
+      input = Emit("aten.view", {input}, at::empty({rows, x.back()}, result.options()), where,
+                   {{"size", Ints({rows, x.back()})}});
     }
-    if (op == "linear") {  // x [.., K] x weight [N, K]^T + bias
-      const auto x = shape(0), w = shape(1);
-      const std::int64_t rows = value(0).toTensor().numel() / x.back();
-      const at::Tensor wt = at::empty({w[1], w[0]}, result.options());
-      const std::string weight_t = Emit("aten.t", {tensor(1)}, wt, where);
-      std::string input = tensor(0);
-      const at::Tensor flat_out = at::empty({rows, w[0]}, result.options());
-      if (x.size() != 2) {
-        input = Emit("aten.view", {input}, at::empty({rows, x.back()}, result.options()), where,
-                     {{"size", Ints({rows, x.back()})}});
-      }
-      std::string y = value(2).isNone()
-                          ? Emit("aten.mm", {input, weight_t}, flat_out, where)
-                          : Emit("aten.addmm", {tensor(2), input, weight_t}, flat_out, where);
-      if (x.size() != 2) y = Emit("aten.view", {y}, result, where, {{"size", Ints(result.sizes())}});
-      names_[out] = y;
-      return;
+    std::string y =
+        Input(n, 2).isNone()
+            ? Emit("aten.mm", {input, weight_t}, flat_out, where)
+            : Emit("aten.addmm", {TensorInput(n, 2, where), input, weight_t}, flat_out, where);
+    if (x.size() != 2) y = Emit("aten.view", {y}, result, where, {{"size", Ints(result.sizes())}});
+    return y;
+  }
+
+  // matmul: mm, bmm, or [.., K] x [K, N] as rows through one mm.
+  std::string TranslateMatmul(Node* n, const at::Tensor& result, const std::string& where) {
+    const auto a = ShapeOf(n, 0), b = ShapeOf(n, 1);
+    const bool batched = a.size() == 3 && b.size() == 3 && a[0] == b[0];
+    if ((a.size() == 2 && b.size() == 2) || batched) {
+      const std::string lhs = TensorInput(n, 0, where);
+      return Emit(batched ? "aten.bmm" : "aten.mm", {lhs, TensorInput(n, 1, where)}, result,
+                  where);
     }
-    if (op == "matmul") {
-      const auto a = shape(0), b = shape(1);
-      if (a.size() == 2 && b.size() == 2) {
-        names_[out] = Emit("aten.mm", {tensor(0), tensor(1)}, result, where);
-      } else if (a.size() == 3 && b.size() == 3 && a[0] == b[0]) {
-        names_[out] = Emit("aten.bmm", {tensor(0), tensor(1)}, result, where);
-      } else if (b.size() == 2) {  // [.., K] x [K, N]: rows through one mm
-        const std::int64_t rows = value(0).toTensor().numel() / a.back();
-        const std::string flat = Emit("aten.view", {tensor(0)},
-                                      at::empty({rows, a.back()}, result.options()), where,
-                                      {{"size", Ints({rows, a.back()})}});
-        const std::string mm =
-            Emit("aten.mm", {flat, tensor(1)}, at::empty({rows, b[1]}, result.options()), where);
-        names_[out] = Emit("aten.view", {mm}, result, where, {{"size", Ints(result.sizes())}});
-      } else {
-        throw InvalidUsage(StrCat(where, ": matmul of ", a.size(), "-D and ", b.size(),
-                                  "-D tensors is not supported on the device"));
-      }
-      return;
-    }
-    // Everything else by name, if the device runs it: tensors in order,
-    // other arguments as attributes named by the op's schema.
+    NEURON_CHECK(b.size() == 2, where, ": matmul of ", a.size(), "-D and ", b.size(),
+                 "-D tensors is not supported on the device");
+    const std::int64_t rows = Input(n, 0).toTensor().numel() / a.back();
+    const std::string flat =
+        Emit("aten.view", {TensorInput(n, 0, where)},
+             at::empty({rows, a.back()}, result.options()), where,
+             {{"size", Ints({rows, a.back()})}});
+    const std::string mm = Emit("aten.mm", {flat, TensorInput(n, 1, where)},
+                                at::empty({rows, b[1]}, result.options()), where);
+    return Emit("aten.view", {mm}, result, where, {{"size", Ints(result.sizes())}});
+  }
+
+  // Any other op by name, if the device runs it: tensors in order, other
+  // arguments as attributes named by the op's schema.
+  std::string TranslateByName(Node* n, const at::Tensor& result, const std::string& where) {
     const std::string name = IrOpName(n);
     NEURON_CHECK(IsNativeOp(name), where, ": ", name, " is not supported on the device");
     std::vector<std::string> tensors;
     std::map<std::string, proto::Attribute> attrs;
     const auto& args = n->schema().arguments();
     for (std::size_t i = 0; i < n->inputs().size(); ++i) {
-      const c10::IValue& v = value(i);
+      const c10::IValue& v = Input(n, i);
       const std::string arg = i < args.size() ? args[i].name() : StrCat("arg", i);
       if (v.isTensor()) {
-        tensors.push_back(tensor(i));
+        tensors.push_back(TensorInput(n, i, where));
       } else if (v.isTensorList()) {
         Node* list = n->inputs()[i]->node();
         for (Value* item : list->inputs()) tensors.push_back(TensorName(item, where));
@@ -333,7 +352,7 @@ class Translator {
     }
     NEURON_CHECK(n->outputs().size() == 1, where, ": ", name, " has ", n->outputs().size(),
                  " outputs; one is supported here");
-    names_[out] = Emit(name, tensors, result, where, attrs);
+    return Emit(name, tensors, result, where, attrs);
   }
 
   std::shared_ptr<torch::jit::Graph> graph_;
