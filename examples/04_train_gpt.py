@@ -102,13 +102,9 @@ def collective_bytes(groups, steps):
     return out
 
 
-def main():
-    args = parse()
-    torch.set_num_threads(1)
-    torchneuron.init(timeout=datetime.timedelta(seconds=300))
-    layout = parallel.initialize(tp=args.tp, pp=args.pp, dp=args.dp or None)
-    if args.compile and args.tp > 1:
-        sys.exit("--compile needs --tp 1: tensor-parallel layers are not compiled yet")
+def build(args):
+    """The model, this rank's part of it (how its gradients are averaged),
+    its parameters and the pipeline engine (None without --pp)."""
     cfg = GPTConfig(vocab_size=args.vocab, seq_len=args.seq, dim=args.dim, heads=args.heads,
                     layers=args.layers)
     parallel.tensor_parallel.manual_seed(args.seed)  # equal on tensor-parallel ranks
@@ -116,8 +112,6 @@ def main():
     if args.compile:  # each transformer block: attention and MLP, forward and backward
         for i, block in enumerate(model.blocks):
             model.blocks[i] = torchneuron.compile(block)
-
-    # This rank's part of the model, and how its gradients are averaged.
     per_stage = args.chunks or (2 if args.schedule == "interleaved" else 1)
     chunks = pipeline.partition(model.stages(), per_stage) if args.pp > 1 else [model]
     if args.zero:
@@ -130,20 +124,77 @@ def main():
     else:
         parts = chunks
     params = [p for part in parts for p in part.parameters()]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     engine = None
     if args.pp > 1:
         engine = parallel.PipelineEngine(parts, model.loss, args.microbatches, args.schedule)
+    return model, parts, params, engine
 
+
+def train_step(args, model, parts, params, engine, opt, x, y):
+    """One step: forward, backward, gradient averaging, clipping and the
+    optimizer. Returns (loss, modelled compute us, bubble us, grad norm)."""
+    opt.zero_grad(set_to_none=True)
+    if engine is not None:
+        loss = engine.step(x, y)
+        compute_us = engine.last["compute_us"]
+        bubble_us = engine.last["bubble"] * engine.last["modelled_step_us"]
+    else:
+        loss = parts[0](x, y)
+        loss.backward()
+        # The device model's estimate of the forward and backward.
+        compute_us, bubble_us = 3 * pipeline.device_forward_us(model, x), 0.0
+        fabric.advance_compute(compute_us)
+    if args.sp and not args.zero:  # (the sharded units sum them themselves)
+        parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
+    if args.pp > 1 and not args.zero:
+        parallel.average_gradients(params)
+    norm = parallel.clip_grad_norm_(parts, args.clip).item() if args.clip else None
+    opt.step()
+    if args.zero:
+        parallel.record_optimizer_state(opt)
+    return loss, compute_us, bubble_us, norm
+
+
+def report_step(args, layout, step, loss, start, clock0, compute_us, bubble_us, norm,
+                tokens_per_step):
+    """The slowest rank's figures of the step (one all-reduce) and the loss
+    (it lives on the last stage: averaged over data parallel there); rank 0
+    prints them. Returns (wall s, modelled us, compute us, bubble us, loss,
+    max RSS MiB)."""
+    wall, modelled_us, compute_us, bubble_us, rss = slowest(
+        time.perf_counter() - start, fabric.clock()["compute_us"] - clock0, compute_us,
+        bubble_us, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    value = torch.tensor([loss.item() if loss is not None else 0.0])
+    dist.all_reduce(value)
+    value /= layout.dp * layout.tp
+    if dist.get_rank() == 0:
+        print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
+              f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
+              f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
+              f"max RSS {rss:.0f} MiB" +
+              (f" | grad norm {norm:.4f} (clip {args.clip:g})" if norm is not None else ""),
+              flush=True)
+    return wall, modelled_us, compute_us, bubble_us, value.item(), rss
+
+
+def main():
+    args = parse()
+    torch.set_num_threads(1)
+    torchneuron.init(timeout=datetime.timedelta(seconds=300))
+    layout = parallel.initialize(tp=args.tp, pp=args.pp, dp=args.dp or None)
+    if args.compile and args.tp > 1:
+        sys.exit("--compile needs --tp 1: tensor-parallel layers are not compiled yet")
+    model, parts, params, engine = build(args)
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     data = parallel.SyntheticTokenDataset(sequences=args.batch * layout.dp * args.steps,
                                           length=args.seq, vocab=args.vocab, seed=args.seed)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch,
                                          sampler=parallel.DistributedSampler(data, seed=args.seed))
     tokens_per_step = args.batch * layout.dp * args.seq
     if dist.get_rank() == 0:
-        print(f"GPT {cfg.parameters() / 1e6:.2f}M parameters, {layout._layout.describe()}, "
-              f"ZeRO {args.zero}, sp={args.sp}, compile={args.compile}; "
-              f"{tokens_per_step} tokens per step", flush=True)
+        print(f"GPT {model.cfg.parameters() / 1e6:.2f}M parameters, "
+              f"{layout._layout.describe()}, ZeRO {args.zero}, sp={args.sp}, "
+              f"compile={args.compile}; {tokens_per_step} tokens per step", flush=True)
     history = []  # per step: wall s, modelled us, compute us, bubble us, loss
     if args.trace_out:
         fabric.start_trace()
@@ -151,42 +202,12 @@ def main():
         dist.barrier()
         clock0, start = fabric.clock()["compute_us"], time.perf_counter()
         fabric.mark("step_begin")
-        opt.zero_grad(set_to_none=True)
-        if engine is not None:
-            loss = engine.step(x, y)
-            compute_us = engine.last["compute_us"]
-            bubble_us = engine.last["bubble"] * engine.last["modelled_step_us"]
-        else:
-            loss = parts[0](x, y)
-            loss.backward()
-            # The device model's estimate of the forward and backward.
-            compute_us, bubble_us = 3 * pipeline.device_forward_us(model, x), 0.0
-            fabric.advance_compute(compute_us)
-        if args.sp and not args.zero:  # (the sharded units sum them themselves)
-            parallel.tensor_parallel.allreduce_sequence_parallel_grads(model)
-        if args.pp > 1 and not args.zero:
-            parallel.average_gradients(params)
-        norm = parallel.clip_grad_norm_(parts, args.clip).item() if args.clip else None
-        opt.step()
-        if args.zero:
-            parallel.record_optimizer_state(opt)
+        loss, compute_us, bubble_us, norm = train_step(args, model, parts, params, engine,
+                                                       opt, x, y)
         fabric.mark("step_end")
-        # The slowest rank's figures, in one all-reduce.
-        wall, modelled_us, compute_us, bubble_us, rss = slowest(
-            time.perf_counter() - start, fabric.clock()["compute_us"] - clock0, compute_us,
-            bubble_us, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        # The loss lives on the last stage; average it over data parallel there.
-        value = torch.tensor([loss.item() if loss is not None else 0.0])
-        dist.all_reduce(value)
-        value /= layout.dp * layout.tp
-        history.append((wall, modelled_us, compute_us, bubble_us, value.item()))
-        if dist.get_rank() == 0:
-            print(f"step {step}: loss {value.item():.4f} | wall {wall * 1e3:.1f} ms, "
-                  f"{tokens_per_step / wall:,.0f} tokens/s | modelled {modelled_us:.1f} us, "
-                  f"{tokens_per_step / modelled_us * 1e6:,.0f} tokens/s | "
-                  f"max RSS {rss:.0f} MiB" +
-                  (f" | grad norm {norm:.4f} (clip {args.clip:g})" if norm is not None else ""),
-                  flush=True)
+        *figures, rss = report_step(args, layout, step, loss, start, clock0, compute_us,
+                                    bubble_us, norm, tokens_per_step)
+        history.append(tuple(figures))
     if args.trace_out:
         fabric.save_trace(args.trace_out)
     memory = gather_memory(layout)

@@ -316,15 +316,53 @@ void ReportStep(const np::ParallelGroups& groups, int step, const at::Tensor& lo
   std::fflush(stdout);
 }
 
-int Run(int argc, char** argv) {
-  const Options o = Parse(argc, argv);
+// A forward of this stage's layers [begin, end) (a whole batch, or one
+// microbatch): each arms one backward of the ZeRO unit (if any); ZeRO-3
+// frees the parameters after it and gathers them again when backward
+// reaches the stage's output.
+struct StageForward {
+  Model& model;
+  int begin, end;
+  np::ShardedUnit* unit;
+  int zero;
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    if (unit != nullptr) {
+      unit->PrepareForBackward();
+      unit->Gather();
+    }
+    at::Tensor y = x;
+    for (int i = begin; i < end; ++i) y = model.Run(i, y);
+    if (unit != nullptr && zero == 3) {
+      unit->Free();
+      if (y.requires_grad()) {
+        np::ShardedUnit* u = unit;
+        y.register_hook([u](const at::Tensor& g) {
+          u->Gather();
+          return g;
+        });
+      }
+    }
+    return y;
+  }
+};
+
+// The job's groups, from the launcher's environment (torchrun's variables:
+// rank 0 serves the rendezvous store on MASTER_ADDR:MASTER_PORT).
+np::ParallelGroups Connect(const Options& o) {
   const int rank = EnvInt("RANK"), world = EnvInt("WORLD_SIZE");
   ::c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(EnvInt("MASTER_PORT"));
   so.isServer = rank == 0;
   so.numWorkers = world;
   auto store = c10::make_intrusive<::c10d::TCPStore>(std::getenv("MASTER_ADDR"), so);
-  np::ParallelGroups groups = np::InitializeParallel(store, rank, world, {o.tp, o.pp, o.dp});
+  return np::InitializeParallel(store, rank, world, {o.tp, o.pp, o.dp});
+}
+
+int Run(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  np::ParallelGroups groups = Connect(o);
+  const int rank = groups.rank;
   const int dp = groups.layout.size(np::Axis::kData);
   const int dp_rank = groups.layout.Coordinates(rank).dp;
 
@@ -334,27 +372,7 @@ int Run(int argc, char** argv) {
   const std::vector<at::Tensor> params = model.Params(begin, end);
   Averaging averaging = MakeAveraging(o, params, groups, stage);
   auto& unit = averaging.unit;
-  // A forward of this stage's layers (a whole batch, or one microbatch):
-  // each arms one backward of the unit; ZeRO-3 frees the parameters after
-  // it and gathers them again when backward reaches the stage's output.
-  auto forward = [&](const at::Tensor& x) {
-    if (unit) {
-      unit->PrepareForBackward();
-      unit->Gather();
-    }
-    at::Tensor y = x;
-    for (int i = begin; i < end; ++i) y = model.Run(i, y);
-    if (unit && o.zero == 3) {
-      unit->Free();
-      if (y.requires_grad()) {
-        y.register_hook([&unit](const at::Tensor& g) {
-          unit->Gather();
-          return g;
-        });
-      }
-    }
-    return y;
-  };
+  const StageForward forward{model, begin, end, unit.get(), o.zero};
   const std::int64_t micro_tokens = static_cast<std::int64_t>(o.batch) * o.seq / o.microbatches;
   const double layer_us = model.ForwardMicros(begin, end, micro_tokens);
   np::PipelineEngine engine(
@@ -367,16 +385,15 @@ int Run(int argc, char** argv) {
   const double step_compute_us =
       3 * model.ForwardMicros(0, static_cast<int>(model.layers.size()),
                               static_cast<std::int64_t>(o.batch) * o.seq);
-  std::vector<at::Tensor> momentum;
-  for (const auto& p : averaging.trained) momentum.push_back(at::zeros_like(p));
+  std::vector<at::Tensor> momentum(averaging.trained.size());
+  for (std::size_t i = 0; i < momentum.size(); ++i) momentum[i] = at::zeros_like(averaging.trained[i]);
 
   const at::Tensor data = np::SyntheticTokens({o.batch * dp * o.steps, o.seq, o.vocab, 7});
   np::ShardedBatches batches(data, {0, dp, dp_rank, true, 7, false}, o.batch);
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(o.batch) * dp * o.seq;
   if (rank == 0) {
     std::printf("cpp_trainer: %s, ZeRO %d, %lld tokens per step\n",
-                groups.layout.Describe().c_str(), o.zero,
-                static_cast<long long>(tokens_per_step));
+                groups.layout.Describe().c_str(), o.zero, static_cast<long long>(tokens_per_step));
   }
   auto clock = neuron::runtime::ProcessClock();
   for (int step = 0; step < o.steps && step < batches.size(); ++step) {

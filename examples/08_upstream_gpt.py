@@ -60,24 +60,20 @@ def parse():
     return p.parse_args()
 
 
-def main():
-    args = parse()
-    accelerator = torch.accelerator.current_accelerator()
-    device = torch.device(accelerator.type, torch.accelerator.current_device_index())
-    dist.init_process_group(backend=dist.get_default_backend_for_device(accelerator))
-    world = dist.get_world_size()
+def check_layout(args, world):
+    """Refuses a layout the model cannot take, naming the option."""
     if world % (args.pp * args.tp):
         raise SystemExit(f"world size {world} is not divisible by pp x tp = {args.pp * args.tp}")
     if args.sp and args.tp == 1:
         raise SystemExit("--sp splits the sequence over tensor parallelism: it needs --tp > 1")
     if args.heads % args.tp:
         raise SystemExit(f"--heads {args.heads} does not split over --tp {args.tp}")
-    dp = world // (args.pp * args.tp)
-    mesh = init_device_mesh(device.type, (args.pp, dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
-    cfg = PlainGPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, heads=args.heads,
-                         layers=args.layers)
 
-    # This rank's stages (rank, rank + pp, ... with the interleaved schedule).
+
+def build_stages(args, cfg, mesh, device):
+    """This rank's stages (rank, rank + pp, ... with the interleaved
+    schedule), tensor parallel and fully sharded, and the pipeline schedule
+    over them (None without --pp)."""
     pp_rank = mesh["pp"].get_local_rank()
     virtual = 2 if args.schedule == "interleaved" and args.pp > 1 else 1
     n_stages = args.pp * virtual
@@ -95,15 +91,77 @@ def main():
     if args.pp > 1:
         schedule = SCHEDULES[args.schedule](stages if virtual > 1 else stages[0],
                                             n_microbatches=args.microbatches, loss_fn=loss_fn)
+    return modules, schedule
+
+
+def train_step(modules, schedule, opt, x, y, pp_rank, last_stage):
+    """One step's forward, backward and optimizer; the batch's loss on the
+    last stage (zero elsewhere)."""
+    opt.zero_grad()
+    if schedule is None:
+        loss = loss_fn(modules[0](x), y)
+        loss.backward()
+    else:
+        losses = []
+        if pp_rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=losses)
+        loss = torch.stack(losses).mean() if last_stage else torch.zeros((), device=x.device)
+    opt.step()
+    return loss
+
+
+def report_step(args, step, loss, wall, modelled, dp, last_stage, tokens_per_step):
+    """The batch's loss (the last stage's, averaged over data parallel) and
+    the slowest rank's times; rank 0 prints them."""
+    world = dist.get_world_size()
+    figures = torch.tensor([loss.item() / dp if last_stage else 0.0, wall, modelled],
+                           dtype=torch.float64)
+    summed = figures[:1].clone()
+    dist.all_reduce(summed)
+    dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        mean_loss = summed.item() / args.tp  # each tensor-parallel rank holds the loss
+        line = (f"step {step}: loss {mean_loss:.4f}, wall {figures[1] * 1e3:.1f} ms "
+                f"({tokens_per_step / figures[1]:.0f} tokens/s)")
+        if figures[2] > 0:
+            line += (f", modelled Trainium2 step {figures[2]:.1f} us "
+                     f"({tokens_per_step / (figures[2] * 1e-6) / world:.0f} tokens/s/device)")
+        print(line, flush=True)
+
+
+def report_memory(device):
+    """Every rank's peak device memory, printed by rank 0."""
+    peak = torch.tensor([torch.neuron.max_memory_allocated() / 2**20
+                         if device.type == "neuron" else 0.0], dtype=torch.float64)
+    every = [torch.zeros_like(peak) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, peak)
+    if dist.get_rank() == 0:
+        print("peak device memory per rank (MiB): " +
+              " ".join(f"{t.item():.2f}" for t in every), flush=True)
+
+
+def main():
+    args = parse()
+    accelerator = torch.accelerator.current_accelerator()
+    device = torch.device(accelerator.type, torch.accelerator.current_device_index())
+    dist.init_process_group(backend=dist.get_default_backend_for_device(accelerator))
+    world = dist.get_world_size()
+    check_layout(args, world)
+    dp = world // (args.pp * args.tp)
+    mesh = init_device_mesh(device.type, (args.pp, dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
+    cfg = PlainGPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, heads=args.heads,
+                         layers=args.layers)
+    modules, schedule = build_stages(args, cfg, mesh, device)
     opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=args.lr)
 
     # Synthetic next-token data: this data-parallel rank's share of each batch.
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, args.vocab, (args.steps, dp, args.batch, args.seq + 1), generator=g)
-    dp_rank = mesh["dp"].get_local_rank()
+    dp_rank, pp_rank = mesh["dp"].get_local_rank(), mesh["pp"].get_local_rank()
     last_stage = pp_rank == args.pp - 1
-    rank0 = dist.get_rank() == 0
-    if rank0:
+    if dist.get_rank() == 0:
         print(f"upstream GPT: {world} ranks = pp {args.pp} x dp {dp} x tp {args.tp}"
               f"{' (sequence parallel)' if args.sp else ''} on {device.type}, backend "
               f"{dist.get_backend()}, schedule {args.schedule if args.pp > 1 else '-'}", flush=True)
@@ -113,50 +171,19 @@ def main():
         y = tokens[step, dp_rank, :, 1:].to(device)
         clock0 = fabric.clock()["compute_us"] if device.type == "neuron" else 0.0
         start = time.perf_counter()
-        opt.zero_grad()
-        if schedule is None:
-            loss = loss_fn(modules[0](x), y)
-            loss.backward()
-        else:
-            losses = []
-            if pp_rank == 0:
-                schedule.step(x)
-            else:
-                schedule.step(target=y, losses=losses)
-            loss = torch.stack(losses).mean() if last_stage else torch.zeros((), device=device)
-        opt.step()
+        loss = train_step(modules, schedule, opt, x, y, pp_rank, last_stage)
         wall = time.perf_counter() - start
         modelled = (fabric.clock()["compute_us"] - clock0) if device.type == "neuron" else 0.0
-        # The batch's loss (the last stage's, averaged over data parallel) and
-        # the slowest rank's times.
-        figures = torch.tensor([loss.item() / dp if last_stage else 0.0, wall, modelled],
-                               dtype=torch.float64)
-        summed = figures[:1].clone()
-        dist.all_reduce(summed)
-        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
-        if rank0:
-            mean_loss = summed.item() / args.tp  # each tensor-parallel rank holds the loss
-            line = (f"step {step}: loss {mean_loss:.4f}, wall {figures[1] * 1e3:.1f} ms "
-                    f"({tokens_per_step / figures[1]:.0f} tokens/s)")
-            if figures[2] > 0:
-                line += (f", modelled Trainium2 step {figures[2]:.1f} us "
-                         f"({tokens_per_step / (figures[2] * 1e-6) / world:.0f} tokens/s/device)")
-            print(line, flush=True)
+        report_step(args, step, loss, wall, modelled, dp, last_stage, tokens_per_step)
 
     if args.checkpoint:
         # This rank's stages (their parameter names keep the full model's
         # layer indices, so the ranks' keys do not collide).
         model_sd, optim_sd = get_state_dict(torch.nn.ModuleList(modules), opt)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.checkpoint)
-        if rank0:
+        if dist.get_rank() == 0:
             print(f"saved a DCP checkpoint of the model and optimizer to {args.checkpoint}")
-    peak = torch.tensor([torch.neuron.max_memory_allocated() / 2**20
-                         if device.type == "neuron" else 0.0], dtype=torch.float64)
-    every = [torch.zeros_like(peak) for _ in range(world)]
-    dist.all_gather(every, peak)
-    if rank0:
-        print("peak device memory per rank (MiB): " +
-              " ".join(f"{t.item():.2f}" for t in every), flush=True)
+    report_memory(device)
     dist.destroy_process_group()
 
 

@@ -352,6 +352,106 @@ TEST_P(CommunicatorSweep, MismatchedCallsRaiseNamingOpSequenceAndRanks) {
   }
 }
 
+// The checks of RootedAllToAllAndUnevenOpsMatchTheReference, each on one
+// rank of `size` with `count` elements of `type`.
+void CheckRooted(Communicator& comm, int rank, int size, DataType type, std::size_t count,
+                 int root) {
+  const std::size_t esize = ElementSize(type);
+  // reduce: the root gets the reference; the others keep their input.
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+    auto data = Input(type, op, rank, count);
+    comm.Reduce({data.data(), count, type, op, root});
+    if (rank == root && !InexactAverage(type, op)) {
+      ASSERT_EQ(data, Reference(type, op, size, count)) << "reduce " << Name(op);
+    }
+  }
+  // gather / scatter
+  const auto mine = Input(type, ReduceOp::kSum, rank, count);
+  std::vector<unsigned char> all(count * esize * size);
+  comm.Gather({mine.data(), all.data(), count, type, root});
+  if (rank == root) {
+    for (int r = 0; r < size; ++r) {
+      const auto theirs = Input(type, ReduceOp::kSum, r, count);
+      ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(), all.begin() + r * theirs.size()));
+    }
+  }
+  const auto source = Input(type, ReduceOp::kSum, root, count * size);
+  std::vector<unsigned char> part(count * esize);
+  comm.Scatter({rank == root ? source.data() : nullptr, part.data(), count, type, root});
+  ASSERT_TRUE(std::equal(part.begin(), part.end(), source.begin() + rank * part.size()));
+}
+
+void CheckAllToAll(Communicator& comm, int rank, int size, DataType type, std::size_t count) {
+  const std::size_t esize = ElementSize(type);
+  // alltoall, equal blocks: block p of rank r's input is Input(r)[p].
+  const auto in = Input(type, ReduceOp::kSum, rank, count * size);
+  std::vector<unsigned char> out(in.size());
+  comm.AllToAll({in.data(), out.data(), count, {}, {}, type});
+  for (int p = 0; p < size; ++p) {
+    const auto theirs = Input(type, ReduceOp::kSum, p, count * size);
+    const std::size_t block = count * esize;
+    ASSERT_TRUE(std::equal(out.begin() + p * block, out.begin() + (p + 1) * block,
+                           theirs.begin() + rank * block))
+        << "alltoall block from " << p;
+  }
+  // alltoall, per-peer sizes: rank a sends (a + 2b + count) % 4 elements to b.
+  auto n_of = [&](int a, int b) { return static_cast<std::size_t>((a + 2 * b + count) % 4); };
+  std::vector<std::size_t> sends(size), recvs(size);
+  for (int p = 0; p < size; ++p) {
+    sends[p] = n_of(rank, p);
+    recvs[p] = n_of(p, rank);
+  }
+  std::size_t send_total = 0, recv_total = 0;
+  for (int p = 0; p < size; ++p) send_total += sends[p], recv_total += recvs[p];
+  std::vector<unsigned char> vin = Input(type, ReduceOp::kSum, rank, send_total);
+  std::vector<unsigned char> vout(recv_total * esize);
+  comm.AllToAll({vin.data(), vout.data(), 0, sends, recvs, type});
+  std::size_t at = 0;
+  for (int p = 0; p < size; ++p) {
+    std::size_t offset = 0;  // where p's block for me starts in p's input
+    for (int q = 0; q < rank; ++q) offset += n_of(p, q);
+    const auto theirs = Input(type, ReduceOp::kSum, p, offset + recvs[p]);
+    ASSERT_TRUE(std::equal(vout.begin() + at, vout.begin() + at + recvs[p] * esize,
+                           theirs.begin() + offset * esize))
+        << "alltoallv block from " << p;
+    at += recvs[p] * esize;
+  }
+}
+
+void CheckUnevenReduceScatter(Communicator& comm, int rank, int size, DataType type,
+                              std::size_t count) {
+  const std::size_t esize = ElementSize(type);
+  // reduce-scatter with uneven blocks: rank r gets (r + count) % 3 elements.
+  std::vector<std::size_t> rs_counts(size);
+  std::size_t rs_total = 0;
+  for (int r = 0; r < size; ++r) rs_total += rs_counts[r] = (r + count) % 3;
+  const auto rs_input = Input(type, ReduceOp::kMax, rank, rs_total);
+  std::vector<unsigned char> rs_out(rs_counts[rank] * esize);
+  comm.ReduceScatter({rs_input.data(), rs_out.data(), 0, type, ReduceOp::kMax, rs_counts});
+  const auto rs_full = Reference(type, ReduceOp::kMax, size, rs_total);
+  std::size_t rs_at = 0;
+  for (int r = 0; r < rank; ++r) rs_at += rs_counts[r];
+  ASSERT_TRUE(std::equal(rs_out.begin(), rs_out.end(), rs_full.begin() + rs_at * esize))
+      << "uneven reducescatter";
+}
+
+void CheckAllGatherV(Communicator& comm, int rank, int size, DataType type, std::size_t count) {
+  const std::size_t esize = ElementSize(type);
+  // allgatherv: rank r contributes (r + count) % 3 elements.
+  std::vector<std::size_t> counts(size);
+  std::size_t total = 0;
+  for (int r = 0; r < size; ++r) total += counts[r] = (r + count) % 3;
+  const auto block = Input(type, ReduceOp::kSum, rank, counts[rank]);
+  std::vector<unsigned char> gathered(total * esize);
+  comm.AllGatherV({block.data(), gathered.data(), counts, type});
+  std::size_t pos = 0;
+  for (int r = 0; r < size; ++r) {
+    const auto theirs = Input(type, ReduceOp::kSum, r, counts[r]);
+    ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(), gathered.begin() + pos));
+    pos += theirs.size();
+  }
+}
+
 TEST_P(CommunicatorSweep, RootedAllToAllAndUnevenOpsMatchTheReference) {
   const auto options = Options();
   for (int size : {1, 2, 3, 5, 8}) {
@@ -359,89 +459,10 @@ TEST_P(CommunicatorSweep, RootedAllToAllAndUnevenOpsMatchTheReference) {
       Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
         for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-          const std::size_t esize = ElementSize(type);
-          for (int root : {0, size - 1}) {
-            // reduce: the root gets the reference; the others keep their input.
-            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-              auto data = Input(type, op, rank, count);
-              comm.Reduce({data.data(), count, type, op, root});
-              if (rank == root && !InexactAverage(type, op)) {
-                ASSERT_EQ(data, Reference(type, op, size, count)) << "reduce " << Name(op);
-              }
-            }
-            // gather / scatter
-            const auto mine = Input(type, ReduceOp::kSum, rank, count);
-            std::vector<unsigned char> all(count * esize * size);
-            comm.Gather({mine.data(), all.data(), count, type, root});
-            if (rank == root) {
-              for (int r = 0; r < size; ++r) {
-                const auto theirs = Input(type, ReduceOp::kSum, r, count);
-                ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(), all.begin() + r * theirs.size()));
-              }
-            }
-            const auto source = Input(type, ReduceOp::kSum, root, count * size);
-            std::vector<unsigned char> part(count * esize);
-            comm.Scatter({rank == root ? source.data() : nullptr, part.data(), count, type, root});
-            ASSERT_TRUE(std::equal(part.begin(), part.end(), source.begin() + rank * part.size()));
-          }
-          // alltoall, equal blocks: block p of rank r's input is Input(r)[p].
-          const auto in = Input(type, ReduceOp::kSum, rank, count * size);
-          std::vector<unsigned char> out(in.size());
-          comm.AllToAll({in.data(), out.data(), count, {}, {}, type});
-          for (int p = 0; p < size; ++p) {
-            const auto theirs = Input(type, ReduceOp::kSum, p, count * size);
-            const std::size_t block = count * esize;
-            ASSERT_TRUE(std::equal(out.begin() + p * block, out.begin() + (p + 1) * block,
-                                   theirs.begin() + rank * block))
-                << "alltoall block from " << p;
-          }
-          // alltoall, per-peer sizes: rank a sends (a + 2b + count) % 4 elements to b.
-          auto n_of = [&](int a, int b) { return static_cast<std::size_t>((a + 2 * b + count) % 4); };
-          std::vector<std::size_t> sends(size), recvs(size);
-          for (int p = 0; p < size; ++p) {
-            sends[p] = n_of(rank, p);
-            recvs[p] = n_of(p, rank);
-          }
-          std::size_t send_total = 0, recv_total = 0;
-          for (int p = 0; p < size; ++p) send_total += sends[p], recv_total += recvs[p];
-          std::vector<unsigned char> vin = Input(type, ReduceOp::kSum, rank, send_total);
-          std::vector<unsigned char> vout(recv_total * esize);
-          comm.AllToAll({vin.data(), vout.data(), 0, sends, recvs, type});
-          std::size_t at = 0;
-          for (int p = 0; p < size; ++p) {
-            std::size_t offset = 0;  // where p's block for me starts in p's input
-            for (int q = 0; q < rank; ++q) offset += n_of(p, q);
-            const auto theirs = Input(type, ReduceOp::kSum, p, offset + recvs[p]);
-            ASSERT_TRUE(std::equal(vout.begin() + at, vout.begin() + at + recvs[p] * esize,
-                                   theirs.begin() + offset * esize))
-                << "alltoallv block from " << p;
-            at += recvs[p] * esize;
-          }
-          // reduce-scatter with uneven blocks: rank r gets (r + count) % 3 elements.
-          std::vector<std::size_t> rs_counts(size);
-          std::size_t rs_total = 0;
-          for (int r = 0; r < size; ++r) rs_total += rs_counts[r] = (r + count) % 3;
-          const auto rs_input = Input(type, ReduceOp::kMax, rank, rs_total);
-          std::vector<unsigned char> rs_out(rs_counts[rank] * esize);
-          comm.ReduceScatter({rs_input.data(), rs_out.data(), 0, type, ReduceOp::kMax, rs_counts});
-          const auto rs_full = Reference(type, ReduceOp::kMax, size, rs_total);
-          std::size_t rs_at = 0;
-          for (int r = 0; r < rank; ++r) rs_at += rs_counts[r];
-          ASSERT_TRUE(std::equal(rs_out.begin(), rs_out.end(), rs_full.begin() + rs_at * esize))
-              << "uneven reducescatter";
-          // allgatherv: rank r contributes (r + count) % 3 elements.
-          std::vector<std::size_t> counts(size);
-          std::size_t total = 0;
-          for (int r = 0; r < size; ++r) total += counts[r] = (r + count) % 3;
-          const auto block = Input(type, ReduceOp::kSum, rank, counts[rank]);
-          std::vector<unsigned char> gathered(total * esize);
-          comm.AllGatherV({block.data(), gathered.data(), counts, type});
-          std::size_t pos = 0;
-          for (int r = 0; r < size; ++r) {
-            const auto theirs = Input(type, ReduceOp::kSum, r, counts[r]);
-            ASSERT_TRUE(std::equal(theirs.begin(), theirs.end(), gathered.begin() + pos));
-            pos += theirs.size();
-          }
+          for (int root : {0, size - 1}) CheckRooted(comm, rank, size, type, count, root);
+          CheckAllToAll(comm, rank, size, type, count);
+          CheckUnevenReduceScatter(comm, rank, size, type, count);
+          CheckAllGatherV(comm, rank, size, type, count);
         }
       }
     });

@@ -41,7 +41,7 @@ CFG = GPTConfig(vocab_size=40, seq_len=8, dim=32, heads=4, layers=4)
 BATCH = 7
 
 
-def main():
+def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--tp", type=int, default=1)
@@ -51,7 +51,26 @@ def main():
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
     p.add_argument("--sp", action="store_true", help="sequence parallel")
     p.add_argument("--clip", type=float, help="clip the global gradient norm to this")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def check_zero_state(parts, ref, model):
+    """Each ZeRO unit's full parameters against the reference's after the
+    steps; returns the number of tensors checked."""
+    checks = 0
+    full = dict(ref.named_parameters())
+    prefix = {id(q): n for n, q in model.named_parameters()}
+    for part in parts:
+        state = part.full_state_dict()
+        for (key, value), q in zip(state.items(), part.module.parameters()):
+            torch.testing.assert_close(value, tp.local_part(full[prefix[id(q)]].detach(), q),
+                                       msg=lambda m: f"after 3 steps: {key}: {m}")
+            checks += 1
+    return checks
+
+
+def main():
+    args = parse()
     rank = job.start().rank
     parallel.initialize(tp=args.tp, pp=args.pp)
 
@@ -106,14 +125,7 @@ def main():
         opt.step()
         ref_opt.step()
     if args.zero:
-        for part in parts:
-            state = part.full_state_dict()
-            full = dict(ref.named_parameters())
-            prefix = {id(q): n for n, q in model.named_parameters()}
-            for (key, value), q in zip(state.items(), part.module.parameters()):
-                torch.testing.assert_close(value, tp.local_part(full[prefix[id(q)]].detach(), q),
-                                           msg=lambda m: f"after 3 steps: {key}: {m}")
-                checks += 1
+        checks += check_zero_state(parts, ref, model)
     counts = torch.tensor([checks])
     dist.all_reduce(counts)
     dist.barrier()

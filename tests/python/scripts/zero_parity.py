@@ -128,12 +128,11 @@ def parity(stage, steps, rank, world):
     return len(state)
 
 
-def extras(rank, world):
+def extra_clip(rank, world, x, y):
     # clip_grad_norm_ over the shards against the reference's global norm.
     model = wrapped(3, rank)
     opt = optimizer(model.parameters())
     ref = Reference(world)
-    x, y = batch(0)
     nn.functional.mse_loss(model(shard(x, rank, world)), shard(y, rank, world)).backward()
     norm = model.clip_grad_norm_(0.05)
     opt.step()
@@ -143,6 +142,8 @@ def extras(rank, world):
     for k, v in ref.model.state_dict().items():
         torch.testing.assert_close(state[k], v, msg=lambda m: f"after clipping, {k}: {m}")
 
+
+def extra_bf16(rank, world, x, y):
     # bf16 compute over fp32 master weights.
     mixed = wrapped(3, rank, mixed_precision=parallel.MixedPrecision(torch.bfloat16))
     loss = nn.functional.mse_loss(mixed(shard(x, rank, world)).float(), shard(y, rank, world))
@@ -153,6 +154,8 @@ def extras(rank, world):
                                msg=lambda m: f"bf16 loss: {m}")
     assert all(p.dtype == torch.float32 and p.grad is not None for p in mixed.parameters())
 
+
+def extra_offload(rank, world, x, y):
     # CPU offload changes where the master and optimizer state live (and the
     # modelled time), not the arithmetic: the same losses bitwise, and each
     # step after the first charges the host traffic to the compute clock.
@@ -174,6 +177,8 @@ def extras(rank, world):
         same(b, a, "cpu offload: loss")
     assert charged[3] > charged[1], charged
 
+
+def extra_checkpointing(rank, world, x, y):
     # Activation checkpointing (non-reentrant) inside ZeRO-3 units: the
     # recomputed forwards run during backward; gradients are unchanged.
     class Checkpointed(nn.Module):
@@ -199,6 +204,8 @@ def extras(rank, world):
     for a, b in zip(*grads):
         same(b, a, "activation checkpointing: shard gradient")
 
+
+def extra_state_dict(rank, world):
     # Round trip of a full state dict, and a mismatch named.
     target = Reference(world).model.state_dict()
     other = wrapped(2, rank)
@@ -212,6 +219,15 @@ def extras(rank, world):
         raise AssertionError("a mismatched state dict loaded")
     except ValueError as e:
         assert "3.weight has shape [20, 20] in the model but [21, 20] in the state dict" in str(e), e
+
+
+def extras(rank, world):
+    x, y = batch(0)
+    extra_clip(rank, world, x, y)
+    extra_bf16(rank, world, x, y)
+    extra_offload(rank, world, x, y)
+    extra_checkpointing(rank, world, x, y)
+    extra_state_dict(rank, world)
 
 
 def no_sync(stage, rank, world):
