@@ -11,6 +11,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "algorithms.h"
 #include "communicator_internal.h"
 #include "issue_context.h"
 #include "neuron/collectives/reduce.h"
@@ -140,7 +141,7 @@ Algorithm ParseAlgorithm(const std::string& name) {
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
                            CommunicatorOptions options)
-    : store_(std::move(store)), rank_(rank), size_(size), options_(options),
+    : GroupContext(rank, size, options.timeout), store_(std::move(store)), options_(options),
       records_(options.max_records) {
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
@@ -197,9 +198,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
   shm.ring_bytes = options_.shm_ring_bytes;
   shm.window_bytes = WindowBytesFor(options_.shm_window_bytes, size_) + kWindowDataOffset;
   shm.setup_timeout = options_.timeout;
-  auto transport = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
-  shm_ = transport.get();
-  transport_ = std::move(transport);
+  transport_ = std::make_unique<transport::ShmTransport>(*store_, rank, size, shm);
+  windows_ = transport_->windows();
   StartPointToPoint(true);
 }
 
@@ -230,10 +230,6 @@ ScopedOpTimeout::~ScopedOpTimeout() { t_op_timeout = previous_; }
 
 std::chrono::milliseconds ScopedOpTimeout::Current(std::chrono::milliseconds fallback) {
   return t_op_timeout.count() >= 0 ? t_op_timeout : fallback;
-}
-
-transport::Deadline Communicator::NewDeadline() const {
-  return transport::Deadline::After(ScopedOpTimeout::Current(options_.timeout));
 }
 
 
@@ -270,20 +266,6 @@ std::string Communicator::DescribeHeader(const void* header) {
   return text;
 }
 
-void Communicator::Exchange(int send_to, const void* send, std::size_t send_bytes,
-                            int recv_from, void* recv, std::size_t recv_bytes,
-                            const Label& what) {
-  const auto s = transport_->Isend(send_to, send, send_bytes);
-  const auto r = transport_->Irecv(recv_from, recv, recv_bytes);
-  transport_->Wait({s, r}, NewDeadline(), what);
-}
-
-char* Communicator::WindowData(int rank) const { return shm_->Window(rank) + kWindowDataOffset; }
-
-std::size_t Communicator::WindowDataBytes() const {
-  return shm_->window_bytes() - kWindowDataOffset;
-}
-
 void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs) {
   std::vector<int> differ;
   for (int r = 0; r < size_; ++r) {
@@ -305,11 +287,11 @@ void Communicator::CheckHeaders(const Header& mine, const Header* const* theirs)
 std::size_t Communicator::SlotOffset() const { return (sequence_ % 2) * kHeaderSlot; }
 
 char* Communicator::InlineData(int rank) const {
-  return shm_->Window(rank) + SlotOffset() + detail::kHeaderBytes;
+  return windows_->Window(rank) + SlotOffset() + detail::kHeaderBytes;
 }
 
 const unsigned char* Communicator::TinyData(int rank) const {
-  return reinterpret_cast<const Header*>(shm_->Window(rank) + SlotOffset())->tiny;
+  return reinterpret_cast<const Header*>(windows_->Window(rank) + SlotOffset())->tiny;
 }
 
 Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
@@ -321,7 +303,7 @@ Communicator::Agreed Communicator::Handshake(Header& mine, const void* staged,
   mine.arrival_us = std::max(IssueTime(), stream_end_us_) + rank_delay_us_;
   const Agreed agreed{mine.arrival_us, mine.model_bytes};
   if (size_ == 1) return agreed;
-  if (shm_ != nullptr) {
+  if (windows_ != nullptr) {
     return ShmHandshake(mine, agreed, staged, staged_bytes, slot_data, slot_bytes);
   }
   return RingHandshake(mine, agreed);
@@ -343,7 +325,7 @@ Communicator::Agreed Communicator::ShmHandshake(Header& mine, Agreed agreed, con
     if (staged_bytes > 0) std::memcpy(InlineData(rank_), staged, staged_bytes);
   } else if (staged_bytes > 0) {
     // The data area is free once every rank collected its last use.
-    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+    windows_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
     std::memcpy(WindowData(rank_), staged, staged_bytes);
   }
   if (slot_bytes > 0) {
@@ -362,8 +344,8 @@ Communicator::Agreed Communicator::ShmHandshake(Header& mine, Agreed agreed, con
   NEURON_ASSERT(mine.published == sequence_, what, ": header made for another collective");
   const std::size_t flag = slot + offsetof(Header, published);
   const transport::Deadline deadline = NewDeadline();
-  std::memcpy(shm_->Window(rank_) + slot, &mine, offsetof(Header, published));
-  shm_->SyncWindowWord(flag, mine.published, deadline, what);
+  std::memcpy(windows_->Window(rank_) + slot, &mine, offsetof(Header, published));
+  windows_->SyncWindowWord(flag, mine.published, deadline, what);
   if (mine.path == detail::kPathHeaderSlot) {
     // The headers' lines are here (their flags were); start fetching the
     // inline data now, while the headers are checked.
@@ -375,7 +357,7 @@ Communicator::Agreed Communicator::ShmHandshake(Header& mine, Agreed agreed, con
     // This rank's own from its local copy: the shared line may still wait
     // in the store buffer for the cache line (peers poll it), and a load
     // from it would wait too.
-    theirs[r] = r == rank_ ? &mine : reinterpret_cast<const Header*>(shm_->Window(r) + slot);
+    theirs[r] = r == rank_ ? &mine : reinterpret_cast<const Header*>(windows_->Window(r) + slot);
     agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
     agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
   }
@@ -534,7 +516,7 @@ Algorithm Communicator::AllReduceAlgorithm(Algorithm requested, std::size_t byte
   if (algorithm == Algorithm::kAuto) {
     if (local_ != nullptr) {
       algorithm = Algorithm::kHierarchical;
-    } else if (shm_ != nullptr) {
+    } else if (windows_ != nullptr) {
       algorithm = Algorithm::kDirect;
     } else {
       algorithm = bytes <= options_.small_message_bytes || count < static_cast<std::size_t>(size_)
@@ -542,7 +524,7 @@ Algorithm Communicator::AllReduceAlgorithm(Algorithm requested, std::size_t byte
                       : Algorithm::kRing;
     }
   }
-  NEURON_CHECK(algorithm != Algorithm::kDirect || shm_ != nullptr,
+  NEURON_CHECK(algorithm != Algorithm::kDirect || windows_ != nullptr,
                "allreduce: the direct algorithm needs every rank on one host");
   NEURON_CHECK(algorithm != Algorithm::kHierarchical || local_ != nullptr,
                "allreduce: the hierarchical algorithm needs ranks on several hosts, several "
@@ -589,21 +571,21 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
   }
   switch (algorithm) {
     case Algorithm::kRing: {
-      RingReduceScatter(data, EvenChunks(o.count), o.dtype, o.op, what);
+      RingReduceScatter(*this, data, EvenChunks(o.count), o.dtype, o.op, what);
       if (o.op == ReduceOp::kAvg) {
         const std::size_t begin = Begin(o.count, size_, rank_);
         const std::size_t esize = ElementSize(o.dtype);
         FinishAverage(o.dtype, data + begin * esize, Begin(o.count, size_, rank_ + 1) - begin,
                       static_cast<std::size_t>(size_));
       }
-      RingAllGather(data, o.count, o.dtype, what);
+      RingAllGather(*this, data, o.count, o.dtype, what);
       return;
     }
     case Algorithm::kRecursiveDoubling:
-      RecursiveDoublingAllReduce(data, o.count, o.dtype, o.op, what);
+      RecursiveDoublingAllReduce(*this, data, o.count, o.dtype, o.op, what);
       return;
     case Algorithm::kRabenseifner:
-      RabenseifnerAllReduce(data, o.count, o.dtype, o.op, what);
+      RabenseifnerAllReduce(*this, data, o.count, o.dtype, o.op, what);
       return;
     case Algorithm::kHierarchical:
       HierarchicalAllReduce(data, o.count, o.dtype, o.op);
@@ -616,7 +598,7 @@ void Communicator::AllReduce(const AllReduceOptions& o) {
       bool none_registered = false;
       if (!RegisteredDirectAllReduce(data, o.count, o.dtype, o.op, what, &none_registered)) {
         // Staged by the handshake only if every rank staged.
-        DirectAllReduce(data, o.count, o.dtype, o.op, what, staged && none_registered);
+        DirectAllReduce(*this, data, o.count, o.dtype, o.op, what, staged && none_registered);
       }
       return;
   }
@@ -688,11 +670,11 @@ void Communicator::AllGather(const AllGatherOptions& o) {
     return;
   }
   if (algorithm == Algorithm::kBruck && size_ > 1) {
-    BruckAllGather(out, o.input, block, Describing(h));
+    BruckAllGather(*this, out, o.input, block, Describing(h));
     return;
   }
   if (out + rank_ * block != o.input) std::memmove(out + rank_ * block, o.input, block);
-  if (size_ > 1) RingAllGather(out, o.count * size_, o.dtype, Describing(h));
+  if (size_ > 1) RingAllGather(*this, out, o.count * size_, o.dtype, Describing(h));
 }
 
 void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
@@ -714,14 +696,14 @@ void Communicator::ReduceScatter(const ReduceScatterOptions& o) {
   const Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
   if (chunks.back() == 0) return;
-  if (shm_ != nullptr && size_ > 1) {
-    DirectReduceScatter(static_cast<const char*>(o.input), static_cast<char*>(o.output),
+  if (windows_ != nullptr && size_ > 1) {
+    DirectReduceScatter(*this, static_cast<const char*>(o.input), static_cast<char*>(o.output),
                         chunks, o.dtype, o.op, Describing(h));
     return;
   }
   std::vector<char> work(static_cast<const char*>(o.input),
                          static_cast<const char*>(o.input) + chunks.back() * esize);
-  if (size_ > 1) RingReduceScatter(work.data(), chunks, o.dtype, o.op, Describing(h));
+  if (size_ > 1) RingReduceScatter(*this, work.data(), chunks, o.dtype, o.op, Describing(h));
   char* block = work.data() + chunks[rank_] * esize;
   if (o.op == ReduceOp::kAvg && mine > 0) {
     FinishAverage(o.dtype, block, mine, static_cast<std::size_t>(size_));

@@ -6,10 +6,11 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms.h"
 #include "communicator_internal.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/reduce.h"
-#include "neuron/collectives/transport/shm_transport.h"
+#include "neuron/collectives/transport/shared_windows.h"
 
 namespace neuron::collectives {
 
@@ -26,39 +27,40 @@ using detail::kStagedPhase;
 // copies every rank's reduced slice out. Three
 // phase flags order it; each element is reduced exactly once, over all ranks
 // in rank order, so the result is the naive reference's, bitwise.
-void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype, ReduceOp op,
                                    const Label& what, bool staged) {
+  const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
-  const std::size_t chunk = WindowDataBytes() / esize;
-  std::vector<const void*> inputs(size_);
+  const std::size_t chunk = g.WindowDataBytes() / esize;
+  std::vector<const void*> inputs(size);
   for (std::size_t start = 0; start < count; start += chunk) {
     const std::size_t n = std::min(chunk, count - start);
     char* mine = data + start * esize;
-    const std::uint64_t seq = window_sequence_ + 1;
-    const std::size_t b = Begin(n, size_, rank_), e = Begin(n, size_, rank_ + 1);
+    const std::uint64_t seq = g.window_sequence() + 1;
+    const std::size_t b = Begin(n, size, rank), e = Begin(n, size, rank + 1);
     if (!staged) {  // else the handshake staged everything and all ranks saw it
       // The data areas are free once every rank collected their last use.
-      shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
+      g.windows()->WaitPhase(kCollectedPhase, g.window_sequence(), g.NewDeadline(), what);
       // Every slice but this rank's own, which only this rank reduces (from
       // `mine`, below).
-      std::memcpy(WindowData(rank_), mine, b * esize);
-      std::memcpy(WindowData(rank_) + e * esize, mine + e * esize, (n - e) * esize);
-      shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
+      std::memcpy(g.WindowData(rank), mine, b * esize);
+      std::memcpy(g.WindowData(rank) + e * esize, mine + e * esize, (n - e) * esize);
+      g.windows()->SyncPhase(kStagedPhase, seq, g.NewDeadline(), what);
     }
-    window_sequence_ = seq;
-    for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + b * esize;
-    inputs[rank_] = mine + b * esize;  // this rank's own input, as it was staged
+    g.window_sequence() = seq;
+    for (int r = 0; r < size; ++r) inputs[r] = g.WindowData(r) + b * esize;
+    inputs[rank] = mine + b * esize;  // this rank's own input, as it was staged
     if (e > b) {
-      // Only this rank reads or writes slice `rank_` of its own window now.
-      ReduceInputs(dtype, op, inputs.data(), inputs.size(), WindowData(rank_) + b * esize,
-                   e - b, static_cast<std::size_t>(size_));
+      // Only this rank reads or writes slice `rank` of its own window now.
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(), g.WindowData(rank) + b * esize,
+                   e - b, static_cast<std::size_t>(size));
     }
-    shm_->SyncPhase(kReducedPhase, seq, NewDeadline(), what);
-    for (int r = 0; r < size_; ++r) {
-      const std::size_t rb = Begin(n, size_, r), re = Begin(n, size_, r + 1);
-      std::memcpy(mine + rb * esize, WindowData(r) + rb * esize, (re - rb) * esize);
+    g.windows()->SyncPhase(kReducedPhase, seq, g.NewDeadline(), what);
+    for (int r = 0; r < size; ++r) {
+      const std::size_t rb = Begin(n, size, r), re = Begin(n, size, r + 1);
+      std::memcpy(mine + rb * esize, g.WindowData(r) + rb * esize, (re - rb) * esize);
     }
-    shm_->PublishPhase(kCollectedPhase, seq);
+    g.windows()->PublishPhase(kCollectedPhase, seq);
   }
 }
 
@@ -66,37 +68,38 @@ void Communicator::DirectAllReduce(char* data, std::size_t count, DataType dtype
 // stages the next piece of every block in its window, then reduces the
 // piece of its own block from all windows, in rank order (so the result
 // equals the naive reference bitwise, as the direct allreduce's does).
-void Communicator::DirectReduceScatter(const char* input, char* output,
+void DirectReduceScatter(GroupContext& g, const char* input, char* output,
                                        const std::vector<std::size_t>& chunks,
                                        DataType dtype, ReduceOp op, const Label& what) {
+  const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
-  const std::size_t piece = std::max<std::size_t>(1, WindowDataBytes() / esize / size_);
+  const std::size_t piece = std::max<std::size_t>(1, g.WindowDataBytes() / esize / size);
   std::size_t longest = 0;
-  for (int r = 0; r < size_; ++r) longest = std::max(longest, chunks[r + 1] - chunks[r]);
-  std::vector<const void*> inputs(size_);
+  for (int r = 0; r < size; ++r) longest = std::max(longest, chunks[r + 1] - chunks[r]);
+  std::vector<const void*> inputs(size);
   auto length = [&](int block, std::size_t start) {
     const std::size_t count = chunks[block + 1] - chunks[block];
     return start < count ? std::min(piece, count - start) : 0;
   };
   for (std::size_t start = 0; start < longest; start += piece) {
     // The windows are free once every rank collected from them.
-    shm_->WaitPhase(kCollectedPhase, window_sequence_, NewDeadline(), what);
-    const std::uint64_t seq = ++window_sequence_;
-    for (int b = 0; b < size_; ++b) {
+    g.windows()->WaitPhase(kCollectedPhase, g.window_sequence(), g.NewDeadline(), what);
+    const std::uint64_t seq = ++g.window_sequence();
+    for (int b = 0; b < size; ++b) {
       const std::size_t n = length(b, start);
       if (n > 0) {
-        std::memcpy(WindowData(rank_) + b * piece * esize,
+        std::memcpy(g.WindowData(rank) + b * piece * esize,
                     input + (chunks[b] + start) * esize, n * esize);
       }
     }
-    shm_->SyncPhase(kStagedPhase, seq, NewDeadline(), what);
-    const std::size_t n = length(rank_, start);
+    g.windows()->SyncPhase(kStagedPhase, seq, g.NewDeadline(), what);
+    const std::size_t n = length(rank, start);
     if (n > 0) {
-      for (int r = 0; r < size_; ++r) inputs[r] = WindowData(r) + rank_ * piece * esize;
+      for (int r = 0; r < size; ++r) inputs[r] = g.WindowData(r) + rank * piece * esize;
       ReduceInputs(dtype, op, inputs.data(), inputs.size(), output + start * esize, n,
-                   static_cast<std::size_t>(size_));
+                   static_cast<std::size_t>(size));
     }
-    shm_->PublishPhase(kCollectedPhase, seq);
+    g.windows()->PublishPhase(kCollectedPhase, seq);
   }
 }
 
@@ -117,7 +120,7 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
   ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
                static_cast<std::size_t>(size_));
   // The windows' data areas are reused once every rank collected from them.
-  if (path == detail::kPathStaged) shm_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  if (path == detail::kPathStaged) windows_->PublishPhase(kCollectedPhase, ++window_sequence_);
 }
 
 }  // namespace neuron::collectives

@@ -21,7 +21,7 @@
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/transport/shared_buffers.h"
-#include "neuron/collectives/transport/shm_transport.h"
+#include "neuron/collectives/transport/shared_windows.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::collectives {
@@ -75,9 +75,9 @@ bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, Data
     }
   }
   const std::uint64_t seq = ++window_sequence_;
-  shm_->SyncPhase(detail::kReducedPhase, seq, NewDeadline(), what);
+  windows_->SyncPhase(detail::kReducedPhase, seq, NewDeadline(), what);
   // The windows were not used: they are as free as before.
-  shm_->PublishPhase(detail::kCollectedPhase, seq);
+  windows_->PublishPhase(detail::kCollectedPhase, seq);
   return true;
 }
 

@@ -133,6 +133,7 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
                  TraceCache& traces, CellResult& result) {
   try {
     const double real = result.figures().modelled_step_us();
+    NEURON_CHECK(real > 0, "the cell's modelled step is ", real, " us");
     const RunFigures own =
         ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
     result.set_replayed_step_us(own.modelled_step_us());
@@ -228,10 +229,14 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
   try {  // the trainer's figures, a RunFigures text proto
     runtime::ParseTextProto(runtime::ReadTextFile(metrics.string(), "trainer figures"),
                             metrics.string(), "trainer figures", result.mutable_figures());
+    const RunFigures& f = result.figures();
+    NEURON_CHECK(f.has_loss() && f.has_modelled_step_us(), "trainer figures ",
+                 metrics.string(), ": no loss or modelled_step_us (not a finished run's)");
     result.set_status(CellResult::COMPLETED);
   } catch (const Error& e) {
     result.set_status(CellResult::FAILED);
     result.set_error(e.what());
+    result.clear_figures();
   }
   return result;
 }
@@ -322,7 +327,9 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
     }
     const double error = Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct());
     worst = std::max(worst, std::fabs(error));
-    md << "| " << spec.cells[i].id << " | " << Fixed(r.figures().modelled_step_us(), 2) << " | "
+    const RunFigures& f = r.figures();
+    md << "| " << spec.cells[i].id << " | "
+       << Fixed(Maybe(f.has_modelled_step_us(), f.modelled_step_us()), 2) << " | "
        << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << " | "
        << r.scaled_from() << " | "
        << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << " | "
@@ -339,7 +346,7 @@ std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& 
   int rows = 0;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const RunFigures& f = results[i].figures();
-    if (!spec.cells[i].compile || !f.has_cold_compile_ms()) continue;
+    if (!spec.cells[i].compile || !HasFigures(results[i]) || !f.has_cold_compile_ms()) continue;
     if (rows++ == 0) {
       md << "\n## Compile time\n\nIR to executables, the slowest rank's: cold (an empty "
             "compile cache, the cell's own) and warm (the same graphs loaded from the disk "
@@ -374,8 +381,8 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const CellResult& b
   const RunFigures& f = r.figures();
   const double loss = Figure(r, f.loss(), f.has_loss());
   const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device(), b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream csv;
   csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
       << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
@@ -385,11 +392,11 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const CellResult& b
       << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(loss, 6) << ","
       << Fixed(diff, 6) << "," << Fixed(Figure(r, f.first_step_ms(), f.has_first_step_ms()), 2)
       << "," << Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 2) << ","
-      << Fixed(Figure(r, f.modelled_step_us()), 2) << "," << Fixed(Figure(r, f.compute_us()), 2)
-      << "," << Fixed(Figure(r, f.exposed_comm_us()), 2) << ","
-      << Fixed(Figure(r, f.bubble_us()), 2) << ","
+      << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 2) << "," << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 2)
+      << "," << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 2) << ","
+      << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 2) << ","
       << Fixed(Figure(r, f.wall_tokens_per_s(), f.has_wall_tokens_per_s()), 1) << ","
-      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device()), 1) << "," << Fixed(eff, 4)
+      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()), 1) << "," << Fixed(eff, 4)
       << "," << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 1) << ","
       << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 3) << ","
       << Fixed(Figure(r, f.cold_compile_ms(), f.has_cold_compile_ms()), 1) << ","
@@ -414,18 +421,18 @@ std::string ReportRow(const MatrixCell& c, const CellResult& r, const CellResult
   const bool ok = r.status() == CellResult::COMPLETED;
   const double loss = Figure(r, f.loss(), f.has_loss());
   const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device(), b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream md;
   md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
      << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
      << (ok || r.status() == CellResult::MODELLED ? StatusName(r.status()) : "**failed**")
      << " | " << (ok ? Fixed(loss, 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
      << (ok ? Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 1) : "-") << " | "
-     << Fixed(Figure(r, f.modelled_step_us()), 1) << " ("
-     << Fixed(Figure(r, f.compute_us()), 1) << " / " << Fixed(Figure(r, f.exposed_comm_us()), 1)
-     << " / " << Fixed(Figure(r, f.bubble_us()), 1) << ") | "
-     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device()), 0) << " | " << Fixed(eff, 3)
+     << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 1) << " ("
+     << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 1) << " / " << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 1)
+     << " / " << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 1) << ") | "
+     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()), 0) << " | " << Fixed(eff, 3)
      << " | " << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 2) << " | "
      << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 0) << " |\n";
   return md.str();

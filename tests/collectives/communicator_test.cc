@@ -459,10 +459,13 @@ TEST_P(CommunicatorSweep, RootedAllToAllAndUnevenOpsMatchTheReference) {
       Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, size, options);
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
         for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-          for (int root : {0, size - 1}) CheckRooted(comm, rank, size, type, count, root);
-          CheckAllToAll(comm, rank, size, type, count);
-          CheckUnevenReduceScatter(comm, rank, size, type, count);
-          CheckAllGatherV(comm, rank, size, type, count);
+          // A failed check stops this rank, as an ASSERT in the lambda would.
+          for (int root : {0, size - 1}) {
+            ASSERT_NO_FATAL_FAILURE(CheckRooted(comm, rank, size, type, count, root));
+          }
+          ASSERT_NO_FATAL_FAILURE(CheckAllToAll(comm, rank, size, type, count));
+          ASSERT_NO_FATAL_FAILURE(CheckUnevenReduceScatter(comm, rank, size, type, count));
+          ASSERT_NO_FATAL_FAILURE(CheckAllGatherV(comm, rank, size, type, count));
         }
       }
     });

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "neuron/collectives/dtype.h"
+#include "neuron/collectives/group_context.h"
 #include "neuron/collectives/op_stats.h"
 #include "neuron/collectives/store/store.h"
 #include "neuron/collectives/transport/transport.h"
@@ -48,7 +49,7 @@ class SimClock;
 namespace neuron::collectives {
 
 namespace transport {
-class ShmTransport;
+class SharedWindows;
 class PeerBufferMap;
 }
 using transport::Label;
@@ -202,7 +203,7 @@ struct AllGatherVOptions {
   DataType dtype = DataType::kFloat32;
 };
 
-class Communicator {
+class Communicator : private GroupContext {
  public:
   // Collective: every rank of the group calls it with the same store.
   Communicator(std::shared_ptr<Store> store, int rank, int size,
@@ -211,8 +212,8 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  using GroupContext::rank;
+  using GroupContext::size;
   // "shm" or "tcp".
   const char* transport_name() const { return transport_->name(); }
   // Whether the ranks span hosts with several ranks on some host, so
@@ -292,11 +293,6 @@ class Communicator {
   class OpScope;
   struct PointToPoint;  // point_to_point.cc
   void StartPointToPoint(bool one_host);
-  // Recursive doubling's and Rabenseifner's handling of the ranks beyond the
-  // largest power of two (communicator.cc).
-  int FoldExtraRanks(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                     const Label& what);
-  void ServeExtraRanks(const char* data, std::size_t bytes, int p, const Label& what);
   // Gather (op kGather) or Scatter (kScatter).
   void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
               DataType dtype, int root);
@@ -354,8 +350,6 @@ class Communicator {
   std::pair<std::shared_ptr<runtime::OpTrace>, std::uint64_t> TraceTarget(bool messages_lane);
   void TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag);
   void CheckHeaders(const Header& mine, const Header* const* theirs);
-  char* WindowData(int rank) const;
-  std::size_t WindowDataBytes() const;
   // A label that describes `h` (which must outlive it) when a message needs it.
   static Label Describing(const Header& h);
   static std::string DescribeHeader(const void* header);
@@ -363,15 +357,8 @@ class Communicator {
   Header NewHeader(detail::OpCode op, DataType dtype, std::uint64_t count, ReduceOp reduce = ReduceOp::kSum,
                    int root = -1) const;
   void CheckRoot(int root, const char* op) const;
-  transport::Deadline NewDeadline() const;
   // Element offsets of chunk c at [c], c = 0..size (equal chunks of count).
   std::vector<std::size_t> EvenChunks(std::size_t count) const;
-  void RingReduceScatter(char* data, const std::vector<std::size_t>& chunks, DataType dtype,
-                         ReduceOp op, const Label& what);
-  void RingAllGather(char* data, std::size_t count, DataType dtype, const Label& what);
-  // `staged`: the handshake already staged all of `data` (it fits the windows).
-  void DirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                       const Label& what, bool staged);
   // After a handshake in which every rank put its buffer's SharedRegion in
   // its slot (fd -1: not registered): when all are registered, reduces in
   // place on every rank's buffer (registered_allreduce.cc) and returns true;
@@ -384,26 +371,10 @@ class Communicator {
   // (InlineData), or the staged data areas (then publishes "collected").
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                             std::uint8_t path);
-  void DirectReduceScatter(const char* input, char* output,
-                           const std::vector<std::size_t>& chunks, DataType dtype,
-                           ReduceOp op, const Label& what);
-  void RabenseifnerAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                             const Label& what);
-  void BruckAllGather(char* out, const void* in, std::size_t block_bytes, const Label& what);
-  void RecursiveDoublingAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                  const Label& what);
-  void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
-                void* recv, std::size_t recv_bytes, const Label& what);
 
   std::shared_ptr<Store> store_;
-  int rank_;
-  int size_;
   CommunicatorOptions options_;
-  std::unique_ptr<transport::Transport> transport_;
-  transport::ShmTransport* shm_ = nullptr;  // when every rank shares memory
-  std::uint64_t window_sequence_ = 0;       // uses of the windows' data areas
   std::uint64_t sequence_ = 0;
-  std::vector<char> scratch_;
   std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
   std::vector<const Header*> header_views_;  // Handshake's, reused
   // Peers' registered buffers mapped here (RegisteredDirectAllReduce).

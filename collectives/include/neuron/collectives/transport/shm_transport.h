@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "neuron/collectives/store/store.h"
+#include "neuron/collectives/transport/shared_windows.h"
 #include "neuron/collectives/transport/transport.h"
 
 namespace neuron::collectives::transport {
@@ -39,10 +40,8 @@ struct ShmOptions {
   std::chrono::milliseconds check_interval{100};
 };
 
-class ShmTransport : public Transport {
+class ShmTransport final : public Transport, public SharedWindows {
  public:
-  static constexpr int kPhases = 4;
-
   // Collective over the ranks: creates this rank's segment, publishes its
   // name in `store`, maps every peer's, then unlinks its own once all have
   // mapped. Throws IoError naming the segment on failure.
@@ -63,24 +62,18 @@ class ShmTransport : public Transport {
                       const Label& what) override;
   void Abort(const std::string& reason) override;
 
-  // Shared staging: every rank's window is readable and writable by every
-  // rank of the group (the direct algorithms reduce straight from it).
-  char* Window(int rank) const { return windows_[static_cast<std::size_t>(rank)]; }
-  std::size_t window_bytes() const { return options_.window_bytes; }
-  // Phase counters order the use of the windows: Publish sets this rank's
-  // counter `index` (0..kPhases-1) and wakes the peers that sleep (polling
-  // ones see it; see Block); WaitPhase blocks until every rank's counter
-  // `index` is at least `value`.
-  void PublishPhase(int index, std::uint64_t value);
-  void WaitPhase(int index, std::uint64_t value, Deadline deadline, const Label& what);
-  // PublishPhase, then WaitPhase: a barrier on the counter.
-  void SyncPhase(int index, std::uint64_t value, Deadline deadline, const Label& what);
-  // SyncPhase on a 64-bit word of the windows, at `offset` (8-aligned) in
-  // every rank's: a flag that shares a cache line with what it guards (the
-  // communicator's headers), so a waiting peer moves that one line. The
-  // store follows (release) everything this rank wrote before.
+  // The shared windows (shared_windows.h): every rank's staging window,
+  // and phase counters in its segment.
+  SharedWindows* windows() override { return this; }
+  char* Window(int rank) const override { return windows_[static_cast<std::size_t>(rank)]; }
+  std::size_t window_bytes() const override { return options_.window_bytes; }
+  void PublishPhase(int index, std::uint64_t value) override;
+  void WaitPhase(int index, std::uint64_t value, Deadline deadline,
+                 const Label& what) override;
+  void SyncPhase(int index, std::uint64_t value, Deadline deadline,
+                 const Label& what) override;
   void SyncWindowWord(std::size_t offset, std::uint64_t value, Deadline deadline,
-                      const Label& what);
+                      const Label& what) override;
 
  private:
   struct Segment;

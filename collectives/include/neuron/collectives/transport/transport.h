@@ -93,6 +93,8 @@ inline std::ostream& operator<<(std::ostream& out, const Label& label) {
 
 using RequestId = std::uint64_t;
 
+class SharedWindows;  // shared_windows.h
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -127,6 +129,10 @@ class Transport {
 
   // Makes every rank's pending and future waits fail with `reason`.
   virtual void Abort(const std::string& reason) = 0;
+
+  // The shared windows of the group (shared_windows.h) when this transport
+  // offers them (every rank maps every other's memory), else null.
+  virtual SharedWindows* windows() { return nullptr; }
 };
 
 }  // namespace neuron::collectives::transport

@@ -1,0 +1,60 @@
+// The small context the host algorithms run over (as Gloo's Context): a
+// group's rank and size, its transport and the shared windows when the
+// transport offers them, the deadline of the running operation, and the
+// algorithms' scratch. The algorithms are free functions over it, one
+// family per file (collectives/src/algorithms.h); a Communicator is one
+// (privately), and adds the collectives' API, the handshake that checks
+// every rank calls the same collective, and the two-clock accounting.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "neuron/collectives/transport/shared_windows.h"
+#include "neuron/collectives/transport/transport.h"
+
+namespace neuron::collectives {
+
+class GroupContext {
+ public:
+  GroupContext(const GroupContext&) = delete;
+  GroupContext& operator=(const GroupContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  transport::Transport& transport() const { return *transport_; }
+  // Null when the transport has no shared windows (TCP).
+  transport::SharedWindows* windows() const { return windows_; }
+  // The running operation's deadline: the group's timeout, or this
+  // thread's ScopedOpTimeout (communicator.h).
+  transport::Deadline NewDeadline() const;
+  // Sends `send_bytes` to `send_to` while receiving `recv_bytes` from
+  // `recv_from`; returns when both are done.
+  void Exchange(int send_to, const void* send, std::size_t send_bytes, int recv_from,
+                void* recv, std::size_t recv_bytes, const transport::Label& what);
+  // The data area of rank `rank`'s shared window (after its header slots),
+  // and its size. Only with windows().
+  char* WindowData(int rank) const;
+  std::size_t WindowDataBytes() const;
+  // Uses of the windows' data areas so far: the direct algorithms' phase
+  // sequence (every rank counts the same).
+  std::uint64_t& window_sequence() { return window_sequence_; }
+  std::vector<char>& scratch() { return scratch_; }
+
+ protected:
+  GroupContext(int rank, int size, std::chrono::milliseconds timeout)
+      : rank_(rank), size_(size), timeout_(timeout) {}
+  ~GroupContext() = default;
+
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<transport::Transport> transport_;
+  transport::SharedWindows* windows_ = nullptr;
+  std::uint64_t window_sequence_ = 0;
+  std::vector<char> scratch_;
+};
+
+}  // namespace neuron::collectives
