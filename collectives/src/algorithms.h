@@ -17,8 +17,9 @@ using transport::Label;
 // point_algorithms.cc (any transport):
 // Ring reduce-scatter in place: rank r ends with chunk r (elements
 // [chunks[r], chunks[r+1]) of `data`) reduced over all ranks.
-void RingReduceScatter(GroupContext& g, char* data, const std::vector<std::size_t>& chunks,
-                       DataType dtype, ReduceOp op, const Label& what);
+void RingReduceScatter(GroupContext& g, char* data,
+                       const std::vector<std::size_t>& chunks, DataType dtype,
+                       ReduceOp op, const Label& what);
 // Ring allgather in place of `count` elements in equal chunks (Begin()).
 void RingAllGather(GroupContext& g, char* data, std::size_t count, DataType dtype,
                    const Label& what);
@@ -35,7 +36,7 @@ void BruckAllGather(GroupContext& g, char* out, const void* in, std::size_t bloc
 void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype,
                      ReduceOp op, const Label& what, bool staged);
 void DirectReduceScatter(GroupContext& g, const char* input, char* output,
-                         const std::vector<std::size_t>& chunks, DataType dtype, ReduceOp op,
-                         const Label& what);
+                         const std::vector<std::size_t>& chunks, DataType dtype,
+                         ReduceOp op, const Label& what);
 
 }  // namespace neuron::collectives

@@ -24,11 +24,11 @@ using detail::kStagedPhase;
 // window-sized chunk, every rank stages its input in its shared window (all
 // but its own slice), then reduces its 1/n slice straight from every other
 // rank's window and its own buffer, in rank order, into its own window, then
-// copies every rank's reduced slice out. Three
-// phase flags order it; each element is reduced exactly once, over all ranks
-// in rank order, so the result is the naive reference's, bitwise.
-void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                   const Label& what, bool staged) {
+// copies every rank's reduced slice out. Three phase flags order it; each
+// element is reduced exactly once, over all ranks in rank order, so the
+// result is the naive reference's, bitwise.
+void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype,
+                     ReduceOp op, const Label& what, bool staged) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
   const std::size_t chunk = g.WindowDataBytes() / esize;
@@ -52,8 +52,8 @@ void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dt
     inputs[rank] = mine + b * esize;  // this rank's own input, as it was staged
     if (e > b) {
       // Only this rank reads or writes slice `rank` of its own window now.
-      ReduceInputs(dtype, op, inputs.data(), inputs.size(), g.WindowData(rank) + b * esize,
-                   e - b, static_cast<std::size_t>(size));
+      ReduceInputs(dtype, op, inputs.data(), inputs.size(),
+                   g.WindowData(rank) + b * esize, e - b, static_cast<std::size_t>(size));
     }
     g.windows()->SyncPhase(kReducedPhase, seq, g.NewDeadline(), what);
     for (int r = 0; r < size; ++r) {
@@ -69,8 +69,8 @@ void DirectAllReduce(GroupContext& g, char* data, std::size_t count, DataType dt
 // piece of its own block from all windows, in rank order (so the result
 // equals the naive reference bitwise, as the direct allreduce's does).
 void DirectReduceScatter(GroupContext& g, const char* input, char* output,
-                                       const std::vector<std::size_t>& chunks,
-                                       DataType dtype, ReduceOp op, const Label& what) {
+                         const std::vector<std::size_t>& chunks, DataType dtype,
+                         ReduceOp op, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
   const std::size_t piece = std::max<std::size_t>(1, g.WindowDataBytes() / esize / size);
@@ -120,7 +120,8 @@ void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType 
   ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
                static_cast<std::size_t>(size_));
   // The windows' data areas are reused once every rank collected from them.
-  if (path == detail::kPathStaged) windows_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  if (path == detail::kPathStaged)
+    windows_->PublishPhase(kCollectedPhase, ++window_sequence_);
 }
 
 }  // namespace neuron::collectives

@@ -19,8 +19,9 @@ using detail::Mod;
 // algorithms for clusters of workstations", 2009): after n-1 steps rank r
 // holds chunk r (elements [chunks[r], chunks[r+1])) reduced over all ranks,
 // accumulated in ring order.
-void RingReduceScatter(GroupContext& g, char* data, const std::vector<std::size_t>& chunks,
-                                     DataType dtype, ReduceOp op, const Label& what) {
+void RingReduceScatter(GroupContext& g, char* data,
+                       const std::vector<std::size_t>& chunks, DataType dtype,
+                       ReduceOp op, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
   const int right = Mod(rank + 1, size), left = Mod(rank - 1, size);
@@ -33,7 +34,7 @@ void RingReduceScatter(GroupContext& g, char* data, const std::vector<std::size_
     const std::size_t sb = chunks[send_chunk], rb = chunks[recv_chunk];
     const std::size_t rn = chunks[recv_chunk + 1] - rb;
     g.Exchange(right, data + sb * esize, (chunks[send_chunk + 1] - sb) * esize, left,
-             g.scratch().data(), rn * esize, what);
+               g.scratch().data(), rn * esize, what);
     Accumulate(dtype, op, data + rb * esize, g.scratch().data(), rn);
   }
 }
@@ -41,7 +42,7 @@ void RingReduceScatter(GroupContext& g, char* data, const std::vector<std::size_
 // Ring allgather: rank r starts owning chunk r; in n-1 steps each chunk
 // travels once around the ring.
 void RingAllGather(GroupContext& g, char* data, std::size_t count, DataType dtype,
-                                 const Label& what) {
+                   const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
   const int right = Mod(rank + 1, size), left = Mod(rank - 1, size);
@@ -50,9 +51,9 @@ void RingAllGather(GroupContext& g, char* data, std::size_t count, DataType dtyp
     const int recv_chunk = Mod(rank - k - 1, size);
     const std::size_t sb = Begin(count, size, send_chunk);
     const std::size_t rb = Begin(count, size, recv_chunk);
-    g.Exchange(right, data + sb * esize, (Begin(count, size, send_chunk + 1) - sb) * esize,
-             left, data + rb * esize, (Begin(count, size, recv_chunk + 1) - rb) * esize,
-             what);
+    g.Exchange(right, data + sb * esize,
+               (Begin(count, size, send_chunk + 1) - sb) * esize, left, data + rb * esize,
+               (Begin(count, size, recv_chunk + 1) - rb) * esize, what);
   }
 }
 
@@ -62,20 +63,23 @@ namespace {
 // allreduces: rank p + i hands its data to rank i, which reduces it in
 // (rank i's data first), and waits for the result. Returns p, or 0 on the
 // ranks folded in (their data then holds the result).
-int FoldExtraRanks(GroupContext& g, char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                 const Label& what) {
+int FoldExtraRanks(GroupContext& g, char* data, std::size_t count, DataType dtype,
+                   ReduceOp op, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t bytes = count * ElementSize(dtype);
   int p = 1;
   while (p * 2 <= size) p *= 2;
   g.scratch().resize(bytes);
   if (rank >= p) {
-    g.transport().Wait({g.transport().Isend(rank - p, data, bytes)}, g.NewDeadline(), what);
-    g.transport().Wait({g.transport().Irecv(rank - p, data, bytes)}, g.NewDeadline(), what);
+    g.transport().Wait({g.transport().Isend(rank - p, data, bytes)}, g.NewDeadline(),
+                       what);
+    g.transport().Wait({g.transport().Irecv(rank - p, data, bytes)}, g.NewDeadline(),
+                       what);
     return 0;
   }
   if (rank < size - p) {
-    g.transport().Wait({g.transport().Irecv(rank + p, g.scratch().data(), bytes)}, g.NewDeadline(), what);
+    g.transport().Wait({g.transport().Irecv(rank + p, g.scratch().data(), bytes)},
+                       g.NewDeadline(), what);
     Accumulate(dtype, op, data, g.scratch().data(), count);
   }
   return p;
@@ -83,10 +87,11 @@ int FoldExtraRanks(GroupContext& g, char* data, std::size_t count, DataType dtyp
 
 // After the power-of-two algorithm: rank i sends the result to rank p + i.
 void ServeExtraRanks(GroupContext& g, const char* data, std::size_t bytes, int p,
-                                   const Label& what) {
+                     const Label& what) {
   const int rank = g.rank(), size = g.size();
   if (rank < size - p) {
-    g.transport().Wait({g.transport().Isend(rank + p, data, bytes)}, g.NewDeadline(), what);
+    g.transport().Wait({g.transport().Isend(rank + p, data, bytes)}, g.NewDeadline(),
+                       what);
   }
 }
 
@@ -97,8 +102,8 @@ void ServeExtraRanks(GroupContext& g, const char* data, std::size_t bytes, int p
 // beyond the largest power of two folded in first and served last. Each
 // exchange combines the lower-ranked half first, so all ranks compute the
 // same expression tree and get bitwise the same result.
-void RecursiveDoublingAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype,
-                                              ReduceOp op, const Label& what) {
+void RecursiveDoublingAllReduce(GroupContext& g, char* data, std::size_t count,
+                                DataType dtype, ReduceOp op, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t bytes = count * ElementSize(dtype);
   const int p = FoldExtraRanks(g, data, count, dtype, op, what);
@@ -113,7 +118,8 @@ void RecursiveDoublingAllReduce(GroupContext& g, char* data, std::size_t count, 
       Accumulate(dtype, op, data, g.scratch().data(), count);
     }
   }
-  if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size));
+  if (op == ReduceOp::kAvg)
+    FinishAverage(dtype, data, count, static_cast<std::size_t>(size));
   ServeExtraRanks(g, data, bytes, p, what);
 }
 
@@ -123,7 +129,7 @@ void RecursiveDoublingAllReduce(GroupContext& g, char* data, std::size_t count, 
 // the largest power of two of ranks (the others folded in first and served
 // last). Each exchange combines the lower-ranked side first.
 void RabenseifnerAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype,
-                                         ReduceOp op, const Label& what) {
+                           ReduceOp op, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype), bytes = count * esize;
   const int p = FoldExtraRanks(g, data, count, dtype, op, what);
@@ -139,7 +145,7 @@ void RabenseifnerAllReduce(GroupContext& g, char* data, std::size_t count, DataT
     const std::size_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
     kept.emplace_back(lo, hi);
     g.Exchange(partner, data + give_lo * esize, (give_hi - give_lo) * esize, partner,
-             g.scratch().data(), (keep_hi - keep_lo) * esize, what);
+               g.scratch().data(), (keep_hi - keep_lo) * esize, what);
     char* mine = data + keep_lo * esize;
     if (partner < rank) {  // theirs op mine
       Accumulate(dtype, op, g.scratch().data(), mine, keep_hi - keep_lo);
@@ -161,8 +167,8 @@ void RabenseifnerAllReduce(GroupContext& g, char* data, std::size_t count, DataT
     const std::size_t mid = seg_lo + (seg_hi - seg_lo) / 2;
     const bool lower = (rank & d) == 0;
     const std::size_t their_lo = lower ? mid : seg_lo, their_hi = lower ? seg_hi : mid;
-    g.Exchange(partner, data + lo * esize, (hi - lo) * esize, partner, data + their_lo * esize,
-             (their_hi - their_lo) * esize, what);
+    g.Exchange(partner, data + lo * esize, (hi - lo) * esize, partner,
+               data + their_lo * esize, (their_hi - their_lo) * esize, what);
     lo = seg_lo;
     hi = seg_hi;
   }
@@ -174,14 +180,14 @@ void RabenseifnerAllReduce(GroupContext& g, char* data, std::size_t count, DataT
 // steps; in step k rank r sends what it holds to r - 2^k and appends what
 // r + 2^k holds; a final rotation puts the blocks in rank order.
 void BruckAllGather(GroupContext& g, char* out, const void* in, std::size_t block,
-                                  const Label& what) {
+                    const Label& what) {
   const int rank = g.rank(), size = g.size();
   std::vector<char> held(block * size);
   std::memcpy(held.data(), in, block);
   for (int k = 1; k < size; k *= 2) {
     const int blocks = std::min(k, size - k);
     g.Exchange(Mod(rank - k, size), held.data(), blocks * block, Mod(rank + k, size),
-             held.data() + k * block, blocks * block, what);
+               held.data() + k * block, blocks * block, what);
   }
   for (int i = 0; i < size; ++i) {  // held[i] is rank r + i's block
     std::memcpy(out + Mod(rank + i, size) * block, held.data() + i * block, block);

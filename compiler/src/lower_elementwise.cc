@@ -58,7 +58,8 @@ void LowerArithmetic(LoweringContext& cx, const OpCall& call) {
   if (other == nullptr || call.in.size() != 1) {
     NEURON_CHECK(!scalar_overload, call.where, ": is not supported on the device (",
                  call.in.size(), " tensor inputs)");
-    NEURON_CHECK(call.in.size() == 2, call.where, ": takes two inputs, or one and a number");
+    NEURON_CHECK(call.in.size() == 2, call.where,
+                 ": takes two inputs, or one and a number");
     static const std::map<std::string, rp::Op> kOps = {{"aten.add", rp::OP_ADD},
                                                        {"aten.sub", rp::OP_SUB},
                                                        {"aten.mul", rp::OP_MUL},

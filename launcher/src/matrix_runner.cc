@@ -231,7 +231,8 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
                             metrics.string(), "trainer figures", result.mutable_figures());
     const RunFigures& f = result.figures();
     NEURON_CHECK(f.has_loss() && f.has_modelled_step_us(), "trainer figures ",
-                 metrics.string(), ": no loss or modelled_step_us (not a finished run's)");
+                 metrics.string(),
+                 ": no loss or modelled_step_us (not a finished run's)");
     result.set_status(CellResult::COMPLETED);
   } catch (const Error& e) {
     result.set_status(CellResult::FAILED);
@@ -332,8 +333,8 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
        << Fixed(Maybe(f.has_modelled_step_us(), f.modelled_step_us()), 2) << " | "
        << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << " | "
        << r.scaled_from() << " | "
-       << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << " | "
-       << Fixed(error, 2) << "% |\n";
+       << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2)
+       << " | " << Fixed(error, 2) << "% |\n";
   }
   if (checked > 0) md << "\nLargest error: " << Fixed(worst, 2) << "% over " << checked << " cells.\n";
   return md.str();
@@ -346,7 +347,8 @@ std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& 
   int rows = 0;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const RunFigures& f = results[i].figures();
-    if (!spec.cells[i].compile || !HasFigures(results[i]) || !f.has_cold_compile_ms()) continue;
+    if (!spec.cells[i].compile || !HasFigures(results[i]) || !f.has_cold_compile_ms())
+      continue;
     if (rows++ == 0) {
       md << "\n## Compile time\n\nIR to executables, the slowest rank's: cold (an empty "
             "compile cache, the cell's own) and warm (the same graphs loaded from the disk "
@@ -381,23 +383,30 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const CellResult& b
   const RunFigures& f = r.figures();
   const double loss = Figure(r, f.loss(), f.has_loss());
   const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device(), b.figures().has_modelled_tokens_per_s_per_device());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(),
+                            f.has_modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device(),
+                            b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream csv;
   csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
       << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
       << c.strategy.pp() << "," << c.dp() << "," << c.strategy.zero() << ","
       << (c.strategy.sp() ? 1 : 0) << "," << c.strategy.microbatches() << ","
-      << Csv(c.model.name()) << "," << (c.compile ? 1 : 0) << "," << Csv(c.topology) << ","
-      << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(loss, 6) << ","
-      << Fixed(diff, 6) << "," << Fixed(Figure(r, f.first_step_ms(), f.has_first_step_ms()), 2)
-      << "," << Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 2) << ","
-      << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 2) << "," << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 2)
-      << "," << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 2) << ","
+      << Csv(c.model.name()) << "," << (c.compile ? 1 : 0) << "," << Csv(c.topology)
+      << "," << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(loss, 6)
+      << "," << Fixed(diff, 6) << ","
+      << Fixed(Figure(r, f.first_step_ms(), f.has_first_step_ms()), 2) << ","
+      << Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 2) << ","
+      << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 2) << ","
+      << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 2) << ","
+      << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 2) << ","
       << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 2) << ","
       << Fixed(Figure(r, f.wall_tokens_per_s(), f.has_wall_tokens_per_s()), 1) << ","
-      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()), 1) << "," << Fixed(eff, 4)
-      << "," << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 1) << ","
+      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(),
+                      f.has_modelled_tokens_per_s_per_device()),
+               1)
+      << "," << Fixed(eff, 4) << ","
+      << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 1) << ","
       << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 3) << ","
       << Fixed(Figure(r, f.cold_compile_ms(), f.has_cold_compile_ms()), 1) << ","
       << Fixed(Figure(r, f.warm_compile_ms(), f.has_warm_compile_ms()), 1) << ","
@@ -421,8 +430,10 @@ std::string ReportRow(const MatrixCell& c, const CellResult& r, const CellResult
   const bool ok = r.status() == CellResult::COMPLETED;
   const double loss = Figure(r, f.loss(), f.has_loss());
   const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device(), b.figures().has_modelled_tokens_per_s_per_device());
+  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(),
+                            f.has_modelled_tokens_per_s_per_device()) /
+                     Figure(b, b.figures().modelled_tokens_per_s_per_device(),
+                            b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream md;
   md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
      << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
@@ -430,10 +441,14 @@ std::string ReportRow(const MatrixCell& c, const CellResult& r, const CellResult
      << " | " << (ok ? Fixed(loss, 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
      << (ok ? Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 1) : "-") << " | "
      << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 1) << " ("
-     << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 1) << " / " << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 1)
-     << " / " << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 1) << ") | "
-     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(), f.has_modelled_tokens_per_s_per_device()), 0) << " | " << Fixed(eff, 3)
-     << " | " << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 2) << " | "
+     << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 1) << " / "
+     << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 1) << " / "
+     << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 1) << ") | "
+     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(),
+                     f.has_modelled_tokens_per_s_per_device()),
+              0)
+     << " | " << Fixed(eff, 3) << " | "
+     << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 2) << " | "
      << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 0) << " |\n";
   return md.str();
 }

@@ -29,6 +29,7 @@ TEST(DeviceOps, TheRegistryAndTheFormatsEnumNameTheSameOps) {
     EXPECT_EQ(FindDeviceOp(row.op), &row);
     EXPECT_TRUE(names.insert(row.name).second) << row.name << " twice";
     EXPECT_EQ(row.fusible, std::string(row.kernel) == "Elementwise") << row.name;
+    EXPECT_EQ(row.dma, std::string(row.kernel) == "Dma") << row.name;
     if (row.fusible) {
       EXPECT_TRUE(row.inputs == 1 || row.inputs == 2) << row.name;
     }

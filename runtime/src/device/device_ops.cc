@@ -24,8 +24,9 @@ struct Registry {
     for (char& c : name)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     names.push_back(std::move(name));
+    const std::string family = kernel;
     rows.push_back(
-        {op, nullptr, kernel, inputs, passes, std::string(kernel) == "Elementwise"});
+        {op, nullptr, kernel, inputs, passes, family == "Elementwise", family == "Dma"});
   }
 };
 

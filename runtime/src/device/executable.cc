@@ -101,7 +101,7 @@ void CheckInstruction(const proto::Instruction& i, const std::string& where,
   NEURON_CHECK(op != nullptr, what(), ": unknown op ", static_cast<int>(i.op()),
                " (device_ops.h lists the device's)");
   // DMA ops on the DMA engine and matmul on the tensor engine, only.
-  NEURON_CHECK((std::strcmp(op->kernel, "Dma") == 0) == (i.engine() == proto::DMA) &&
+  NEURON_CHECK(op->dma == (i.engine() == proto::DMA) &&
                    (i.op() == proto::OP_MATMUL) == (i.engine() == proto::TENSOR),
                what(), ": not an op of engine ", proto::EngineKind_Name(i.engine()));
   NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what(), ": no engine");

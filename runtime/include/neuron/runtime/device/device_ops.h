@@ -94,6 +94,7 @@ struct DeviceOp {
   int inputs;
   int passes;
   bool fusible;  // an Elementwise op: it may be a step of an OP_FUSED chain
+  bool dma;      // a Dma op: it runs on the DMA engine, and only those do
 };
 
 // The registry's row of `op`; null for OP_UNSPECIFIED and values outside
