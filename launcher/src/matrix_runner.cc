@@ -311,6 +311,39 @@ double Figure(const CellResult& r, double value, bool present = true) {
   return HasFigures(r) ? Maybe(present, value) : std::nan("");
 }
 
+// A cell's figures as both reports print them, each read once: NaN where
+// the cell has none; loss diff and efficiency against its baseline `b`.
+struct Row {
+  double loss, diff, first_step_ms, wall_step_ms, modelled_step_us, compute_us,
+      exposed_comm_us, bubble_us, wall_tokens_per_s, tokens_per_s_per_device, efficiency,
+      max_rss_mib, model_state_mib, cold_compile_ms, warm_compile_ms;
+};
+
+Row RowOf(const CellResult& r, const CellResult& b) {
+  const RunFigures& f = r.figures();
+  const RunFigures& base = b.figures();
+  Row w{};
+  w.loss = Figure(r, f.loss(), f.has_loss());
+  w.diff = w.loss - Figure(b, base.loss(), base.has_loss());
+  w.first_step_ms = Figure(r, f.first_step_ms(), f.has_first_step_ms());
+  w.wall_step_ms = Figure(r, f.wall_step_ms(), f.has_wall_step_ms());
+  w.modelled_step_us = Figure(r, f.modelled_step_us(), f.has_modelled_step_us());
+  w.compute_us = Figure(r, f.compute_us(), f.has_compute_us());
+  w.exposed_comm_us = Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us());
+  w.bubble_us = Figure(r, f.bubble_us(), f.has_bubble_us());
+  w.wall_tokens_per_s = Figure(r, f.wall_tokens_per_s(), f.has_wall_tokens_per_s());
+  w.tokens_per_s_per_device = Figure(r, f.modelled_tokens_per_s_per_device(),
+                                     f.has_modelled_tokens_per_s_per_device());
+  w.efficiency = w.tokens_per_s_per_device /
+                 Figure(b, base.modelled_tokens_per_s_per_device(),
+                        base.has_modelled_tokens_per_s_per_device());
+  w.max_rss_mib = Figure(r, f.max_rss_mib(), f.has_max_rss_mib());
+  w.model_state_mib = Figure(r, f.model_state_mib(), f.has_model_state_mib());
+  w.cold_compile_ms = Figure(r, f.cold_compile_ms(), f.has_cold_compile_ms());
+  w.warm_compile_ms = Figure(r, f.warm_compile_ms(), f.has_warm_compile_ms());
+  return w;
+}
+
 // The replay against the real runs: each real cell's modelled step, its own
 // trace replayed, and a smaller cell's trace scaled up to it.
 std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& results) {
@@ -377,79 +410,51 @@ std::string CsvHeader(const std::set<std::string>& ops) {
   return header + "\n";
 }
 
-// One cell's row of results.csv; `b` is its baseline's result.
-std::string CsvRow(const MatrixCell& c, const CellResult& r, const CellResult& b,
+// One cell's row of results.csv; `w` its figures (RowOf).
+std::string CsvRow(const MatrixCell& c, const CellResult& r, const Row& w,
                    const std::set<std::string>& ops) {
-  const RunFigures& f = r.figures();
-  const double loss = Figure(r, f.loss(), f.has_loss());
-  const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(),
-                            f.has_modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device(),
-                            b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream csv;
   csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
       << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
       << c.strategy.pp() << "," << c.dp() << "," << c.strategy.zero() << ","
       << (c.strategy.sp() ? 1 : 0) << "," << c.strategy.microbatches() << ","
       << Csv(c.model.name()) << "," << (c.compile ? 1 : 0) << "," << Csv(c.topology)
-      << "," << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(loss, 6)
-      << "," << Fixed(diff, 6) << ","
-      << Fixed(Figure(r, f.first_step_ms(), f.has_first_step_ms()), 2) << ","
-      << Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 2) << ","
-      << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 2) << ","
-      << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 2) << ","
-      << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 2) << ","
-      << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 2) << ","
-      << Fixed(Figure(r, f.wall_tokens_per_s(), f.has_wall_tokens_per_s()), 1) << ","
-      << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(),
-                      f.has_modelled_tokens_per_s_per_device()),
-               1)
-      << "," << Fixed(eff, 4) << ","
-      << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 1) << ","
-      << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 3) << ","
-      << Fixed(Figure(r, f.cold_compile_ms(), f.has_cold_compile_ms()), 1) << ","
-      << Fixed(Figure(r, f.warm_compile_ms(), f.has_warm_compile_ms()), 1) << ","
+      << "," << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(w.loss, 6)
+      << "," << Fixed(w.diff, 6) << "," << Fixed(w.first_step_ms, 2) << ","
+      << Fixed(w.wall_step_ms, 2) << "," << Fixed(w.modelled_step_us, 2) << ","
+      << Fixed(w.compute_us, 2) << "," << Fixed(w.exposed_comm_us, 2) << ","
+      << Fixed(w.bubble_us, 2) << "," << Fixed(w.wall_tokens_per_s, 1) << ","
+      << Fixed(w.tokens_per_s_per_device, 1) << "," << Fixed(w.efficiency, 4) << ","
+      << Fixed(w.max_rss_mib, 1) << "," << Fixed(w.model_state_mib, 3) << ","
+      << Fixed(w.cold_compile_ms, 1) << "," << Fixed(w.warm_compile_ms, 1) << ","
       << Csv(r.modelled_from()) << ","
       << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << ","
       << Csv(r.scaled_from()) << ","
       << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << ","
       << Fixed(Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct()), 3);
+  const RunFigures& f = r.figures();
   for (const auto& op : ops) {
     const auto it = f.bytes_per_step().find(op);
-    csv << "," << Fixed(Figure(r, it == f.bytes_per_step().end() ? 0 : it->second,
-                               it != f.bytes_per_step().end()), 0);
+    const bool present = it != f.bytes_per_step().end();
+    csv << "," << Fixed(Figure(r, present ? it->second : 0, present), 0);
   }
   csv << "\n";
   return csv.str();
 }
 
-// One cell's row of report.md's table; `b` is its baseline's result.
-std::string ReportRow(const MatrixCell& c, const CellResult& r, const CellResult& b) {
-  const RunFigures& f = r.figures();
+// One cell's row of report.md's table; `w` its figures (RowOf).
+std::string ReportRow(const MatrixCell& c, const CellResult& r, const Row& w) {
   const bool ok = r.status() == CellResult::COMPLETED;
-  const double loss = Figure(r, f.loss(), f.has_loss());
-  const double diff = loss - Figure(b, b.figures().loss(), b.figures().has_loss());
-  const double eff = Figure(r, f.modelled_tokens_per_s_per_device(),
-                            f.has_modelled_tokens_per_s_per_device()) /
-                     Figure(b, b.figures().modelled_tokens_per_s_per_device(),
-                            b.figures().has_modelled_tokens_per_s_per_device());
   std::ostringstream md;
   md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
      << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
      << (ok || r.status() == CellResult::MODELLED ? StatusName(r.status()) : "**failed**")
-     << " | " << (ok ? Fixed(loss, 4) + " (" + Fixed(diff, 4) + ")" : "-") << " | "
-     << (ok ? Fixed(Figure(r, f.wall_step_ms(), f.has_wall_step_ms()), 1) : "-") << " | "
-     << Fixed(Figure(r, f.modelled_step_us(), f.has_modelled_step_us()), 1) << " ("
-     << Fixed(Figure(r, f.compute_us(), f.has_compute_us()), 1) << " / "
-     << Fixed(Figure(r, f.exposed_comm_us(), f.has_exposed_comm_us()), 1) << " / "
-     << Fixed(Figure(r, f.bubble_us(), f.has_bubble_us()), 1) << ") | "
-     << Fixed(Figure(r, f.modelled_tokens_per_s_per_device(),
-                     f.has_modelled_tokens_per_s_per_device()),
-              0)
-     << " | " << Fixed(eff, 3) << " | "
-     << Fixed(Figure(r, f.model_state_mib(), f.has_model_state_mib()), 2) << " | "
-     << Fixed(Figure(r, f.max_rss_mib(), f.has_max_rss_mib()), 0) << " |\n";
+     << " | " << (ok ? Fixed(w.loss, 4) + " (" + Fixed(w.diff, 4) + ")" : "-") << " | "
+     << (ok ? Fixed(w.wall_step_ms, 1) : "-") << " | " << Fixed(w.modelled_step_us, 1)
+     << " (" << Fixed(w.compute_us, 1) << " / " << Fixed(w.exposed_comm_us, 1) << " / "
+     << Fixed(w.bubble_us, 1) << ") | " << Fixed(w.tokens_per_s_per_device, 0) << " | "
+     << Fixed(w.efficiency, 3) << " | " << Fixed(w.model_state_mib, 2) << " | "
+     << Fixed(w.max_rss_mib, 0) << " |\n";
   return md.str();
 }
 
@@ -485,8 +490,9 @@ void WriteReports(const MatrixSpec& spec, const std::vector<CellResult>& results
     const MatrixCell& c = spec.cells[i];
     const CellResult& r = results[i];
     const CellResult& b = results[static_cast<std::size_t>(base[i])];
-    csv += CsvRow(c, r, b, ops);
-    md += ReportRow(c, r, b);
+    const Row w = RowOf(r, b);
+    csv += CsvRow(c, r, w, ops);
+    md += ReportRow(c, r, w);
     if (!HasFigures(r)) failures.push_back(c.id + ": " + r.error());
   }
   md += ReplayCheck(spec, results) + CompileTimes(spec, results);
