@@ -1,21 +1,23 @@
 // Private to the communicator's implementation files: the call header every
-// collective shows the other ranks, the op codes, and chunking helpers.
+// collective shows the other ranks, the op codes, the window layout, the
+// accounting hook and chunking helpers.
 #pragma once
 
-#include <cstddef>
-#include <chrono>
-#include <cstdint>
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <vector>
-#include <exception>
 
 #include "neuron/collectives/communicator.h"
+#include "neuron/collectives/transport/transport.h"
 #include "neuron/runtime/cycle_clock.h"
 #include "neuron/runtime/fnv.h"
-#include "neuron/collectives/transport/transport.h"
+#include "op_accounting.h"
 
 namespace neuron::collectives {
 namespace detail {
@@ -78,10 +80,8 @@ inline constexpr std::size_t kTinyBytes = 8;
 // carries their fingerprint): mixing it with equal blocks is a mismatch.
 inline constexpr std::uint64_t kPerPeerSizes = ~std::uint64_t{0};
 
-}  // namespace detail
-
-struct Communicator::Header {
-  using OpCode = detail::OpCode;
+// The call every collective shows the other ranks (handshake.h).
+struct Header {
   std::uint32_t magic = 0x4e43434c;  // "NCCL"-like tag: a header, not data
   OpCode op = OpCode::kBarrier;
   DataType dtype = DataType::kFloat32;
@@ -99,7 +99,7 @@ struct Communicator::Header {
   double arrival_us = 0;   // this rank's simulated arrival
   double model_bytes = 0;  // this rank's size for the fabric model
   // A kPathHeaderLine allreduce's data (this rank's input).
-  alignas(8) unsigned char tiny[detail::kTinyBytes] = {};
+  alignas(8) unsigned char tiny[kTinyBytes] = {};
   // The collective's sequence number on the communicator + 1 (so 0 is
   // none). With shared memory, the handshake's flag: stored once the rest of
   // the header is written (ShmTransport::SyncWindowWord), in the header's
@@ -118,31 +118,44 @@ struct Communicator::Header {
   }
 };
 
+// What the handshake agreed: the latest arrival and the largest model size
+// over the ranks.
+struct Agreed {
+  double start_us = 0;
+  double model_bytes = 0;
+};
+
+}  // namespace detail
+
 // FNV-1a over block sizes: equal vectors give equal fingerprints.
 inline std::uint64_t Fingerprint(const std::vector<std::size_t>& counts) {
   return counts.empty() ? 0 : runtime::Fnv1a(counts.data(), counts.size() * sizeof(std::size_t));
 }
 
-// Accounts one operation on both clocks once it completed on this rank.
-// Holds references: the header and agreement outlive it (locals declared
-// before it in the operation).
+// The accounting hook around one operation: once it completed on this
+// rank, accounts it on both clocks (op_accounting.h). Holds references: the
+// header and agreement outlive it (locals declared before it in the
+// operation).
 class Communicator::OpScope {
  public:
-  OpScope(Communicator& comm, const Header& header, const Agreed& agreed)
-      : comm_(comm), header_(header), agreed_(agreed),
-        exceptions_(std::uncaught_exceptions()), wall_start_(runtime::CycleClock::Now()) {}
+  OpScope(Communicator& comm, const detail::Header& header, const detail::Agreed& agreed)
+      : comm_(comm),
+        header_(header),
+        agreed_(agreed),
+        exceptions_(std::uncaught_exceptions()),
+        wall_start_(runtime::CycleClock::Now()) {}
   // May throw (the fabric model refuses a route a fault cut): the error
   // reaches the caller of the operation, as its own would.
   ~OpScope() noexcept(false) {
     if (std::uncaught_exceptions() != exceptions_) return;  // failed: nothing to account
     const double wall = runtime::CycleClock::Micros(runtime::CycleClock::Now() - wall_start_);
-    comm_.Record(header_, agreed_, header_.arrival_us, wall);
+    comm_.accounting_->Record(header_, agreed_, wall, comm_.registered_op_);
   }
 
  private:
   Communicator& comm_;
-  const Header& header_;
-  const Agreed& agreed_;
+  const detail::Header& header_;
+  const detail::Agreed& agreed_;
   int exceptions_;
   std::int64_t wall_start_;
 };

@@ -107,21 +107,13 @@ void DirectReduceScatter(GroupContext& g, const char* input, char* output,
 // staged every rank's data (in the headers, the header slots or the
 // windows, as `path` says), so each rank reduces the whole buffer from all
 // of them (in rank order, like the naive reference) and is done.
-void Communicator::SmallDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                        ReduceOp op, std::uint8_t path) {
-  window_inputs_.resize(static_cast<std::size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    window_inputs_[static_cast<std::size_t>(r)] =
-        r == rank_                        ? data  // unchanged; its shared copy may not be out yet
-        : path == detail::kPathHeaderLine ? static_cast<const void*>(TinyData(r))
-        : path == detail::kPathHeaderSlot ? InlineData(r)
-                                          : WindowData(r);
-  }
-  ReduceInputs(dtype, op, window_inputs_.data(), window_inputs_.size(), data, count,
-               static_cast<std::size_t>(size_));
+void DirectAllReduceFrom(GroupContext& g, const void* const* inputs, char* data,
+                         std::size_t count, DataType dtype, ReduceOp op,
+                         bool from_windows) {
+  ReduceInputs(dtype, op, inputs, static_cast<std::size_t>(g.size()), data, count,
+               static_cast<std::size_t>(g.size()));
   // The windows' data areas are reused once every rank collected from them.
-  if (path == detail::kPathStaged)
-    windows_->PublishPhase(kCollectedPhase, ++window_sequence_);
+  if (from_windows) g.windows()->PublishPhase(kCollectedPhase, ++g.window_sequence());
 }
 
 }  // namespace neuron::collectives

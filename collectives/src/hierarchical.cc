@@ -1,27 +1,22 @@
-// The hierarchical (two-level) collectives of a group that spans hosts:
-// within each host over shared memory, among the hosts' leaders over TCP
-// (docs/collectives.md, "Algorithms").
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "communicator_internal.h"
-#include "neuron/collectives/communicator.h"
+#include "hierarchy.h"
 #include "neuron/collectives/reduce.h"
-#include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
 
-namespace neuron::collectives {
+namespace neuron::collectives::detail {
 
-// The two levels of a multi-host group: a communicator per host (shared
-// memory) and one of the hosts' leaders (their lowest rank; TCP). Only
-// worth it when some host has several ranks.
-void Communicator::BuildHierarchy(const std::vector<std::string>& hosts) {
+std::unique_ptr<Hierarchy> Hierarchy::Build(Communicator& parent,
+                                            const std::vector<std::string>& hosts,
+                                            CommunicatorOptions level) {
+  const int rank = parent.rank(), size = parent.size();
   std::vector<std::string> distinct;
-  std::vector<int> host_of(size_), count;
-  for (int r = 0; r < size_; ++r) {
+  std::vector<int> host_of(size), count;
+  for (int r = 0; r < size; ++r) {
     auto it = std::find(distinct.begin(), distinct.end(), hosts[r]);
     host_of[r] = static_cast<int>(it - distinct.begin());
     if (it == distinct.end()) {
@@ -30,65 +25,47 @@ void Communicator::BuildHierarchy(const std::vector<std::string>& hosts) {
     }
     ++count[host_of[r]];
   }
-  if (*std::max_element(count.begin(), count.end()) < 2) return;
-  host_of_ = host_of;
-  host_ranks_.assign(distinct.size(), {});
-  for (int r = 0; r < size_; ++r) host_ranks_[host_of[r]].push_back(r);
-  const bool leader = std::find(host_of.begin(), host_of.end(), host_of[rank_]) -
-                          host_of.begin() == rank_;
-  // The levels keep clocks of their own: the fabric model accounts the
-  // whole operation on this communicator's clock.
-  CommunicatorOptions level = options_;
+  if (*std::max_element(count.begin(), count.end()) < 2) return nullptr;
+  std::unique_ptr<Hierarchy> h(new Hierarchy());
+  h->rank_ = rank;
+  h->size_ = size;
+  h->host_of_ = host_of;
+  h->host_ranks_.assign(distinct.size(), {});
+  for (int r = 0; r < size; ++r) h->host_ranks_[host_of[r]].push_back(r);
+  const bool leader =
+      std::find(host_of.begin(), host_of.end(), host_of[rank]) - host_of.begin() == rank;
   level.clock = std::make_shared<runtime::SimClock>();
-  // Both splits run flat (their allgathers must not take the hierarchy
-  // that is being built).
-  auto local = Split(host_of[rank_], rank_, level);
-  auto leaders = Split(leader ? 0 : kNoColor, host_of[rank_], level);
-  local_ = std::move(local);
-  leaders_ = std::move(leaders);
-  ResetStats();  // the splits' own allgathers are not the caller's
+  // Both splits run flat: the parent has no hierarchy while it is built.
+  h->local_ = parent.Split(host_of[rank], rank, level);
+  h->leaders_ = parent.Split(leader ? 0 : Communicator::kNoColor, host_of[rank], level);
+  parent.ResetStats();  // the splits' own allgathers are not the caller's
+  return h;
 }
 
-// Hierarchical allreduce (two-level, as NCCL's and Neuron's across nodes):
-// reduce within each host to its leader (shared memory, rank order), then
-// allreduce among the leaders (TCP), then broadcast within each host. The
-// order is fixed, so every rank gets bitwise the same result; it differs
-// from the flat order for floating point. Averages sum throughout and
-// divide once by the group size.
-void Communicator::HierarchicalAllReduce(void* data, std::size_t count, DataType dtype,
-                                         ReduceOp op) {
+void Hierarchy::AllReduce(void* data, std::size_t count, DataType dtype, ReduceOp op) {
   const ReduceOp stage = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   local_->Reduce({data, count, dtype, stage, 0});
   if (leaders_ != nullptr) {
     leaders_->AllReduce({data, count, dtype, stage});
-    if (op == ReduceOp::kAvg) FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
+    if (op == ReduceOp::kAvg)
+      FinishAverage(dtype, data, count, static_cast<std::size_t>(size_));
   }
   local_->Broadcast({data, count, dtype, 0});
 }
 
-// Hierarchical broadcast: within the root's host from the root (shared
-// memory), among the hosts' leaders from the root's host's (TCP, once per
-// host rather than once per rank), then within every other host from its
-// leader.
-void Communicator::HierarchicalBroadcast(void* data, std::size_t count, DataType dtype,
-                                         int root) {
+void Hierarchy::Broadcast(void* data, std::size_t count, DataType dtype, int root) {
   const int root_host = host_of_[root], my_host = host_of_[rank_];
   const auto& local = host_ranks_[root_host];
   if (my_host == root_host) {
-    const int local_root = static_cast<int>(std::find(local.begin(), local.end(), root) -
-                                            local.begin());
+    const int local_root =
+        static_cast<int>(std::find(local.begin(), local.end(), root) - local.begin());
     local_->Broadcast({data, count, dtype, local_root});
   }
   if (leaders_ != nullptr) leaders_->Broadcast({data, count, dtype, root_host});
   if (my_host != root_host) local_->Broadcast({data, count, dtype, 0});
 }
 
-// Hierarchical allgather: within each host (shared memory), then the hosts'
-// blocks among the leaders (TCP), then the whole from each leader within its
-// host; the blocks are put in rank order at the end (hosts need not hold
-// consecutive ranks).
-void Communicator::HierarchicalAllGather(char* out, const void* in, std::size_t count,
-                                         DataType dtype) {
+void Hierarchy::AllGather(char* out, const void* in, std::size_t count, DataType dtype) {
   const std::size_t block = count * ElementSize(dtype);
   const auto& mine = host_ranks_[host_of_[rank_]];
   std::vector<char> host(mine.size() * block), all(size_ * block);
@@ -108,4 +85,4 @@ void Communicator::HierarchicalAllGather(char* out, const void* in, std::size_t 
   }
 }
 
-}  // namespace neuron::collectives
+}  // namespace neuron::collectives::detail

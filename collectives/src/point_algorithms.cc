@@ -1,5 +1,5 @@
 // The host algorithms built on point-to-point exchanges (any transport):
-// ring reduce-scatter and allgather, recursive doubling, Rabenseifner's
+// ring reduce-scatter, allgather and allreduce, recursive doubling, Rabenseifner's
 // allreduce and Bruck's allgather, each citing its source.
 #include <algorithm>
 #include <cstring>
@@ -55,6 +55,34 @@ void RingAllGather(GroupContext& g, char* data, std::size_t count, DataType dtyp
                (Begin(count, size, send_chunk + 1) - sb) * esize, left, data + rb * esize,
                (Begin(count, size, recv_chunk + 1) - rb) * esize, what);
   }
+}
+
+void RingAllReduce(GroupContext& g, char* data, std::size_t count, DataType dtype,
+                   ReduceOp op, const Label& what) {
+  const int rank = g.rank(), size = g.size();
+  std::vector<std::size_t> chunks(size + 1);
+  for (int c = 0; c <= size; ++c) chunks[c] = Begin(count, size, c);
+  RingReduceScatter(g, data, chunks, dtype, op, what);
+  if (op == ReduceOp::kAvg) {
+    FinishAverage(dtype, data + chunks[rank] * ElementSize(dtype),
+                  chunks[rank + 1] - chunks[rank], static_cast<std::size_t>(size));
+  }
+  RingAllGather(g, data, count, dtype, what);
+}
+
+void RingReduceScatterInto(GroupContext& g, const char* input, char* output,
+                           const std::vector<std::size_t>& chunks, DataType dtype,
+                           ReduceOp op, const Label& what) {
+  const int rank = g.rank(), size = g.size();
+  const std::size_t esize = ElementSize(dtype);
+  std::vector<char> work(input, input + chunks.back() * esize);
+  if (size > 1) RingReduceScatter(g, work.data(), chunks, dtype, op, what);
+  const std::size_t mine = chunks[rank + 1] - chunks[rank];
+  char* block = work.data() + chunks[rank] * esize;
+  if (op == ReduceOp::kAvg && mine > 0) {
+    FinishAverage(dtype, block, mine, static_cast<std::size_t>(size));
+  }
+  if (mine > 0) std::memcpy(output, block, mine * esize);
 }
 
 namespace {

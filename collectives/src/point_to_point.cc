@@ -6,16 +6,14 @@
 #include <optional>
 
 #include "communicator_internal.h"
-#include "issue_context.h"
+#include "handshake.h"  // ~Communicator
+#include "hierarchy.h"  // ~Communicator
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/collectives/transport/shared_buffers.h"  // ~Communicator: PeerBufferMap
 #include "neuron/collectives/transport/shm_transport.h"
 #include "neuron/collectives/transport/tcp_transport.h"
 #include "neuron/runtime/error.h"
-#include "neuron/runtime/fabric/fabric_model.h"
-#include "neuron/runtime/op_trace.h"
-#include "neuron/runtime/sim_clock.h"
 
 namespace neuron::collectives {
 
@@ -24,39 +22,27 @@ using detail::MessageHeader;
 
 Communicator::~Communicator() = default;
 
-void Communicator::StartPointToPoint(bool one_host) {
+void Communicator::StartPointToPoint(bool one_host, const CommunicatorOptions& options) {
   auto p2p = std::make_unique<PointToPoint>();
   p2p->store = std::make_shared<PrefixStore>("p2p", store_);
   Store& store = *p2p->store;
-  if (one_host && options_.transport != TransportKind::kTcp) {
+  if (one_host && options.transport != TransportKind::kTcp) {
     transport::ShmOptions shm;
-    shm.ring_bytes = options_.shm_ring_bytes;
+    shm.ring_bytes = options.shm_ring_bytes;
     shm.window_bytes = 4096;  // point-to-point uses the rings only
-    shm.setup_timeout = options_.timeout;
+    shm.setup_timeout = options.timeout;
     p2p->transport = std::make_unique<transport::ShmTransport>(store, rank_, size_, shm);
   } else {
     transport::TcpOptions tcp;
-    tcp.address = options_.tcp_address;
+    tcp.address = options.tcp_address;
     tcp.loopback = one_host;
-    tcp.setup_timeout = options_.timeout;
+    tcp.setup_timeout = options.timeout;
     p2p->transport = std::make_unique<transport::TcpTransport>(store, rank_, size_, tcp);
   }
   p2p->incoming.resize(size_);
   p2p->posted.resize(size_);
   p2p->unexpected.resize(size_);
   p2p_ = std::move(p2p);
-}
-
-void Communicator::TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag) {
-  auto [trace, issue] = TraceTarget(true);
-  if (trace == nullptr) return;
-  runtime::proto::TraceMessage part;
-  part.set_send(send);
-  part.set_peer(peer);
-  part.set_bytes(static_cast<double>(bytes));
-  part.set_tag(tag);
-  part.set_communicator(trace_id_);
-  trace->AddMessage(issue, std::move(part));
 }
 
 void Communicator::AbortPointToPoint(const std::string& reason) {
@@ -68,13 +54,13 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
                " must be another rank of 0..", size_ - 1, " (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "send: data is null");
   if (p2p_->failed) std::rethrow_exception(p2p_->failed);
-  TraceMessage(true, global_ranks_[peer], bytes, tag);
+  accounting_->TraceMessage(true, peer, bytes, tag);
   auto& t = *p2p_->transport;
   if (!buffered_sends_) {  // as MPI_Send: returns once the bytes left
     MessageHeader h;
     h.tag = tag;
     h.bytes = bytes;
-    h.send_us = IssueTime();
+    h.send_us = accounting_->IssueTime();
     const std::string what =
         StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
     std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
@@ -89,7 +75,7 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
   PointToPoint::InFlight& m = p2p_->in_flight.emplace_back();
   m.header.tag = tag;
   m.header.bytes = bytes;
-  m.header.send_us = IssueTime();
+  m.header.send_us = accounting_->IssueTime();
   m.what = StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
   m.payload.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
   m.ids.push_back(t.Isend(peer, &m.header, sizeof(m.header)));
@@ -132,7 +118,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
                " or kAnySource (this is rank ", rank_, ")");
   NEURON_CHECK(data != nullptr || bytes == 0, "recv: data is null");
   if (p2p_->failed) std::rethrow_exception(p2p_->failed);
-  const double posted_us = IssueTime();
+  const double posted_us = accounting_->IssueTime();
   const std::string what = StrCat("recv #", p2p_->receives++, " from ",
                                   peer == kAnySource ? std::string("any rank")
                                                      : "rank " + std::to_string(peer),
@@ -182,17 +168,8 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
     p2p_->unexpected[p].push_back(std::move(m));
   }
   // Simulated time: max(posted, sent + the modelled transfer).
-  const MessageHeader& h = p2p_->incoming[source];
-  const runtime::Schedule transfer = runtime::PointToPointSchedule(
-      global_ranks_[source], global_ranks_[rank_], static_cast<double>(bytes));
-  const double modelled = fabric_->Simulate(transfer).total.count();
-  const double end = std::max(posted_us, h.send_us + modelled);
-  if (join_compute_) clock_->JoinCompute(runtime::SimDuration(end));
-  if (auto* context = detail::ScopedIssue::Current(clock_.get())) {
-    context->received = true;  // the waiter joins it
-    context->received_us = std::max(context->received_us, end);
-  }
-  TraceMessage(false, global_ranks_[source], bytes, tag);
+  accounting_->FinishReceive(source, bytes, posted_us, p2p_->incoming[source].send_us);
+  accounting_->TraceMessage(false, source, bytes, tag);
   return source;
 }
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "algorithms.h"
 #include "communicator_internal.h"
-#include "neuron/collectives/communicator.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/collectives/transport/shared_windows.h"
@@ -33,52 +33,40 @@ namespace {
 constexpr std::size_t kBlockBytes = 64u << 10;
 }  // namespace
 
-bool Communicator::RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype,
-                                             ReduceOp op, const Label& what,
-                                             bool* none_registered) {
-  auto region_of = [&](int r) {
-    transport::SharedRegion region;  // as rank r published it with its header
-    std::memcpy(&region, InlineData(r), sizeof(region));
-    return region;
-  };
-  int registered = 0;
-  for (int r = 0; r < size_; ++r) registered += region_of(r).fd >= 0 ? 1 : 0;
-  *none_registered = registered == 0;
-  if (registered < size_) return false;
+void RegisteredAllReduce(GroupContext& g, transport::PeerBufferMap& peers,
+                         const transport::SharedRegion* regions, char* data,
+                         std::size_t count, DataType dtype, ReduceOp op,
+                         const Label& what) {
+  const int rank = g.rank(), size = g.size();
   const std::size_t esize = ElementSize(dtype);
-  if (peer_buffers_ == nullptr) peer_buffers_ = std::make_unique<transport::PeerBufferMap>();
-  peer_buffers_->SweepIfDue();  // before this operation's buffers are mapped and used
-  std::vector<char*> buffers(static_cast<std::size_t>(size_));
+  peers.SweepIfDue();  // before this operation's buffers are mapped and used
+  std::vector<char*> buffers(static_cast<std::size_t>(size));
   try {
-    for (int r = 0; r < size_; ++r) {
-      buffers[r] = r == rank_ ? data : peer_buffers_->Map(region_of(r));
-    }
+    for (int r = 0; r < size; ++r) buffers[r] = r == rank ? data : peers.Map(regions[r]);
   } catch (const std::exception& e) {  // IoError, or bad_alloc
     // The others must not wait for this rank.
-    const std::string message = StrCat(what, " on rank ", rank_, ": ", e.what());
-    transport_->Abort(message);
+    const std::string message = StrCat(what, " on rank ", rank, ": ", e.what());
+    g.transport().Abort(message);
     throw IoError(message);
   }
-  registered_op_ = true;
-  const std::size_t begin = detail::Begin(count, size_, rank_);
-  const std::size_t end = detail::Begin(count, size_, rank_ + 1);
+  const std::size_t begin = detail::Begin(count, size, rank);
+  const std::size_t end = detail::Begin(count, size, rank + 1);
   const std::size_t block = std::max<std::size_t>(1, kBlockBytes / esize);
-  std::vector<const void*> inputs(static_cast<std::size_t>(size_));
+  std::vector<const void*> inputs(static_cast<std::size_t>(size));
   for (std::size_t start = begin; start < end; start += block) {
     const std::size_t n = std::min(block, end - start);
     const std::size_t at = start * esize;
-    for (int r = 0; r < size_; ++r) inputs[r] = buffers[r] + at;
+    for (int r = 0; r < size; ++r) inputs[r] = buffers[r] + at;
     ReduceInputs(dtype, op, inputs.data(), inputs.size(), data + at, n,
-                 static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_) std::memcpy(buffers[r] + at, data + at, n * esize);
+                 static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) std::memcpy(buffers[r] + at, data + at, n * esize);
     }
   }
-  const std::uint64_t seq = ++window_sequence_;
-  windows_->SyncPhase(detail::kReducedPhase, seq, NewDeadline(), what);
+  const std::uint64_t seq = ++g.window_sequence();
+  g.windows()->SyncPhase(detail::kReducedPhase, seq, g.NewDeadline(), what);
   // The windows were not used: they are as free as before.
-  windows_->PublishPhase(detail::kCollectedPhase, seq);
-  return true;
+  g.windows()->PublishPhase(detail::kCollectedPhase, seq);
 }
 
 }  // namespace neuron::collectives

@@ -6,6 +6,7 @@
 #include "neuron/collectives/communicator.h"
 #include "neuron/collectives/store/prefix_store.h"
 #include "neuron/runtime/error.h"
+#include "op_accounting.h"
 
 namespace neuron::collectives {
 
@@ -13,7 +14,7 @@ std::unique_ptr<Communicator> Communicator::Split(int color, int key,
                                                   CommunicatorOptions options) {
   NEURON_CHECK(color >= 0 || color == kNoColor, "split: color must be >= 0 or kNoColor (-1), got ",
                color);
-  const std::uint64_t split_sequence = sequence_;  // the same on every rank
+  const std::uint64_t split_sequence = sequence();  // the same on every rank
   std::vector<std::int64_t> mine = {color, key}, all(2 * size_);
   AllGather({mine.data(), all.data(), 2, DataType::kInt64});
   if (color == kNoColor) return nullptr;
@@ -28,10 +29,10 @@ std::unique_ptr<Communicator> Communicator::Split(int color, int key,
   for (std::size_t i = 0; i < members.size(); ++i) {
     const int old = std::get<1>(members[i]);
     if (old == rank_) new_rank = static_cast<int>(i);
-    global.push_back(global_ranks_[old]);
+    global.push_back(accounting_->global_ranks()[old]);
   }
-  if (!options.clock) options.clock = clock_;
-  options.fabric = fabric_;
+  if (!options.clock) options.clock = accounting_->clock();
+  options.fabric = accounting_->fabric();
   options.global_ranks = std::move(global);
   auto store = std::make_shared<PrefixStore>(
       StrCat("split/", split_sequence, "/", color), store_);

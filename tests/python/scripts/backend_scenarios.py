@@ -77,6 +77,9 @@ def fabric_checks():
     arrival = torchneuron.fabric.records()[-1]["arrival_us"]
     assert arrival >= compute, (arrival, compute)
     gloo = dist.new_group(backend="gloo")
+    # Both ranks finish Gloo's connection setup before either may exit
+    # (a peer leaving mid-setup fails the other's connectFullMesh).
+    dist.barrier(group=gloo)
     try:
         torchneuron.fabric.totals(gloo)
         raise AssertionError("fabric statistics of a gloo group")

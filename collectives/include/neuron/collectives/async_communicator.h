@@ -34,6 +34,10 @@
 
 #include "neuron/collectives/communicator.h"
 
+namespace neuron::runtime {
+class OpTrace;
+}  // namespace neuron::runtime
+
 namespace neuron::collectives {
 
 // The handle of one asynchronous operation. Thread-safe.

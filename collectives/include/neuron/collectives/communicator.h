@@ -3,9 +3,12 @@
 // Created collectively from a store, a rank and a size; every rank must call
 // the same collectives in the same order with matching arguments. Each
 // collective first shows every rank a small header (op, sequence number,
-// count, dtype, reduce op, root) through the shared windows: a rank that
-// sees another rank's call differ raises InvalidUsage naming both calls,
-// and aborts the group, so no rank hangs or reads mismatched data.
+// count, dtype, reduce op, root), through the shared windows or around the
+// ring over TCP: a rank that sees another rank's call differ raises
+// InvalidUsage naming both calls, and aborts the group, so no rank hangs or
+// reads mismatched data. Then the tuner (tuner.h) picks the algorithm, a
+// free function over the group (collectives/src/algorithms.h) runs it, and
+// one hook accounts it on the two clocks (collectives/src/op_accounting.h).
 //
 // Usage:
 //   Communicator comm(store, rank, size);
@@ -24,12 +27,12 @@
 #pragma once
 
 #include <chrono>
-#include <map>
-#include <tuple>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,11 +41,10 @@
 #include "neuron/collectives/op_stats.h"
 #include "neuron/collectives/store/store.h"
 #include "neuron/collectives/transport/transport.h"
+#include "neuron/collectives/tuner.h"
 
 namespace neuron::runtime {
 class FabricModel;
-enum class FabricAlgorithm;  // collective_schedules.h
-class OpTrace;
 class SimClock;
 }  // namespace neuron::runtime
 
@@ -53,9 +55,14 @@ class SharedWindows;
 class PeerBufferMap;
 }
 using transport::Label;
-namespace detail {
-enum class OpCode : std::uint8_t;  // defined in communicator_internal.h
-}
+namespace detail {  // private to the implementation (collectives/src)
+enum class OpCode : std::uint8_t;
+struct Header;
+struct Agreed;
+class Handshake;
+class Hierarchy;
+class OpAccounting;
+}  // namespace detail
 
 // Host algorithms; each names its source where it is implemented.
 enum class Algorithm {
@@ -218,9 +225,9 @@ class Communicator : private GroupContext {
   const char* transport_name() const { return transport_->name(); }
   // Whether the ranks span hosts with several ranks on some host, so
   // allreduce runs hierarchically by default (Algorithm::kHierarchical).
-  bool hierarchical() const { return local_ != nullptr; }
+  bool hierarchical() const { return hierarchy_ != nullptr; }
   // Collectives issued so far (the next one gets this number).
-  std::uint64_t sequence() const { return sequence_; }
+  std::uint64_t sequence() const;
 
   void AllReduce(const AllReduceOptions& options);
   void Broadcast(const BroadcastOptions& options);
@@ -273,146 +280,64 @@ class Communicator : private GroupContext {
 
   // Two-clock accounting of every completed operation.
   // The latest records, oldest first (at most max_records).
-  const RecordLog& records() const { return records_; }
-  CommunicatorTotals totals() const { return totals_; }
+  const RecordLog& records() const;
+  CommunicatorTotals totals() const;
   void ResetStats();
   // Writes the records as a Chrome trace (chrome://tracing, Perfetto): one
   // track on the wall clock, one on the simulated clock.
   void WriteChromeTrace(const std::string& path) const;
-  runtime::SimClock& clock() { return *clock_; }
+  runtime::SimClock& clock();
   // Whether a completed operation also advances this rank's compute clock
   // to its end (true: the caller waited for it, as a synchronous call does).
   // AsyncCommunicator turns it off and joins when the work is waited on.
-  void set_join_compute(bool join) { join_compute_ = join; }
+  void set_join_compute(bool join);
   // See Send. Set before the first Send.
   void set_buffered_sends(bool buffered) { buffered_sends_ = buffered; }
-  const runtime::FabricModel& fabric() const { return *fabric_; }
+  const runtime::FabricModel& fabric() const;
 
  private:
-  struct Header;
-  class OpScope;
+  class OpScope;        // communicator_internal.h
   struct PointToPoint;  // point_to_point.cc
-  void StartPointToPoint(bool one_host);
-  // Gather (op kGather) or Scatter (kScatter).
-  void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
-              DataType dtype, int root);
+  // The collectives' transport, over shared memory when every rank is on
+  // this host (unless TCP was asked for), and the hierarchy across hosts.
+  void Connect(const CommunicatorOptions& options);
+  void StartPointToPoint(bool one_host, const CommunicatorOptions& options);
   void AbortPointToPoint(const std::string& reason);
   // Drops buffered sends that completed, making progress until `until`.
   void ReapSends(std::chrono::steady_clock::time_point until);
-  // Shows every rank this call and checks theirs; throws on mismatch.
-  // `staged` (at most the window's data size) is copied into this rank's
-  // window first, so a small direct allreduce needs no phase of its own;
-  // when mine.path is kPathHeaderSlot (at most kInlineBytes) into the
-  // header's slot instead (InlineData), which needs no "collected" phase,
-  // and when kPathHeaderLine (at most kTinyBytes) into the header itself.
-  // Stamps the header with this rank's arrival time and returns the
-  // latest arrival and largest model size over all ranks.
-  struct Agreed {
-    double start_us = 0;
-    double model_bytes = 0;
-  };
-  // `slot_data` (at most kInlineBytes) goes into this rank's header slot
-  // with the header, for the ranks to read until the next collective.
-  Agreed Handshake(Header& mine, const void* staged = nullptr, std::size_t staged_bytes = 0,
-                   const void* slot_data = nullptr, std::size_t slot_bytes = 0);
-  // Handshake through the header slots of the shared windows, and around
-  // the ring over TCP (in debug mode every rank sees every header).
-  Agreed ShmHandshake(Header& mine, Agreed agreed, const void* staged, std::size_t staged_bytes,
-                      const void* slot_data, std::size_t slot_bytes);
-  Agreed RingHandshake(const Header& mine, Agreed agreed);
-  // The allreduce algorithm for `requested` (kAuto: the options' forced
-  // one, else by transport and size); InvalidUsage for one that cannot run.
-  Algorithm AllReduceAlgorithm(Algorithm requested, std::size_t bytes, std::size_t count) const;
-  // The current collective's header slot in every window (by sequence
-  // parity: communicator_internal.h).
-  std::size_t SlotOffset() const;
-  // Where rank `rank` puts the current collective's inline data.
-  char* InlineData(int rank) const;
-  // Rank `rank`'s kPathHeaderLine data, in its current header.
-  const unsigned char* TinyData(int rank) const;
-  // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
-  Agreed RingMax(Agreed mine, const Label& what);
-  // The fabric model's answer for the operation `h` with `model_bytes`,
-  // and what follows from it alone (per distinct operation, not per call).
-  struct Modelled {
-    double micros = 0;
-    std::string_view algorithm;  // the fabric's schedule
-    double algbw_gbps = 0;       // bytes / micros (0 when micros is 0)
-    double busbw_gbps = 0;       // algbw x the nccl-tests factor
-  };
-  const Modelled& Model(const Header& h, double model_bytes);
-  void Record(const Header& h, const Agreed& agreed, double arrival_us, double wall_us);
-  // When the compute stream issued the running operation (issue_context.h):
-  // its clock at the enqueue, or now for a synchronous call.
-  double IssueTime() const;
-  // Where the running operation's parts are recorded when the rank's clock
-  // has a trace (op_trace.h): {trace, issue index}, or {null, 0}.
-  std::pair<std::shared_ptr<runtime::OpTrace>, std::uint64_t> TraceTarget(bool messages_lane);
-  void TraceMessage(bool send, int peer, std::size_t bytes, std::uint64_t tag);
-  void CheckHeaders(const Header& mine, const Header* const* theirs);
-  // A label that describes `h` (which must outlive it) when a message needs it.
-  static Label Describing(const Header& h);
-  static std::string DescribeHeader(const void* header);
-  // The header of the next collective (this rank's sequence number).
-  Header NewHeader(detail::OpCode op, DataType dtype, std::uint64_t count, ReduceOp reduce = ReduceOp::kSum,
-                   int root = -1) const;
+  GroupShape shape() const { return {size_, windows_ != nullptr, hierarchy_ != nullptr}; }
+  // The header of the next collective, and its handshake (handshake.h)
+  // at this rank's arrival (op_accounting.h).
+  detail::Header NewHeader(detail::OpCode op, DataType dtype, std::uint64_t count,
+                           ReduceOp reduce = ReduceOp::kSum, int root = -1) const;
+  detail::Agreed Handshake(detail::Header& mine, const void* staged = nullptr,
+                           std::size_t staged_bytes = 0, const void* slot_data = nullptr,
+                           std::size_t slot_bytes = 0);
   void CheckRoot(int root, const char* op) const;
-  // Element offsets of chunk c at [c], c = 0..size (equal chunks of count).
-  std::vector<std::size_t> EvenChunks(std::size_t count) const;
-  // After a handshake in which every rank put its buffer's SharedRegion in
-  // its slot (fd -1: not registered): when all are registered, reduces in
-  // place on every rank's buffer (registered_allreduce.cc) and returns true;
-  // else returns false and sets *none_registered. A peer's buffer that
-  // cannot be mapped aborts the group and throws IoError naming it.
-  bool RegisteredDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
-                                 const Label& what, bool* none_registered);
-  // From where the handshake put every rank's data, as `path` (a
-  // Header::path) says: the headers (TinyData), the header slots
-  // (InlineData), or the staged data areas (then publishes "collected").
+  // Runs the allreduce `algorithm` chose after the handshake of `h`.
+  void RunAllReduce(Algorithm algorithm, const detail::Header& h, char* data,
+                    bool staged_with_handshake);
+  // The direct allreduces after the handshake: from where it put every
+  // rank's data (`path`: a Header::path), or on the registered buffers when
+  // every rank's is (returns false otherwise, and sets *none_registered).
   void SmallDirectAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
                             std::uint8_t path);
+  bool TryRegisteredAllReduce(char* data, std::size_t count, DataType dtype, ReduceOp op,
+                              const Label& what, bool* none_registered);
+  // Gather (op kGather) or Scatter (kScatter).
+  void Linear(detail::OpCode op, const void* input, void* output, std::size_t count,
+              DataType dtype, int root);
 
   std::shared_ptr<Store> store_;
-  CommunicatorOptions options_;
-  std::uint64_t sequence_ = 0;
-  std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
-  std::vector<const Header*> header_views_;  // Handshake's, reused
-  // Peers' registered buffers mapped here (RegisteredDirectAllReduce).
-  std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
-  bool registered_op_ = false;  // this operation used them (for its OpRecord)
-  std::shared_ptr<runtime::SimClock> clock_;
-  std::shared_ptr<const runtime::FabricModel> fabric_;
-  double rank_delay_us_ = 0;  // this rank's straggler fault (topology rank_delays)
-  std::vector<int> global_ranks_;
-  std::string trace_id_;  // names this communicator in traces, equal on every member
-  // This communicator's collective stream: its previous collective's end.
-  // A collective starts no earlier (one stream per communicator, so
-  // communicators run concurrently on other threads do not make a rank's
-  // simulated times depend on which thread the host ran first).
-  double stream_end_us_ = 0;
-  // (op, model bytes, root) -> the fabric model's answer
-  std::map<std::tuple<int, double, int>, Modelled> model_cache_;
-  // The last lookup's entry (map entries stay put): a loop of one
-  // collective skips the map.
-  const decltype(model_cache_)::value_type* last_model_ = nullptr;
-  RecordLog records_;
-  CommunicatorTotals totals_;
-  bool join_compute_ = true;
-  Algorithm forced_algorithm_ = Algorithm::kAuto;  // NEURON_CC_ALGO
-  runtime::FabricAlgorithm fabric_algorithm_{};    // NEURON_FABRIC_ALGO
-  bool debug_ = false;                              // NEURON_CC_DEBUG=1
+  std::unique_ptr<detail::OpAccounting> accounting_;  // the hook around each operation
+  std::unique_ptr<detail::Handshake> handshake_;      // the call check before each
+  Tuner tuner_;
+  std::unique_ptr<detail::Hierarchy> hierarchy_;  // across hosts, several ranks on some
   std::unique_ptr<PointToPoint> p2p_;
-  // Across hosts with several ranks on some host: this host's ranks (shared
-  // memory), and one leader per host (TCP; null on the other ranks). Both
-  // keep clocks of their own: the parent accounts the whole operation.
-  std::unique_ptr<Communicator> local_;
-  std::unique_ptr<Communicator> leaders_;
-  std::vector<int> host_of_;                 // host index of every rank
-  std::vector<std::vector<int>> host_ranks_;  // the ranks of every host, ascending
-  void BuildHierarchy(const std::vector<std::string>& hosts);
-  void HierarchicalAllReduce(void* data, std::size_t count, DataType dtype, ReduceOp op);
-  void HierarchicalBroadcast(void* data, std::size_t count, DataType dtype, int root);
-  void HierarchicalAllGather(char* out, const void* in, std::size_t count, DataType dtype);
+  // Peers' registered buffers mapped here (RegisteredAllReduce).
+  std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
+  std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
+  bool registered_op_ = false;  // the running operation used them (its OpRecord says)
   bool buffered_sends_ = false;
 };
 

@@ -2,9 +2,10 @@
 // group's rank and size, its transport and the shared windows when the
 // transport offers them, the deadline of the running operation, and the
 // algorithms' scratch. The algorithms are free functions over it, one
-// family per file (collectives/src/algorithms.h); a Communicator is one
-// (privately), and adds the collectives' API, the handshake that checks
-// every rank calls the same collective, and the two-clock accounting.
+// family per file (collectives/src/algorithms.h). A Communicator is one
+// (privately): it adds the collectives' API and, around each algorithm,
+// the call check (handshake.h), the tuner's choice (tuner.h) and the
+// two-clock accounting (op_accounting.h).
 #pragma once
 
 #include <chrono>
