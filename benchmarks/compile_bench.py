@@ -9,6 +9,8 @@ activations [seq, batch, dim]).
                                                   [--batch 32] [--hidden 256]
     .venv/bin/python benchmarks/compile_bench.py --model gpt-block [--dim 128]
                                                   [--seq 64] [--batch 8]
+    ... [--frontend torch.compile]   # torch.compile(backend="neuron") instead of
+                                     # torchneuron.compile
 
 Target (issue #5): compiled wall time <= eager's (docs/performance.md).
 """
@@ -29,6 +31,9 @@ def main():
     p.add_argument("--model", default="mlp", choices=["mlp", "gpt-block"])
     p.add_argument("--dim", type=int, default=128, help="gpt-block hidden size (4 heads)")
     p.add_argument("--seq", type=int, default=64, help="gpt-block sequence length")
+    p.add_argument("--frontend", default="torchneuron.compile",
+                   choices=["torchneuron.compile", "torch.compile"],
+                   help="the capture: functorch's aot_module, or TorchDynamo (backend neuron)")
     args = p.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     os.environ.setdefault("NEURON_CACHE_DIR", tempfile.mkdtemp(prefix="compile_bench."))
@@ -53,7 +58,10 @@ def main():
     eager = make()
     model = make()
     model.load_state_dict(eager.state_dict())
-    compiled = torchneuron.compile(model, fullgraph=True)
+    if args.frontend == "torch.compile":
+        compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    else:
+        compiled = torchneuron.compile(model, fullgraph=True)
     if args.model == "mlp":
         x = torch.randn(args.batch, 64)
         target = torch.randn(args.batch, 10)
@@ -76,7 +84,7 @@ def main():
     compiled_ms = step_ms(compiled)
     eager_ms = step_ms(eager)
     modelled = sum(r["modelled_us"] for r in torchneuron.compiler.metrics())
-    print(f"{described}, fp32, 1 CPU thread; median of {args.steps} steps "
+    print(f"{described}, fp32, 1 CPU thread; {args.frontend}; median of {args.steps} steps "
           f"(forward + backward)")
     print(f"eager PyTorch:   {eager_ms:8.3f} ms")
     print(f"compiled:        {compiled_ms:8.3f} ms   ratio compiled/eager {compiled_ms / eager_ms:.2f}"

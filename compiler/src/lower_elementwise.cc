@@ -40,6 +40,17 @@ void TwoOperands(LoweringContext& cx, const OpCall& call, rp::Op op,
                  out.name(), call.source);
 }
 
+// The vector and scalar engines compute floating point: an arithmetic op
+// whose result is an integer or bool runs elsewhere (the caller's fallback).
+const proto::Value& FloatOutput(const OpCall& call) {
+  const proto::Value& out = SingleOutput(call);
+  const std::string& dtype = out.type().dtype();
+  NEURON_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", call.where,
+               ": is not supported on the device (a ", dtype,
+               " result; the engines compute f32, bf16 or f16)");
+  return out;
+}
+
 }  // namespace
 
 const proto::Value& SingleOutput(const OpCall& call) {
@@ -50,7 +61,7 @@ const proto::Value& SingleOutput(const OpCall& call) {
 }
 
 void LowerArithmetic(LoweringContext& cx, const OpCall& call) {
-  const proto::Value& out = SingleOutput(call);
+  const proto::Value& out = FloatOutput(call);
   const std::string base = BaseOp(call.node.op());
   const auto* other = Attr(call.node, "other");
   CheckAlphaOne(call);
@@ -84,7 +95,7 @@ void LowerBinary(LoweringContext& cx, const OpCall& call) {
       {"aten.minimum", rp::OP_MIN},
       {"aten.tanh_backward", rp::OP_TANH_BACKWARD},
       {"aten.sigmoid_backward", rp::OP_SIGMOID_BACKWARD}};
-  const proto::Value& out = SingleOutput(call);
+  const proto::Value& out = FloatOutput(call);
   NEURON_CHECK(call.in.size() == 2, call.where, ": takes two inputs");
   TwoOperands(cx, call, kOps.at(call.node.op()), out);
 }
@@ -100,7 +111,7 @@ void LowerUnary(LoweringContext& cx, const OpCall& call) {
       {"aten.tanh", {rp::SCALAR, rp::OP_TANH}},
       {"aten.sigmoid", {rp::SCALAR, rp::OP_SIGMOID}},
       {"aten.gelu", {rp::SCALAR, rp::OP_GELU}}};
-  const proto::Value& out = SingleOutput(call);
+  const proto::Value& out = FloatOutput(call);
   NEURON_CHECK(call.in.size() == 1, call.where, ": takes one input");
   auto [engine, op] = kOps.at(call.node.op());
   if (op == rp::OP_GELU && !TanhGelu(call.node)) op = rp::OP_GELU_EXACT;

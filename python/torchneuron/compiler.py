@@ -290,7 +290,8 @@ def _fallback(gm, name, ops, fullgraph, reason):
     if fullgraph or not _C._fallback_allowed():
         raise _C.InvalidUsageError(
             f"torchneuron.compile: graph {name} cannot run on the device: {reason}: {listed}"
-            + (" (fullgraph=True)" if fullgraph else " (NEURON_FALLBACK=0)"))
+            + (f" ({fullgraph})" if isinstance(fullgraph, str)
+               else " (fullgraph=True)" if fullgraph else " (NEURON_FALLBACK=0)"))
     counts = {}
     for op, _ in ops:
         counts[op] = counts.get(op, 0) + 1
@@ -381,16 +382,20 @@ def _split_by_device(gm, name, where):
 
 class _CompiledSegment(torch.nn.Module):
     """A device segment of a split graph: compiled, called like the FX
-    submodule it replaces (a single result, or a tuple)."""
+    submodule it replaces (a single result, or a tuple). A segment the
+    compiler refuses after all (an op's limits, e.g. integer arithmetic)
+    runs on the CPU, reported as any fallback."""
 
     def __init__(self, gm, name, where):
         super().__init__()
         single = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
         self.single = isinstance(single, torch.fx.Node)
-        self.run = _compile_fx(gm, None, name, True, where)
+        self.run = _compile_fx(gm, None, name, False, where)
 
     def forward(self, *args):
         out = self.run(list(args))
+        if not isinstance(out, list):  # the CPU fallback: the submodule's own result
+            return out
         return out[0] if self.single else tuple(out)
 
 
