@@ -57,14 +57,19 @@ void BindCompiledGraph(py::module_& m) {
           "run",
           [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
             std::vector<neuron::runtime::HostTensor> host;
-            for (const auto& t : inputs) host.push_back(ToHost(t));
+            // Results go where the inputs live: "neuron" when any does.
+            c10::Device device("cpu");
+            for (const auto& t : inputs) {
+              host.push_back(ToHost(t));
+              if (t.device().is_privateuseone()) device = t.device();
+            }
             std::vector<neuron::runtime::HostTensor> out;
             {
               py::gil_scoped_release release;
               out = g.Run(std::move(host));
             }
             std::vector<at::Tensor> result;
-            for (const auto& h : out) result.push_back(FromHost(h));
+            for (const auto& h : out) result.push_back(FromHost(h, device));
             return result;
           },
           py::arg("inputs"),

@@ -220,3 +220,33 @@ def test_each_input_shape_compiles_static_executables():
         f"s{i}_{kind}" for i in range(3) for kind in ("forward", "backward")), names
     entries = torchneuron.compiler.metrics()[start:]
     assert all(e["compiled"] and not e["fallback_ops"] for e in entries), entries
+
+
+def test_a_model_on_the_neuron_device_trains_as_eager_and_stays_there():
+    def make():
+        return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    torch.manual_seed(8)
+    net, ref = make().to("neuron"), make()
+    ref.load_state_dict({k: v.cpu() for k, v in net.state_dict().items()})
+    compiled = torch.compile(net, backend="neuron", fullgraph=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(9)
+    for _ in range(5):
+        x = torch.randn(8, 16, generator=g)
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        out = compiled(x.to("neuron"))
+        assert out.device.type == "neuron"
+        out.square().mean().backward()
+        ref(x).square().mean().backward()
+        assert all(p.grad.device.type == "neuron" for p in net.parameters())
+        opt.step()
+        ref_opt.step()
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
+
+
+def test_explain_reports_the_graphs_and_breaks():
+    explanation = torch._dynamo.explain(Branchy())(torch.randn(4, 8))
+    assert explanation.graph_count == 2 and explanation.graph_break_count == 1, explanation

@@ -53,9 +53,10 @@ at::ScalarType ScalarTypeOf(rp::ElementType type) {
 }
 
 runtime::HostTensor ToHost(const at::Tensor& t) {
-  NEURON_CHECK(t.device().is_cpu() && t.layout() == at::kStrided,
-               "compiled graph: inputs must be dense CPU tensors, got one on ",
-               t.device().str());
+  NEURON_CHECK((t.device().is_cpu() || t.device().is_privateuseone()) &&
+                   t.layout() == at::kStrided,
+               "compiled graph: inputs must be dense tensors on the CPU or the \"neuron\" "
+               "device, got one on ", t.device().str());
   const at::Tensor c = t.contiguous();
   runtime::HostTensor h;
   h.dtype = ElementTypeOf(c.scalar_type());
@@ -65,8 +66,9 @@ runtime::HostTensor ToHost(const at::Tensor& t) {
   return h;
 }
 
-at::Tensor FromHost(const runtime::HostTensor& h) {
-  at::Tensor t = at::empty(h.shape, at::TensorOptions().dtype(ScalarTypeOf(h.dtype)));
+at::Tensor FromHost(const runtime::HostTensor& h, c10::Device device) {
+  at::Tensor t =
+      at::empty(h.shape, at::TensorOptions().dtype(ScalarTypeOf(h.dtype)).device(device));
   std::memcpy(t.data_ptr(), h.data.data(), h.data.size());
   return t;
 }

@@ -1,4 +1,4 @@
-// Tensors across the torch boundary: dense CPU torch tensors to the
+// Tensors across the torch boundary: dense torch tensors to the
 // runtime's HostTensors (executor inputs) and back, for the frontends that
 // see torch (the Python bindings, the TorchScript frontend and its users).
 //
@@ -22,8 +22,10 @@ at::ScalarType ScalarTypeOf(runtime::proto::ElementType type);
 // for one the device does not take.
 std::string IrDtypeOf(at::ScalarType type, const std::string& where);
 
-// A contiguous copy of a dense CPU tensor; InvalidUsage otherwise.
+// A contiguous copy of a dense tensor on the CPU or on the "neuron" device
+// (PrivateUse1, whose memory is this host's); InvalidUsage otherwise.
 runtime::HostTensor ToHost(const at::Tensor& tensor);
-at::Tensor FromHost(const runtime::HostTensor& host);
+// A new tensor on `device` (the CPU, or "neuron") holding `host`'s elements.
+at::Tensor FromHost(const runtime::HostTensor& host, c10::Device device = c10::Device("cpu"));
 
 }  // namespace neuron::compiler
