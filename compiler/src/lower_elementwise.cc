@@ -40,14 +40,29 @@ void TwoOperands(LoweringContext& cx, const OpCall& call, rp::Op op,
                  out.name(), call.source);
 }
 
-// The vector and scalar engines compute floating point: an arithmetic op
-// whose result is an integer or bool runs elsewhere (the caller's fallback).
-const proto::Value& FloatOutput(const OpCall& call) {
+bool IsFloat(const std::string& dtype) {
+  return dtype == "f32" || dtype == "bf16" || dtype == "f16";
+}
+
+// The vector and scalar engines compute floating point: an op on integer or
+// bool operands runs elsewhere (the caller's fallback). Checks the inputs
+// from `first` on.
+void CheckFloatInputs(const LoweringContext& cx, const OpCall& call, std::size_t first = 0) {
+  for (std::size_t k = first; k < call.in.size(); ++k) {
+    const std::string& dtype = cx.TypeOf(call.in[k]).dtype();
+    NEURON_CHECK(IsFloat(dtype), call.where, ": is not supported on the device (a ", dtype,
+                 " operand; the engines compute f32, bf16 or f16)");
+  }
+}
+
+// The one output of an op that computes in floating point, its inputs
+// checked as above.
+const proto::Value& FloatOutput(const LoweringContext& cx, const OpCall& call) {
   const proto::Value& out = SingleOutput(call);
   const std::string& dtype = out.type().dtype();
-  NEURON_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", call.where,
-               ": is not supported on the device (a ", dtype,
+  NEURON_CHECK(IsFloat(dtype), call.where, ": is not supported on the device (a ", dtype,
                " result; the engines compute f32, bf16 or f16)");
+  CheckFloatInputs(cx, call);
   return out;
 }
 
@@ -61,7 +76,7 @@ const proto::Value& SingleOutput(const OpCall& call) {
 }
 
 void LowerArithmetic(LoweringContext& cx, const OpCall& call) {
-  const proto::Value& out = FloatOutput(call);
+  const proto::Value& out = FloatOutput(cx, call);
   const std::string base = BaseOp(call.node.op());
   const auto* other = Attr(call.node, "other");
   CheckAlphaOne(call);
@@ -95,7 +110,7 @@ void LowerBinary(LoweringContext& cx, const OpCall& call) {
       {"aten.minimum", rp::OP_MIN},
       {"aten.tanh_backward", rp::OP_TANH_BACKWARD},
       {"aten.sigmoid_backward", rp::OP_SIGMOID_BACKWARD}};
-  const proto::Value& out = FloatOutput(call);
+  const proto::Value& out = FloatOutput(cx, call);
   NEURON_CHECK(call.in.size() == 2, call.where, ": takes two inputs");
   TwoOperands(cx, call, kOps.at(call.node.op()), out);
 }
@@ -111,7 +126,7 @@ void LowerUnary(LoweringContext& cx, const OpCall& call) {
       {"aten.tanh", {rp::SCALAR, rp::OP_TANH}},
       {"aten.sigmoid", {rp::SCALAR, rp::OP_SIGMOID}},
       {"aten.gelu", {rp::SCALAR, rp::OP_GELU}}};
-  const proto::Value& out = FloatOutput(call);
+  const proto::Value& out = FloatOutput(cx, call);
   NEURON_CHECK(call.in.size() == 1, call.where, ": takes one input");
   auto [engine, op] = kOps.at(call.node.op());
   if (op == rp::OP_GELU && !TanhGelu(call.node)) op = rp::OP_GELU_EXACT;
@@ -127,6 +142,7 @@ void LowerCompare(LoweringContext& cx, const OpCall& call) {  // -> bool
   const proto::Value& out = SingleOutput(call);
   NEURON_CHECK(call.in.size() == 1 || call.in.size() == 2, call.where,
                ": compares a tensor with a tensor or a number");
+  CheckFloatInputs(cx, call);
   cx.AddSlot(out.name(), out, rp::SBUF, call.where);
   std::vector<std::string> operands = {
       cx.Broadcast(call.in[0], out, false, call.where, call.source)};
@@ -145,6 +161,7 @@ void LowerCompare(LoweringContext& cx, const OpCall& call) {  // -> bool
 void LowerWhere(LoweringContext& cx, const OpCall& call) {  // (cond, a, b)
   const proto::Value& out = SingleOutput(call);
   NEURON_CHECK(call.in.size() == 3, call.where, ": takes a condition and two tensors");
+  CheckFloatInputs(cx, call, 1);
   cx.AddSlot(out.name(), out, rp::SBUF, call.where);
   cx.Elementwise(rp::VECTOR, rp::OP_WHERE,
                  {cx.Broadcast(call.in[0], out, false, call.where, call.source),
@@ -156,6 +173,9 @@ void LowerWhere(LoweringContext& cx, const OpCall& call) {  // (cond, a, b)
 void LowerMaskedFill(LoweringContext& cx, const OpCall& call) {  // (x, mask) {value}
   const proto::Value& out = SingleOutput(call);
   NEURON_CHECK(call.in.size() == 2, call.where, ": takes a tensor and a mask");
+  NEURON_CHECK(IsFloat(cx.TypeOf(call.in[0]).dtype()), call.where,
+               ": is not supported on the device (a ", cx.TypeOf(call.in[0]).dtype(),
+               " tensor; the engines compute f32, bf16 or f16)");
   TwoOperands(cx, call, rp::OP_MASKED_FILL, out);
   cx.LastInstruction().set_scalar(AttrNumber(call.node, "value", 0.0));
 }

@@ -1,11 +1,12 @@
 """torch.compile(backend="neuron"): TorchDynamo's graphs through AOTAutograd
 and the project's compiler, against eager PyTorch: training parity, graph
 breaks, CPU segments, fullgraph errors, mode/options/dynamic behaviour, the
-entry point.
+"neuron" device, a tensor-parallel GPT over two ranks, the entry point.
 """
 import copy
 import importlib.metadata
 import os
+import subprocess
 import sys
 import warnings
 
@@ -250,3 +251,11 @@ def test_a_model_on_the_neuron_device_trains_as_eager_and_stays_there():
 def test_explain_reports_the_graphs_and_breaks():
     explanation = torch._dynamo.explain(Branchy())(torch.randn(4, 8))
     assert explanation.graph_count == 2 and explanation.graph_break_count == 1, explanation
+
+
+def test_a_tensor_parallel_gpt_compiles_and_trains_as_eager():
+    script = os.path.join(os.path.dirname(__file__), "scripts", "dynamo_tp.py")
+    proc = subprocess.run([NEURONRUN, "-n", "2", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok dynamo tp") == 2, proc.stdout
