@@ -4,6 +4,7 @@ FSDP2 x tensor parallel x pipeline parallel over a 3-D DeviceMesh.
     neuronrun -n 8 examples/08_upstream_gpt.py --pp 2 --tp 2           # dp = 8 / 4 = 2
     neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --sp     # + sequence parallel
     neuronrun -n 4 examples/08_upstream_gpt.py                         # FSDP2 only
+    neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile  # blocks compiled
     torchrun --nproc-per-node 4 examples/08_upstream_gpt.py --tp 2     # torchrun works too
 
 Nothing here is torchneuron's but the import and the model
@@ -13,7 +14,10 @@ backend come from torch.accelerator, the mesh from init_device_mesh
 (Colwise/Rowwise, SequenceParallel with --sp), sharding from FSDP2's
 fully_shard over "dp", the pipeline from torch.distributed.pipelining
 (PipelineStage and ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B
-over "pp"), and --checkpoint DIR saves the model and optimizer with DCP.
+over "pp"), --compile compiles each transformer block with
+torch.compile(backend="neuron") (after tensor parallelism, before FSDP2, as
+torchtitan does), and --checkpoint DIR saves the model and optimizer with
+DCP.
 
 Rank 0 prints per step the loss, the wall time and tokens/s on this
 machine, and the modelled Trainium2 step (the slowest rank's simulated
@@ -32,7 +36,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
-import torchneuron  # noqa: F401  registers the "neuron" device and backend
+import torchneuron  # registers the "neuron" device and backend
 from torchneuron import fabric
 from torchneuron.models.plain_gpt import (GPT, PlainGPTConfig, apply_fully_shard,
                                           apply_tensor_parallel, loss_fn, pipeline_stage)
@@ -56,6 +60,8 @@ def parse():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--compile", action="store_true",
+                   help='torch.compile(backend="neuron") each transformer block')
     p.add_argument("--checkpoint", help="save the model and optimizer here with DCP at the end")
     return p.parse_args()
 
@@ -83,6 +89,9 @@ def build_stages(args, cfg, mesh, device):
         m = pipeline_stage(GPT(cfg), n_stages, s).to(device)
         if args.tp > 1:
             apply_tensor_parallel(m, mesh["tp"], args.sp)
+        if args.compile:
+            for layer in m.layers.values():
+                layer.compile(backend="neuron")
         apply_fully_shard(m, mesh["dp"])
         modules.append(m)
         if args.pp > 1:
@@ -142,6 +151,24 @@ def report_memory(device):
               " ".join(f"{t.item():.2f}" for t in every), flush=True)
 
 
+def report_compiled():
+    """What torch.compile made of this rank's blocks (rank 0 prints it): the
+    graphs the device runs, their modelled time per run, and what ran
+    between them (collectives; CPU fallbacks, if any)."""
+    entries = torchneuron.compiler.metrics()
+    graphs = [e for e in entries if "modelled_us" in e]
+    between, on_cpu = {}, {}
+    for e in entries:
+        for table, into in ((e.get("collectives", {}), between), (e["fallback_ops"], on_cpu)):
+            for op, n in table.items():
+                into[op] = into.get(op, 0) + n
+    if dist.get_rank() == 0:
+        print(f"compiled: {len(graphs)} device graphs on rank 0 "
+              f"({sum(e['modelled_us'] for e in graphs):.1f} us modelled for one run of each); "
+              f"between them: {between or 'nothing'}; on the CPU: {on_cpu or 'nothing'}",
+              flush=True)
+
+
 def main():
     args = parse()
     accelerator = torch.accelerator.current_accelerator()
@@ -183,6 +210,8 @@ def main():
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.checkpoint)
         if dist.get_rank() == 0:
             print(f"saved a DCP checkpoint of the model and optimizer to {args.checkpoint}")
+    if args.compile:
+        report_compiled()
     report_memory(device)
     dist.destroy_process_group()
 

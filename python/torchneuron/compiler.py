@@ -98,11 +98,11 @@ def _attribute(value):
 
 def _implied(key, value):
     """Keyword arguments every IR value satisfies: contiguous, strided, on
-    the device (the CPU as eager sees it), not pinned."""
+    the device (the CPU or "neuron", as eager sees it), not pinned."""
     if value in (torch.contiguous_format, torch.preserve_format, torch.strided):
         return True
     if isinstance(value, torch.device):
-        return value.type == "cpu"
+        return value.type in ("cpu", "neuron")
     return key == "pin_memory" and value is False
 
 
@@ -329,9 +329,18 @@ def _on_device(node, native):
     return isinstance(node.target, torch._ops.OpOverload) and _op_name(node.target) in native
 
 
+def _collective(node):
+    """Whether `node` is a functional collective (DTensor's, in captured
+    graphs): it runs between the compiled segments on its process group's
+    backend ("neuron": the fabric model times it), not as a CPU fallback."""
+    return (isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace == "_c10d_functional")
+
+
 def _split_by_device(gm, name, where):
     """Runs the graph as segments: maximal runs of native ops compiled for
-    the device, the rest on the CPU (eager, timed, warned about once).
+    the device, the rest eagerly: functional collectives on their group's
+    backend, other ops on the CPU (timed, warned about once).
     Returns the boxed callable, or None when there is nothing to split."""
     from torch.fx.passes.split_module import split_module
     native = set(_C._native_ops())
@@ -352,19 +361,22 @@ def _split_by_device(gm, name, where):
         return part
 
     split = split_module(gm, None, partition)
-    cpu_ops = {}
+    cpu_ops, collectives = {}, {}
     for n, on_device in zip(work, kinds):
         if not on_device and n.target is not operator.getitem:
             op = _op_name(n.target) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)
-            cpu_ops[op] = cpu_ops.get(op, 0) + 1
+            kind = collectives if _collective(n) else cpu_ops
+            kind[op] = kind.get(op, 0) + 1
     entry = {"name": name, "graph_id": None, "compiled": True, "fallback_ops": cpu_ops,
+             "collectives": collectives,
              "fallback_reason": "operators the device does not run", "fallback_us": 0.0,
              "fallback_bytes": 0, "runs": 0, "segments": len(parts)}
     _record(entry)
-    listed = ", ".join(f"{op} x{k}" for op, k in sorted(cpu_ops.items()))
-    warnings.warn(f"torchneuron.compile: graph {name} runs {listed} on the CPU, the rest of "
-                  f"it ({sum(parts.values())} of {len(parts)} segments) on the device",
-                  stacklevel=3)
+    if cpu_ops:  # collectives are the group's, timed by the fabric model: no fallback
+        listed = ", ".join(f"{op} x{k}" for op, k in sorted(cpu_ops.items()))
+        warnings.warn(f"torchneuron.compile: graph {name} runs {listed} on the CPU, the rest "
+                      f"of it ({sum(parts.values())} of {len(parts)} segments) on the device",
+                      stacklevel=3)
     for index, on_device in parts.items():
         sub = getattr(split, f"submod_{index}")
         if on_device:
@@ -580,7 +592,9 @@ def metrics():
     """Per compiled graph: name, graph_id (the compile cache key), compiled
     (False: it runs on the CPU), node counts before and after the passes,
     planned SBUF bytes and the lower bound, modelled time and MFU of the last
-    run, runs, and for CPU graphs the fallback ops, time and bytes."""
+    run, runs, and for CPU graphs the fallback ops, time and bytes; a split
+    graph's row also counts its segments and the collectives run between
+    them ("collectives")."""
     out = []
     with _lock:
         entries = list(_metrics)

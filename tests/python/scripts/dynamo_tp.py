@@ -3,7 +3,6 @@ with torch.compile(backend="neuron") on the "neuron" device trains to the
 same losses and parameters as the same model run eagerly; the collectives
 run between the compiled segments (the graph is split at them)."""
 import copy
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -14,7 +13,6 @@ from torchneuron.models.plain_gpt import GPT, PlainGPTConfig, apply_tensor_paral
 
 
 def main():
-    warnings.simplefilter("ignore")  # the collectives' CPU segments
     dist.init_process_group("neuron")
     mesh = init_device_mesh("neuron", (dist.get_world_size(),), mesh_dim_names=("tp",))
     cfg = PlainGPTConfig(vocab=64, seq=16, dim=32, heads=4, layers=2)
@@ -42,7 +40,14 @@ def main():
                                    rtol=1e-4, atol=1e-5)
     entries = torchneuron.compiler.metrics()
     on_cpu = {op for e in entries for op in e["fallback_ops"]}
-    assert {"aten.all_reduce", "aten.wait_tensor"} <= on_cpu, on_cpu
+    between = {op for e in entries for op in e.get("collectives", {})}
+    # On the CPU only the vocabulary-parallel embedding's index arithmetic
+    # (integers: the engines compute floats); matmuls, attention, norms and
+    # the loss on the device.
+    assert on_cpu <= {"aten.sub", "aten.lt.Scalar", "aten.ge.Scalar", "aten.bitwise_or",
+                      "aten.index_put", "aten.scalar_tensor", "aten.lift_fresh_copy",
+                      "aten.split"}, on_cpu
+    assert {"aten.all_reduce", "aten.wait_tensor"} <= between, between
     assert sum(1 for e in entries if e["compiled"] and not e["fallback_ops"]) >= 10, entries
     print(f"ok dynamo tp: rank {dist.get_rank()}, losses {losses}", flush=True)
     dist.destroy_process_group()
