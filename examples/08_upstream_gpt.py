@@ -14,7 +14,10 @@ backend come from torch.accelerator, the mesh from init_device_mesh
 (Colwise/Rowwise, SequenceParallel with --sp), sharding from FSDP2's
 fully_shard over "dp", the pipeline from torch.distributed.pipelining
 (PipelineStage and ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B
-over "pp"), --compile compiles each transformer block with
+over "pp"), --zero 2 keeps FSDP2's gathered parameters until backward,
+--metrics-out and --trace-out write the figures and the operation trace
+`neuronrun matrix` collects (its cells' `script`), --compile compiles each
+transformer block with
 torch.compile(backend="neuron") (after tensor parallelism, before FSDP2, as
 torchtitan does), and --checkpoint DIR saves the model and optimizer with
 DCP.
@@ -26,6 +29,8 @@ collective) with its tokens/s per device; at the end, the peak device
 memory of every rank.
 """
 import argparse
+import json
+import resource
 import time
 
 import torch
@@ -62,7 +67,14 @@ def parse():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--compile", action="store_true",
                    help='torch.compile(backend="neuron") each transformer block')
+    p.add_argument("--zero", type=int, default=3, choices=[2, 3],
+                   help="FSDP2's sharding: 3 reshards parameters after forward, 2 keeps "
+                        "them until backward (reshard_after_forward=False)")
     p.add_argument("--checkpoint", help="save the model and optimizer here with DCP at the end")
+    p.add_argument("--metrics-out", help="write the run's figures to this file (a RunFigures "
+                   "text proto, for `neuronrun matrix`)")
+    p.add_argument("--trace-out", help="record the operation trace into this directory "
+                   "(replayed by `neuronrun replay` and the matrix's modelled cells)")
     return p.parse_args()
 
 
@@ -92,7 +104,7 @@ def build_stages(args, cfg, mesh, device):
         if args.compile:
             for layer in m.layers.values():
                 layer.compile(backend="neuron")
-        apply_fully_shard(m, mesh["dp"])
+        apply_fully_shard(m, mesh["dp"], reshard_after_forward=args.zero == 3)
         modules.append(m)
         if args.pp > 1:
             stages.append(PipelineStage(m, s, n_stages, device, group=mesh["pp"].get_group()))
@@ -121,23 +133,106 @@ def train_step(modules, schedule, opt, x, y, pp_rank, last_stage):
     return loss
 
 
-def report_step(args, step, loss, wall, modelled, dp, last_stage, tokens_per_step):
+def device_compute_us(device):
+    """The device model's compute on this rank so far: its eager operations
+    and every run of its compiled graphs (0 off the "neuron" device)."""
+    if device.type != "neuron":
+        return 0.0
+    graphs = sum(e["modelled_us"] * e.get("runs", 0) for e in torchneuron.compiler.metrics()
+                 if "modelled_us" in e)
+    return fabric.eager_totals()["modelled_us"] + graphs
+
+
+def report_step(args, step, loss, times, dp, last_stage, tokens_per_step):
     """The batch's loss (the last stage's, averaged over data parallel) and
-    the slowest rank's times; rank 0 prints them."""
+    the slowest rank's (wall s, modelled us, compute us); rank 0 prints them.
+    Returns (wall, modelled, compute, loss), the same on every rank."""
     world = dist.get_world_size()
-    figures = torch.tensor([loss.item() / dp if last_stage else 0.0, wall, modelled],
+    figures = torch.tensor([loss.item() / dp if last_stage else 0.0, *times],
                            dtype=torch.float64)
     summed = figures[:1].clone()
     dist.all_reduce(summed)
     dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+    wall, modelled, compute = figures[1:].tolist()
+    mean_loss = summed.item() / args.tp  # each tensor-parallel rank holds the loss
     if dist.get_rank() == 0:
-        mean_loss = summed.item() / args.tp  # each tensor-parallel rank holds the loss
-        line = (f"step {step}: loss {mean_loss:.4f}, wall {figures[1] * 1e3:.1f} ms "
-                f"({tokens_per_step / figures[1]:.0f} tokens/s)")
-        if figures[2] > 0:
-            line += (f", modelled Trainium2 step {figures[2]:.1f} us "
-                     f"({tokens_per_step / (figures[2] * 1e-6) / world:.0f} tokens/s/device)")
+        line = (f"step {step}: loss {mean_loss:.4f}, wall {wall * 1e3:.1f} ms "
+                f"({tokens_per_step / wall:.0f} tokens/s)")
+        if modelled > 0:
+            line += (f", modelled Trainium2 step {modelled:.1f} us "
+                     f"({tokens_per_step / (modelled * 1e-6) / world:.0f} tokens/s/device)")
         print(line, flush=True)
+    return wall, modelled, compute, mean_loss
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else 0.0
+
+
+def model_state_mib(modules, opt):
+    """This rank's share of the model state: its shards of the parameters,
+    their gradients and the optimizer state."""
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+    tensors = [p for m in modules for p in m.parameters()]
+    tensors += [p.grad for p in tensors if p.grad is not None]
+    tensors += [v for state in opt.state.values() for v in state.values()
+                if isinstance(v, torch.Tensor)]
+    return sum(local(t).numel() * t.element_size() for t in tensors) / 2**20
+
+
+def collective_bytes(mesh, steps):
+    """Bytes per step by collective op over this rank's groups of `mesh`."""
+    out = {}
+    for name in mesh.mesh_dim_names:
+        for r in fabric.records(mesh[name].get_group()):
+            out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
+    return out
+
+
+def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
+    """The figures `neuronrun matrix` collects (a RunFigures text proto,
+    launcher/proto/neuron/launcher/matrix_result.proto), from rank 0: medians
+    over the steps after the first, the slowest rank's times, the largest
+    rank's memory."""
+    volume = collective_bytes(mesh, len(history))
+    mine = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            model_state_mib(modules, opt), 0.0, -1.0, 0.0]
+    if args.compile:  # IR to executable: cold (compiled here) and warm (from the disk cache)
+        warm = torchneuron.compiler.measure_warm_compile()
+        times = torchneuron.compiler.compile_times()
+        mine[2:] = [times["cold_s"] * 1e3, -1.0 if warm is None else warm * 1e3, times["graphs"]]
+    largest = torch.tensor(mine, dtype=torch.float64)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    if dist.get_rank() != 0:
+        return
+    warm = history[1:] or history
+    wall, modelled, compute = (median([h[k] for h in warm]) for k in range(3))
+    world = dist.get_world_size()
+    figures = {
+        "world": world, "tp": args.tp, "pp": args.pp, "dp": world // (args.tp * args.pp),
+        "steps": len(history), "loss": history[-1][3], "tokens_per_step": tokens_per_step,
+        "first_step_ms": history[0][0] * 1e3, "wall_step_ms": wall * 1e3,
+        "wall_tokens_per_s": tokens_per_step / wall,
+        "max_rss_mib": largest[0].item(), "model_state_mib": largest[1].item(),
+    }
+    if modelled > 0:
+        figures.update({
+            "modelled_step_us": modelled, "compute_us": compute,
+            "exposed_comm_us": max(0.0, modelled - compute),
+            "modelled_tokens_per_s": tokens_per_step / modelled * 1e6,
+            "modelled_tokens_per_s_per_device": tokens_per_step / modelled * 1e6 / world})
+    if largest[4].item() > 0:  # some graph compiled
+        figures["compiled_graphs"] = int(largest[4].item())
+        figures["cold_compile_ms"] = largest[2].item()
+        if largest[3].item() >= 0:
+            figures["warm_compile_ms"] = largest[3].item()
+    lines = [f"{key}: {val!r}" for key, val in figures.items()]
+    lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(n)!r} }}"
+              for op, n in sorted(volume.items())]
+    with open(args.metrics_out, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def report_memory(device):
@@ -193,15 +288,26 @@ def main():
               f"{' (sequence parallel)' if args.sp else ''} on {device.type}, backend "
               f"{dist.get_backend()}, schedule {args.schedule if args.pp > 1 else '-'}", flush=True)
     tokens_per_step = dp * args.batch * args.seq
+    history = []  # per step: wall s, modelled us, compute us, loss (the slowest rank's)
+    if args.trace_out:
+        fabric.start_trace()
     for step in range(args.steps):
         x = tokens[step, dp_rank, :, :-1].to(device)
         y = tokens[step, dp_rank, :, 1:].to(device)
         clock0 = fabric.clock()["compute_us"] if device.type == "neuron" else 0.0
+        compute0 = device_compute_us(device)
         start = time.perf_counter()
+        fabric.mark("step_begin")
         loss = train_step(modules, schedule, opt, x, y, pp_rank, last_stage)
+        fabric.mark("step_end")
         wall = time.perf_counter() - start
         modelled = (fabric.clock()["compute_us"] - clock0) if device.type == "neuron" else 0.0
-        report_step(args, step, loss, wall, modelled, dp, last_stage, tokens_per_step)
+        times = (wall, modelled, device_compute_us(device) - compute0)
+        history.append(report_step(args, step, loss, times, dp, last_stage, tokens_per_step))
+    if args.trace_out:
+        fabric.save_trace(args.trace_out, mesh)
+    if args.metrics_out:
+        write_metrics(args, mesh, modules, opt, history, tokens_per_step)
 
     if args.checkpoint:
         # This rank's stages (their parameter names keep the full model's

@@ -239,8 +239,6 @@ void AddCells(int n, int r, int s, const Locator& at, MatrixSpec& spec) {
       per_dp = m.batch() / dp;
     }
     for (bool compile : m.compile()) {
-      NEURON_CHECK(!compile || st.tp() == 1, at.At("tp", "strategies", s),
-                   ": compile needs tp 1 (strategy ", st.name(), ")");
       for (const std::string& topology : m.topologies()) {
         MatrixCell cell;
         cell.nodes = n;

@@ -152,15 +152,22 @@ def mark(name):
     _C._trace_mark(str(name))
 
 
-def save_trace(directory):
+def save_trace(directory, device_mesh=None):
     """Writes the recorded trace to ``directory/rank_<rank>.pb``, with the
-    parallel layout of ``torchneuron.parallel.initialize`` (tp = pp = 1
-    without one). Every rank calls it."""
+    parallel layout: ``device_mesh``'s "tp" and "pp" dimensions (a torch
+    DeviceMesh whose other dimension is data parallel, ranks ordered pp, dp,
+    tp as ``init_device_mesh`` orders them), else that of
+    ``torchneuron.parallel.initialize`` (tp = pp = 1 without one). Every
+    rank calls it."""
     import os
     from .parallel import mesh
     rank, world = _dist.get_rank(), _dist.get_world_size()
     tp, pp = (1, 1)
-    if mesh.is_initialized():
+    if device_mesh is not None:
+        names = device_mesh.mesh_dim_names or ()
+        tp = device_mesh["tp"].size() if "tp" in names else 1
+        pp = device_mesh["pp"].size() if "pp" in names else 1
+    elif mesh.is_initialized():
         tp, pp = mesh.get_layout().tp, mesh.get_layout().pp
     os.makedirs(directory, exist_ok=True)
     _C._save_trace(os.path.join(str(directory), f"rank_{rank}.pb"), rank, world, tp, pp,

@@ -1,5 +1,6 @@
-"""neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), and
-bad matrix files refused before any job starts, naming file, line and field."""
+"""neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), the
+upstream-API example's cells, and bad matrix files refused before any job
+starts, naming file, line and field."""
 import csv
 import os
 import subprocess
@@ -74,6 +75,35 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "16 cells: 16 completed or modelled (12 from an earlier run), 0 failed" in again.stdout
     assert "running" not in again.stdout
+
+
+def test_the_upstream_example_runs_as_matrix_cells_eager_and_compiled(tmp_path):
+    spec = os.path.join(SOURCE, "configs/scaling/upstream.textproto")
+    proc = matrix(spec, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("[matrix upstream] 12 cells: 12 completed or modelled (0 from an earlier run), "
+            "0 failed") in proc.stdout
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    real = [r for r in rows if r["status"] == "completed"]
+    assert len(real) == 8, rows
+    for r in real:
+        assert float(r["modelled_step_us"]) > 0 and float(r["compute_us"]) > 0, r
+        assert float(r["model_state_mib"]) > 0, r  # FSDP2's shards
+        assert int(r["world"]) == int(r["tp"]) * int(r["dp"]), r
+        assert abs(float(r["replayed_step_us"]) - float(r["modelled_step_us"])) <= 0.011, r
+        if r["compile"] == "1":
+            assert float(r["cold_compile_ms"]) > 0, r
+    # Compiled blocks train as eager (fp32 tolerance, the CSV's rounding).
+    loss = {(r["world"], r["strategy"], r["compile"]): float(r["loss"]) for r in real}
+    for (world, strategy, compiled), value in loss.items():
+        if compiled == "1":
+            assert abs(value - loss[(world, strategy, "0")]) <= 1e-3, loss
+    modelled = [r for r in rows if r["status"] == "modelled"]
+    assert len(modelled) == 4 and all(float(r["modelled_step_us"]) > 0 for r in modelled)
+    # FSDP2's 2-rank trace scaled up to its 4-rank cell: within 2%.
+    for r in real:
+        if r["world"] == "4" and r["strategy"] == "fsdp2":
+            assert abs(float(r["scaled_replay_error_pct"])) <= 2.0, r
 
 
 def test_a_failing_cell_is_reported_and_the_matrix_goes_on(tmp_path):
