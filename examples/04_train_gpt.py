@@ -31,7 +31,6 @@ FILE writes the run's figures (a RunFigures text proto) for `neuronrun matrix`;
 """
 import argparse
 import datetime
-import json
 import resource
 import sys
 import time
@@ -41,7 +40,8 @@ import torch.distributed as dist
 
 import torchneuron
 import torchneuron.parallel as parallel
-from torchneuron import fabric
+from torchneuron import fabric, run_figures
+from torchneuron.run_figures import collective_bytes, median
 from torchneuron.models.gpt import GPT, Block, GPTConfig
 from torchneuron.parallel import pipeline
 
@@ -82,24 +82,6 @@ def slowest(*values):
     t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
-
-
-def median(values):
-    values = sorted(values)
-    return values[len(values) // 2] if values else 0.0
-
-
-def collective_bytes(groups, steps):
-    """Bytes per step by collective op over this rank's neuron groups."""
-    out = {}
-    for group in groups:
-        try:
-            recs = fabric.records(group)
-        except TypeError:  # not a neuron group
-            continue
-        for r in recs:
-            out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
-    return out
 
 
 def build(args):
@@ -276,13 +258,7 @@ def write_metrics(args, layout, history, tokens_per_step, rss, model_state_mib):
         figures["cold_compile_ms"] = compile_ms[0].item()
         if compile_ms[1].item() >= 0:
             figures["warm_compile_ms"] = compile_ms[1].item()
-    # A text proto of neuron.launcher.proto.RunFigures
-    # (launcher/proto/neuron/launcher/matrix_result.proto).
-    lines = [f"{key}: {val!r}" for key, val in figures.items()]
-    lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(nbytes)!r} }}"
-              for op, nbytes in sorted(volume.items())]
-    with open(args.metrics_out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    run_figures.write(args.metrics_out, figures, volume)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ FSDP2 x tensor parallel x pipeline parallel over a 3-D DeviceMesh.
     neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile  # blocks compiled
     torchrun --nproc-per-node 4 examples/08_upstream_gpt.py --tp 2     # torchrun works too
 
-Nothing here is torchneuron's but the import and the model
-(torchneuron.models.plain_gpt: plain torch.nn layers): the device and the
+The training is PyTorch's own; torchneuron provides the model
+(torchneuron.models.plain_gpt: plain torch.nn layers) and the figures
+(torchneuron.fabric's clocks, the compiler's metrics, the matrix's
+RunFigures): the device and the
 backend come from torch.accelerator, the mesh from init_device_mesh
 ("pp", "dp", "tp"), tensor parallelism from parallelize_module
 (Colwise/Rowwise, SequenceParallel with --sp), sharding from FSDP2's
@@ -29,7 +31,6 @@ collective) with its tokens/s per device; at the end, the peak device
 memory of every rank.
 """
 import argparse
-import json
 import resource
 import time
 
@@ -42,7 +43,8 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
                                           ScheduleInterleaved1F1B)
 
 import torchneuron  # registers the "neuron" device and backend
-from torchneuron import fabric
+from torchneuron import fabric, run_figures
+from torchneuron.run_figures import collective_bytes, median
 from torchneuron.models.plain_gpt import (GPT, PlainGPTConfig, apply_fully_shard,
                                           apply_tensor_parallel, loss_fn, pipeline_stage)
 
@@ -165,11 +167,6 @@ def report_step(args, step, loss, times, dp, last_stage, tokens_per_step):
     return wall, modelled, compute, mean_loss
 
 
-def median(values):
-    values = sorted(values)
-    return values[len(values) // 2] if values else 0.0
-
-
 def model_state_mib(modules, opt):
     """This rank's share of the model state: its shards of the parameters,
     their gradients and the optimizer state."""
@@ -182,21 +179,13 @@ def model_state_mib(modules, opt):
     return sum(local(t).numel() * t.element_size() for t in tensors) / 2**20
 
 
-def collective_bytes(mesh, steps):
-    """Bytes per step by collective op over this rank's groups of `mesh`."""
-    out = {}
-    for name in mesh.mesh_dim_names:
-        for r in fabric.records(mesh[name].get_group()):
-            out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
-    return out
-
-
 def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
     """The figures `neuronrun matrix` collects (a RunFigures text proto,
     launcher/proto/neuron/launcher/matrix_result.proto), from rank 0: medians
     over the steps after the first, the slowest rank's times, the largest
     rank's memory."""
-    volume = collective_bytes(mesh, len(history))
+    volume = collective_bytes([mesh[name].get_group() for name in mesh.mesh_dim_names],
+                              len(history))
     mine = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             model_state_mib(modules, opt), 0.0, -1.0, 0.0]
     if args.compile:  # IR to executable: cold (compiled here) and warm (from the disk cache)
@@ -228,11 +217,7 @@ def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
         figures["cold_compile_ms"] = largest[2].item()
         if largest[3].item() >= 0:
             figures["warm_compile_ms"] = largest[3].item()
-    lines = [f"{key}: {val!r}" for key, val in figures.items()]
-    lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(n)!r} }}"
-              for op, n in sorted(volume.items())]
-    with open(args.metrics_out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    run_figures.write(args.metrics_out, figures, volume)
 
 
 def report_memory(device):

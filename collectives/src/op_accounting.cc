@@ -97,10 +97,10 @@ OpAccounting::OpAccounting(const CommunicatorOptions& options, int rank, int siz
     global_ranks_.resize(size);
     std::iota(global_ranks_.begin(), global_ranks_.end(), 0);
   }
-  trace_id_ = TraceId(global_ranks_, rank);
   NEURON_CHECK(global_ranks_.size() == static_cast<std::size_t>(size),
                "communicator: global_ranks has ", global_ranks_.size(), " entries for ",
                size, " ranks");
+  trace_id_ = TraceId(global_ranks_, rank);
   fabric_ = options.fabric
                 ? options.fabric
                 : DefaultFabric(

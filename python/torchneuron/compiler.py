@@ -64,9 +64,10 @@ def _op_name(target):
     (aten.add.Tensor is aten.add)."""
     packet = target._overloadpacket.__name__
     overload = target._overloadname
+    space = target.namespace  # aten, or e.g. _c10d_functional
     if overload in ("default", "Tensor"):
-        return f"aten.{packet}"
-    return f"aten.{packet}.{overload}"
+        return f"{space}.{packet}"
+    return f"{space}.{packet}.{overload}"
 
 
 def _type(meta, what):
@@ -337,23 +338,43 @@ def _collective(node):
             and node.target.namespace == "_c10d_functional")
 
 
-def _split_by_device(gm, name, where):
+def _kind(node, native):
+    """Where a node of a split graph runs: "device", "collective" (eagerly,
+    on its group's backend) or "cpu"."""
+    if _on_device(node, native):
+        return "device"
+    if node.target is operator.getitem:
+        return _kind(node.args[0], native)
+    return "collective" if _collective(node) else "cpu"
+
+
+def _split_by_device(gm, name, where, fullgraph):
     """Runs the graph as segments: maximal runs of native ops compiled for
     the device, the rest eagerly: functional collectives on their group's
-    backend, other ops on the CPU (timed, warned about once).
-    Returns the boxed callable, or None when there is nothing to split."""
+    backend, other ops on the CPU (timed, warned about once; an error when
+    `fullgraph` or NEURON_FALLBACK=0, as _fallback says). Returns the boxed
+    callable, or None when every op runs on the device."""
     from torch.fx.passes.split_module import split_module
     native = set(_C._native_ops())
     work = [n for n in gm.graph.nodes if n.op == "call_function"]
-    kinds = [_on_device(n, native) for n in work]
-    if all(kinds) or not any(kinds):
+    kind_of = {n: _kind(n, native) for n in work}
+    if all(k == "device" for k in kind_of.values()):
         return None
-    kind_of = dict(zip(work, kinds))
+    ops = {"cpu": {}, "collective": {}}
+    cpu_nodes = []
+    for n, kind in kind_of.items():
+        if kind != "device" and n.target is not operator.getitem:
+            op = _op_name(n.target) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)
+            ops[kind][op] = ops[kind].get(op, 0) + 1
+            if kind == "cpu":
+                cpu_nodes.append((op, _source(n, where)))
+    if cpu_nodes and (fullgraph or not _C._fallback_allowed()):
+        _fallback(gm, name, cpu_nodes, fullgraph, "operators the device does not run")  # raises
     part, last, parts = 0, None, {}
 
     def partition(node):
         nonlocal part, last
-        kind = kind_of.get(node, True)  # not a call: as _on_device says
+        kind = kind_of.get(node, "device")  # not a call: with the device's segment
         if last is not None and kind != last:
             part += 1
         last = kind
@@ -361,29 +382,22 @@ def _split_by_device(gm, name, where):
         return part
 
     split = split_module(gm, None, partition)
-    cpu_ops, collectives = {}, {}
-    for n, on_device in zip(work, kinds):
-        if not on_device and n.target is not operator.getitem:
-            op = _op_name(n.target) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)
-            kind = collectives if _collective(n) else cpu_ops
-            kind[op] = kind.get(op, 0) + 1
-    entry = {"name": name, "graph_id": None, "compiled": True, "fallback_ops": cpu_ops,
-             "collectives": collectives,
+    entry = {"name": name, "graph_id": None, "compiled": True, "fallback_ops": ops["cpu"],
+             "collectives": ops["collective"],
              "fallback_reason": "operators the device does not run", "fallback_us": 0.0,
-             "fallback_bytes": 0, "runs": 0, "segments": len(parts)}
+             "fallback_bytes": 0, "collective_us": 0.0, "runs": 0, "segments": len(parts)}
     _record(entry)
-    if cpu_ops:  # collectives are the group's, timed by the fabric model: no fallback
-        listed = ", ".join(f"{op} x{k}" for op, k in sorted(cpu_ops.items()))
+    if ops["cpu"]:  # collectives are the group's, timed by the fabric model: no fallback
+        listed = ", ".join(f"{op} x{k}" for op, k in sorted(ops["cpu"].items()))
+        on_device = sum(1 for k in parts.values() if k == "device")
         warnings.warn(f"torchneuron.compile: graph {name} runs {listed} on the CPU, the rest "
-                      f"of it ({sum(parts.values())} of {len(parts)} segments) on the device",
+                      f"of it ({on_device} of {len(parts)} segments) on the device",
                       stacklevel=3)
-    for index, on_device in parts.items():
+    for index, kind in parts.items():
         sub = getattr(split, f"submod_{index}")
-        if on_device:
-            setattr(split, f"submod_{index}",
-                    _CompiledSegment(sub, f"{name}_seg{index}", where))
-        else:
-            setattr(split, f"submod_{index}", _CpuSegment(sub, entry))
+        segment = (_CompiledSegment(sub, f"{name}_seg{index}", where, fullgraph)
+                   if kind == "device" else _EagerSegment(sub, entry, kind))
+        setattr(split, f"submod_{index}", segment)
 
     def run(args):
         entry["runs"] += 1
@@ -396,13 +410,13 @@ class _CompiledSegment(torch.nn.Module):
     """A device segment of a split graph: compiled, called like the FX
     submodule it replaces (a single result, or a tuple). A segment the
     compiler refuses after all (an op's limits, e.g. integer arithmetic)
-    runs on the CPU, reported as any fallback."""
+    runs on the CPU, reported as any fallback (an error under fullgraph)."""
 
-    def __init__(self, gm, name, where):
+    def __init__(self, gm, name, where, fullgraph):
         super().__init__()
         single = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
         self.single = isinstance(single, torch.fx.Node)
-        self.run = _compile_fx(gm, None, name, False, where)
+        self.run = _compile_fx(gm, None, name, fullgraph, where)
 
     def forward(self, *args):
         out = self.run(list(args))
@@ -411,16 +425,22 @@ class _CompiledSegment(torch.nn.Module):
         return out[0] if self.single else tuple(out)
 
 
-class _CpuSegment(torch.nn.Module):
-    """A CPU segment of a split graph: eager, its time and the bytes handed
-    to it counted in the graph's entry."""
+class _EagerSegment(torch.nn.Module):
+    """A segment of a split graph run eagerly: CPU operators (their time and
+    the bytes handed to them counted as the graph's fallback) or functional
+    collectives (their time as the graph's collective_us)."""
 
-    def __init__(self, gm, entry):
+    def __init__(self, gm, entry, kind):
         super().__init__()
-        self.gm, self.entry = gm, entry
+        self.gm, self.entry, self.kind = gm, entry, kind
 
     def forward(self, *args):
-        return _timed_eager(self.gm, self.entry, args)
+        if self.kind == "cpu":
+            return _timed_eager(self.gm, self.entry, args)
+        start = time.perf_counter()
+        out = self.gm(*args)
+        self.entry["collective_us"] += (time.perf_counter() - start) * 1e6
+        return out
 
 
 def _drop_unused_random_ops(gm):
@@ -439,8 +459,9 @@ def _drop_unused_random_ops(gm):
 
 def _compile_fx(gm, example_inputs, name, fullgraph, where):
     _drop_unused_random_ops(gm)
-    if not fullgraph and _C._fallback_allowed():
-        split = _split_by_device(gm, name, where)
+    collectives = any(_collective(n) for n in gm.graph.nodes if n.op == "call_function")
+    if collectives or (not fullgraph and _C._fallback_allowed()):
+        split = _split_by_device(gm, name, where, fullgraph)
         if split is not None:
             return split
     text, order, outputs, unsupported = to_ir(gm, name, where)

@@ -90,8 +90,11 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
                enable_gqa=False):
     """scaled_dot_product_attention as the device's operators (batched
     matmuls, a float comparison for the causal mask, masked_fill, softmax)
-    in place of PyTorch's fused CPU kernel; upstream's math reference, so
-    its results agree with eager's within fp32 rounding."""
+    in place of PyTorch's fused CPU kernel: upstream's math reference, so its
+    results agree with eager's within rounding, a row that attends nowhere
+    (fully masked) included: it is 0, as eager's safe softmax makes it. A
+    mask's boolean work (inverting a bool mask, finding rows that attend
+    nowhere) runs on the CPU: the device has no boolean operators."""
     if enable_gqa:  # groups of query heads share a key/value head
         group = query.size(-3) // key.size(-3)
         key = key.repeat_interleave(group, dim=-3)
@@ -99,16 +102,23 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     factor = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
     weights = (query @ key.transpose(-2, -1)) * factor
     if is_causal:  # position i attends to 0..i (upstream's tril, top-left aligned)
-        rows = torch.arange(query.size(-2), dtype=weights.dtype, device=weights.device)
-        cols = torch.arange(key.size(-2), dtype=weights.dtype, device=weights.device)
+        # float32 positions: exact to 2^24 (bfloat16's only to 256)
+        rows = torch.arange(query.size(-2), dtype=torch.float32, device=weights.device)
+        cols = torch.arange(key.size(-2), dtype=torch.float32, device=weights.device)
         weights = weights.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
+    empty = None
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
-            # The inversion runs on the CPU (the device has no bool operators).
-            weights = weights.masked_fill(~attn_mask, float("-inf"))
+            masked = ~attn_mask
+            weights = weights.masked_fill(masked, float("-inf"))
         else:
+            masked = attn_mask == float("-inf")
             weights = weights + attn_mask
+        empty = masked.all(dim=-1, keepdim=True)  # rows that attend nowhere
+        weights = weights.masked_fill(empty, 0.0)  # finite, so their gradient is 0
     weights = weights.softmax(dim=-1)
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, dropout_p, training=True)
     return weights @ value
@@ -167,8 +177,7 @@ class _PerShape:
         self.compiled = {}
 
     def __call__(self, *args):
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("int", a)
-                    for a in args)
+        key = _compiler._signature(args, {})  # shapes and dtypes; sizes by value
         fn = self.compiled.get(key)
         if fn is None:
             tensors = [a for a in args if isinstance(a, torch.Tensor)]

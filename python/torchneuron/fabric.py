@@ -165,6 +165,10 @@ def save_trace(directory, device_mesh=None):
     tp, pp = (1, 1)
     if device_mesh is not None:
         names = device_mesh.mesh_dim_names or ()
+        order = [n for n in ("pp", "dp", "tp") if n in names]
+        if list(names) != order:
+            raise ValueError(f"save_trace: the mesh's dimensions {names} must be named from "
+                             "pp, dp and tp, in that order (ranks ordered pp, dp, tp)")
         tp = device_mesh["tp"].size() if "tp" in names else 1
         pp = device_mesh["pp"].size() if "pp" in names else 1
     elif mesh.is_initialized():

@@ -13,6 +13,25 @@
 namespace neuron::collectives {
 namespace {
 
+// NEURON_CC_ALGO unset while a test runs (the environment's value restored).
+class TunerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* value = ::getenv("NEURON_CC_ALGO")) saved_ = value;
+    ::unsetenv("NEURON_CC_ALGO");
+  }
+  void TearDown() override {
+    if (saved_.empty()) {
+      ::unsetenv("NEURON_CC_ALGO");
+    } else {
+      ::setenv("NEURON_CC_ALGO", saved_.c_str(), 1);
+    }
+  }
+
+ private:
+  std::string saved_;
+};
+
 constexpr std::size_t kSmall = 16 << 10;
 constexpr GroupShape kShm{8, true, false};
 constexpr GroupShape kTcp{8, false, false};
@@ -29,7 +48,7 @@ std::string Refusal(F call) {
   return "";
 }
 
-TEST(Tuner, AllReduceByTransportAndSize) {
+TEST_F(TunerTest, AllReduceByTransportAndSize) {
   const Tuner tuner(kSmall);
   EXPECT_EQ(tuner.AllReduce(Algorithm::kAuto, 64 << 20, 16 << 20, kShm),
             Algorithm::kDirect);
@@ -48,7 +67,7 @@ TEST(Tuner, AllReduceByTransportAndSize) {
             Algorithm::kRecursiveDoubling);
 }
 
-TEST(Tuner, AllGatherByBlockSize) {
+TEST_F(TunerTest, AllGatherByBlockSize) {
   const Tuner tuner(kSmall);
   EXPECT_EQ(tuner.AllGather(Algorithm::kAuto, 4096, kShm), Algorithm::kBruck);
   EXPECT_EQ(tuner.AllGather(Algorithm::kAuto, 4097, kShm), Algorithm::kRing);
@@ -56,7 +75,7 @@ TEST(Tuner, AllGatherByBlockSize) {
   EXPECT_EQ(tuner.AllGather(Algorithm::kRing, 8, kHosts), Algorithm::kRing);
 }
 
-TEST(Tuner, RefusesWhatTheGroupCannotRun) {
+TEST_F(TunerTest, RefusesWhatTheGroupCannotRun) {
   const Tuner tuner(kSmall);
   EXPECT_NE(Refusal([&] {
               tuner.AllReduce(Algorithm::kDirect, 8, 2, kTcp);
@@ -80,12 +99,11 @@ TEST(Tuner, RefusesWhatTheGroupCannotRun) {
             std::string::npos);
 }
 
-TEST(Tuner, TheEnvironmentForcesAnAllReduceAlgorithm) {
+TEST_F(TunerTest, TheEnvironmentForcesAnAllReduceAlgorithm) {
   ::setenv("NEURON_CC_ALGO", "ring", 1);
   const Tuner forced(kSmall);
   ::setenv("NEURON_CC_ALGO", "fastest", 1);
   const std::string refused = Refusal([] { Tuner{kSmall}; });
-  ::unsetenv("NEURON_CC_ALGO");
   EXPECT_EQ(forced.AllReduce(Algorithm::kAuto, 8, 2, kShm), Algorithm::kRing);
   // The call's own choice still wins; allgather ignores the variable.
   EXPECT_EQ(forced.AllReduce(Algorithm::kDirect, 8, 2, kShm), Algorithm::kDirect);

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import torchneuron  # noqa: E402
+import torchneuron.dynamo  # noqa: E402
 from torchneuron.models.plain_gpt import GPT, PlainGPTConfig, loss_fn  # noqa: E402
 
 
@@ -27,6 +28,7 @@ from torchneuron.models.plain_gpt import GPT, PlainGPTConfig, loss_fn  # noqa: E
 def fresh_dynamo():
     """Each test compiles its own frames (Dynamo's caches are per process)."""
     torch._dynamo.reset()
+    torchneuron.dynamo._warned.clear()  # each test sees its own once-only warnings
     yield
     torch._dynamo.reset()
 
@@ -94,36 +96,52 @@ def test_gpt_trains_as_eager():
     assert entries and all(e["compiled"] and not e["fallback_ops"] for e in entries), entries
 
 
-def test_attention_matches_eager_with_every_option():
+def attention_cases():
+    """(label, inputs, kwargs, tolerance) for scaled_dot_product_attention."""
     torch.manual_seed(7)
     q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    k_long, v_long = torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9, 8)
     kv = [torch.randn(2, 2, 6, 8) for _ in range(2)]
     bool_mask = torch.rand(6, 6) > 0.3
-    bool_mask[:, 0] = True  # every row attends somewhere
+    bool_mask[:, 0] = True
+    empty_row = bool_mask.clone()
+    empty_row[2] = False  # attends nowhere: eager gives 0
+    float_mask = torch.randn(6, 6)
+    float_mask[4] = float("-inf")
+    long = [torch.randn(1, 1, 300, 8, dtype=torch.bfloat16) for _ in range(3)]
+    bf16 = {"rtol": 2e-2, "atol": 2e-2}
+    return [("plain", (q, k, v), {}, {}), ("causal", (q, k, v), {"is_causal": True}, {}),
+            ("causal, more keys", (q, k_long, v_long), {"is_causal": True}, {}),
+            ("causal, more queries", (k_long, q, v), {"is_causal": True}, {}),
+            ("scale", (q, k, v), {"scale": 0.5}, {}),
+            ("bool mask", (q, k, v), {"attn_mask": bool_mask}, {}),
+            ("bool mask, a row attends nowhere", (q, k, v), {"attn_mask": empty_row}, {}),
+            ("float mask, a row attends nowhere", (q, k, v), {"attn_mask": float_mask}, {}),
+            ("grouped query heads", (q, *kv), {"enable_gqa": True, "is_causal": True}, {}),
+            ("bfloat16, causal over 300 positions", long, {"is_causal": True}, bf16)]
+
+
+@pytest.mark.parametrize("label,args,kwargs,tolerance", attention_cases(),
+                         ids=[c[0] for c in attention_cases()])
+def test_attention_matches_eager(label, args, kwargs, tolerance):
     F = torch.nn.functional
-    cases = [((q, k, v), {}), ((q, k, v), {"is_causal": True}),
-             ((q, k, v), {"scale": 0.5}), ((q, k, v), {"attn_mask": bool_mask}),
-             ((q, k, v), {"attn_mask": torch.randn(6, 6)}),
-             ((q, *kv), {"enable_gqa": True, "is_causal": True})]
-    for args, kwargs in cases:
-        torch._dynamo.reset()
-        leaves = [a.clone().requires_grad_() for a in args]
-        refs = [a.clone().requires_grad_() for a in args]
-        # A bool mask's inversion is the one CPU segment (no bool operators).
-        strict = "attn_mask" not in kwargs or kwargs["attn_mask"].dtype != torch.bool
-        start = len(torchneuron.compiler.metrics())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = torch.compile(lambda *t: F.scaled_dot_product_attention(*t, **kwargs),
-                                backend="neuron", fullgraph=strict)(*leaves)
-        cpu_ops = {op for e in torchneuron.compiler.metrics()[start:] for op in e["fallback_ops"]}
-        assert cpu_ops == (set() if strict else {"aten.bitwise_not"}), (kwargs, cpu_ops)
-        expected = F.scaled_dot_product_attention(*refs, **kwargs)
-        torch.testing.assert_close(out, expected, msg=lambda m: f"{kwargs}: {m}")
-        out.square().sum().backward()
-        expected.square().sum().backward()
-        for a, b in zip(leaves, refs):
-            torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"{kwargs} grad: {m}")
+    leaves = [a.clone().requires_grad_() for a in args]
+    refs = [a.clone().requires_grad_() for a in args]
+    # A mask's boolean work is the one CPU segment (no boolean operators).
+    strict = "attn_mask" not in kwargs
+    start = len(torchneuron.compiler.metrics())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = torch.compile(lambda *t: F.scaled_dot_product_attention(*t, **kwargs),
+                            backend="neuron", fullgraph=strict)(*leaves)
+    cpu_ops = {op for e in torchneuron.compiler.metrics()[start:] for op in e["fallback_ops"]}
+    assert cpu_ops <= {"aten.bitwise_not", "aten.all.dim"}, (label, cpu_ops)
+    expected = F.scaled_dot_product_attention(*refs, **kwargs)
+    torch.testing.assert_close(out, expected, **tolerance)
+    out.float().square().sum().backward()
+    expected.float().square().sum().backward()
+    for a, b in zip(leaves, refs):
+        torch.testing.assert_close(a.grad, b.grad, **tolerance)
 
 def test_cnn_trains_as_eager():
     g = torch.Generator().manual_seed(3)

@@ -1,0 +1,41 @@
+"""A training run's figures as `neuronrun matrix` reads them: a RunFigures
+text proto (launcher/proto/neuron/launcher/matrix_result.proto), written by
+rank 0 of the matrix's trainers (examples/04_train_gpt.py,
+examples/08_upstream_gpt.py).
+
+    figures = {"world": 4, "loss": 4.2, "modelled_step_us": median(steps), ...}
+    run_figures.write(path, figures, collective_bytes(groups, len(steps)))
+"""
+import json
+
+from . import fabric
+
+
+def median(values):
+    """The middle value (the upper one of an even count); 0 for none."""
+    values = sorted(values)
+    return values[len(values) // 2] if values else 0.0
+
+
+def collective_bytes(groups, steps):
+    """Bytes per step by collective op over this rank's neuron groups (a
+    group of another backend is skipped)."""
+    out = {}
+    for group in groups:
+        try:
+            records = fabric.records(group)
+        except TypeError:  # not a neuron group
+            continue
+        for r in records:
+            out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
+    return out
+
+
+def write(path, figures, bytes_per_step):
+    """Writes `figures` (RunFigures' field names to numbers) and the bytes
+    per step by collective op as a RunFigures text proto."""
+    lines = [f"{key}: {value!r}" for key, value in figures.items()]
+    lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(n)!r} }}"
+              for op, n in sorted(bytes_per_step.items())]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
