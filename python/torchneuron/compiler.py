@@ -353,13 +353,13 @@ def _split_by_device(gm, name, where, fullgraph):
     the device, the rest eagerly: functional collectives on their group's
     backend, other ops on the CPU (timed, warned about once; an error when
     `fullgraph` or NEURON_FALLBACK=0, as _fallback says). Returns the boxed
-    callable, or None when every op runs on the device."""
+    callable, or None when the graph has one kind only (device or CPU)."""
     from torch.fx.passes.split_module import split_module
     native = set(_C._native_ops())
     work = [n for n in gm.graph.nodes if n.op == "call_function"]
     kind_of = {n: _kind(n, native) for n in work}
-    if all(k == "device" for k in kind_of.values()):
-        return None
+    if set(kind_of.values()) <= {"device"} or set(kind_of.values()) == {"cpu"}:
+        return None  # nothing to split: the graph compiles, or runs on the CPU, whole
     ops = {"cpu": {}, "collective": {}}
     cpu_nodes = []
     for n, kind in kind_of.items():
