@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libprotobuf-dev protobuf-compiler
   libboost-dev libssl-dev
+  libopenblas-serial-dev
   googletest libgtest-dev libgmock-dev
   python3-dev python3-venv
   procps iproute2

@@ -1,5 +1,6 @@
 #include "neuron/compiler/compiled_graph.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "neuron/compiler/graph_text.h"
@@ -97,7 +98,18 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
   // Validated when loaded or compiled; the timeline is the plan's.
   auto outputs = executor_.Compute(*executable_, bound);
   std::vector<runtime::HostTensor> out;
-  for (const auto& name : info_.outputs) out.push_back(outputs.at(name));
+  for (std::size_t k = 0; k < info_.outputs.size(); ++k) {
+    auto& t = outputs.at(info_.outputs[k]);
+    // The last use of a name moves its tensor; an output listed twice is copied.
+    const bool again =
+        std::find(info_.outputs.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                  info_.outputs.end(), info_.outputs[k]) != info_.outputs.end();
+    if (again) {
+      out.push_back(t);
+    } else {
+      out.push_back(std::move(t));
+    }
+  }
   // The rank's compute stream ran the graph for its modelled time.
   runtime::ProcessClock()->AdvanceCompute(timing_.total);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "arena_pool.h"
 #include "kernels.h"
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/device/executable.h"
@@ -69,6 +72,27 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
   std::memmove(out[0].data, in[0].data, i.bytes());
 }
 
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+bool Overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto* x = static_cast<const std::uint8_t*>(a);
+  const auto* y = static_cast<const std::uint8_t*>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// The `n` float32 elements of `p`: its memory itself when it holds float32
+// and does not overlap `out` (which the op writes), else a converted copy
+// kept in `copy`.
+const float* FloatView(const Placed& p, std::int64_t n, const Placed& out,
+                       std::vector<float>& copy) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  if (p.buffer->dtype() == proto::F32 &&
+      !Overlap(p.data, bytes, out.data, out.buffer->bytes())) {
+    return reinterpret_cast<const float*>(p.data);
+  }
+  copy = kernels::ToFloat(p.data, p.buffer->dtype(), static_cast<std::size_t>(n));
+  return copy.data();
+}
+
 void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(i.op() == proto::OP_MATMUL, what, ": the tensor engine runs matmul only");
@@ -89,12 +113,43 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": buffers of ", in[0].elements(), ", ", in[1].elements(), " and ",
                out[0].elements(), " elements do not fit ", batch, " x ", m, "x", k, " x ", k,
                "x", n);
-  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), batch * m * k);
-  const auto b = kernels::ToFloat(in[1].data, in[1].buffer->dtype(), batch * k * n);
+  constexpr std::int64_t kMaxDim = std::numeric_limits<std::int32_t>::max();
+  NEURON_CHECK(m <= kMaxDim && k <= kMaxDim && n <= kMaxDim, what, ": a matmul of ", m,
+               "x", k, " x ", k, "x", n, " has a dimension over 2^31 - 1");
   auto* c = reinterpret_cast<float*>(out[0].data);
+  std::vector<float> a_copy, b_copy;
+  const float* a = FloatView(in[0], batch * m * k, out[0], a_copy);
+  const float* b = FloatView(in[1], batch * k * n, out[0], b_copy);
   for (std::int64_t p = 0; p < batch; ++p) {
-    kernels::Matmul(a.data() + p * m * k, b.data() + p * k * n, c + p * m * n, m, k, n,
-                    i.accumulate());
+    kernels::Matmul(a + p * m * k, b + p * k * n, c + p * m * n, m, k, n, i.accumulate());
+  }
+}
+
+// Copies `run` elements of `Width` bytes, `in_step` and `out_step` elements
+// apart: a fixed-size memcpy the compiler turns into one load and store.
+template <std::size_t Width>
+void CopyRunOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t run,
+               std::int64_t in_step, std::int64_t out_step) {
+  for (std::int64_t e = 0; e < run; ++e) {
+    std::memcpy(out + e * out_step * Width, in + e * in_step * Width, Width);
+  }
+}
+
+void CopyStrided(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+                 std::int64_t run, std::int64_t in_step, std::int64_t out_step) {
+  switch (width) {
+    case 1:
+      return CopyRunOf<1>(in, out, run, in_step, out_step);
+    case 2:
+      return CopyRunOf<2>(in, out, run, in_step, out_step);
+    case 4:
+      return CopyRunOf<4>(in, out, run, in_step, out_step);
+    case 8:
+      return CopyRunOf<8>(in, out, run, in_step, out_step);
+    default:
+      for (std::int64_t e = 0; e < run; ++e) {
+        std::memcpy(out + e * out_step * width, in + e * in_step * width, width);
+      }
   }
 }
 
@@ -148,10 +203,8 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
     if (packed) {
       std::memcpy(out[0].data + dst * width, in[0].data + src * width, run * width);
     } else {
-      for (std::int64_t e = 0; e < run; ++e) {
-        std::memcpy(out[0].data + (dst + e * out_step) * width,
-                    in[0].data + (src + e * in_step) * width, width);
-      }
+      CopyStrided(in[0].data + src * width, out[0].data + dst * width, width, run,
+                  in_step, out_step);
     }
     for (int d = rank - 2; d >= 0 && ++index[d] == i.view_sizes(d); --d) index[d] = 0;
   }
@@ -168,6 +221,31 @@ std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what
   return kernels::ToFloat(p.data, p.buffer->dtype(), m);
 }
 
+// A float operand read in place: the buffer's own memory when it holds
+// float32, else a float32 copy. Moving keeps `data` valid.
+struct FloatIn {
+  const float* data = nullptr;
+  std::size_t size = 0;
+  std::vector<float> copy;
+};
+
+// FloatOperand's elements, without a copy when they are float32 already.
+FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what) {
+  FloatIn r;
+  if (p.buffer->dtype() == proto::F32) {
+    const std::size_t m = std::min(p.elements(), n);
+    NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
+                 p.elements(), " elements does not repeat over ", n);
+    r.data = reinterpret_cast<const float*>(p.data);
+    r.size = m;
+    return r;
+  }
+  r.copy = FloatOperand(p, n, what);
+  r.data = r.copy.data();
+  r.size = r.copy.size();
+  return r;
+}
+
 // fused: a chain of elementwise ops in float32, the intermediates kept
 // here (executable.proto, Instruction.fused).
 void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
@@ -179,32 +257,31 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   auto operand = [&](std::uint32_t id) {
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id) {
-        return FloatOperand(in[k], n, what);
+        return FloatOperandIn(in[k], n, what);
       }
     }
     throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
+  // The output is written once, after the last sub-op: the operands are read
+  // in place even when one of them shares the output's memory.
   std::vector<float> acc, result(n);
-  std::vector<std::vector<float>> loaded;  // this sub-op's outside operands
-  std::vector<const std::vector<float>*> args;
   for (const auto& sub : i.fused()) {
-    loaded.clear();
-    loaded.reserve(static_cast<std::size_t>(sub.inputs_size()));
-    args.clear();
+    std::vector<FloatIn> args;  // this sub-op's operands
     for (auto id : sub.inputs()) {
       if (id == kFusedPrevious) {
-        args.push_back(&acc);  // the chain's value so far: not copied
+        args.push_back({acc.data(), acc.size(), {}});  // the chain's value so far
       } else {
-        loaded.push_back(operand(id));
-        args.push_back(&loaded.back());
+        args.push_back(operand(id));
       }
     }
-    NEURON_CHECK(!args.empty() && args[0]->size() == n, what, ": fused op ",
+    NEURON_CHECK(!args.empty() && args[0].size == n, what, ": fused op ",
                  DeviceOpName(sub.op()), " needs its first operand at full size");
     result.resize(n);  // the kernels write every element
-    const bool known = args.size() == 1
-                           ? kernels::Unary(sub.op(), *args[0], sub.scalar(), result)
-                           : kernels::Binary(sub.op(), *args[0], *args[1], sub.scalar(), result);
+    const bool known =
+        args.size() == 1
+            ? kernels::Unary(sub.op(), args[0].data, n, sub.scalar(), result.data())
+            : kernels::Binary(sub.op(), args[0].data, args[1].data, args[1].size,
+                              sub.scalar(), result.data(), n);
     NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
     acc.swap(result);
   }
@@ -676,19 +753,26 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   }
   NEURON_CHECK(out[0].elements() >= n, what, ": buffer ", out[0].buffer->name(), " has ",
                out[0].elements(), " elements, the op ", n);
-  std::vector<float> result(n);
-  bool known;
   NEURON_CHECK(in[0].elements() >= n, what, ": buffer ", in[0].buffer->name(), " has ",
                in[0].elements(), " elements, the op ", n);
-  const auto a = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
-  if (in.size() == 1) {
-    known = kernels::Unary(i.op(), a, i.scalar(), result);
-  } else {
-    known = kernels::Binary(i.op(), a, FloatOperand(in[1], n, what), i.scalar(), result);
-  }
+  FloatIn a = FloatOperandIn(in[0], n, what), b;
+  if (in.size() == 2) b = FloatOperandIn(in[1], n, what);
+  // Written in place when the output is float32 and is `a` itself or apart
+  // from both operands; else through a float32 result.
+  const bool direct =
+      out[0].buffer->dtype() == proto::F32 &&
+      (static_cast<const void*>(a.data) == out[0].data ||
+       !Overlap(a.data, n * sizeof(float), out[0].data, n * sizeof(float))) &&
+      (in.size() == 1 ||
+       !Overlap(b.data, b.size * sizeof(float), out[0].data, n * sizeof(float)));
+  std::vector<float> result(direct ? 0 : n);
+  float* y = direct ? reinterpret_cast<float*>(out[0].data) : result.data();
+  const bool known =
+      in.size() == 1 ? kernels::Unary(i.op(), a.data, n, i.scalar(), y)
+                     : kernels::Binary(i.op(), a.data, b.data, b.size, i.scalar(), y, n);
   NEURON_CHECK(known, what, ": ", DeviceOpName(i.op()), " is not a ",
                in.size() == 1 ? "unary" : "binary", " op");
-  kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+  if (!direct) kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
 }
 
 using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
@@ -752,7 +836,10 @@ std::int64_t HostTensor::elements() const {
 }
 
 Executor::Executor(DeviceSpec device, MemoryCounters* memory)
-    : device_(device), model_(std::move(device)), memory_(memory) {}
+    : device_(device),
+      model_(std::move(device)),
+      memory_(memory),
+      arenas_(std::make_shared<detail::ArenaPool>()) {}
 
 ExecutionResult Executor::Run(const proto::Executable& e,
                               const std::map<std::string, HostTensor>& inputs) {
@@ -762,6 +849,41 @@ ExecutionResult Executor::Run(const proto::Executable& e,
   result.timing = TimePlan(e, model_);
   return result;
 }
+
+namespace {
+
+// The input buffers the run may read where the caller holds them instead of
+// copying them into the arena: those no instruction writes, whose memory no
+// other buffer is written into before the input's last read (the result is
+// the same either way).
+std::unordered_set<std::uint32_t> ReadInPlace(const proto::Executable& e) {
+  std::unordered_map<std::uint32_t, int> first_write, last_read;
+  for (int k = 0; k < e.instructions_size(); ++k) {
+    for (auto b : e.instructions(k).inputs()) last_read[b] = k;
+    for (auto b : e.instructions(k).outputs()) first_write.emplace(b, k);
+  }
+  std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
+  for (const auto& b : e.buffers()) buffers[b.id()] = &b;
+  std::unordered_set<std::uint32_t> direct;
+  for (const auto& binding : e.inputs()) {
+    const proto::Buffer* in = buffers.at(binding.buffer());
+    if (first_write.count(in->id())) continue;
+    const int read_until = last_read.count(in->id()) ? last_read[in->id()] : -1;
+    bool safe = true;
+    for (const auto& b : e.buffers()) {
+      if (b.id() == in->id() || b.space() != in->space() ||
+          b.offset() >= in->offset() + in->bytes() ||
+          in->offset() >= b.offset() + b.bytes())
+        continue;
+      const auto w = first_write.find(b.id());
+      safe = safe && w != first_write.end() && w->second > read_until;
+    }
+    if (safe) direct.insert(in->id());
+  }
+  return direct;
+}
+
+}  // namespace
 
 std::map<std::string, HostTensor> Executor::Compute(
     const proto::Executable& e, const std::map<std::string, HostTensor>& inputs) {
@@ -775,11 +897,9 @@ std::map<std::string, HostTensor> Executor::Compute(
     allocated += b.bytes();
   }
   std::uint64_t reserved = 0;
-  std::map<int, std::vector<std::uint8_t>> arena;
-  for (const auto& [space, bytes] : extent) {
-    arena[space].resize(bytes);
-    reserved += bytes;
-  }
+  for (const auto& [space, bytes] : extent) reserved += bytes;
+  detail::ArenaPool::Lease lease = arenas_->Take(extent);
+  detail::Arenas& arena = lease.arenas();
   // Buffers may share memory (the planner reuses offsets), so the counters
   // see at most what is reserved.
   MemoryHold hold(memory_, reserved, std::min(allocated, reserved));
@@ -795,6 +915,7 @@ std::map<std::string, HostTensor> Executor::Compute(
     std::memcpy(p.data, c.data().data(), c.data().size());
   }
   std::size_t bound = 0;
+  const std::unordered_set<std::uint32_t> direct = ReadInPlace(e);
   for (const auto& binding : e.inputs()) {
     auto it = inputs.find(binding.name());
     NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),
@@ -806,7 +927,12 @@ std::map<std::string, HostTensor> Executor::Compute(
                  " bytes of ", proto::ElementType_Name(it->second.dtype),
                  "; the plan expects ", p.buffer->bytes(), " bytes of ",
                  proto::ElementType_Name(p.buffer->dtype()));
-    std::memcpy(p.data, it->second.data.data(), it->second.data.size());
+    if (direct.count(binding.buffer())) {
+      // Only read (ReadInPlace): the caller's bytes stand for the buffer's.
+      placed[binding.buffer()].data = const_cast<std::uint8_t*>(it->second.data.data());
+    } else {
+      std::memcpy(p.data, it->second.data.data(), it->second.data.size());
+    }
     ++bound;
   }
   NEURON_CHECK(bound == inputs.size(), where, ": ", inputs.size(),

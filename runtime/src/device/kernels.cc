@@ -1,5 +1,7 @@
 #include "kernels.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -45,15 +47,15 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
 
 void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
             std::int64_t n, bool accumulate) {
-  if (!accumulate) std::fill(c, c + m * n, 0.0f);
-  for (std::int64_t i = 0; i < m; ++i) {
-    float* row = c + i * n;
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float x = a[i * k + p];
-      const float* brow = b + p * n;
-      for (std::int64_t j = 0; j < n; ++j) row[j] += x * brow[j];
-    }
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) std::fill(c, c + m * n, 0.0f);
+    return;
   }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+              static_cast<blasint>(k), b, static_cast<blasint>(n),
+              accumulate ? 1.0f : 0.0f, c, static_cast<blasint>(n));
 }
 
 namespace {
@@ -65,11 +67,10 @@ float Gelu(float x) {                   // torch.nn.functional.gelu(approximate=
 
 }  // namespace
 
-bool Unary(proto::Op op, const std::vector<float>& a, double scalar,
-           std::vector<float>& out) {
+bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* out) {
   const float s = static_cast<float>(scalar);
   auto apply = [&](auto f) {
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i]);
+    for (std::size_t i = 0; i < n; ++i) out[i] = f(a[i]);
     return true;
   };
   if (op == proto::OP_COPY) return apply([](float x) { return x; });
@@ -92,11 +93,23 @@ bool Unary(proto::Op op, const std::vector<float>& a, double scalar,
   return false;
 }
 
-bool Binary(proto::Op op, const std::vector<float>& a, const std::vector<float>& b,
-            double scalar, std::vector<float>& out) {
-  const std::size_t nb = b.size();
+bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double scalar,
+            float* out, std::size_t n) {
+  if (nb == 0) return n == 0;
+  // b repeats every nb elements: blocks of nb, no index arithmetic per element.
   auto apply = [&](auto f) {
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f(a[i], b[i % nb]);
+    const float* x = a;
+    const float* y = b;
+    float* z = out;
+    if (nb == 1) {
+      const float scalar_b = y[0];
+      for (std::size_t i = 0; i < n; ++i) z[i] = f(x[i], scalar_b);
+      return true;
+    }
+    for (std::size_t base = 0; base < n; base += nb) {
+      const std::size_t len = std::min(nb, n - base);
+      for (std::size_t j = 0; j < len; ++j) z[base + j] = f(x[base + j], y[j]);
+    }
     return true;
   };
   if (op == proto::OP_ADD) return apply([](float x, float y) { return x + y; });

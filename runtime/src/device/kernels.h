@@ -22,12 +22,13 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
 void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
             std::int64_t n, bool accumulate);
 
-// Applies `op` over out.size() elements; `b` (binary ops) repeats when
-// shorter. Returns false when `op` is not a known op of that arity.
-bool Unary(proto::Op op, const std::vector<float>& a, double scalar,
-           std::vector<float>& out);
-bool Binary(proto::Op op, const std::vector<float>& a, const std::vector<float>& b,
-            double scalar, std::vector<float>& out);
+// Apply `op` over the n elements of `out`, reading a[0..n) and (binary ops)
+// b[0..nb), which repeats when shorter. `out` may be `a` itself, not
+// overlap it otherwise, nor overlap `b`. Return false when `op` is not a
+// known op of that arity (or `b` is empty and n is not 0).
+bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* out);
+bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double scalar,
+            float* out, std::size_t n);
 // Ops over [rows, cols] row-major inputs (as many as the op's registry row
 // says, device_ops.h), row by row:
 //   transpose (a -> [cols, rows]), sum_rows (a -> [cols], the sum over rows

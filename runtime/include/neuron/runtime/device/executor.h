@@ -70,6 +70,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@
 #include "neuron/runtime/executable.pb.h"
 
 namespace neuron::runtime {
+namespace detail {
+class ArenaPool;
+}  // namespace detail
 
 // The size of one element of `type` (dtype_list.h); 0 for none.
 std::size_t ElementBytes(proto::ElementType type);
@@ -117,6 +121,8 @@ class Executor {
   DeviceSpec device_;
   CostModel model_;
   MemoryCounters* memory_;
+  // Host memory kept between runs (copies of this executor share it).
+  std::shared_ptr<detail::ArenaPool> arenas_;
 };
 
 }  // namespace neuron::runtime
