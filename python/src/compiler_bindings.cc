@@ -69,7 +69,7 @@ void BindCompiledGraph(py::module_& m) {
               out = g.Run(std::move(host));
             }
             std::vector<at::Tensor> result;
-            for (const auto& h : out) result.push_back(FromHost(h, device));
+            for (auto& h : out) result.push_back(FromHost(std::move(h), device));
             return result;
           },
           py::arg("inputs"),

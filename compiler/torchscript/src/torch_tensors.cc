@@ -73,4 +73,12 @@ at::Tensor FromHost(const runtime::HostTensor& h, c10::Device device) {
   return t;
 }
 
+at::Tensor FromHost(runtime::HostTensor&& h, c10::Device device) {
+  if (!device.is_cpu() || h.data.empty()) return FromHost(h, device);
+  auto* bytes = new std::vector<std::uint8_t>(std::move(h.data));
+  return at::from_blob(
+      bytes->data(), h.shape, [bytes](void*) { delete bytes; },
+      at::TensorOptions().dtype(ScalarTypeOf(h.dtype)).device(device));
+}
+
 }  // namespace neuron::compiler
