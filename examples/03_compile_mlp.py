@@ -1,8 +1,10 @@
 """Example 03: train an MLP with its forward and backward compiled for the
 simulated NeuronCore.
 
-torchneuron.compile captures both passes (functorch's aot_module), compiles
-them through the compile cache, and runs them on the runtime's executor:
+torch.compile(model, backend="neuron") captures the forward (TorchDynamo),
+AOTAutograd splits it into forward and backward graphs, and the "neuron"
+backend compiles both through the compile cache and runs them on the
+runtime's executor:
 the numbers are computed on the CPU, the time is what the plan would take
 on a Trainium2 NeuronCore. The script checks the compiled model against
 eager PyTorch and prints what the compiler reports per graph.
@@ -28,7 +30,7 @@ def main() -> int:
     eager = mlp()
     model = mlp()
     model.load_state_dict(eager.state_dict())
-    compiled = torchneuron.compile(model, fullgraph=True)
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager)]
     g = torch.Generator().manual_seed(1)
     worst = 0.0

@@ -4,7 +4,7 @@ parallelism at once (what `make demo` runs).
     neuronrun -n 16 examples/04_train_gpt.py --tp 2 --pp 2 --zero 3    # dp = 16 / 4 = 4
     neuronrun -n 4 examples/04_train_gpt.py --dp 4                      # plain data parallel
     neuronrun -n 8 examples/04_train_gpt.py --tp 2 --pp 2 --sp          # + sequence parallel
-    neuronrun -n 2 examples/04_train_gpt.py --compile                   # compiled blocks (tp 1)
+    neuronrun -n 2 examples/04_train_gpt.py --compile                   # compiled blocks
     neuronrun -n 4 examples/04_train_gpt.py --pp 4 --schedule interleaved --layers 8
 
 Ranks: tensor-parallel groups of --tp contiguous ranks, --pp pipeline
@@ -60,7 +60,7 @@ def parse():
     p.add_argument("--clip", type=float, default=0.0,
                    help="clip the global gradient norm to this (0: no clipping)")
     p.add_argument("--compile", action="store_true",
-                   help="torchneuron.compile each transformer block (tensor parallel 1 only)")
+                   help="torch.compile (backend \"neuron\") each transformer block")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=8, help="sequences per data-parallel rank")
     p.add_argument("--seq", type=int, default=32)
@@ -92,14 +92,14 @@ def build(args):
     parallel.tensor_parallel.manual_seed(args.seed)  # equal on tensor-parallel ranks
     model = GPT(cfg, sequence_parallel=args.sp)
     if args.compile:  # each transformer block: attention and MLP, forward and backward
-        for i, block in enumerate(model.blocks):
-            model.blocks[i] = torchneuron.compile(block)
+        for block in model.blocks:
+            block.compile(backend="neuron")
     per_stage = args.chunks or (2 if args.schedule == "interleaved" else 1)
     chunks = pipeline.partition(model.stages(), per_stage) if args.pp > 1 else [model]
     if args.zero:
         parts = [parallel.FullyShardedDataParallel(
             c, stage=args.zero,
-            wrap_policy=parallel.module_type_policy(Block, torchneuron.compiler.CompiledModule))
+            wrap_policy=parallel.module_type_policy(Block))
             for c in chunks]
     elif args.pp == 1:
         parts = [parallel.DistributedDataParallel(model)]
@@ -164,8 +164,6 @@ def main():
     torch.set_num_threads(1)
     torchneuron.init(timeout=datetime.timedelta(seconds=300))
     layout = parallel.initialize(tp=args.tp, pp=args.pp, dp=args.dp or None)
-    if args.compile and args.tp > 1:
-        sys.exit("--compile needs --tp 1: tensor-parallel layers are not compiled yet")
     model, parts, params, engine = build(args)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     data = parallel.SyntheticTokenDataset(sequences=args.batch * layout.dp * args.steps,

@@ -24,7 +24,7 @@ std::string Page() {
          "and the table differ.\n\n"
          "- **native**: the ops below, on the engine named, within the limits given.\n"
          "- **CPU fallback**: any other aten op of a graph compiled with\n"
-         "  `torchneuron.compile(m)` runs on the CPU (eager ATen) as a segment of\n"
+         "  `torch.compile(m, backend=\"neuron\")` runs on the CPU (eager ATen) as a segment of\n"
          "  the graph, the native runs around it on the device; reported per graph\n"
          "  in `torchneuron.compiler.metrics()` (ops, count, time, bytes) and warned\n"
          "  about once.\n"

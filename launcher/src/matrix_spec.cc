@@ -129,11 +129,6 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
 
 namespace {
 
-// Whether the matrix runs the default trainer, examples/04_train_gpt.py.
-bool DefaultTrainer(const proto::ScalingMatrix& m) {
-  return fs::path(m.script()).filename() == "04_train_gpt.py";
-}
-
 // Fills the matrix's scalar defaults and checks them (the trainer script
 // resolved into spec.script).
 void CheckScalars(const std::string& path, const Locator& at, MatrixSpec& spec) {
@@ -244,12 +239,6 @@ void AddCells(int n, int r, int s, const Locator& at, MatrixSpec& spec) {
       per_dp = m.batch() / dp;
     }
     for (bool compile : m.compile()) {
-      // examples/04_train_gpt.py compiles with torchneuron.compile, which its
-      // tensor-parallel layers do not take (08's torch.compile does).
-      NEURON_CHECK(
-          !compile || st.tp() == 1 || !DefaultTrainer(m), at.At("tp", "strategies", s),
-          ": compile needs tp 1 with examples/04_train_gpt.py (strategy ", st.name(),
-          "; examples/08_upstream_gpt.py compiles tensor parallelism)");
       for (const std::string& topology : m.topologies()) {
         MatrixCell cell;
         cell.nodes = n;

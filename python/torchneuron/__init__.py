@@ -12,8 +12,9 @@ Ranks started by neuronrun import it without installing anything: neuronrun
 puts the build tree's package (build/python) on their PYTHONPATH. To install
 it for other launchers, run ``cmake --install build`` (see docs/python.md).
 
-``torchneuron.compile(model)`` runs a model's forward and backward as
-compiled graphs on the simulated NeuronCore (see torchneuron.compiler).
+``torch.compile(model, backend="neuron")`` (``torchneuron.compile(model)``
+for short) runs a model's forward and backward as compiled graphs on the
+simulated NeuronCore (see torchneuron.dynamo and torchneuron.compiler).
 
 Errors raised by the backend derive from RuntimeError: NeuronError and its
 subclasses InvalidUsageError (bad arguments), CollectiveTimeoutError (a wait

@@ -1,24 +1,20 @@
-"""torchneuron.compile: run a model's forward and backward as compiled graphs
-on the simulated NeuronCore.
+"""The compiler path behind ``torch.compile(model, backend="neuron")``
+(torchneuron.dynamo): aten-level FX graphs, as AOTAutograd hands them over,
+become the compiler's IR, are compiled through the compile cache
+(NEURON_CACHE_DIR) into executables and run by the runtime: real results on
+the CPU, and the time the plan would take on a NeuronCore (metrics()).
 
-    model = torchneuron.compile(torch.nn.Sequential(...))
+    model = torchneuron.compile(torch.nn.Sequential(...))   # = torch.compile(..., backend="neuron")
     loss = model(x).sum(); loss.backward()        # trains: both passes compiled
     torchneuron.compiler.metrics()                # per graph: id, nodes, memory, time
 
-functorch's aot_module (aot_function for plain functions) captures the
-forward and backward as separate aten-level FX graphs; each is translated to
-the compiler's IR and compiled through the compile cache (NEURON_CACHE_DIR)
-into an executable the runtime runs: real results on the CPU, and the time
-the plan would take on a NeuronCore (metrics()).
-
 A graph with an operator the device does not support yet runs on the CPU
-instead (the whole graph, as eager PyTorch): this is reported per graph in
-metrics() (the ops, their counts, the time, the bytes copied) and warned
-about once, never silently. ``fullgraph=True`` makes it an error naming the
-op and the source line; so does NEURON_FALLBACK=0 for every graph.
+instead (as eager PyTorch): this is reported per graph in metrics() (the
+ops, their counts, the time, the bytes copied) and warned about once, never
+silently. ``fullgraph=True`` makes it an error naming the op and the source
+line; so does NEURON_FALLBACK=0 for every graph.
 """
 
-import inspect
 import operator
 import re
 import threading
@@ -114,17 +110,6 @@ def _source(node, fallback=""):
     trace = node.meta.get("stack_trace") or ""
     lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
     return lines[-1] if lines else fallback
-
-
-def _definition(model):
-    """'file:line in name' of the forward (or function) being compiled."""
-    fn = type(model).forward if isinstance(model, torch.nn.Module) else model
-    try:
-        fn = inspect.unwrap(fn)
-        return (f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]} in "
-                f"{getattr(fn, '__qualname__', fn.__name__)}")
-    except (TypeError, OSError):
-        return ""
 
 
 def _arg_operands(node, names):
@@ -509,82 +494,18 @@ def _signature(args, kwargs):
     return tuple(one(a) for a in args) + tuple((k, one(v)) for k, v in sorted(kwargs.items()))
 
 
-class _ByShape:
-    """One aot-compiled callable per static-shape signature: shapes are
-    static on the device, so a new input shape compiles new graphs (counted
-    in `shapes`)."""
-
-    def __init__(self, model, fullgraph):
-        self.model = model
-        self.fullgraph = fullgraph
-        label = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
-            model, "__name__", "fn")
-        self.label = re.sub(r"\W", "_", label)  # "<lambda>" -> "_lambda_": an IR name
-        self.where = _definition(model)
-        self.compiled = {}
-
-    @property
-    def shapes(self):
-        return len(self.compiled)
-
-    def __call__(self, *args, **kwargs):
-        key = _signature(args, kwargs)
-        fn = self.compiled.get(key)
-        if fn is None:
-            from functorch.compile import aot_function, aot_module
-            with _lock:
-                _counter[0] += 1
-                index = _counter[0]
-
-            def compiler(kind):
-                def compile_graph(gm, example_inputs):
-                    return _compile_fx(gm, example_inputs, f"{self.label}_{index}_{kind}",
-                                       self.fullgraph, self.where)
-                return compile_graph
-            wrap = aot_module if isinstance(self.model, torch.nn.Module) else aot_function
-            fn = wrap(self.model, fw_compiler=compiler("forward"),
-                      bw_compiler=compiler("backward"))
-            self.compiled[key] = fn
-        return fn(*args, **kwargs)
-
-
-class CompiledModule(torch.nn.Module):
-    """An nn.Module whose forward and backward run compiled; it shares the
-    original module's parameters and buffers (parameters(), state_dict(),
-    optimizers and DDP see the same tensors)."""
-
-    def __init__(self, module, fullgraph):
-        super().__init__()
-        self.module = module
-        object.__setattr__(self, "_by_shape", _ByShape(module, fullgraph))
-
-    @property
-    def compiled_shapes(self):
-        """How many static-shape signatures were compiled so far."""
-        return self._by_shape.shapes
-
-    def forward(self, *args, **kwargs):
-        return self._by_shape(*args, **kwargs)
-
-
-def compile(model, fullgraph=False):
-    """Returns `model` (an nn.Module or a function of tensors) with its
-    forward and backward compiled for the simulated NeuronCore.
+def compile(model, fullgraph=False, **kwargs):
+    """``torch.compile(model, backend="neuron", fullgraph=fullgraph, **kwargs)``:
+    `model` (an nn.Module or a function of tensors) with its forward and
+    backward captured by TorchDynamo and compiled for the simulated
+    NeuronCore (torchneuron.dynamo). The result is torch.compile's: an
+    OptimizedModule sharing the module's parameters, or a function.
 
     Shapes are static: each new combination of input shapes and dtypes
-    compiles new graphs (``compiled.compiled_shapes`` counts them; pad
-    variable lengths with ``pad_to_bucket`` to bound their number).
-
-    fullgraph: raise instead of running a graph with unsupported operators
-    on the CPU."""
-    if isinstance(model, torch.nn.Module):
-        return CompiledModule(model, fullgraph)
-    by_shape = _ByShape(model, fullgraph)
-
-    def compiled(*args, **kwargs):
-        return by_shape(*args, **kwargs)
-    compiled.compiled_shapes = lambda: by_shape.shapes
-    return compiled
+    compiles new graphs (pad variable lengths with ``pad_to_bucket`` to bound
+    their number). fullgraph: raise instead of breaking the graph or running
+    operators the device lacks on the CPU."""
+    return torch.compile(model, backend="neuron", fullgraph=fullgraph, **kwargs)
 
 
 def pad_to_bucket(tensor, buckets, dim=-1, value=0):

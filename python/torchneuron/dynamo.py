@@ -7,7 +7,7 @@ NeuronCore.
 TorchDynamo captures the Python code it can (a graph break runs the rest
 eagerly, as everywhere in torch.compile); AOTAutograd splits each captured
 graph into forward and backward aten graphs, and each of those goes through
-the same path as torchneuron.compile (torchneuron.compiler): translation to
+the compiler path (torchneuron.compiler): translation to
 the compiler's IR, the compile cache, the executor (real results and the
 modelled NeuronCore time, in torchneuron.compiler.metrics()). Operators the
 device does not run run as CPU segments of their graph, reported and warned
@@ -30,6 +30,7 @@ Arguments of torch.compile:
 import copy
 import itertools
 import math
+import re
 import threading
 import warnings
 
@@ -64,6 +65,31 @@ def _fullgraph():
         return bool(InstructionTranslator.current_tx().one_graph)
     except (ImportError, AttributeError, AssertionError, RuntimeError):
         return False
+
+
+def _label(gm):
+    """What the captured frame runs, as an IR name: the class name of the
+    module whose forward it is ("GPT"; Dynamo's frame, or the graph's
+    outermost nn_module_stack entry), else the function's name ("_lambda_");
+    "graph" when nothing says."""
+    label = None
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        tx = InstructionTranslator.current_tx()
+        owner = tx.f_locals.get("self", tx.f_locals.get("fn"))
+        if isinstance(owner, torch.nn.Module):
+            label = type(owner).__name__
+        elif tx.f_code.co_name != "inner":
+            label = tx.f_code.co_name
+    except (ImportError, AttributeError, AssertionError, RuntimeError):
+        pass
+    for node in gm.graph.nodes if label is None else ():
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            _path, kind = next(iter(stack.values()))
+            label = getattr(kind, "__name__", str(kind))
+            break
+    return re.sub(r"\W", "_", label or "graph")
 
 
 def _symbolic(example_inputs):
@@ -200,7 +226,7 @@ def neuron_backend(gm, example_inputs, mode=None, options=None):
     strict = ("fullgraph=True" if _fullgraph()
               else "options fallback=False" if options.get("fallback", True) is False
               else False)
-    name = f"dynamo_{next(_counter)}"
+    name = f"{_label(gm)}_{next(_counter)}"
     where = _where(gm)
     if _symbolic(example_inputs):
         _warn_once("dynamic", 'torch.compile(backend="neuron"): shapes are static on the '

@@ -164,11 +164,6 @@ def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
         ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
          'models { dim: 1000000000 layers: 1 heads: 2 }\n',
          r"m.textproto:4: models\[0\].dim: must be 1 to 65536, got 1000000000"),
-        # The default trainer (example 04) compiles tensor parallel 1 only.
-        ('name: "x"\nranks_per_node: [2]\ncompile: [true]\nstrategies { name: "a" tp: 2 }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:4: strategies\[0\].tp: compile needs tp 1 with "
-         r"examples/04_train_gpt.py \(strategy a; examples/08_upstream_gpt.py compiles"),
     ]
     import re
     for text, pattern in cases:

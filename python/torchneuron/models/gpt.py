@@ -78,7 +78,12 @@ class Attention(nn.Module):
         q, k, v = qkv.view(s, b, self.heads, 3, self.head_dim).permute(3, 1, 2, 0, 4).unbind(0)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # [b, heads, s, s]
         att = att.masked_fill(self.mask[:s, :s], float("-inf")).softmax(-1)
-        if self.dropout and self.training:
+        if self.dropout and self.training and torch.compiler.is_compiling():
+            # A compiled graph draws its dropout from the seed it takes each
+            # run (torch's default generator): the tracker's state swap
+            # cannot be traced, and would not reach that draw.
+            att = F.dropout(att, self.dropout)
+        elif self.dropout and self.training:
             with tp.get_rng_tracker().fork():  # this rank's heads: its own stream
                 att = F.dropout(att, self.dropout)
         y = (att @ v).permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)

@@ -50,11 +50,19 @@ def partition(layers, chunks_per_stage=1, group=None, costs=None):
             for c in range(chunks_per_stage)]
 
 
+def _compiled(module):
+    """Whether `module` runs compiled: torch.compile's OptimizedModule, or a
+    module compiled in place (nn.Module.compile)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+    return (isinstance(module, OptimizedModule)
+            or getattr(module, "_compiled_call_impl", None) is not None)
+
+
 def _eager_modules(module):
     """`module` and its submodules, except those inside compiled modules
-    (torchneuron.compile): their graphs charge the device model themselves."""
-    from ..compiler import CompiledModule
-    if isinstance(module, CompiledModule):
+    (torch.compile, backend "neuron"): their graphs charge the device model
+    themselves."""
+    if _compiled(module):
         return
     yield module
     for child in module.children():

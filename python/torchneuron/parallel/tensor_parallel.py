@@ -45,34 +45,47 @@ def _size_rank(group):
 
 
 # -- autograd collectives (no-ops without a group of several ranks) ------------
+_EAGER = {}
+
+
+def _eager(collective):
+    """`collective` (a C++ autograd function) kept out of torch.compile's
+    graphs: Dynamo cannot trace pybind functions, so a compiled module breaks
+    its graph there and runs the collective eagerly on the group's backend.
+    Wrapped on first use: importing this module does not import Dynamo."""
+    if collective not in _EAGER:
+        _EAGER[collective] = torch.compiler.disable(collective)
+    return _EAGER[collective]
+
+
 def copy_to_tensor_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._copy_to_group(x, group)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._copy_to_group)(x, group)
 
 
 def reduce_from_tensor_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._reduce_from_group(x, group)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._reduce_from_group)(x, group)
 
 
 def gather_from_tensor_parallel(x, dim=-1, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._gather_from_group(x, group, dim)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._gather_from_group)(x, group, dim)
 
 
 def scatter_to_tensor_parallel(x, dim=-1, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._scatter_to_group(x, group, dim)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._scatter_to_group)(x, group, dim)
 
 
 def gather_from_sequence_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._gather_sequence(x, group)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._gather_sequence)(x, group)
 
 
 def reduce_scatter_to_sequence_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _C._reduce_scatter_sequence(x, group)
+    return x if _size_rank(group)[0] == 1 else _eager(_C._reduce_scatter_sequence)(x, group)
 
 
 def vocab_parallel_cross_entropy(logits, target, vocab_size, group=None):
