@@ -5,10 +5,10 @@
 //   build/benchmarks/compile_cache_bench [--layers N] [--width W] [--batch B]
 //
 // The graph: N layers of (matmul with a [W,W] weight, bias add, GELU) on a
-// [B,W] float32 input. The weights are graph inputs, as functorch's
-// aot_module lifts parameters (--constant-weights makes them constants,
-// hashed into the key). Target: a warm hit >= 50x faster than a cold
-// compile (docs/performance.md).
+// [B,W] float32 input. The weights are graph inputs, as AOTAutograd lifts
+// parameters (--constant-weights makes them constants, hashed into the
+// key). Target (issue #20): a warm hit >= 100x faster than a cold compile,
+// from memory and from disk, at 24 layers (docs/performance.md).
 #include <unistd.h>
 
 #include <chrono>
@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
       double(plan.planned_bytes) / plan.lower_bound_bytes,
       static_cast<unsigned long long>(plan.no_reuse_bytes),
       double(plan.no_reuse_bytes) / plan.planned_bytes);
-  std::printf("target: warm hit >= 50x faster than a cold compile: memory %s, disk %s\n",
-              t.cold_us / t.memory_us >= 50 ? "met" : "MISSED",
-              t.cold_us / t.disk_us >= 50 ? "met" : "MISSED");
+  std::printf("target: warm hit >= 100x faster than a cold compile: memory %s, disk %s\n",
+              t.cold_us / t.memory_us >= 100 ? "met" : "MISSED",
+              t.cold_us / t.disk_us >= 100 ? "met" : "MISSED");
   return 0;
 }

@@ -244,7 +244,7 @@ def to_ir(gm, name, where=""):
     """Translates an FX graph of aten ops into the compiler's IR text.
 
     Returns (text, inputs, outputs, unsupported). The IR is canonical: its
-    inputs and returned values are sorted by name, because functorch's
+    inputs and returned values are sorted by name, because AOTAutograd's
     partitioner orders saved activations by Python's (per-process) hashing,
     and the compile cache key must be the same in every process and rank.
     `inputs` lists the FX placeholders' positions in IR input order (None
