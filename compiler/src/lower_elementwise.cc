@@ -1,6 +1,6 @@
 // Elementwise IR ops on the vector and scalar engines: arithmetic (with a
 // tensor or a number), the activations and their gradients, comparisons,
-// where and masked_fill. A second operand may repeat when it is a suffix
+// where, masked_fill, clamp and hardtanh. A second operand may repeat when it is a suffix
 // of the result's shape (a bias); other broadcasts are strided copies.
 #include <map>
 #include <string>
@@ -195,6 +195,69 @@ void LowerGeluBackward(LoweringContext& cx, const OpCall& call) {  // (grad, inp
   cx.Elementwise(rp::VECTOR,
                  TanhGelu(call.node) ? rp::OP_GELU_BACKWARD : rp::OP_GELU_EXACT_BACKWARD,
                  call.in, out.name(), call.source);
+}
+
+namespace {
+
+// A scratch value of `like`'s type, named after it.
+std::string Scratch(LoweringContext& cx, const proto::Value& like, const char* suffix,
+                    const std::string& where) {
+  proto::Value v = like;
+  v.set_name(like.name() + suffix);
+  cx.AddSlot(v.name(), v, rp::SBUF, where);
+  return v.name();
+}
+
+// hardtanh_backward(grad, x, lo, hi) = grad where lo < x < hi, else 0: grad
+// where x > lo, then that where -x > -hi.
+void LowerHardtanhBackward(LoweringContext& cx, const OpCall& call,
+                           const proto::Value& out) {
+  NEURON_CHECK(call.in.size() == 2, call.where, ": takes the gradient and the input");
+  const double lo = AttrNumber(call.node, "min_val", -1.0);
+  const double hi = AttrNumber(call.node, "max_val", 1.0);
+  const std::string above = Scratch(cx, out, ".above", call.where);
+  const std::string negated = Scratch(cx, out, ".neg", call.where);
+  cx.Elementwise(rp::VECTOR, rp::OP_THRESHOLD_BACKWARD, call.in, above, call.source);
+  cx.LastInstruction().set_scalar(lo);
+  cx.Elementwise(rp::VECTOR, rp::OP_NEG, {call.in[1]}, negated, call.source);
+  cx.AddSlot(out.name(), out, rp::SBUF, call.where);
+  cx.Elementwise(rp::VECTOR, rp::OP_THRESHOLD_BACKWARD, {above, negated}, out.name(),
+                 call.source);
+  cx.LastInstruction().set_scalar(-hi);
+}
+
+}  // namespace
+
+// clamp(x, min, max), clamp_min, clamp_max and hardtanh(x, min_val,
+// max_val): a clamp_min then a clamp_max (a bound clamp leaves out is
+// skipped), which fusion joins into one pass; hardtanh_backward as above.
+void LowerClamp(LoweringContext& cx, const OpCall& call) {
+  const proto::Value& out = FloatOutput(cx, call);
+  const std::string& op = call.node.op();
+  if (op == "aten.hardtanh_backward") return LowerHardtanhBackward(cx, call, out);
+  NEURON_CHECK(call.in.size() == 1, call.where, ": takes one tensor and number bounds");
+  std::vector<std::pair<rp::Op, double>> steps;
+  if (op == "aten.hardtanh") {
+    steps = {{rp::OP_CLAMP_MIN, AttrNumber(call.node, "min_val", -1.0)},
+             {rp::OP_CLAMP_MAX, AttrNumber(call.node, "max_val", 1.0)}};
+  } else {
+    const proto::Attribute* lo =
+        op == "aten.clamp_max" ? nullptr : Attr(call.node, "min");
+    const proto::Attribute* hi =
+        op == "aten.clamp_min" ? nullptr : Attr(call.node, "max");
+    if (lo != nullptr) steps.push_back({rp::OP_CLAMP_MIN, Number(*lo)});
+    if (hi != nullptr) steps.push_back({rp::OP_CLAMP_MAX, Number(*hi)});
+  }
+  NEURON_CHECK(!steps.empty(), call.where, ": clamp without a bound (torch refuses it)");
+  std::string from = call.in[0];
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const bool last = k + 1 == steps.size();
+    const std::string to = last ? out.name() : Scratch(cx, out, ".min", call.where);
+    if (last) cx.AddSlot(out.name(), out, rp::SBUF, call.where);
+    cx.Elementwise(rp::VECTOR, steps[k].first, {from}, to, call.source);
+    cx.LastInstruction().set_scalar(steps[k].second);
+    from = to;
+  }
 }
 
 }  // namespace neuron::compiler

@@ -33,6 +33,7 @@ void LowerCompare(LoweringContext& cx, const OpCall& call);  // eq, ne, lt, le, 
 void LowerWhere(LoweringContext& cx, const OpCall& call);
 void LowerMaskedFill(LoweringContext& cx, const OpCall& call);
 void LowerThresholdBackward(LoweringContext& cx, const OpCall& call);
+void LowerClamp(LoweringContext& cx, const OpCall& call);  // clamp, hardtanh and backward
 void LowerGeluBackward(LoweringContext& cx, const OpCall& call);
 // lower_matmul.cc
 void LowerMatmul(LoweringContext& cx, const OpCall& call);  // mm, addmm, bmm

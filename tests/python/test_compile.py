@@ -488,6 +488,8 @@ _OP_CASES = {
     "binary": (lambda a, b: torch.maximum(a, b) - torch.minimum(a, b) + a * b / (b.abs() + 1),
                [(3, 5), (3, 5)]),
     "scalar": (lambda x: (x * 3.0 + 2.0) / 4.0 - 1.5, [(4, 4)]),
+    "hardtanh": (lambda x: nn.functional.hardtanh(x, -0.5, 0.5) + nn.functional.relu6(x * 4),
+                 [(4, 6)]),
     "bias": (lambda x, b: x + b, [(4, 6), (6,)]),
     "broadcast": (lambda x, b: x * b, [(2, 3, 4), (3, 1)]),
     "rows": (lambda x: torch.softmax(x, -1) * torch.log_softmax(x, -1), [(5, 7)]),
@@ -504,6 +506,28 @@ _OP_CASES = {
     "masked": (lambda x, mask: x.masked_fill(mask, -1.0),
                [(2, 4, 4), lambda: torch.ones(4, 4, dtype=torch.bool).triu(1)]),
 }
+
+
+def test_clamp_runs_on_the_device_and_its_gradient_with_cpu_segments():
+    """clamp's bounds (either absent) are device ops; its gradient's
+    boolean logical_and is not, so the backward graph has CPU segments."""
+    def fn(x):
+        return torch.clamp(x, min=-0.3) * torch.clamp(x, max=0.2) + x.clamp(-0.1, 0.4)
+    x = torch.randn(4, 6)
+    with torch.no_grad():  # an inference graph: every op on the device
+        torch.testing.assert_close(torchneuron.compile(fn, fullgraph=True)(x), fn(x))
+    torch._dynamo.reset()
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CPU segments' warning
+        out = torchneuron.compile(fn)(a)
+    torch.testing.assert_close(out, fn(b))
+    out.sum().backward()
+    fn(b).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("fn_")]
+    assert [r["fallback_ops"] for r in rows if r["name"].endswith("_forward")] == [{}]
+    assert any("aten.logical_and" in r["fallback_ops"] for r in rows), rows
 
 
 @pytest.mark.parametrize("case", sorted(_OP_CASES))

@@ -90,6 +90,9 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   }
   if (op == proto::OP_SCALE) return apply([s](float x) { return x * s; });
   if (op == proto::OP_ADD_SCALAR) return apply([s](float x) { return x + s; });
+  // torch.clamp: a NaN input stays NaN (the comparison is false).
+  if (op == proto::OP_CLAMP_MIN) return apply([s](float x) { return x < s ? s : x; });
+  if (op == proto::OP_CLAMP_MAX) return apply([s](float x) { return x > s ? s : x; });
   return false;
 }
 

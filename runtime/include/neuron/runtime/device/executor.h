@@ -51,13 +51,13 @@
 //                         in float32 and rounded once to the output dtype:
 //     unary   copy relu neg abs sign exp tanh sigmoid gelu (tanh approximation as
 //             torch's approximate="tanh"), gelu_exact (erf), scale
-//             (x * scalar), add_scalar;
+//             (x * scalar), add_scalar, clamp_min (max(x, scalar)),
+//             clamp_max (min(x, scalar)); NaN stays NaN;
 //     binary  add sub mul div max min, masked_fill (scalar where input 1, a
-//             bool/uint8 mask, is non-zero, else input 0), threshold_backward (input 0 where
-//             input 1 > scalar, else 0), tanh_backward and sigmoid_backward
-//             (grad, output), gelu_backward and
-//             gelu_exact_backward (grad, input); input 1 may be shorter than
-//             `elements` (it repeats: a bias row broadcast over rows);
+//             bool/uint8 mask, is non-zero, else input 0), threshold_backward (input 0
+//             where input 1 > scalar, else 0), tanh_backward and sigmoid_backward (grad,
+//             output), gelu_backward and gelu_exact_backward (grad, input); input 1 may
+//             be shorter than `elements` (it repeats: a bias row broadcast over rows);
 //     shaped  over [m, n] inputs, row by row: transpose (writes [n, m]),
 //             sum_rows (writes [n]), softmax_rows, log_softmax_rows and
 //             their _backward_rows (grad, output); layer_norm_rows (x,
