@@ -41,7 +41,9 @@ const NativeOp kNativeOps[] = {
     {"aten.clamp_min", "vector", "a number", LowerClamp},
     {"aten.clamp_max", "vector", "a number", LowerClamp},
     {"aten.hardtanh", "vector", "(ReLU6: 0 and 6)", LowerClamp},
-    {"aten.hardtanh_backward", "vector", "(grad, input): two threshold_backward steps",
+    {"aten.hardtanh_backward", "vector",
+     "(grad, input): two threshold_backward steps; a NaN input's gradient is 0 "
+     "(PyTorch's passes the gradient)",
      LowerClamp},
     {"aten.gelu_backward", "vector", "approximate \"none\" or \"tanh\"",
      LowerGeluBackward},

@@ -30,7 +30,6 @@ _DTYPES = {getattr(torch, name): ir for name, ir, _on_device in _C._dtypes()}
 
 _metrics = []
 _lock = threading.Lock()
-_counter = [0]
 
 
 class _Unsupported(Exception):
@@ -54,14 +53,19 @@ _OUTPUT_LIKE = {
 }
 
 
+# Ops whose .Tensor overload is not their default's tensor-operand form:
+# clamp.Tensor takes tensor bounds, which the device's clamp does not.
+_TENSOR_OVERLOAD_KEPT = frozenset({"clamp", "clamp_min", "clamp_max"})
+
+
 def _op_name(target):
     """aten.mm for aten.mm.default; the overload kept where it matters
-    (aten.sum.dim_IntList), dropped for the tensor-operand forms
-    (aten.add.Tensor is aten.add)."""
+    (aten.sum.dim_IntList, aten.clamp.Tensor), dropped for the
+    tensor-operand forms (aten.add.Tensor is aten.add)."""
     packet = target._overloadpacket.__name__
     overload = target._overloadname
     space = target.namespace  # aten, or e.g. _c10d_functional
-    if overload in ("default", "Tensor"):
+    if overload == "default" or (overload == "Tensor" and packet not in _TENSOR_OVERLOAD_KEPT):
         return f"{space}.{packet}"
     return f"{space}.{packet}.{overload}"
 

@@ -374,9 +374,9 @@ TEST(Lower, EmbeddingIndicesOutsideTheTableAreRefused) {
 namespace neuron::compiler {
 namespace {
 
-// The forward graph functorch's aot_module captures for Linear-ReLU-Linear
-// (t, addmm, relu; an input returned as is) lowers and runs bitwise like
-// the reference.
+// The forward graph AOTAutograd captures for Linear-ReLU-Linear (t, addmm,
+// relu; an input returned as is) lowers and runs like the reference: its
+// data movement bitwise, its arithmetic within the fp32 tolerances.
 TEST(Lower, AnAotStyleForwardGraphRuns) {
   const proto::Graph g = ParseGraph(
       R"(graph fw(%p1: f32[16,8], %p2: f32[16], %p3: f32[4,16], %p4: f32[4], %p5: f32[4,8]) {

@@ -516,6 +516,13 @@ def test_clamp_runs_on_the_device_and_its_gradient_with_cpu_segments():
     x = torch.randn(4, 6)
     with torch.no_grad():  # an inference graph: every op on the device
         torch.testing.assert_close(torchneuron.compile(fn, fullgraph=True)(x), fn(x))
+        # As torch.clamp: a NaN element stays NaN, a NaN bound gives NaN.
+        y = x.clone()
+        y[0, 0] = float("nan")
+        nan_bound = torchneuron.compile(lambda t: t.clamp(min=float("nan")), fullgraph=True)
+        torch.testing.assert_close(nan_bound(y), y.clamp(min=float("nan")), equal_nan=True)
+        torch.testing.assert_close(torchneuron.compile(fn, fullgraph=True)(y), fn(y),
+                                   equal_nan=True)
     torch._dynamo.reset()
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
     with warnings.catch_warnings():

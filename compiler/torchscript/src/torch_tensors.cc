@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <memory>
 
 #include "neuron/compiler/device_dtypes.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 
@@ -74,11 +76,18 @@ at::Tensor FromHost(const runtime::HostTensor& h, c10::Device device) {
 }
 
 at::Tensor FromHost(runtime::HostTensor&& h, c10::Device device) {
-  if (!device.is_cpu() || h.data.empty()) return FromHost(h, device);
-  auto* bytes = new std::vector<std::uint8_t>(std::move(h.data));
-  return at::from_blob(
-      bytes->data(), h.shape, [bytes](void*) { delete bytes; },
+  // NEURON_SHARED_TENSORS=1 installs a CPU allocator whose tensors the
+  // collectives register: those get a copy in its memory.
+  const bool shared =
+      runtime::ConfigRegistry::Get().GetInt(runtime::ConfigKey::kSharedTensors) != 0;
+  if (!device.is_cpu() || shared || h.data.empty()) return FromHost(h, device);
+  auto bytes = std::make_unique<std::vector<std::uint8_t>>(std::move(h.data));
+  std::vector<std::uint8_t>* owned = bytes.get();
+  at::Tensor t = at::from_blob(
+      owned->data(), h.shape, [owned](void*) { delete owned; },
       at::TensorOptions().dtype(ScalarTypeOf(h.dtype)).device(device));
+  bytes.release();  // the tensor's deleter owns it now
+  return t;
 }
 
 }  // namespace neuron::compiler

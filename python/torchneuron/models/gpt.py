@@ -63,6 +63,7 @@ class Attention(nn.Module):
         if cfg.dim % cfg.heads:
             raise ValueError(f"GPT: {cfg.heads} heads do not divide the hidden size {cfg.dim}")
         self.heads, self.head_dim = cfg.heads // t, cfg.dim // cfg.heads
+        self.tp_size = t
         self.dropout = cfg.attention_dropout
         # Output features per head: (q, k, v) x head_dim, so a column split keeps heads whole.
         self.qkv = tp.ColumnParallelLinear(cfg.dim, 3 * cfg.dim, group=group,
@@ -78,14 +79,13 @@ class Attention(nn.Module):
         q, k, v = qkv.view(s, b, self.heads, 3, self.head_dim).permute(3, 1, 2, 0, 4).unbind(0)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # [b, heads, s, s]
         att = att.masked_fill(self.mask[:s, :s], float("-inf")).softmax(-1)
-        if self.dropout and self.training and torch.compiler.is_compiling():
-            # A compiled graph draws its dropout from the seed it takes each
-            # run (torch's default generator): the tracker's state swap
-            # cannot be traced, and would not reach that draw.
+        if self.dropout and self.training and self.tp_size == 1 and \
+                torch.compiler.is_compiling():
+            # One rank has every head: the compiled graph draws the mask from
+            # the seed it takes each run (torch's default generator).
             att = F.dropout(att, self.dropout)
-        elif self.dropout and self.training:
-            with tp.get_rng_tracker().fork():  # this rank's heads: its own stream
-                att = F.dropout(att, self.dropout)
+        elif self.dropout and self.training:  # this rank's heads: its own stream
+            att = tp.tensor_parallel_dropout(att, self.dropout)
         y = (att @ v).permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
         return self.proj(y)
 

@@ -23,6 +23,7 @@ import math
 
 import torch
 import torch.nn as nn
+from torch._compile import _disable_dynamo
 import torch.nn.functional as F
 
 from .. import _C
@@ -45,47 +46,57 @@ def _size_rank(group):
 
 
 # -- autograd collectives (no-ops without a group of several ranks) ------------
-_EAGER = {}
+def _outside_graphs(fn):
+    """`fn` kept out of torch.compile's graphs: a compiled module breaks its
+    graph there and runs `fn` eagerly (Dynamo cannot trace the C++ autograd
+    collectives, nor the RNG tracker's state swap). Eager code calls `fn`
+    itself; Dynamo is imported only when a compiled graph first reaches it
+    (torch._compile._disable_dynamo)."""
+    def eager(*args):
+        return fn(*args)
+    disabled = _disable_dynamo(eager)
+
+    def call(*args):
+        return disabled(*args) if torch.compiler.is_compiling() else fn(*args)
+    return call
 
 
-def _eager(collective):
-    """`collective` (a C++ autograd function) kept out of torch.compile's
-    graphs: Dynamo cannot trace pybind functions, so a compiled module breaks
-    its graph there and runs the collective eagerly on the group's backend.
-    Wrapped on first use: importing this module does not import Dynamo."""
-    if collective not in _EAGER:
-        _EAGER[collective] = torch.compiler.disable(collective)
-    return _EAGER[collective]
+_copy_to_group = _outside_graphs(_C._copy_to_group)
+_reduce_from_group = _outside_graphs(_C._reduce_from_group)
+_gather_from_group = _outside_graphs(_C._gather_from_group)
+_scatter_to_group = _outside_graphs(_C._scatter_to_group)
+_reduce_scatter_sequence = _outside_graphs(_C._reduce_scatter_sequence)
+_gather_sequence = _outside_graphs(_C._gather_sequence)
 
 
 def copy_to_tensor_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._copy_to_group)(x, group)
+    return x if _size_rank(group)[0] == 1 else _copy_to_group(x, group)
 
 
 def reduce_from_tensor_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._reduce_from_group)(x, group)
+    return x if _size_rank(group)[0] == 1 else _reduce_from_group(x, group)
 
 
 def gather_from_tensor_parallel(x, dim=-1, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._gather_from_group)(x, group, dim)
+    return x if _size_rank(group)[0] == 1 else _gather_from_group(x, group, dim)
 
 
 def scatter_to_tensor_parallel(x, dim=-1, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._scatter_to_group)(x, group, dim)
+    return x if _size_rank(group)[0] == 1 else _scatter_to_group(x, group, dim)
 
 
 def gather_from_sequence_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._gather_sequence)(x, group)
+    return x if _size_rank(group)[0] == 1 else _gather_sequence(x, group)
 
 
 def reduce_scatter_to_sequence_parallel(x, group=None):
     group = _group(group)
-    return x if _size_rank(group)[0] == 1 else _eager(_C._reduce_scatter_sequence)(x, group)
+    return x if _size_rank(group)[0] == 1 else _reduce_scatter_sequence(x, group)
 
 
 def vocab_parallel_cross_entropy(logits, target, vocab_size, group=None):
@@ -327,6 +338,21 @@ class RNGStatesTracker:
 
 
 _tracker = RNGStatesTracker()
+
+
+def _dropout_in_stream(x, p, name):
+    with _tracker.fork(name):
+        return F.dropout(x, p)
+
+
+_dropout_in_stream_outside_graphs = _outside_graphs(_dropout_in_stream)
+
+
+def tensor_parallel_dropout(x, p, name="tensor-parallel"):
+    """Training-mode dropout drawn from the tracker's stream `name` (each
+    tensor-parallel rank its own: its part of the heads). Under
+    torch.compile a graph break: the state swap runs eagerly."""
+    return _dropout_in_stream_outside_graphs(x, p, name)
 
 
 def get_rng_tracker():

@@ -13,10 +13,19 @@ namespace neuron::runtime::detail {
 using Arenas = std::map<int, std::vector<std::uint8_t>>;
 
 // Thread-safe. A run takes a set of arenas and gives it back when it ends;
-// concurrent runs hold different sets. At most kKeep idle sets are kept.
+// concurrent runs hold different sets. At most kKeep idle sets are kept,
+// for every executable of the process (Process()): what a process holds
+// between runs is bounded by kKeep times its largest plan, however many
+// graphs it compiled.
 class ArenaPool {
  public:
   static constexpr std::size_t kKeep = 2;
+
+  // The process's pool, which every Executor uses.
+  static ArenaPool& Process() {
+    static ArenaPool* pool = new ArenaPool();  // never destroyed: runs may end at exit
+    return *pool;
+  }
 
   // Owns a set of arenas for one run; returns it to the pool on destruction.
   class Lease {

@@ -254,6 +254,7 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
                ": a fused chain writes one float buffer");
   const std::size_t n = static_cast<std::size_t>(i.elements());
   NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
+  if (n == 0) return;
   auto operand = [&](std::uint32_t id) {
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id) {
@@ -755,6 +756,7 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
                out[0].elements(), " elements, the op ", n);
   NEURON_CHECK(in[0].elements() >= n, what, ": buffer ", in[0].buffer->name(), " has ",
                in[0].elements(), " elements, the op ", n);
+  if (n == 0) return;
   FloatIn a = FloatOperandIn(in[0], n, what), b;
   if (in.size() == 2) b = FloatOperandIn(in[1], n, what);
   // Written in place when the output is float32 and is `a` itself or apart
@@ -836,10 +838,7 @@ std::int64_t HostTensor::elements() const {
 }
 
 Executor::Executor(DeviceSpec device, MemoryCounters* memory)
-    : device_(device),
-      model_(std::move(device)),
-      memory_(memory),
-      arenas_(std::make_shared<detail::ArenaPool>()) {}
+    : device_(device), model_(std::move(device)), memory_(memory) {}
 
 ExecutionResult Executor::Run(const proto::Executable& e,
                               const std::map<std::string, HostTensor>& inputs) {
@@ -898,7 +897,7 @@ std::map<std::string, HostTensor> Executor::Compute(
   }
   std::uint64_t reserved = 0;
   for (const auto& [space, bytes] : extent) reserved += bytes;
-  detail::ArenaPool::Lease lease = arenas_->Take(extent);
+  detail::ArenaPool::Lease lease = detail::ArenaPool::Process().Take(extent);
   detail::Arenas& arena = lease.arenas();
   // Buffers may share memory (the planner reuses offsets), so the counters
   // see at most what is reserved.

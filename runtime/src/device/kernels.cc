@@ -90,7 +90,11 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   }
   if (op == proto::OP_SCALE) return apply([s](float x) { return x * s; });
   if (op == proto::OP_ADD_SCALAR) return apply([s](float x) { return x + s; });
-  // torch.clamp: a NaN input stays NaN (the comparison is false).
+  // As torch.clamp: a NaN input stays NaN (the comparison is false); a NaN
+  // bound makes every element NaN.
+  if ((op == proto::OP_CLAMP_MIN || op == proto::OP_CLAMP_MAX) && std::isnan(s)) {
+    return apply([s](float) { return s; });
+  }
   if (op == proto::OP_CLAMP_MIN) return apply([s](float x) { return x < s ? s : x; });
   if (op == proto::OP_CLAMP_MAX) return apply([s](float x) { return x > s ? s : x; });
   return false;

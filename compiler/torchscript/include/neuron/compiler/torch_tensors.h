@@ -28,7 +28,7 @@ runtime::HostTensor ToHost(const at::Tensor& tensor);
 // A new tensor on `device` (the CPU, or "neuron") holding `host`'s elements.
 at::Tensor FromHost(const runtime::HostTensor& host, c10::Device device = c10::Device("cpu"));
 // The same, taking the host bytes over: a CPU tensor owns them without a
-// copy (another device's allocator still gets a copy).
+// copy (another device's, or NEURON_SHARED_TENSORS's allocator, gets a copy).
 at::Tensor FromHost(runtime::HostTensor&& host, c10::Device device = c10::Device("cpu"));
 
 }  // namespace neuron::compiler

@@ -52,7 +52,8 @@
 //     unary   copy relu neg abs sign exp tanh sigmoid gelu (tanh approximation as
 //             torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar, clamp_min (max(x, scalar)),
-//             clamp_max (min(x, scalar)); NaN stays NaN;
+//             clamp_max (min(x, scalar)); as torch.clamp, a NaN input
+//             stays NaN and a NaN bound gives NaN;
 //     binary  add sub mul div max min, masked_fill (scalar where input 1, a
 //             bool/uint8 mask, is non-zero, else input 0), threshold_backward (input 0
 //             where input 1 > scalar, else 0), tanh_backward and sigmoid_backward (grad,
@@ -70,7 +71,6 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,9 +80,6 @@
 #include "neuron/runtime/executable.pb.h"
 
 namespace neuron::runtime {
-namespace detail {
-class ArenaPool;
-}  // namespace detail
 
 // The size of one element of `type` (dtype_list.h); 0 for none.
 std::size_t ElementBytes(proto::ElementType type);
@@ -121,8 +118,6 @@ class Executor {
   DeviceSpec device_;
   CostModel model_;
   MemoryCounters* memory_;
-  // Host memory kept between runs (copies of this executor share it).
-  std::shared_ptr<detail::ArenaPool> arenas_;
 };
 
 }  // namespace neuron::runtime
