@@ -45,6 +45,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   timed("fold_constants", FoldConstants);
   timed("cse", EliminateCommonSubexpressions);
   timed("fold_transposes", FoldTransposes);
+  timed("matmul_layouts", FoldTransposesIntoMatmuls);
   timed("dce", EliminateDeadCode);
   VerifyGraph(graph);
   info.nodes_after = graph.nodes_size();
@@ -90,11 +91,17 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
 
 std::vector<runtime::HostTensor> CompiledGraph::Run(
     std::vector<runtime::HostTensor> inputs) {
+  std::vector<runtime::HostView> views;
+  for (const auto& t : inputs) views.push_back(runtime::HostView::Of(t));
+  return Run(views);
+}
+
+std::vector<runtime::HostTensor> CompiledGraph::Run(
+    const std::vector<runtime::HostView>& inputs) {
   NEURON_CHECK(inputs.size() == info_.inputs.size(), "compiled graph ", info_.name, ": ",
                inputs.size(), " inputs given, it takes ", info_.inputs.size());
-  std::map<std::string, runtime::HostTensor> bound;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    bound[info_.inputs[i]] = std::move(inputs[i]);
+  std::map<std::string, runtime::HostView> bound;
+  for (std::size_t i = 0; i < inputs.size(); ++i) bound[info_.inputs[i]] = inputs[i];
   // Validated when loaded or compiled; the timeline is the plan's.
   auto outputs = executor_.Compute(*executable_, bound);
   std::vector<runtime::HostTensor> out;

@@ -44,6 +44,8 @@ Ranges AddBuffers(LoweringContext& cx, const Lowered& out, rp::Executable& e) {
     if (s.space == rp::HBM) {
       offset = hbm;
       hbm += (s.bytes + kAlignment - 1) / kAlignment * kAlignment;
+    } else if (!s.part_of.empty()) {  // inside the slot it is a part of
+      offset = out.sbuf.offsets.at(s.part_of) + s.part_offset;
     } else {
       offset = (s.space == rp::PSUM ? out.psum : out.sbuf).offsets.at(name);
     }

@@ -79,14 +79,16 @@ struct ConvShape {
 void ConvolutionForward(LoweringContext& cx, const OpCall& call, const ConvShape& s,
                         const std::string& cols) {
   const std::string base = call.node.outputs(0).name();
-  const std::string dtype = cx.TypeOf(call.in[0]).dtype();
-  const std::string wt = base + ".wt";
-  cx.AddSlot(wt, TempValue(wt, dtype, {s.k, s.oc}), rp::SBUF, call.where);
-  cx.StridedCopy(call.in[1], wt, {s.k, s.oc}, {1, s.k}, 0, call.source);
+  // The weight [OC, C, KH, KW] as [OC, K], read transposed.
+  const std::string wflat = base + ".wflat";
+  cx.Alias(wflat, TempValue(wflat, cx.TypeOf(call.in[1]).dtype(), {s.oc, s.k}),
+           call.in[1]);
   const std::string rows = base + ".rows";
   const proto::Value rows_value =
       TempValue(rows, call.node.outputs(0).type().dtype(), {s.m, s.oc});
-  cx.Matmul(cols, wt, rows_value, s.m, s.k, s.oc, 0, call.where, call.source,
+  MatmulDims dims{s.m, s.k, s.oc};
+  dims.transpose_rhs = true;
+  cx.Matmul(cols, wflat, rows_value, dims, call.where, call.source,
             call.in.size() > 2 ? call.in[2] : std::string());
   const std::int64_t oh = s.g[12], ow = s.g[13];
   cx.StridedCopy(rows, base, {s.g[0], s.oc, oh, ow}, {oh * ow * s.oc, 1, ow * s.oc, s.oc},
@@ -102,24 +104,24 @@ void ConvolutionBackward(LoweringContext& cx, const OpCall& call, const ConvShap
   const std::int64_t M = s.m, K = s.k, OC = s.oc, OH = s.g[12], OW = s.g[13];
   // Grad rows [M, OC] from the gradient [N, OC, OH, OW].
   const std::string base = n.outputs(0).name();
-  const std::string grows = base + ".grows", growst = base + ".growst";
+  const std::string grows = base + ".grows";
   const std::string gdtype = cx.TypeOf(call.in[0]).dtype();
   cx.AddSlot(grows, TempValue(grows, gdtype, {M, OC}), rp::SBUF, where);
   cx.StridedCopy(call.in[0], grows, {s.g[0], OH, OW, OC}, {OC * OH * OW, OW, 1, OH * OW},
                  0, source);
-  cx.AddSlot(growst, TempValue(growst, gdtype, {OC, M}), rp::SBUF, where);
-  cx.StridedCopy(grows, growst, {OC, M}, {1, OC}, 0, source);
-  // grad weight [OC, K] = grows^T x cols.
+  // grad weight [OC, K] = grows^T x cols, grows read transposed.
   const std::string gw = base + ".gw";
-  cx.Matmul(growst, cols, TempValue(gw, n.outputs(1).type().dtype(), {OC, K}), OC, M, K,
-            0, where, source);
+  MatmulDims gw_dims{OC, M, K};
+  gw_dims.transpose_lhs = true;
+  cx.Matmul(grows, cols, TempValue(gw, n.outputs(1).type().dtype(), {OC, K}), gw_dims,
+            where, source);
   cx.StridedCopy(gw, n.outputs(1).name(), {OC * K}, {1}, 0, source);
   // grad input: col2im(grows x weight [OC, K]).
   const std::string& weight = call.in[2];
   const std::string gcols = base + ".gcols", wflat = base + ".wflat";
   cx.Alias(wflat, TempValue(wflat, cx.TypeOf(weight).dtype(), {OC, K}), weight);
-  cx.Matmul(grows, wflat, TempValue(gcols, n.outputs(0).type().dtype(), {M, K}), M, OC, K,
-            0, where, source);
+  cx.Matmul(grows, wflat, TempValue(gcols, n.outputs(0).type().dtype(), {M, K}),
+            MatmulDims{M, OC, K}, where, source);
   WindowStep(cx, rp::OP_COL2IM, {gcols}, {base}, s.g, source);
   // grad bias [OC]: the gradient's rows summed.
   cx.Elementwise(rp::VECTOR, rp::OP_SUM_ROWS, {grows}, n.outputs(2).name(), source);

@@ -42,6 +42,27 @@ void LoweringContext::Alias(const std::string& name, const proto::Value& v,
   slots_[name] = s;
 }
 
+void LoweringContext::AddPart(const std::string& name, const proto::Value& v,
+                              const std::string& of, std::int64_t first,
+                              const std::string& where) {
+  const std::string root = Root(of);
+  const Slot& whole = slots_.at(root);
+  NEURON_CHECK(whole.space == rp::SBUF && whole.part_of.empty(), where, ": a part of %",
+               of, " must lie in an SBUF value of its own");
+  Slot& part = AddSlot(name, v, rp::SBUF, where);
+  part.part_of = root;
+  part.part_offset =
+      static_cast<std::uint64_t>(first) * runtime::ElementBytes(part.dtype);
+  NEURON_CHECK(part.dtype == whole.dtype && part.part_offset + part.bytes <= whole.bytes,
+               where, ": %", name, " does not lie inside %", of);
+  parted_.insert(root);
+}
+
+const std::string& LoweringContext::Planned(const std::string& name) const {
+  const Slot& s = slots_.at(name);
+  return s.part_of.empty() ? name : s.part_of;
+}
+
 std::string LoweringContext::Root(const std::string& name) const {
   const std::string& of = slots_.at(name).alias_of;
   return of.empty() ? name : of;
@@ -171,9 +192,9 @@ std::string LoweringContext::Broadcast(const std::string& name, const proto::Val
 }
 
 void LoweringContext::Matmul(const std::string& lhs, const std::string& rhs,
-                             const proto::Value& out, std::int64_t m, std::int64_t k,
-                             std::int64_t n, std::int64_t batch, const std::string& where,
-                             const std::string& source, const std::string& bias) {
+                             const proto::Value& out, const MatmulDims& dims,
+                             const std::string& where, const std::string& source,
+                             const std::string& bias) {
   AddSlot(out.name(), out, rp::SBUF, where);
   if (!bias.empty()) {
     const std::int64_t nb = Elements(slots_.at(bias).value.type());
@@ -181,60 +202,62 @@ void LoweringContext::Matmul(const std::string& lhs, const std::string& rhs,
                  ": the bias must be [N] or [M,N]");
   }
   const std::int64_t budget = static_cast<std::int64_t>(device_.PsumBytes() / 4);
-  const std::int64_t items = std::max<std::int64_t>(batch, 1);
-  const std::int64_t row_bytes = n * 4;
-  if (items * m * row_bytes <= budget) {
-    MatmulTile(lhs, rhs, out.name(), out, m, k, n, batch, bias, where, source);
+  const std::int64_t items = std::max<std::int64_t>(dims.batch, 1);
+  const std::int64_t row_bytes = dims.n * 4;
+  if (items * dims.m * row_bytes <= budget) {
+    MatmulTile(lhs, rhs, out.name(), out, dims, bias, where, source);
     return;
   }
   // Tiles: whole batches for bmm, rows for mm.
-  const bool batched = batch > 0;
-  const std::int64_t unit_bytes = batched ? m * row_bytes : row_bytes;
+  const bool batched = dims.batch > 0;
+  const std::int64_t unit_bytes = batched ? dims.m * row_bytes : row_bytes;
   NEURON_CHECK(unit_bytes <= budget, where, ": one ", batched ? "product" : "row", " of ",
                unit_bytes, " bytes does not fit a quarter of PSUM (", budget, " bytes)");
-  NEURON_CHECK(bias.empty() || Elements(slots_.at(bias).value.type()) == n, where,
+  NEURON_CHECK(bias.empty() || Elements(slots_.at(bias).value.type()) == dims.n, where,
                ": a tiled matmul takes a bias of [N] only");
-  const std::int64_t units = batched ? batch : m;
+  const std::int64_t units = batched ? dims.batch : dims.m;
   const std::int64_t per_tile = std::max<std::int64_t>(1, budget / unit_bytes);
-  const auto lhs_shape = Shape(slots_.at(lhs).value.type());
-  const auto rhs_shape = Shape(slots_.at(rhs).value.type());
   for (std::int64_t first = 0, t = 0; first < units; first += per_tile, ++t) {
     const std::int64_t count = std::min(per_tile, units - first);
     const std::string tile = StrCat(out.name(), ".tile", t);
-    // The operand slices: rows of lhs (mm), or batches of both (bmm).
-    auto slice = [&](const std::string& from, const std::vector<std::int64_t>& shape,
-                     const std::string& name) {
+    // The operand slices: dim `d` of `from` from `first`, `count` long (the
+    // rows of lhs for mm: its columns when stored transposed; the batches
+    // of both for bmm).
+    // Leading-dim slices are contiguous: parts, read in place.
+    auto slice = [&](const std::string& from, std::size_t d, const std::string& name) {
+      const auto shape = Shape(slots_.at(from).value.type());
       std::vector<std::int64_t> sizes = shape;
-      sizes[0] = count;
+      sizes[d] = count;
       proto::Value v = slots_.at(from).value;
       v.set_name(name);
-      v.mutable_type()->set_shape(0, count);
-      AddSlot(name, v, rp::SBUF, where);
+      v.mutable_type()->set_shape(static_cast<int>(d), count);
       const auto strides = ContiguousStrides(shape);
-      StridedCopy(from, name, sizes, strides, first * strides[0], source);
+      if (d == 0 && slots_.at(Root(from)).space == rp::SBUF) {
+        AddPart(name, v, from, first * strides[0], where);
+      } else {
+        AddSlot(name, v, rp::SBUF, where);
+        StridedCopy(from, name, sizes, strides, first * strides[d], source);
+      }
       return name;
     };
-    const std::string a = slice(lhs, lhs_shape, tile + ".lhs");
-    const std::string b = batched ? slice(rhs, rhs_shape, tile + ".rhs") : rhs;
+    const std::string a =
+        slice(lhs, !batched && dims.transpose_lhs ? 1 : 0, tile + ".lhs");
+    const std::string b = batched ? slice(rhs, 0, tile + ".rhs") : rhs;
+    // The tile's rows of the result, written in place.
     proto::Value part = out;
     part.set_name(tile);
     part.mutable_type()->set_shape(0, count);
-    AddSlot(tile, part, rp::SBUF, where);
-    MatmulTile(a, b, tile, part, batched ? m : count, k, n, batched ? count : 0, bias,
-               where, source);
-    const auto out_shape = Shape(out.type());
-    std::vector<std::int64_t> sizes = out_shape;
-    sizes[0] = count;
-    const auto strides = ContiguousStrides(out_shape);
-    StridedCopy(tile, out.name(), sizes, ContiguousStrides(sizes), 0, source, strides,
-                first * strides[0]);
+    AddPart(tile, part, out.name(), first * ContiguousStrides(Shape(out.type()))[0],
+            where);
+    MatmulDims piece = dims;
+    (batched ? piece.batch : piece.m) = count;
+    MatmulTile(a, b, tile, part, piece, bias, where, source);
   }
 }
 
 void LoweringContext::MatmulTile(const std::string& lhs, const std::string& rhs,
                                  const std::string& to, const proto::Value& to_value,
-                                 std::int64_t m, std::int64_t k, std::int64_t n,
-                                 std::int64_t batch, const std::string& bias,
+                                 const MatmulDims& dims, const std::string& bias,
                                  const std::string& where, const std::string& source) {
   proto::Value acc = to_value;
   acc.set_name(to + ".psum");
@@ -243,10 +266,12 @@ void LoweringContext::MatmulTile(const std::string& lhs, const std::string& rhs,
   Step s;
   s.instruction.set_engine(rp::TENSOR);
   s.instruction.set_op(rp::OP_MATMUL);
-  s.instruction.set_m(m);
-  s.instruction.set_k(k);
-  s.instruction.set_n(n);
-  s.instruction.set_batch(batch);
+  s.instruction.set_m(dims.m);
+  s.instruction.set_k(dims.k);
+  s.instruction.set_n(dims.n);
+  s.instruction.set_batch(dims.batch);
+  s.instruction.set_transpose_lhs(dims.transpose_lhs);
+  s.instruction.set_transpose_rhs(dims.transpose_rhs);
   s.instruction.set_source(source);
   s.reads = {lhs, rhs};
   s.writes = {acc.name()};

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "neuron/compiler/graph.pb.h"
@@ -25,6 +26,10 @@ struct Slot {
   std::uint64_t bytes = 0;
   std::uint32_t buffer = 0;
   std::string alias_of;  // a view: the slot whose bytes it is ("": its own)
+  // A part: a buffer of its own inside `part_of`'s bytes (an SBUF slot,
+  // planned as one value with it), `part_offset` bytes from its start.
+  std::string part_of;
+  std::uint64_t part_offset = 0;
 };
 
 // An instruction before placement: values by slot name.
@@ -33,6 +38,14 @@ struct Step {
   std::vector<std::string> reads, writes;
   // A fused step: per sub-op, the slots it reads ("" for the previous result).
   std::vector<std::vector<std::string>> fused_reads;
+};
+
+// A matmul's sizes: out[m, n] = lhs[m, k] x rhs[k, n], `batch` of them when
+// > 0; lhs stored as [k, m] and rhs as [n, k] when transposed (read in
+// place: the instruction's transpose_lhs and transpose_rhs).
+struct MatmulDims {
+  std::int64_t m = 0, k = 0, n = 0, batch = 0;
+  bool transpose_lhs = false, transpose_rhs = false;
 };
 
 class LoweringContext {
@@ -64,8 +77,18 @@ class LoweringContext {
   std::vector<std::string> AddOutputSlots(const proto::Node& n, const std::string& where);
   // `name` is a view of `of`: its own type, `of`'s bytes and buffer.
   void Alias(const std::string& name, const proto::Value& v, const std::string& of);
+  // `name` is `v`'s contiguous elements inside `of` (an SBUF slot), from
+  // element `first` of `of`: a buffer of its own over those bytes, so a
+  // step reads or writes that part in place (a matmul tile's rows).
+  void AddPart(const std::string& name, const proto::Value& v, const std::string& of,
+               std::int64_t first, const std::string& where);
   // The slot that owns `name`'s bytes.
   std::string Root(const std::string& name) const;
+  // The slot memory planning sees for `name`: its Root, or the slot a part
+  // lies in.
+  const std::string& Planned(const std::string& name) const;
+  // Whether parts lie in slot `name` (it then stays in SBUF: never spilled).
+  bool HasParts(const std::string& name) const { return parted_.count(name) > 0; }
   // A graph input or constant, in HBM as "hbm:NAME".
   void AddHbm(const proto::Value& v, const char* kind);
   // The on-chip copy of a value, loading it from HBM the first time.
@@ -103,27 +126,27 @@ class LoweringContext {
   // bias); otherwise a strided copy expanding it to the result's shape.
   std::string Broadcast(const std::string& name, const proto::Value& out, bool may_repeat,
                         const std::string& where, const std::string& source);
-  // out = lhs x rhs (+ bias) on the tensor engine, `batch` products when
-  // > 0: into PSUM (float32), then to SBUF (a copy, or the bias add). A
-  // result larger than a quarter of PSUM is computed in tiles of rows (of
+  // out = lhs x rhs (+ bias) on the tensor engine, `dims.batch` products
+  // when > 0: into PSUM (float32), then to SBUF (a copy, or the bias add).
+  // A result larger than a quarter of PSUM is computed in tiles of rows (of
   // batches, for bmm), each through PSUM into its rows of the result.
   void Matmul(const std::string& lhs, const std::string& rhs, const proto::Value& out,
-              std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t batch,
-              const std::string& where, const std::string& source,
+              const MatmulDims& dims, const std::string& where, const std::string& source,
               const std::string& bias = "");
 
  private:
   // One matmul through a PSUM buffer into `to` (an SBUF slot of `to_value`).
   void MatmulTile(const std::string& lhs, const std::string& rhs, const std::string& to,
-                  const proto::Value& to_value, std::int64_t m, std::int64_t k,
-                  std::int64_t n, std::int64_t batch, const std::string& bias,
-                  const std::string& where, const std::string& source);
+                  const proto::Value& to_value, const MatmulDims& dims,
+                  const std::string& bias, const std::string& where,
+                  const std::string& source);
 
   const proto::Graph& g_;
   const runtime::DeviceSpec& device_;
   std::unordered_map<std::string, Slot> slots_;
   std::vector<std::string> order_;  // slots in creation order (buffer ids)
   std::vector<Step> steps_;
+  std::unordered_set<std::string> parted_;  // slots parts lie in
 };
 
 }  // namespace neuron::compiler

@@ -353,3 +353,45 @@ int FoldTransposes(proto::Graph& g) {
 }
 
 }  // namespace neuron::compiler
+
+namespace neuron::compiler {
+
+int FoldTransposesIntoMatmuls(proto::Graph& g) {
+  // Value name -> the value it is the matrix transpose of (its last two
+  // dims swapped, the batch dim kept), for values a layout op made.
+  std::unordered_map<std::string, std::string> transposed;
+  std::unordered_map<std::string, std::size_t> rank;
+  for (const auto& v : g.inputs())
+    rank[v.name()] = static_cast<std::size_t>(v.type().shape_size());
+  for (const auto& c : g.constants()) {
+    rank[c.value().name()] = static_cast<std::size_t>(c.value().type().shape_size());
+  }
+  int folded = 0;
+  for (auto& n : *g.mutable_nodes()) {
+    for (const auto& o : n.outputs())
+      rank[o.name()] = static_cast<std::size_t>(o.type().shape_size());
+    if (n.inputs_size() == 1 && n.outputs_size() == 1) {
+      const std::size_t r = rank.count(n.inputs(0)) ? rank[n.inputs(0)] : 0;
+      const auto perm = Permutation(n, r);
+      const bool matrix = (r == 2 && perm == std::vector<std::int64_t>{1, 0}) ||
+                          (r == 3 && perm == std::vector<std::int64_t>{0, 2, 1});
+      if (matrix) transposed[n.outputs(0).name()] = n.inputs(0);
+      continue;
+    }
+    int lhs = -1;
+    if (n.op() == "aten.mm" || n.op() == "aten.bmm") lhs = 0;
+    if (n.op() == "aten.addmm") lhs = 1;
+    if (lhs < 0 || n.inputs_size() != lhs + 2) continue;
+    const char* keys[] = {"transpose_lhs", "transpose_rhs"};
+    for (int side = 0; side < 2; ++side) {
+      auto t = transposed.find(n.inputs(lhs + side));
+      if (t == transposed.end() || n.attrs().count(keys[side])) continue;
+      n.set_inputs(lhs + side, t->second);
+      (*n.mutable_attrs())[keys[side]].set_i(1);
+      ++folded;
+    }
+  }
+  return folded;
+}
+
+}  // namespace neuron::compiler

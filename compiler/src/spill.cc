@@ -15,11 +15,14 @@ void Lifetimes(const LoweringContext& cx, std::vector<Interval>* sbuf,
   const auto& slots = cx.slots();
   std::map<std::string, Interval> life;
   for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
-    for (const auto& w : steps[s].writes) {
+    for (const auto& written : steps[s].writes) {
+      const std::string& w = cx.Planned(written);  // a part: the slot it lies in
       if (slots.at(w).space != rp::HBM && !life.count(w))
         life[w] = {w, slots.at(w).bytes, s, s};
+      if (life.count(w)) life[w].last = std::max(life[w].last, s);
     }
-    for (const auto& r : steps[s].reads) {
+    for (const auto& read : steps[s].reads) {
+      const std::string& r = cx.Planned(read);
       if (life.count(r)) life[r].last = s;
     }
   }
@@ -40,7 +43,7 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
       static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
   const Interval* victim = nullptr;
   for (const auto& v : sbuf) {
-    if (v.first >= peak || v.last <= peak ||
+    if (v.first >= peak || v.last <= peak || cx.HasParts(v.name) ||
         v.name.rfind(".reload", std::string::npos) != std::string::npos) {
       continue;
     }

@@ -50,23 +50,26 @@ py::dict InfoDict(const neuron::compiler::CompiledGraphInfo& i) {
 void BindCompiledGraph(py::module_& m) {
   using neuron::compiler::CompiledGraph;
   using neuron::compiler::FromHost;
-  using neuron::compiler::ToHost;
+  using neuron::compiler::ViewOf;
   py::class_<CompiledGraph, std::shared_ptr<CompiledGraph>>(
       m, "_CompiledGraph", "A graph compiled for the simulated NeuronCore.")
       .def(
           "run",
           [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
-            std::vector<neuron::runtime::HostTensor> host;
+            // The inputs' own bytes (contiguous ones are not copied),
+            // held for the run.
+            std::vector<at::Tensor> held(inputs.size());
+            std::vector<neuron::runtime::HostView> views;
             // Results go where the inputs live: "neuron" when any does.
             c10::Device device("cpu");
-            for (const auto& t : inputs) {
-              host.push_back(ToHost(t));
-              if (t.device().is_privateuseone()) device = t.device();
+            for (std::size_t i = 0; i < inputs.size(); ++i) {
+              views.push_back(ViewOf(inputs[i], &held[i]));
+              if (inputs[i].device().is_privateuseone()) device = inputs[i].device();
             }
             std::vector<neuron::runtime::HostTensor> out;
             {
               py::gil_scoped_release release;
-              out = g.Run(std::move(host));
+              out = g.Run(views);
             }
             std::vector<at::Tensor> result;
             for (auto& h : out) result.push_back(FromHost(std::move(h), device));
@@ -74,10 +77,12 @@ void BindCompiledGraph(py::module_& m) {
           },
           py::arg("inputs"),
           "Runs the graph: real results, and the modelled time in info().")
-      .def("write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
-           "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
-      .def("info", [](const CompiledGraph& g) { return InfoDict(g.info()); },
-           "The graph's compile figures and its modelled time (a dict).");
+      .def(
+          "write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
+          "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
+      .def(
+          "info", [](const CompiledGraph& g) { return InfoDict(g.info()); },
+          "The graph's compile figures and its modelled time (a dict).");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "neuron/compiler/device_dtypes.h"
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/native_ops.h"
+#include "neuron/compiler/passes.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
@@ -417,6 +418,73 @@ TEST(Lower, AnAotStyleForwardGraphRuns) {
   EXPECT_EQ(r.outputs.at("t_1").ToFloats(), transpose(w2, 4, 16));
   ExpectAllClose(r.outputs.at("relu").ToFloats(), h, "relu");
   ExpectAllClose(r.outputs.at("s").ToFloats(), s, "s");
+}
+
+std::vector<float> Transposed(const std::vector<float>& a, int rows, int cols) {
+  std::vector<float> t(a.size());
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) t[j * rows + i] = a[i * cols + j];
+  return t;
+}
+
+// Matmuls read transposed operands in place (FoldTransposesIntoMatmuls):
+// no strided copy for t(w) or a bmm's transpose, the reference's numbers.
+// A result over a quarter of PSUM runs in row tiles that read lhs rows and
+// write result rows in place (parts of one SBUF value): no copies either,
+// except the columns of a transposed lhs.
+TEST(Lower, MatmulsReadTransposedOperandsAndTilesInPlace) {
+  proto::Graph g = ParseGraph(
+      R"(graph mm(%x: f32[4096,8], %w: f32[64,8], %b: f32[64], %xt: f32[8,4096], %q: f32[3,4,5], %k: f32[3,4,5]) {
+    %wt: f32[8,64] = aten.t(%w)
+    %big: f32[4096,64] = aten.addmm(%b, %x, %wt)
+    %x_t: f32[4096,8] = aten.t(%xt)
+    %cols: f32[4096,64] = aten.mm(%x_t, %wt)
+    %kt: f32[3,5,4] = aten.transpose.int(%k) {dim0 = 1, dim1 = 2}
+    %s: f32[3,4,4] = aten.bmm(%q, %kt)
+    return %big, %cols, %s
+  })");
+  EXPECT_EQ(FoldTransposesIntoMatmuls(g), 4);
+  EXPECT_EQ(EliminateDeadCode(g), 3);
+  const DeviceSpec device = DeviceSpec::Default();
+  ASSERT_GT(4096LL * 64 * 4, static_cast<long long>(device.PsumBytes() / 4));  // tiled
+  const Lowered lowered = Lower(g, device);
+  int copies = 0, matmuls = 0, transposed = 0;
+  for (const auto& i : lowered.executable.instructions()) {
+    if (i.op() == runtime::proto::OP_STRIDED_COPY) ++copies;
+    if (i.op() == runtime::proto::OP_MATMUL) {
+      ++matmuls;
+      transposed += (i.transpose_lhs() ? 1 : 0) + (i.transpose_rhs() ? 1 : 0);
+    }
+  }
+  const int tiles = (matmuls - 1) / 2;  // each big product's, and the bmm
+  EXPECT_GT(tiles, 1);
+  EXPECT_EQ(copies, tiles);  // only %cols's lhs columns, a slice per tile
+  EXPECT_EQ(transposed, tiles + 2 * tiles + 1);
+  const auto x = Values(4096 * 8, 1, 0), w = Values(64 * 8, 0.3f, 0.5f),
+             b = Values(64, 0.2f, 0.1f), q = Values(60, 0.5f, 0.2f),
+             k = Values(60, 0.4f, 0.8f);
+  using runtime::proto::F32;
+  const auto out = runtime::Executor(device).Run(
+      lowered.executable,
+      {{"x", HostTensor::FromFloats(F32, {4096, 8}, x)},
+       {"w", HostTensor::FromFloats(F32, {64, 8}, w)},
+       {"b", HostTensor::FromFloats(F32, {64}, b)},
+       {"xt", HostTensor::FromFloats(F32, {8, 4096}, Transposed(x, 4096, 8))},
+       {"q", HostTensor::FromFloats(F32, {3, 4, 5}, q)},
+       {"k", HostTensor::FromFloats(F32, {3, 4, 5}, k)}});
+  const auto cols = MatMul(x, Transposed(w, 64, 8), 4096, 8, 64);
+  auto big = cols;
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] += b[i % 64];
+  std::vector<float> s;
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<float> qp(q.begin() + p * 20, q.begin() + (p + 1) * 20),
+        kp(k.begin() + p * 20, k.begin() + (p + 1) * 20);
+    const auto sp = MatMul(qp, Transposed(kp, 4, 5), 4, 5, 4);
+    s.insert(s.end(), sp.begin(), sp.end());
+  }
+  ExpectAllClose(out.outputs.at("big").ToFloats(), big, "big");
+  ExpectAllClose(out.outputs.at("cols").ToFloats(), cols, "cols");
+  ExpectAllClose(out.outputs.at("s").ToFloats(), s, "s");
 }
 
 }  // namespace

@@ -148,6 +148,41 @@ TEST(Passes, LayoutOpsComposeAndCancel) {
 })");
 }
 
+TEST(Passes, MatmulsReadTransposedOperandsInPlace) {
+  // t of a weight, a bmm's swapped last dims (lhs and rhs), addmm's
+  // operands; not a permute that moves the batch dim, nor an operand whose
+  // attribute is already set. The layout ops stay for dead code elimination
+  // (%kt is returned too).
+  ExpectPass(
+      R"(graph g(%x: f32[4,8], %w: f32[16,8], %b: f32[16], %q: f32[2,3,5], %k: f32[2,3,5], %y: f32[8,4]) {
+  %wt: f32[8,16] = aten.t(%w)
+  %mm: f32[4,16] = aten.mm(%x, %wt)
+  %kt: f32[2,5,3] = aten.transpose.int(%k) {dim0 = -1, dim1 = -2}
+  %s: f32[2,3,3] = aten.bmm(%q, %kt)
+  %qt: f32[2,5,3] = aten.permute(%q) {dims = [0, 2, 1]}
+  %o: f32[2,5,5] = aten.bmm(%qt, %k)
+  %moved: f32[3,2,5] = aten.permute(%q) {dims = [1, 0, 2]}
+  %yt: f32[4,8] = aten.t(%y)
+  %am: f32[4,16] = aten.addmm(%b, %yt, %wt)
+  %kept: f32[4,16] = aten.mm(%x, %wt) {transpose_rhs = 0}
+  return %mm, %s, %o, %moved, %am, %kept, %kt
+})",
+      FoldTransposesIntoMatmuls, 5,
+      R"(graph g(%x: f32[4,8], %w: f32[16,8], %b: f32[16], %q: f32[2,3,5], %k: f32[2,3,5], %y: f32[8,4]) {
+  %wt: f32[8,16] = aten.t(%w)
+  %mm: f32[4,16] = aten.mm(%x, %w) {transpose_rhs = 1}
+  %kt: f32[2,5,3] = aten.transpose.int(%k) {dim0 = -1, dim1 = -2}
+  %s: f32[2,3,3] = aten.bmm(%q, %k) {transpose_rhs = 1}
+  %qt: f32[2,5,3] = aten.permute(%q) {dims = [0, 2, 1]}
+  %o: f32[2,5,5] = aten.bmm(%q, %k) {transpose_lhs = 1}
+  %moved: f32[3,2,5] = aten.permute(%q) {dims = [1, 0, 2]}
+  %yt: f32[4,8] = aten.t(%y)
+  %am: f32[4,16] = aten.addmm(%b, %y, %w) {transpose_lhs = 1, transpose_rhs = 1}
+  %kept: f32[4,16] = aten.mm(%x, %wt) {transpose_rhs = 0}
+  return %mm, %s, %o, %moved, %am, %kept, %kt
+})");
+}
+
 TEST(Passes, TheyComposeIntoACleanGraph) {
   proto::Graph g = ParseGraph(R"(graph g(%x: f32[2]) {
     const %one: f32[1] = [1]

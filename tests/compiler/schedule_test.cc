@@ -62,5 +62,47 @@ TEST(Schedule, TheCriticalPathIssuesFirstAndDependenciesHold) {
   EXPECT_EQ(e.SerializeAsString(), before.SerializeAsString());
 }
 
+// A returned value's store needs nothing after it, so the priority order
+// lists it behind a load the end of the compute needs: the DMA queue then
+// holds it until that load. Issued as soon as it can start, it overlaps
+// the compute instead.
+TEST(Schedule, AStoreOverlapsTheComputeAfterIt) {
+  const runtime::CostModel model(runtime::DeviceSpec::Default());
+  rp::Executable e;
+  for (std::uint32_t b = 0; b < 9; ++b) {
+    auto* buffer = e.add_buffers();
+    buffer->set_id(b), buffer->set_space(b >= 7 ? rp::HBM : rp::SBUF);
+    buffer->set_dtype(rp::F32);
+  }
+  auto vector_op = [&](std::uint32_t id, std::uint32_t in, std::uint32_t out) {
+    auto* i = Add(e, id, rp::VECTOR, rp::OP_NEG, in, out);
+    i->set_elements(1 << 16), i->set_operand_count(1);
+    return i;
+  };
+  vector_op(0, 0, 1);
+  for (std::uint32_t id = 1; id <= 3; ++id) vector_op(id, id, id + 1)->add_deps(id - 1);
+  auto* load = Add(e, 4, rp::DMA, rp::OP_LOAD, 8, 5);  // after the chain (reuse)
+  load->set_bytes(1 << 12), load->set_partitions(128), load->add_deps(3);
+  vector_op(5, 5, 6)->add_deps(4);
+  auto* store = Add(e, 6, rp::DMA, rp::OP_STORE, 1, 7);
+  store->set_bytes(1 << 20), store->set_partitions(128), store->add_deps(0);
+  const double listed = runtime::TimePlan(e, model).total.count();
+
+  const ScheduleResult r = ScheduleInstructions(e, model);
+  EXPECT_TRUE(r.reordered);
+  EXPECT_LT(r.after_us, listed);
+  EXPECT_NEAR(r.after_us, runtime::TimePlan(e, model).total.count(), 1e-9);
+  ASSERT_EQ(e.instructions_size(), 7);
+  int store_at = -1, load_at = -1;
+  for (int k = 0; k < 7; ++k) {
+    if (e.instructions(k).op() == rp::OP_STORE) store_at = k;
+    if (e.instructions(k).op() == rp::OP_LOAD) load_at = k;
+  }
+  EXPECT_LT(store_at, load_at);  // first on the DMA queue
+  const auto timing = runtime::TimePlan(e, model);
+  EXPECT_LT(timing.schedule[static_cast<std::size_t>(store_at)].start.count(),
+            timing.schedule[static_cast<std::size_t>(load_at)].start.count());
+}
+
 }  // namespace
 }  // namespace neuron::compiler

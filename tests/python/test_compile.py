@@ -73,7 +73,8 @@ def test_an_mlp_trains_compiled_like_eager():
         assert r["sbuf_bytes"] > 0 and not r["fallback_ops"]
         assert r["psum_bytes"] > 0 and r["hbm_bytes"] > 0
         assert r["engine_us"]["tensor"] > 0 and r["engine_us"]["dma"] > 0
-        assert list(r["pass_us"])[:4] == ["fold_constants", "cse", "fold_transposes", "dce"]
+        assert list(r["pass_us"])[:5] == ["fold_constants", "cse", "fold_transposes",
+                                           "matmul_layouts", "dce"]
 
 
 def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeypatch):

@@ -54,17 +54,24 @@ at::ScalarType ScalarTypeOf(rp::ElementType type) {
   return at::kBool;  // as before: what the table does not name is read as bytes of bool
 }
 
-runtime::HostTensor ToHost(const at::Tensor& t) {
+runtime::HostView ViewOf(const at::Tensor& t, at::Tensor* held) {
   NEURON_CHECK((t.device().is_cpu() || t.device().is_privateuseone()) &&
                    t.layout() == at::kStrided,
                "compiled graph: inputs must be dense tensors on the CPU or the \"neuron\" "
                "device, got one on ", t.device().str());
-  const at::Tensor c = t.contiguous();
+  *held = t.contiguous();
+  return {ElementTypeOf(held->scalar_type()),
+          static_cast<const std::uint8_t*>(held->data_ptr()),
+          static_cast<std::size_t>(held->numel()) * held->element_size()};
+}
+
+runtime::HostTensor ToHost(const at::Tensor& t) {
+  at::Tensor c;
+  const runtime::HostView v = ViewOf(t, &c);
   runtime::HostTensor h;
-  h.dtype = ElementTypeOf(c.scalar_type());
+  h.dtype = v.dtype;
   h.shape.assign(c.sizes().begin(), c.sizes().end());
-  const auto* bytes = static_cast<const std::uint8_t*>(c.data_ptr());
-  h.data.assign(bytes, bytes + c.numel() * c.element_size());
+  h.data.assign(v.data, v.data + v.bytes);
   return h;
 }
 

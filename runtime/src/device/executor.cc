@@ -121,7 +121,8 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
   const float* a = FloatView(in[0], batch * m * k, out[0], a_copy);
   const float* b = FloatView(in[1], batch * k * n, out[0], b_copy);
   for (std::int64_t p = 0; p < batch; ++p) {
-    kernels::Matmul(a + p * m * k, b + p * k * n, c + p * m * n, m, k, n, i.accumulate());
+    kernels::Matmul(a + p * m * k, b + p * k * n, c + p * m * n, m, k, n, i.accumulate(),
+                    i.transpose_lhs(), i.transpose_rhs());
   }
 }
 
@@ -886,6 +887,13 @@ std::unordered_set<std::uint32_t> ReadInPlace(const proto::Executable& e) {
 
 std::map<std::string, HostTensor> Executor::Compute(
     const proto::Executable& e, const std::map<std::string, HostTensor>& inputs) {
+  std::map<std::string, HostView> views;
+  for (const auto& [name, t] : inputs) views.emplace(name, HostView::Of(t));
+  return Compute(e, views);
+}
+
+std::map<std::string, HostTensor> Executor::Compute(
+    const proto::Executable& e, const std::map<std::string, HostView>& inputs) {
   const std::string where = StrCat("executable '", e.name(), "'");
   // Host memory for each space, as far as the plan uses it.
   std::map<int, std::uint64_t> extent;
@@ -920,17 +928,16 @@ std::map<std::string, HostTensor> Executor::Compute(
     NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),
                  "' was not given");
     const Placed& p = placed.at(binding.buffer());
-    NEURON_CHECK(it->second.dtype == p.buffer->dtype() &&
-                     it->second.data.size() == p.buffer->bytes(),
-                 where, ": input '", binding.name(), "' is ", it->second.data.size(),
-                 " bytes of ", proto::ElementType_Name(it->second.dtype),
-                 "; the plan expects ", p.buffer->bytes(), " bytes of ",
-                 proto::ElementType_Name(p.buffer->dtype()));
+    NEURON_CHECK(
+        it->second.dtype == p.buffer->dtype() && it->second.bytes == p.buffer->bytes(),
+        where, ": input '", binding.name(), "' is ", it->second.bytes, " bytes of ",
+        proto::ElementType_Name(it->second.dtype), "; the plan expects ",
+        p.buffer->bytes(), " bytes of ", proto::ElementType_Name(p.buffer->dtype()));
     if (direct.count(binding.buffer())) {
       // Only read (ReadInPlace): the caller's bytes stand for the buffer's.
-      placed[binding.buffer()].data = const_cast<std::uint8_t*>(it->second.data.data());
-    } else {
-      std::memcpy(p.data, it->second.data.data(), it->second.data.size());
+      placed[binding.buffer()].data = const_cast<std::uint8_t*>(it->second.data);
+    } else if (it->second.bytes > 0) {
+      std::memcpy(p.data, it->second.data, it->second.bytes);
     }
     ++bound;
   }

@@ -46,16 +46,18 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
 }
 
 void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n, bool accumulate) {
+            std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, 0.0f);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-              static_cast<blasint>(k), b, static_cast<blasint>(n),
-              accumulate ? 1.0f : 0.0f, c, static_cast<blasint>(n));
+              static_cast<blasint>(transpose_a ? m : k), b,
+              static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f, c,
+              static_cast<blasint>(n));
 }
 
 namespace {

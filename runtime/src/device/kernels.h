@@ -18,9 +18,11 @@ std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
 void FromFloat(const std::vector<float>& values, proto::ElementType type,
                std::uint8_t* out);
 
-// c[m,n] (+)= a[m,k] x b[k,n], row-major float32.
+// c[m,n] (+)= a[m,k] x b[k,n], row-major float32; a stored as [k,m] when
+// transpose_a, b as [n,k] when transpose_b.
 void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n, bool accumulate);
+            std::int64_t n, bool accumulate, bool transpose_a = false,
+            bool transpose_b = false);
 
 // Apply `op` over the n elements of `out`, reading a[0..n) and (binary ops)
 // b[0..nb), which repeats when shorter. `out` may be `a` itself, not

@@ -55,6 +55,8 @@ class CompiledGraph {
                                                 const std::string& options);
   // Inputs in the graph's input order; outputs in its output order.
   std::vector<runtime::HostTensor> Run(std::vector<runtime::HostTensor> inputs);
+  // The same over views of the inputs (HostView: valid until it returns).
+  std::vector<runtime::HostTensor> Run(const std::vector<runtime::HostView>& inputs);
   CompiledGraphInfo info() const;
   // The plan's modelled timeline as a Chrome trace (chrome://tracing,
   // Perfetto): one track per engine; IoError names the path.

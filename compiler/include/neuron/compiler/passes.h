@@ -8,6 +8,7 @@
 //   int merged = EliminateCommonSubexpressions(g);
 //   int removed = EliminateDeadCode(g);
 //   int layouts = FoldTransposes(g);
+//   int read_transposed = FoldTransposesIntoMatmuls(g);
 //
 // Ops with side effects or randomness (names containing "dropout", "rand"
 // or "bernoulli", and in-place ops ending in '_') are never removed or
@@ -38,5 +39,13 @@ int FoldConstants(proto::Graph& graph);
 // they cancel (t(t(x)) is x); dead code elimination then removes what is no
 // longer read. The count of layout ops folded.
 int FoldTransposes(proto::Graph& graph);
+// Matmuls read a transposed operand in place: an operand of mm, addmm or
+// bmm that a layout op made by swapping its input's last two dims (t,
+// transpose.int, permute; a bmm's batch dim kept) is replaced by that
+// input, with the node attribute transpose_lhs or transpose_rhs set to 1
+// (the tensor engine takes either layout; the cost model charges the
+// product only). Dead code elimination then removes a layout op nothing
+// else reads. The count of operands folded.
+int FoldTransposesIntoMatmuls(proto::Graph& graph);
 
 }  // namespace neuron::compiler

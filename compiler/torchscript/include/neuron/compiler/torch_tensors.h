@@ -3,6 +3,8 @@
 // see torch (the Python bindings, the TorchScript frontend and its users).
 //
 //   runtime::HostTensor h = ToHost(torch::randn({4, 8}));
+//   at::Tensor held;
+//   runtime::HostView v = ViewOf(x, &held);  // x's bytes, while `held` lives
 //   at::Tensor t = FromHost(executor_output);
 #pragma once
 
@@ -25,6 +27,9 @@ std::string IrDtypeOf(at::ScalarType type, const std::string& where);
 // A contiguous copy of a dense tensor on the CPU or on the "neuron" device
 // (PrivateUse1, whose memory is this host's); InvalidUsage otherwise.
 runtime::HostTensor ToHost(const at::Tensor& tensor);
+// The same tensor's bytes without a copy: `tensor` made contiguous (a copy
+// only when it is not) into `*held`, which must outlive the view.
+runtime::HostView ViewOf(const at::Tensor& tensor, at::Tensor* held);
 // A new tensor on `device` (the CPU, or "neuron") holding `host`'s elements.
 at::Tensor FromHost(const runtime::HostTensor& host, c10::Device device = c10::Device("cpu"));
 // The same, taking the host bytes over: a CPU tensor owns them without a

@@ -95,6 +95,19 @@ struct HostTensor {
   std::int64_t elements() const;
 };
 
+// An input's bytes where the caller holds them (a HostTensor's, a torch
+// tensor's storage), read by the run and never written; they must stay
+// valid until Compute returns.
+struct HostView {
+  proto::ElementType dtype = proto::F32;
+  const std::uint8_t* data = nullptr;
+  std::size_t bytes = 0;
+
+  static HostView Of(const HostTensor& t) {
+    return {t.dtype, t.data.data(), t.data.size()};
+  }
+};
+
 struct ExecutionResult {
   std::map<std::string, HostTensor> outputs;
   PlanTiming timing;
@@ -111,6 +124,10 @@ class Executor {
   // device (its timeline does not depend on the inputs: TimePlan once).
   std::map<std::string, HostTensor> Compute(const proto::Executable& executable,
                                             const std::map<std::string, HostTensor>& inputs);
+  // The same over views of the inputs: no copy of them is made before the
+  // run.
+  std::map<std::string, HostTensor> Compute(
+      const proto::Executable& executable, const std::map<std::string, HostView>& inputs);
   const DeviceSpec& device() const { return device_; }
   const CostModel& model() const { return model_; }
 
