@@ -37,7 +37,8 @@ int Producer(const FusionState& f, const std::string& x) {
   const int p = latest(x);
   if (p < 0) return -1;
   const Step& s = f.out[p];
-  if (s.writes.size() != 1 || (s.instruction.op() != rp::OP_FUSED && !Fusible(s)))
+  if (s.writes.size() != 1 || s.writes[0] != x ||  // not a part of x
+      (s.instruction.op() != rp::OP_FUSED && !Fusible(s)))
     return -1;
   for (const auto& r : s.reads) {
     if (latest(r) > p) return -1;
@@ -92,7 +93,10 @@ void FuseElementwise(LoweringContext& cx) {
   std::vector<std::string>& order = cx.order();
   std::unordered_map<std::string, int> readers;
   for (const auto& s : steps) {
-    for (const auto& r : s.reads) ++readers[r];
+    for (const auto& r : s.reads) {
+      ++readers[r];
+      if (cx.Planned(r) != r) ++readers[cx.Planned(r)];  // a part reads its whole too
+    }
   }
   // The steps kept so far; a producer moved into a chain leaves an empty
   // place (dropped at the end), so indices stay valid. `writers` indexes
@@ -105,7 +109,8 @@ void FuseElementwise(LoweringContext& cx) {
       // nowhere else: it moves down here (its inputs were ready before).
       for (const auto& x : step.reads) {
         const int p = Producer(f, x);
-        if (p < 0 || readers[x] != 1 || slots.at(x).space != rp::SBUF ||
+        if (p < 0 || readers[x] != 1 || slots.at(x).space != rp::SBUF || cx.HasParts(x) ||
+            cx.Planned(x) != x ||  // a whole with parts, or a part
             std::count(step.reads.begin(), step.reads.end(), x) != 1 ||
             f.out[p].instruction.elements() != step.instruction.elements() ||
             Elements(slots.at(x).value.type()) != step.instruction.elements()) {
@@ -121,8 +126,12 @@ void FuseElementwise(LoweringContext& cx) {
         break;
       }
     }
-    for (const auto& w : step.writes)
+    for (const auto& w : step.writes) {
       f.writers[w].push_back(static_cast<int>(f.out.size()));
+      // A part's write is a write of its whole, for what reads the whole.
+      if (cx.Planned(w) != w)
+        f.writers[cx.Planned(w)].push_back(static_cast<int>(f.out.size()));
+    }
     f.out.push_back(std::move(step));
     f.live.push_back(true);
   }

@@ -27,7 +27,8 @@ struct Slot {
   std::uint32_t buffer = 0;
   std::string alias_of;  // a view: the slot whose bytes it is ("": its own)
   // A part: a buffer of its own inside `part_of`'s bytes (an SBUF slot,
-  // planned as one value with it), `part_offset` bytes from its start.
+  // planned as one value with it: its reads and writes are the whole's for
+  // liveness, fusion and spilling), `part_offset` bytes from its start.
   std::string part_of;
   std::uint64_t part_offset = 0;
 };
@@ -87,7 +88,7 @@ class LoweringContext {
   // The slot memory planning sees for `name`: its Root, or the slot a part
   // lies in.
   const std::string& Planned(const std::string& name) const;
-  // Whether parts lie in slot `name` (it then stays in SBUF: never spilled).
+  // Whether parts lie in slot `name`.
   bool HasParts(const std::string& name) const { return parted_.count(name) > 0; }
   // A graph input or constant, in HBM as "hbm:NAME".
   void AddHbm(const proto::Value& v, const char* kind);

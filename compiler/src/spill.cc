@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -42,22 +43,29 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
   const int peak =
       static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
   const Interval* victim = nullptr;
+  // Whether step `st` reads (writes) `name` itself or a part of it.
+  const auto touches = [&](const std::vector<std::string>& names,
+                           const std::string& name) {
+    return std::any_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return cx.Planned(n) == name; });
+  };
   for (const auto& v : sbuf) {
-    if (v.first >= peak || v.last <= peak || cx.HasParts(v.name) ||
+    if (v.first >= peak || v.last <= peak ||
         v.name.rfind(".reload", std::string::npos) != std::string::npos) {
       continue;
     }
     int writers = 0;
-    bool used_at_peak = false;
+    bool used_at_peak = false, part_written = false;
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const auto& st = steps[s];
-      const bool writes = std::count(st.writes.begin(), st.writes.end(), v.name) > 0;
+      const bool writes = touches(st.writes, v.name);
       writers += writes ? 1 : 0;
-      if (static_cast<int>(s) == peak) {
-        used_at_peak = writes || std::count(st.reads.begin(), st.reads.end(), v.name) > 0;
-      }
+      part_written = part_written || (writes && std::count(st.writes.begin(),
+                                                           st.writes.end(), v.name) == 0);
+      if (static_cast<int>(s) == peak) used_at_peak = writes || touches(st.reads, v.name);
     }
-    if (writers == 1 && !used_at_peak && (victim == nullptr || v.bytes > victim->bytes)) {
+    if (writers == 1 && !part_written && !used_at_peak &&
+        (victim == nullptr || v.bytes > victim->bytes)) {
       victim = &v;
     }
   }
@@ -69,8 +77,8 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
   int reloads = 0;
   for (std::size_t s = 0; s < steps.size(); ++s) {
     Step step = std::move(steps[s]);
-    const bool reads = std::count(step.reads.begin(), step.reads.end(), name) > 0;
-    const bool writes = std::count(step.writes.begin(), step.writes.end(), name) > 0;
+    const bool reads = touches(step.reads, name);
+    const bool writes = touches(step.writes, name);
     if (reads && !writes) {  // bring it back for this step
       const std::string copy = StrCat(name, ".reload", reloads++);
       proto::Value v = cx.ValueOf(name);
@@ -81,7 +89,17 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
       out.push_back(std::move(steps.back()));
       steps.pop_back();
       for (auto& r : step.reads) {
-        if (r == name) r = copy;
+        if (r == name) {
+          r = copy;
+        } else if (cx.Planned(r) == name) {  // the same part of the reloaded copy
+          const Slot& part = cx.slots().at(r);
+          const std::string moved = StrCat(r, ".in.", copy);
+          cx.AddPart(moved, part.value, copy,
+                     static_cast<std::int64_t>(part.part_offset /
+                                               runtime::ElementBytes(part.dtype)),
+                     "reload");
+          r = moved;
+        }
       }
       for (auto& group : step.fused_reads) {
         for (auto& r : group) {

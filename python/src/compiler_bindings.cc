@@ -57,7 +57,8 @@ void BindCompiledGraph(py::module_& m) {
           "run",
           [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
             // The inputs' own bytes (contiguous ones are not copied),
-            // held for the run.
+            // held for the run; as for an eager op, a tensor must not be
+            // resized or have its storage set by another thread meanwhile.
             std::vector<at::Tensor> held(inputs.size());
             std::vector<neuron::runtime::HostView> views;
             // Results go where the inputs live: "neuron" when any does.

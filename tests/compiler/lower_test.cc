@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 
@@ -485,6 +486,75 @@ TEST(Lower, MatmulsReadTransposedOperandsAndTilesInPlace) {
   ExpectAllClose(out.outputs.at("big").ToFloats(), big, "big");
   ExpectAllClose(out.outputs.at("cols").ToFloats(), cols, "cols");
   ExpectAllClose(out.outputs.at("s").ToFloats(), s, "s");
+}
+
+// Fusion and spilling see a part's reads as reads of its whole: a tiled
+// matmul's lhs that one elementwise op also reads is not fused away into
+// that op, and an lhs spilled before the matmul comes back whole before a
+// tile reads its rows.
+TEST(Lower, TileReadsCountForFusionAndSpilling) {
+  const auto x = Values(128 * 12, 1, 0.2f), w = Values(96, 0.4f, 0.7f),
+             y = Values(1024, 0.5f, 0.1f);
+  std::vector<float> a(x.size()), e(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) a[i] = std::max(x[i], 0.0f), e[i] = -a[i];
+  using runtime::proto::F32;
+  const std::map<std::string, HostTensor> inputs = {
+      {"x", HostTensor::FromFloats(F32, {128, 12}, x)},
+      {"w", HostTensor::FromFloats(F32, {12, 8}, w)},
+      {"y", HostTensor::FromFloats(F32, {32, 32}, y)}};
+  // Tiles of 2 KiB (a quarter of PSUM); SBUF of `sbuf_kib`.
+  auto small = [](int sbuf_kib) {
+    runtime::proto::DeviceSpec spec = DeviceSpec::Default().spec();
+    spec.mutable_sbuf()->set_bytes_per_partition(sbuf_kib * 8);
+    spec.mutable_psum()->set_bytes_per_partition(64);
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(spec, &text);
+    return DeviceSpec::FromText(text, "small-sbuf");
+  };
+  auto count = [](const Lowered& l, auto&& pred) {
+    int n = 0;
+    for (const auto& i : l.executable.instructions()) n += pred(i) ? 1 : 0;
+    return n;
+  };
+  auto is_matmul = [](const runtime::proto::Instruction& i) {
+    return i.op() == runtime::proto::OP_MATMUL;
+  };
+
+  // %e, read after the tiles, fuses with nothing: %a stays where they read it.
+  const Lowered fused = Lower(ParseGraph(R"(graph fuse(%x: f32[128,12], %w: f32[12,8]) {
+    %a: f32[128,12] = aten.relu(%x)
+    %m: f32[128,8] = aten.mm(%a, %w)
+    %e: f32[128,12] = aten.neg(%a)
+    return %m, %e
+  })"),
+                              small(20));
+  EXPECT_EQ(count(fused, is_matmul), 2);
+  auto r = runtime::Executor(small(20)).Run(
+      fused.executable, {{"x", inputs.at("x")}, {"w", inputs.at("w")}});
+  ExpectAllClose(r.outputs.at("m").ToFloats(), MatMul(a, w, 128, 12, 8), "m");
+  EXPECT_EQ(r.outputs.at("e").ToFloats(), e);
+
+  // At %q, %y, %p, %q (4 KiB each) and %a (6 KiB, read only by the tiles)
+  // are alive: 18 KiB; %a goes to HBM and comes back for the matmul.
+  const Lowered spilled =
+      Lower(ParseGraph(R"(graph spill(%x: f32[128,12], %w: f32[12,8], %y: f32[32,32]) {
+    %a: f32[128,12] = aten.relu(%x)
+    %p: f32[32,32] = aten.tanh(%y)
+    %q: f32[32,32] = aten.exp(%y)
+    %t: f32[32,32] = aten.mul(%p, %q)
+    %u: f32[32,32] = aten.add(%t, %t)
+    %m: f32[128,8] = aten.mm(%a, %w)
+    return %m
+  })"),
+            small(14));
+  EXPECT_EQ(count(spilled, is_matmul), 2);
+  EXPECT_GT(count(spilled,
+                  [](const runtime::proto::Instruction& i) {
+                    return i.spill() && i.source() == "reload %a";
+                  }),
+            0);
+  r = runtime::Executor(small(14)).Run(spilled.executable, inputs);
+  ExpectAllClose(r.outputs.at("m").ToFloats(), MatMul(a, w, 128, 12, 8), "m");
 }
 
 }  // namespace

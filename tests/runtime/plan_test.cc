@@ -118,7 +118,7 @@ TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {
   EXPECT_NE(
       broken([](auto& e) {
         e.set_format_version(7);
-      }).find("executable 'test/forward/0': format version 7, this runtime reads 3"),
+      }).find("executable 'test/forward/0': format version 7, this runtime reads 4"),
       std::string::npos);
   EXPECT_NE(broken([](auto& e) { e.mutable_instructions(2)->add_deps(4); })
                 .find("instruction 2 (matmul): depends on instruction 4, which is not an "
