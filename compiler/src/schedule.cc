@@ -22,15 +22,18 @@ struct Dag {
   std::vector<int> deps;
   std::vector<int> engine;
   std::vector<double> duration, rank;
+  std::vector<double> held;  // how long it holds its engine (a DMA: not its latency)
 };
 
-Dag MakeDag(const rp::Executable& e, const runtime::PlanTiming& timing) {
+Dag MakeDag(const rp::Executable& e, const runtime::PlanTiming& timing,
+            const runtime::CostModel& model) {
   const int n = e.instructions_size();
   Dag g;
   g.users.resize(static_cast<std::size_t>(n));
   g.deps.assign(static_cast<std::size_t>(n), 0);
   g.engine.resize(static_cast<std::size_t>(n));
   g.duration.resize(static_cast<std::size_t>(n));
+  g.held.resize(static_cast<std::size_t>(n));
   g.rank.assign(static_cast<std::size_t>(n), 0);
   std::unordered_map<std::uint32_t, int> index;  // id -> position
   for (int k = 0; k < n; ++k) index[e.instructions(k).id()] = k;
@@ -44,6 +47,9 @@ Dag MakeDag(const rp::Executable& e, const runtime::PlanTiming& timing) {
     // Durations do not depend on the order (the timeline lists the
     // instructions in theirs).
     g.duration[uk] = (timing.schedule[uk].end - timing.schedule[uk].start).count();
+    g.held[uk] = timing.schedule[uk].engine == runtime::Engine::kDma
+                     ? std::max(0.0, g.duration[uk] - model.DmaLatency().count())
+                     : g.duration[uk];
   }
   for (int k = n - 1; k >= 0; --k) {  // users come later in a valid order
     double longest = 0;
@@ -109,7 +115,8 @@ std::vector<int> ByStartTime(const Dag& g) {
     ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best));
     order.push_back(k);
     const double end = best_start + g.duration[static_cast<std::size_t>(k)];
-    free[static_cast<std::size_t>(g.engine[static_cast<std::size_t>(k)])] = end;
+    free[static_cast<std::size_t>(g.engine[static_cast<std::size_t>(k)])] =
+        best_start + g.held[static_cast<std::size_t>(k)];
     for (int u : g.users[static_cast<std::size_t>(k)]) {
       const auto uu = static_cast<std::size_t>(u);
       earliest[uu] = std::max(earliest[uu], end);
@@ -146,7 +153,7 @@ ScheduleResult ScheduleInstructions(rp::Executable& e, const runtime::CostModel&
   result.before_us = result.after_us = before.total.count();
   const int n = e.instructions_size();
   if (n < 3) return result;
-  const Dag g = MakeDag(e, before);
+  const Dag g = MakeDag(e, before, model);
   rp::Executable best;
   for (const auto& order : {ByRank(g), ByStartTime(g)}) {
     if (static_cast<int>(order.size()) != n) return result;  // not a DAG: keep it

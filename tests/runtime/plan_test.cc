@@ -87,12 +87,16 @@ TEST(PlanTiming, InstructionsWaitForTheirEngineAndDependencies) {
   const SimDuration mm = model.Matmul(128, 128, 512, false).time;
   const SimDuration add = model.Elementwise(Engine::kVector, 128 * 512, 2, true);
   const SimDuration store = model.Dma(128 * 512 * 4, 128);
-  // The two loads share the DMA engine; the chain follows; the scalar op
-  // overlaps the loads and adds nothing.
-  EXPECT_NEAR(t.total.count(), (load0 + load1 + mm + add + store).count(), 1e-9);
+  // The two loads share the DMA engine, the second starting as the first's
+  // bytes are moved (its latency overlaps); the chain follows; the scalar
+  // op overlaps the loads and adds nothing.
+  const SimDuration latency = model.DmaLatency();
+  EXPECT_NEAR(t.schedule[1].start.count(), (load0 - latency).count(), 1e-9);
+  EXPECT_NEAR(t.total.count(), (load0 - latency + load1 + mm + add + store).count(),
+              1e-9);
   EXPECT_NEAR(t.schedule[5].start.count(), 0.0, 1e-12);
   EXPECT_NEAR(t.busy[static_cast<int>(Engine::kDma)].count(),
-              (load0 + load1 + store).count(), 1e-9);
+              (load0 + load1 + store - 3 * latency).count(), 1e-9);
   EXPECT_NEAR(t.utilisation[static_cast<int>(Engine::kTensor)], mm / t.total, 1e-12);
   EXPECT_EQ(t.tensor_cycles, 512u);
   EXPECT_DOUBLE_EQ(t.flops, 2.0 * 128 * 128 * 512);

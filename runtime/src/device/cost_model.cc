@@ -101,6 +101,10 @@ SimDuration CostModel::Dma(std::uint64_t bytes, std::uint32_t partitions) const 
   return SimDuration(d.fixed_cost_us() + static_cast<double>(bytes) / (gbps * 1e3));
 }
 
+SimDuration CostModel::DmaLatency() const {
+  return SimDuration(spec_.spec().dma().fixed_cost_us());
+}
+
 SimDuration CostModel::Hbm(std::uint64_t bytes) const {
   return SimDuration(static_cast<double>(bytes) /
                      (spec_.spec().hbm().bandwidth_gbps() * 1e3));

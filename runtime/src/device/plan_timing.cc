@@ -83,9 +83,14 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
       if (i.spill()) t.spill_bytes += i.bytes();
     }
     const SimDuration end = start + duration;
-    engine_free[index] = end;
+    // A DMA holds the queues for its bytes only; its latency overlaps the
+    // next transfer's (CostModel::DmaLatency).
+    const SimDuration held = engine == Engine::kDma
+                                 ? std::max(duration - model.DmaLatency(), SimDuration(0))
+                                 : duration;
+    engine_free[index] = start + held;
     end_of[i.id()] = end;
-    t.busy[index] += duration;
+    t.busy[index] += held;
     t.total = std::max(t.total, end);
     t.schedule.push_back({i.id(), engine, DeviceOpName(i.op()), start, end});
   }

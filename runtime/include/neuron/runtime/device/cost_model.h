@@ -48,6 +48,10 @@ class CostModel {
   // A DMA of `bytes` spread over `partitions`: fixed cost plus bytes over
   // every engine's bandwidth, scaled down below min_bytes_per_partition.
   SimDuration Dma(std::uint64_t bytes, std::uint32_t partitions) const;
+  // The part of a DMA's time that is latency (the fixed cost): the 16
+  // queues keep several transfers in flight, so a plan's next transfer
+  // starts moving bytes while this one's latency runs (TimePlan).
+  SimDuration DmaLatency() const;
   // Streaming `bytes` from or to HBM at its bandwidth.
   SimDuration Hbm(std::uint64_t bytes) const;
   // Model FLOP utilisation of `flops` done in `time` against the peak.

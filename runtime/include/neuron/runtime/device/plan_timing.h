@@ -1,7 +1,9 @@
 // Modelled time of an executable on the simulated NeuronCore: each
 // instruction starts when its engine is free and its dependencies ended
 // (engines overlap one another, DMA overlaps compute) and lasts what the
-// cost model says.
+// cost model says. A DMA holds its engine for its bytes only: the next one
+// starts while its fixed latency runs (CostModel::DmaLatency); `busy`
+// counts what engines were held.
 //
 // Usage:
 //   Executable exe = LoadExecutable("graph.neff.pb");   // executable.h
