@@ -34,8 +34,20 @@ void Lifetimes(const LoweringContext& cx, std::vector<Interval>* sbuf,
   }
 }
 
-bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
-  std::vector<Step>& steps = cx.steps();
+namespace {
+
+// Whether `names` holds `name` itself or a part of it.
+bool Touches(const LoweringContext& cx, const std::vector<std::string>& names,
+             const std::string& name) {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return cx.Planned(n) == name; });
+}
+
+// The largest value alive across the step where most bytes are alive and
+// unused there, written once (as a whole, not in parts) and not a reload
+// itself; nullptr when there is none.
+const Interval* Victim(const LoweringContext& cx, const std::vector<Interval>& sbuf) {
+  const std::vector<Step>& steps = cx.steps();
   std::vector<std::uint64_t> alive(steps.size(), 0);
   for (const auto& v : sbuf) {
     for (int s = v.first; s <= v.last; ++s) alive[static_cast<std::size_t>(s)] += v.bytes;
@@ -43,12 +55,6 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
   const int peak =
       static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
   const Interval* victim = nullptr;
-  // Whether step `st` reads (writes) `name` itself or a part of it.
-  const auto touches = [&](const std::vector<std::string>& names,
-                           const std::string& name) {
-    return std::any_of(names.begin(), names.end(),
-                       [&](const std::string& n) { return cx.Planned(n) == name; });
-  };
   for (const auto& v : sbuf) {
     if (v.first >= peak || v.last <= peak ||
         v.name.rfind(".reload", std::string::npos) != std::string::npos) {
@@ -58,17 +64,26 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
     bool used_at_peak = false, part_written = false;
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const auto& st = steps[s];
-      const bool writes = touches(st.writes, v.name);
+      const bool writes = Touches(cx, st.writes, v.name);
       writers += writes ? 1 : 0;
       part_written = part_written || (writes && std::count(st.writes.begin(),
                                                            st.writes.end(), v.name) == 0);
-      if (static_cast<int>(s) == peak) used_at_peak = writes || touches(st.reads, v.name);
+      if (static_cast<int>(s) == peak)
+        used_at_peak = writes || Touches(cx, st.reads, v.name);
     }
     if (writers == 1 && !part_written && !used_at_peak &&
         (victim == nullptr || v.bytes > victim->bytes)) {
       victim = &v;
     }
   }
+  return victim;
+}
+
+}  // namespace
+
+bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
+  std::vector<Step>& steps = cx.steps();
+  const Interval* victim = Victim(cx, sbuf);
   if (victim == nullptr) return false;
   const std::string name = victim->name;
   const std::string home = "spill:" + name;
@@ -77,8 +92,8 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
   int reloads = 0;
   for (std::size_t s = 0; s < steps.size(); ++s) {
     Step step = std::move(steps[s]);
-    const bool reads = touches(step.reads, name);
-    const bool writes = touches(step.writes, name);
+    const bool reads = Touches(cx, step.reads, name);
+    const bool writes = Touches(cx, step.writes, name);
     if (reads && !writes) {  // bring it back for this step
       const std::string copy = StrCat(name, ".reload", reloads++);
       proto::Value v = cx.ValueOf(name);
