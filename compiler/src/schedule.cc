@@ -126,21 +126,25 @@ std::vector<int> ByStartTime(const Dag& g) {
   return order;
 }
 
-// `e`'s instructions in `order`, renumbered 0.. with their dependencies.
-rp::Executable Reordered(const rp::Executable& e, const std::vector<int>& order) {
+using Instructions = google::protobuf::RepeatedPtrField<rp::Instruction>;
+
+// `e`'s instructions in `order`, renumbered 0.. with their dependencies
+// (the instructions only: the rest of the executable, constants included,
+// is not copied).
+Instructions Reordered(const rp::Executable& e, const std::vector<int>& order) {
   const int n = e.instructions_size();
-  rp::Executable out = e;
-  out.clear_instructions();
   std::unordered_map<std::uint32_t, std::uint32_t> renamed;  // old id -> new id
   for (int k = 0; k < n; ++k) {
     renamed[e.instructions(order[static_cast<std::size_t>(k)]).id()] =
         static_cast<std::uint32_t>(k);
   }
+  Instructions out;
+  out.Reserve(n);
   for (int k = 0; k < n; ++k) {
-    rp::Instruction i = e.instructions(order[static_cast<std::size_t>(k)]);
-    i.set_id(static_cast<std::uint32_t>(k));
-    for (auto& d : *i.mutable_deps()) d = renamed.at(d);
-    *out.add_instructions() = std::move(i);
+    rp::Instruction* i = out.Add();
+    *i = e.instructions(order[static_cast<std::size_t>(k)]);
+    i->set_id(static_cast<std::uint32_t>(k));
+    for (auto& d : *i->mutable_deps()) d = renamed.at(d);
   }
   return out;
 }
@@ -154,18 +158,20 @@ ScheduleResult ScheduleInstructions(rp::Executable& e, const runtime::CostModel&
   const int n = e.instructions_size();
   if (n < 3) return result;
   const Dag g = MakeDag(e, before, model);
-  rp::Executable best;
+  Instructions best;
   for (const auto& order : {ByRank(g), ByStartTime(g)}) {
     if (static_cast<int>(order.size()) != n) return result;  // not a DAG: keep it
-    rp::Executable scheduled = Reordered(e, order);
-    const double after = runtime::TimePlan(scheduled, model).total.count();
+    Instructions scheduled = Reordered(e, order);
+    e.mutable_instructions()->Swap(&scheduled);  // timed in place, then put back
+    const double after = runtime::TimePlan(e, model).total.count();
+    e.mutable_instructions()->Swap(&scheduled);
     if (after < result.after_us) {
-      best = std::move(scheduled);
+      best.Swap(&scheduled);
       result.after_us = after;
       result.reordered = true;
     }
   }
-  if (result.reordered) e = std::move(best);
+  if (result.reordered) e.mutable_instructions()->Swap(&best);
   return result;
 }
 
