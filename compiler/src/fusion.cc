@@ -109,8 +109,10 @@ void FuseElementwise(LoweringContext& cx) {
       // nowhere else: it moves down here (its inputs were ready before).
       for (const auto& x : step.reads) {
         const int p = Producer(f, x);
-        if (p < 0 || readers[x] != 1 || slots.at(x).space != rp::SBUF || cx.HasParts(x) ||
-            cx.Planned(x) != x ||  // a whole with parts, or a part
+        // (A whole with parts never passes: its parts' reads count as its
+        // own, and a part's write is its latest write, not its producer's.)
+        if (p < 0 || readers[x] != 1 || slots.at(x).space != rp::SBUF ||
+            cx.Planned(x) != x ||  // a part
             std::count(step.reads.begin(), step.reads.end(), x) != 1 ||
             f.out[p].instruction.elements() != step.instruction.elements() ||
             Elements(slots.at(x).value.type()) != step.instruction.elements()) {

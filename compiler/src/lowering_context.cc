@@ -55,7 +55,6 @@ void LoweringContext::AddPart(const std::string& name, const proto::Value& v,
       static_cast<std::uint64_t>(first) * runtime::ElementBytes(part.dtype);
   NEURON_CHECK(part.dtype == whole.dtype && part.part_offset + part.bytes <= whole.bytes,
                where, ": %", name, " does not lie inside %", of);
-  parted_.insert(root);
 }
 
 const std::string& LoweringContext::Planned(const std::string& name) const {

@@ -88,8 +88,6 @@ class LoweringContext {
   // The slot memory planning sees for `name`: its Root, or the slot a part
   // lies in.
   const std::string& Planned(const std::string& name) const;
-  // Whether parts lie in slot `name`.
-  bool HasParts(const std::string& name) const { return parted_.count(name) > 0; }
   // A graph input or constant, in HBM as "hbm:NAME".
   void AddHbm(const proto::Value& v, const char* kind);
   // The on-chip copy of a value, loading it from HBM the first time.
@@ -147,7 +145,6 @@ class LoweringContext {
   std::unordered_map<std::string, Slot> slots_;
   std::vector<std::string> order_;  // slots in creation order (buffer ids)
   std::vector<Step> steps_;
-  std::unordered_set<std::string> parted_;  // slots parts lie in
 };
 
 }  // namespace neuron::compiler

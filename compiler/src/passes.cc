@@ -298,22 +298,38 @@ std::vector<std::int64_t> Permutation(const proto::Node& n, std::size_t rank) {
   return perm;
 }
 
+// Value name -> its rank (number of dims).
+using Ranks = std::unordered_map<std::string, std::size_t>;
+
+// The ranks of the graph's inputs and constants; a pass adds each node's
+// outputs (AddOutputRanks) as it walks the nodes.
+Ranks InputRanks(const proto::Graph& g) {
+  Ranks rank;
+  for (const auto& v : g.inputs())
+    rank[v.name()] = static_cast<std::size_t>(v.type().shape_size());
+  for (const auto& c : g.constants()) {
+    rank[c.value().name()] = static_cast<std::size_t>(c.value().type().shape_size());
+  }
+  return rank;
+}
+
+void AddOutputRanks(const proto::Node& n, Ranks& rank) {
+  for (const auto& o : n.outputs())
+    rank[o.name()] = static_cast<std::size_t>(o.type().shape_size());
+}
+
 }  // namespace
 
 int FoldTransposes(proto::Graph& g) {
   // Value name -> (its producer's input, the permutation from it), for
   // values made by a layout op.
   std::unordered_map<std::string, std::pair<std::string, std::vector<std::int64_t>>> layout;
-  std::unordered_map<std::string, std::size_t> rank;
-  for (const auto& v : g.inputs()) rank[v.name()] = static_cast<std::size_t>(v.type().shape_size());
-  for (const auto& c : g.constants()) {
-    rank[c.value().name()] = static_cast<std::size_t>(c.value().type().shape_size());
-  }
+  Ranks rank = InputRanks(g);
   Nodes nodes = TakeNodes(g);
   int folded = 0;
   for (int i = 0; i < nodes.size(); ++i) {
     proto::Node& n = *nodes.Mutable(i);
-    for (const auto& o : n.outputs()) rank[o.name()] = static_cast<std::size_t>(o.type().shape_size());
+    AddOutputRanks(n, rank);
     if (n.inputs_size() == 1 && n.outputs_size() == 1) {
       const std::string& in = n.inputs(0);
       auto perm = Permutation(n, rank.count(in) ? rank[in] : 0);
@@ -352,24 +368,14 @@ int FoldTransposes(proto::Graph& g) {
   return folded;
 }
 
-}  // namespace neuron::compiler
-
-namespace neuron::compiler {
-
 int FoldTransposesIntoMatmuls(proto::Graph& g) {
   // Value name -> the value it is the matrix transpose of (its last two
   // dims swapped, the batch dim kept), for values a layout op made.
   std::unordered_map<std::string, std::string> transposed;
-  std::unordered_map<std::string, std::size_t> rank;
-  for (const auto& v : g.inputs())
-    rank[v.name()] = static_cast<std::size_t>(v.type().shape_size());
-  for (const auto& c : g.constants()) {
-    rank[c.value().name()] = static_cast<std::size_t>(c.value().type().shape_size());
-  }
+  Ranks rank = InputRanks(g);
   int folded = 0;
   for (auto& n : *g.mutable_nodes()) {
-    for (const auto& o : n.outputs())
-      rank[o.name()] = static_cast<std::size_t>(o.type().shape_size());
+    AddOutputRanks(n, rank);
     if (n.inputs_size() == 1 && n.outputs_size() == 1) {
       const std::size_t r = rank.count(n.inputs(0)) ? rank[n.inputs(0)] : 0;
       const auto perm = Permutation(n, r);

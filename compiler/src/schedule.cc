@@ -47,9 +47,9 @@ Dag MakeDag(const rp::Executable& e, const runtime::PlanTiming& timing,
     // Durations do not depend on the order (the timeline lists the
     // instructions in theirs).
     g.duration[uk] = (timing.schedule[uk].end - timing.schedule[uk].start).count();
-    g.held[uk] = timing.schedule[uk].engine == runtime::Engine::kDma
-                     ? std::max(0.0, g.duration[uk] - model.DmaLatency().count())
-                     : g.duration[uk];
+    g.held[uk] = runtime::EngineHeld(timing.schedule[uk].engine,
+                                     runtime::SimDuration(g.duration[uk]), model)
+                     .count();
   }
   for (int k = n - 1; k >= 0; --k) {  // users come later in a valid order
     double longest = 0;

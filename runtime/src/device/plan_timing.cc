@@ -58,6 +58,11 @@ SimDuration InstructionDuration(const proto::Instruction& i, const CostModel& mo
   return CostOf(i, model, fp32).time;
 }
 
+SimDuration EngineHeld(Engine engine, SimDuration duration, const CostModel& model) {
+  if (engine != Engine::kDma) return duration;
+  return std::max(duration - model.DmaLatency(), SimDuration(0));
+}
+
 PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
   for (const auto& b : e.buffers()) buffers[b.id()] = &b;
@@ -83,11 +88,7 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
       if (i.spill()) t.spill_bytes += i.bytes();
     }
     const SimDuration end = start + duration;
-    // A DMA holds the queues for its bytes only; its latency overlaps the
-    // next transfer's (CostModel::DmaLatency).
-    const SimDuration held = engine == Engine::kDma
-                                 ? std::max(duration - model.DmaLatency(), SimDuration(0))
-                                 : duration;
+    const SimDuration held = EngineHeld(engine, duration, model);
     engine_free[index] = start + held;
     end_of[i.id()] = end;
     t.busy[index] += held;

@@ -49,6 +49,11 @@ struct PlanTiming {
 
 PlanTiming TimePlan(const proto::Executable& executable, const CostModel& model);
 
+// How long an instruction lasting `duration` holds `engine`: a DMA for its
+// bytes only (its fixed latency overlaps the next transfer's,
+// CostModel::DmaLatency), any other for its whole duration.
+SimDuration EngineHeld(Engine engine, SimDuration duration, const CostModel& model);
+
 // One instruction's modelled cost on its engine (`fp32`: a matmul of
 // float32 inputs): its duration, and for the tensor engine its cycles and
 // flops.
