@@ -20,6 +20,7 @@ void BindClock(py::module_& m) {
         py::dict d;
         d["compute_us"] = clock->compute().count();
         d["collective_us"] = clock->collective().count();
+        d["charged_us"] = clock->charged().count();
         return d;
       },
       "This rank's simulated clocks (microseconds).");

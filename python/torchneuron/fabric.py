@@ -120,7 +120,10 @@ def clock():
     """This rank's simulated clocks in microseconds: ``compute_us`` (advanced
     by compiled graphs, and by waiting for collectives) and
     ``collective_us`` (advanced by the fabric model), shared by every neuron
-    process group of the process (docs/architecture.md, "Two clocks")."""
+    process group of the process (docs/architecture.md, "Two clocks"); and
+    ``charged_us``, what the device model charged the compute clock in all
+    (compiled graphs, eager "neuron" operations, advance_compute), without
+    the waits."""
     return _C._clock()
 
 

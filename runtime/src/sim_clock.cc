@@ -21,6 +21,10 @@ SimDuration SimClock::compute() const {
   return SimDuration(compute_.load(std::memory_order_acquire));
 }
 
+SimDuration SimClock::charged() const {
+  return SimDuration(charged_.load(std::memory_order_acquire));
+}
+
 SimDuration SimClock::collective() const {
   return SimDuration(collective_.load(std::memory_order_acquire));
 }
@@ -28,6 +32,10 @@ SimDuration SimClock::collective() const {
 void SimClock::AdvanceCompute(SimDuration d) {
   double seen = compute_.load(std::memory_order_relaxed);
   while (!compute_.compare_exchange_weak(seen, seen + d.count(), std::memory_order_acq_rel)) {
+  }
+  double total = charged_.load(std::memory_order_relaxed);
+  while (!charged_.compare_exchange_weak(total, total + d.count(),
+                                         std::memory_order_relaxed)) {
   }
   if (tracing()) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -47,6 +55,7 @@ std::shared_ptr<SimClock> ProcessClock() {
 void SimClock::Reset() {
   compute_.store(0);
   collective_.store(0);
+  charged_.store(0);
 }
 
 void SimClock::set_trace(std::shared_ptr<OpTrace> trace) {

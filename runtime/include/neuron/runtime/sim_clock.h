@@ -30,6 +30,9 @@ class SimClock {
  public:
   SimDuration compute() const;
   SimDuration collective() const;
+  // What AdvanceCompute charged in all (the device model's compute, not the
+  // waits that joined the compute stream to the collectives).
+  SimDuration charged() const;
 
   void AdvanceCompute(SimDuration d);
   // A collective of this rank ended at `end` (the latest is kept).
@@ -49,6 +52,7 @@ class SimClock {
   mutable std::mutex mutex_;       // trace_
   std::atomic<double> compute_{0};     // microseconds
   std::atomic<double> collective_{0};
+  std::atomic<double> charged_{0};
   std::shared_ptr<OpTrace> trace_;
   std::atomic<bool> tracing_{false};
 };
