@@ -1,15 +1,14 @@
 // neuronrun: the launcher. Parses the command line, resolves everything that
 // can be checked before a rank starts (exit status 2 on any problem), then
 // hands the job to the Agent.
-#include <sys/prctl.h>
+#include <google/protobuf/text_format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <filesystem>
 #include <iostream>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <google/protobuf/text_format.h>
 
 #include "agent.h"
 #include "child_process.h"
@@ -19,11 +18,12 @@
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
 #include "neuron/runtime/config.h"
-#include "neuron/runtime/error.h"
 #include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_calibration.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/fabric/trace_scaling.h"
 #include "secret.h"
 
 namespace neuron::launcher {
@@ -155,14 +155,22 @@ int MatrixMain(int argc, char** argv) {
 }
 
 constexpr const char* kReplayHelp =
-    "usage: neuronrun replay TRACE_DIR [--nodes N] [--ranks-per-node R] [--topology FILE]\n"
-    "                        [--tokens-per-rank-step T]\n"
+    "usage: neuronrun replay TRACE_DIR [--nodes N] [--ranks-per-node R] [--topology "
+    "FILE]\n"
+    "                        [--tokens-per-rank-step T] [--tp N --tp-from TRACE_DIR2]\n"
     "Replays a job's operation traces (TRACE_DIR/rank_N.pb, recorded with\n"
-    "torchneuron.fabric.start_trace/save_trace, e.g. examples/04_train_gpt.py --trace-out)\n"
+    "torchneuron.fabric.start_trace/save_trace, e.g. examples/04_train_gpt.py "
+    "--trace-out)\n"
     "through the device and fabric models on N nodes x R ranks (default: the recorded\n"
     "ranks on one node) of FILE (default: the embedded trn2 node). More ranks than were\n"
-    "recorded add data-parallel replicas (weak scaling). Prints the modelled figures as a\n"
-    "text proto (neuron.launcher.proto.RunFigures). Exit status: 0, or 2 when the traces\n"
+    "recorded add data-parallel replicas (weak scaling). With --tp and --tp-from, a "
+    "second\n"
+    "recording of the same job at another tensor-parallel size, the job is first scaled\n"
+    "to tp=N (each compute charge and size fitted through the two recordings on "
+    "Amdahl's\n"
+    "law, docs/scaling.md). Prints the modelled figures as a\n"
+    "text proto (neuron.launcher.proto.RunFigures). Exit status: 0, or 2 when the "
+    "traces\n"
     "cannot be replayed there.\n";
 
 // neuronrun replay TRACE_DIR [...]
@@ -171,6 +179,8 @@ int ReplayMain(int argc, char** argv) {
   ReplayLayout layout;
   layout.ranks_per_node = 0;
   double tokens = 0;
+  int tp = 0;
+  std::string tp_from;
   try {
     for (int i = 0; i < argc; ++i) {
       const std::string a = argv[i];
@@ -186,6 +196,10 @@ int ReplayMain(int argc, char** argv) {
         layout.topology = argv[++i];
       } else if (a == "--tokens-per-rank-step" && has_value) {
         tokens = ParseFinite(a, argv[++i], 0, 1e15);
+      } else if (a == "--tp" && has_value) {
+        tp = static_cast<int>(ParseUnsigned(a, argv[++i], 1, 65536));
+      } else if (a == "--tp-from" && has_value) {
+        tp_from = argv[++i];
       } else if (dir.empty() && a.rfind("-", 0) != 0) {
         dir = a;
       } else {
@@ -195,7 +209,10 @@ int ReplayMain(int argc, char** argv) {
     NEURON_CHECK(!dir.empty(), "no trace directory");
     NEURON_CHECK(layout.nodes >= 1 && layout.ranks_per_node >= 0,
                  "--nodes and --ranks-per-node must be positive");
-    const auto traces = runtime::LoadJobTraces(dir);
+    NEURON_CHECK((tp == 0) == tp_from.empty(), "--tp and --tp-from go together");
+    auto traces = runtime::LoadJobTraces(dir);
+    if (tp > 0)
+      traces = runtime::ScaleTensorParallel(traces, runtime::LoadJobTraces(tp_from), tp);
     if (layout.ranks_per_node == 0) {  // the recorded job, on one node
       layout.ranks_per_node = static_cast<int>(traces.size());
     }

@@ -12,17 +12,19 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
+#include "child_process.h"
+#include "matrix_replay.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/matrix_result.pb.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/fabric/trace_scaling.h"
 #include "neuron/runtime/files.h"
 #include "neuron/runtime/text_proto.h"
-#include "child_process.h"
-#include "matrix_replay.h"
 #include "ports.h"
 #include "rank_env.h"
 
@@ -126,9 +128,31 @@ class TraceCache {
   std::map<std::string, std::vector<runtime::proto::RankTrace>> loaded_;
 };
 
+// The figures of cell `c` replayed from real cell `source`'s trace, scaled
+// to c's tp with real cell `tp_source`'s when that is not -1.
+RunFigures ReplayAs(const MatrixSpec& spec, const MatrixCell& c, int source,
+                    int tp_source, const fs::path& cells, TraceCache& traces) {
+  auto trace_of = [&](int i) -> const std::vector<runtime::proto::RankTrace>& {
+    return traces.Of(cells / spec.cells[static_cast<std::size_t>(i)].id / "trace");
+  };
+  if (tp_source < 0)
+    return ReplayFigures(trace_of(source), LayoutOf(c), TokensPerRankStep(c));
+  return ReplayFigures(runtime::ScaleTensorParallel(trace_of(source), trace_of(tp_source),
+                                                    c.strategy.tp()),
+                       LayoutOf(c), TokensPerRankStep(c));
+}
+
+// What a cell replays from, as the report names it: "a" or "a+b".
+std::string SourceName(const MatrixSpec& spec, int source, int tp_source) {
+  std::string name = spec.cells[static_cast<std::size_t>(source)].id;
+  if (tp_source >= 0) name += "+" + spec.cells[static_cast<std::size_t>(tp_source)].id;
+  return name;
+}
+
 // A real cell's check of the replay (docs/scaling.md): its own trace
 // replayed on its own layout, and the trace of the largest smaller real
-// cell like it scaled up to it, against its real modelled step time.
+// cell like it scaled up to it (else two real cells at other tp sizes
+// scaled to its tp), against its real modelled step time.
 void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
                  TraceCache& traces, CellResult& result) {
   try {
@@ -137,14 +161,17 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
     const RunFigures own =
         ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
     result.set_replayed_step_us(own.modelled_step_us());
-    const int from = RecordingFor(spec, c, c.world());
+    int from = RecordingFor(spec, c, c.world()), tp_from = -1;
+    if (from < 0) std::tie(from, tp_from) = TpRecordingsFor(spec, c, c.world());
     if (from < 0) return;
-    const MatrixCell& source = spec.cells[static_cast<std::size_t>(from)];
-    const fs::path source_trace = dir.parent_path() / source.id / "trace";
-    if (!fs::exists(source_trace)) return;
-    const RunFigures scaled =
-        ReplayFigures(traces.Of(source_trace), LayoutOf(c), TokensPerRankStep(c));
-    result.set_scaled_from(source.id);
+    for (const int i : {from, tp_from}) {
+      if (i >= 0 && !fs::exists(dir.parent_path() /
+                                spec.cells[static_cast<std::size_t>(i)].id / "trace")) {
+        return;
+      }
+    }
+    const RunFigures scaled = ReplayAs(spec, c, from, tp_from, dir.parent_path(), traces);
+    result.set_scaled_from(SourceName(spec, from, tp_from));
     result.set_scaled_replay_step_us(scaled.modelled_step_us());
     result.set_scaled_replay_error_pct(100.0 * (scaled.modelled_step_us() - real) / real);
   } catch (const std::exception& e) {
@@ -152,21 +179,24 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
   }
 }
 
-// A modelled cell: its source cell's trace replayed on its layout.
+// A modelled cell: its source cell's trace (scaled to its tp with its
+// tp_source's) replayed on its layout.
 CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& cells,
-                     const CellResult& source_result, TraceCache& traces) {
-  const MatrixCell& source = spec.cells[static_cast<std::size_t>(c.source)];
+                     const std::vector<CellResult>& results, TraceCache& traces) {
   CellResult result;
-  result.set_modelled_from(source.id);
-  if (source_result.status() != CellResult::COMPLETED) {
+  result.set_modelled_from(SourceName(spec, c.source, c.tp_source));
+  for (const int i : {c.source, c.tp_source}) {
+    if (i < 0 || results[static_cast<std::size_t>(i)].status() == CellResult::COMPLETED) {
+      continue;
+    }
     result.set_status(CellResult::FAILED);
-    result.set_error("its recording cell " + source.id + " did not complete");
+    result.set_error("its recording cell " + spec.cells[static_cast<std::size_t>(i)].id +
+                     " did not complete");
     return result;
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    *result.mutable_figures() =
-        ReplayFigures(traces.Of(cells / source.id / "trace"), LayoutOf(c), TokensPerRankStep(c));
+    *result.mutable_figures() = ReplayAs(spec, c, c.source, c.tp_source, cells, traces);
     result.set_status(CellResult::MODELLED);
   } catch (const std::exception& e) {
     result.set_status(CellResult::FAILED);
@@ -354,9 +384,13 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
     const CellResult& r = results[i];
     if (r.scaled_from().empty()) continue;
     if (checked++ == 0) {
-      md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its own "
-            "trace replayed on its layout, and the trace of a smaller real cell scaled up to "
-            "it (what a modelled cell does); target: within 2%.\n\n| cell | real us | own "
+      md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its "
+            "own "
+            "trace replayed on its layout, and the trace of a smaller real cell scaled "
+            "up to "
+            "it, or the traces of two real cells at other tp sizes scaled to its tp "
+            "(what a "
+            "modelled cell does); target: within 2%.\n\n| cell | real us | own "
             "trace us | scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";
     }
     const double error = Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct());
@@ -534,7 +568,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
                  << c.id << " (" << (position + 1) << "/" << total << ": done " << done
                  << ", failed " << failed << ", left " << total - position << ")" << std::endl;
         fs::create_directories(dir);
-        result = modelled ? ModelCell(spec, c, out / "cells", results[c.source], traces)
+        result = modelled ? ModelCell(spec, c, out / "cells", results, traces)
                           : RunCell(spec, c, dir, neuronrun);
         WriteResult(result_file, result);
       }

@@ -2,7 +2,10 @@
 #include <google/protobuf/text_format.h>
 
 #include <filesystem>
+#include <iterator>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "neuron/launcher/matrix.h"
@@ -94,11 +97,16 @@ void ChooseSources(MatrixSpec& spec, const Locator& at) {
   for (MatrixCell& c : spec.cells) {
     if (!c.modelled) continue;
     c.source = RecordingFor(spec, c, c.world());
-    NEURON_CHECK(c.source >= 0, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
-                 " ranks) is modelled, but no real cell of strategy ", c.strategy.name(),
-                 ", model ", c.model.name(), " and ", c.batch_per_dp, " sequences per "
-                 "data-parallel rank has at least 2 data-parallel ranks to record (add such "
-                 "a ranks_per_node, or raise max_real_ranks)");
+    if (c.source < 0)
+      std::tie(c.source, c.tp_source) = TpRecordingsFor(spec, c, c.world() - 1);
+    NEURON_CHECK(
+        c.source >= 0, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
+        " ranks) is modelled, but no real cell of strategy ", c.strategy.name(),
+        ", model ", c.model.name(), " and ", c.batch_per_dp,
+        " sequences per "
+        "data-parallel rank has at least 2 data-parallel ranks to record, nor are "
+        "there real cells at two other tp sizes (>= 2) of a strategy that differs "
+        "only in tp (add such a ranks_per_node or strategy, or raise max_real_ranks)");
   }
 }
 
@@ -125,6 +133,44 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
     }
   }
   return best;
+}
+
+namespace {
+
+// Whether two strategies differ at most in name and tp.
+bool SameButTp(const proto::Strategy& a, const proto::Strategy& b) {
+  return a.pp() == b.pp() && a.zero() == b.zero() &&
+         a.microbatches() == b.microbatches() && a.sp() == b.sp();
+}
+
+}  // namespace
+
+std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
+                                    int up_to) {
+  std::map<int, int> best;  // tp -> cell
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    const MatrixCell& d = spec.cells[i];
+    if (d.modelled || &d == &cell || d.world() > up_to || d.strategy.tp() < 2 ||
+        !SameButTp(d.strategy, cell.strategy) || d.model.name() != cell.model.name() ||
+        d.compile != cell.compile || d.batch_per_dp != cell.batch_per_dp) {
+      continue;
+    }
+    auto rank = [&](const MatrixCell& x) {
+      return std::make_tuple(x.dp() >= 2, x.topology == cell.topology, x.world());
+    };
+    auto [it, fresh] = best.emplace(d.strategy.tp(), static_cast<int>(i));
+    if (!fresh && rank(d) > rank(spec.cells[static_cast<std::size_t>(it->second)])) {
+      it->second = static_cast<int>(i);
+    }
+  }
+  // The first: the cell's own tp, else the largest below it; the second:
+  // the largest other.
+  auto first = best.upper_bound(cell.strategy.tp());
+  if (first == best.begin() || best.size() < 2) return {-1, -1};
+  --first;
+  auto second = std::prev(best.end());
+  if (second == first) --second;
+  return {first->second, second->second};
 }
 
 namespace {

@@ -1,5 +1,5 @@
-"""neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), the
-upstream-API example's cells, and bad matrix files refused before any job
+"""neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), a tp
+scaled from two recordings, the upstream-API example's cells, and bad matrix files refused before any job
 starts, naming file, line and field."""
 import csv
 import os
@@ -75,6 +75,43 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "16 cells: 16 completed or modelled (12 from an earlier run), 0 failed" in again.stdout
     assert "running" not in again.stdout
+
+
+TP_MATRIX = """name: "tp"
+steps: 2
+batch: 4
+max_real_ranks: {max_real}
+ranks_per_node: [4, 8]
+strategies {{ name: "tp2" tp: 2 }}
+strategies {{ name: "tp4" tp: 4 }}
+models {{ name: "tiny" dim: 32 layers: 2 heads: 4 seq: 16 vocab: 64 }}
+"""
+
+
+def test_a_tp_no_cell_records_with_two_replicas_is_scaled_from_two_recordings(tmp_path):
+    # All real: tp 4 on 8 ranks checks the tp 4 trace of one replica scaled
+    # with the 8-rank tp 2 trace against its own run.
+    spec = tmp_path / "tp.textproto"
+    def run(max_real, out):
+        spec.write_text(TP_MATRIX.format(max_real=max_real))
+        proc = matrix(spec, out)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
+
+    real = run(8, tmp_path / "real")["n1x8-tp4-tiny-eager-default"]
+    assert real["scaled_from"] == "n1x4-tp4-tiny-eager-default+n1x8-tp2-tiny-eager-default", real
+    assert abs(float(real["scaled_replay_error_pct"])) <= 2.0, real
+    # Modelled: no tp 4 recording has 2 replicas, so tp 4 on 8 ranks is the
+    # 4-rank tp 4 and tp 2 traces scaled; it models what the real run did.
+    rows = run(4, tmp_path / "modelled")
+    modelled = rows["n1x8-tp4-tiny-eager-default"]
+    assert modelled["status"] == "modelled", modelled
+    assert (modelled["modelled_from"] ==
+            "n1x4-tp4-tiny-eager-default+n1x4-tp2-tiny-eager-default"), modelled
+    assert modelled["tp"] == "4" and modelled["dp"] == "2", modelled
+    step, want = float(modelled["modelled_step_us"]), float(real["modelled_step_us"])
+    assert abs(step - want) <= 0.02 * want, (step, want)
+    assert rows["n1x8-tp2-tiny-eager-default"]["modelled_from"] == "n1x4-tp2-tiny-eager-default"
 
 
 def test_the_upstream_example_runs_as_matrix_cells_eager_and_compiled(tmp_path):

@@ -15,19 +15,11 @@
 #include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/op_trace.h"
+#include "trace_job.h"
 
 namespace neuron::runtime {
 
 namespace {
-
-// parallel::MeshLayout's numbering (op_trace.proto, TraceLayout).
-struct Mesh {
-  int tp, pp, dp;
-  int Rank(int t, int p, int d) const { return p * (dp * tp) + d * tp + t; }
-  int Tensor(int rank) const { return rank % tp; }
-  int Data(int rank) const { return (rank / tp) % dp; }
-  int Pipeline(int rank) const { return rank / (tp * dp); }
-};
 
 // Maps the recorded job onto the replayed one (see the header).
 class RankMap {
@@ -422,76 +414,11 @@ class Replayer {
   std::map<std::tuple<int, int, double>, double> transfers_;
 };
 
-// Throws InvalidUsage naming the rank and op unless every figure and index
-// of trace `t` (of a job of `world` ranks) is one the replay can follow: a
-// trace is a file, and a file may have been damaged or made by hand.
-void CheckTraceContents(const proto::RankTrace& t, int world) {
-  constexpr double kMaxUs = 1e12, kMaxBytes = 1e18;
-  auto where = [&](int i) { return StrCat("trace of rank ", t.rank(), ": op ", i); };
-  for (int i = 0; i < t.ops_size(); ++i) {
-    const proto::TraceOp& op = t.ops(i);
-    if (op.has_compute()) {
-      NEURON_CHECK(std::isfinite(op.compute().us()) && op.compute().us() >= 0 &&
-                       op.compute().us() <= kMaxUs,
-                   where(i), ": compute of ", op.compute().us(), " us");
-    }
-    for (const auto& c : op.issue().collectives()) {
-      NEURON_CHECK(c.group_size() >= 1 && c.group_size() <= world, where(i), ": a group of ",
-                   c.group_size(), " ranks in a job of ", world);
-      std::vector<bool> seen(static_cast<std::size_t>(world), false);
-      bool self = false;
-      for (int g : c.group()) {
-        NEURON_CHECK(g >= 0 && g < world && !seen[static_cast<std::size_t>(g)], where(i),
-                     ": group member ", g, " is outside the job or listed twice");
-        seen[static_cast<std::size_t>(g)] = true;
-        self |= g == t.rank();
-      }
-      NEURON_CHECK(self, where(i), ": a collective whose group lacks the rank itself");
-      NEURON_CHECK(c.root() >= 0 && c.root() < c.group_size(), where(i), ": root ", c.root(),
-                   " outside its group of ", c.group_size());
-      NEURON_CHECK(std::isfinite(c.bytes()) && c.bytes() >= 0 && c.bytes() <= kMaxBytes,
-                   where(i), ": a collective of ", c.bytes(), " bytes");
-      NEURON_CHECK(ParseCollectiveKind(c.kind()).has_value() || c.kind() == "gather" ||
-                       c.kind() == "scatter",
-                   where(i), ": unknown collective '", c.kind(), "'");
-    }
-    for (const auto& m : op.issue().messages()) {
-      NEURON_CHECK(m.peer() >= 0 && m.peer() < world && m.peer() != t.rank(), where(i),
-                   ": a message with peer ", m.peer());
-      NEURON_CHECK(std::isfinite(m.bytes()) && m.bytes() >= 0 && m.bytes() <= kMaxBytes,
-                   where(i), ": a message of ", m.bytes(), " bytes");
-    }
-  }
-}
-
-Mesh RecordedMesh(const std::vector<proto::RankTrace>& traces) {
-  NEURON_CHECK(!traces.empty(), "no traces to replay");
-  const auto& l = traces[0].layout();
-  const Mesh mesh{std::max(l.tp(), 1), std::max(l.pp(), 1), std::max(l.dp(), 1)};
-  const int world = traces[0].world_size();
-  NEURON_CHECK(static_cast<int>(traces.size()) == world, "the traces are of ", traces.size(),
-               " ranks but rank ", traces[0].rank(), " recorded a job of ", world);
-  NEURON_CHECK(mesh.tp <= world && mesh.pp <= world && mesh.dp <= world &&
-                   std::int64_t{mesh.tp} * mesh.pp * mesh.dp == world,
-               "recorded layout tp=", mesh.tp,
-               " x pp=", mesh.pp, " x dp=", mesh.dp, " is not the job's ", world, " ranks");
-  for (int r = 0; r < world; ++r) {
-    const auto& t = traces[static_cast<std::size_t>(r)];
-    NEURON_CHECK(t.rank() == r, "trace ", r, " is of rank ", t.rank(),
-                 ": give one trace per rank, in rank order");
-    NEURON_CHECK(t.world_size() == world && t.layout().tp() == l.tp() &&
-                     t.layout().pp() == l.pp() && t.layout().dp() == l.dp(),
-                 "the trace of rank ", r, " is of another job (world or layout differs)");
-    CheckTraceContents(t, world);
-  }
-  return mesh;
-}
-
 }  // namespace
 
 ReplayResult ReplayTraces(const std::vector<proto::RankTrace>& traces,
                           const FabricModel& target) {
-  const Mesh from = RecordedMesh(traces);
+  const Mesh from = CheckJobTraces(traces);
   const int world = target.world_size();
   NEURON_CHECK(world % (from.tp * from.pp) == 0, "cannot replay tp=", from.tp, " x pp=",
                from.pp, " on ", world, " ranks: tp x pp must divide them");

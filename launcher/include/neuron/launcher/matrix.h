@@ -10,6 +10,7 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neuron/launcher/matrix.pb.h"
@@ -28,9 +29,12 @@ struct MatrixCell {
   int dp() const { return world() / (strategy.tp() * strategy.pp()); }
   int batch_per_dp = 8;  // sequences per data-parallel rank per step
   // Modelled (more ranks than max_real_ranks): replays the trace of the
-  // real cell `source` (an index into MatrixSpec::cells).
+  // real cell `source` (an index into MatrixSpec::cells), scaled to this
+  // cell's tp with the trace of the real cell `tp_source` when that is set
+  // (runtime/fabric/trace_scaling.h).
   bool modelled = false;
   int source = -1;
+  int tp_source = -1;
 };
 
 struct MatrixSpec {
@@ -51,6 +55,19 @@ MatrixSpec LoadMatrix(const std::string& path);
 // per-rank batch, and at least 2 data-parallel ranks, the one on the same
 // topology if any, then the largest. -1 when there is none.
 int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below);
+
+// Two real cells at two tp sizes whose traces scale to `cell`'s tp
+// (runtime::ScaleTensorParallel): among the real cells other than `cell` of
+// at most `up_to` ranks whose strategy differs from `cell`'s only in name
+// and tp (tp >= 2: the trainer's tp = 1 program has no tensor-parallel
+// collectives), with the same model, compile mode and per-rank batch, per
+// tp the one with at least 2 data-parallel ranks if any, then on the same
+// topology, then the largest; of those the one at `cell`'s own tp (a
+// recording of one replica) or else the largest tp below it, and the one
+// at the largest other tp. {-1, -1} when there is no such pair (no tp at or
+// below `cell`'s: scaling down is refused).
+std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
+                                    int up_to);
 
 // Runs every cell that has no result in `out_dir` yet (a rerun skips
 // finished cells), one at a time, printing a progress line per cell; a

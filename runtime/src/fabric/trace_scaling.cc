@@ -1,0 +1,240 @@
+#include "neuron/runtime/fabric/trace_scaling.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "neuron/runtime/error.h"
+#include "trace_job.h"
+
+namespace neuron::runtime {
+
+namespace {
+
+// A recording and its mesh; rank (t, d, p) of a job at another tp or dp
+// reads the recorded rank at (t mod tp, d mod dp, p).
+struct Recording {
+  const std::vector<proto::RankTrace>* traces = nullptr;
+  Mesh mesh{1, 1, 1};
+  const proto::RankTrace& At(int t, int d, int p) const {
+    return (*traces)[static_cast<std::size_t>(mesh.Rank(t % mesh.tp, p, d % mesh.dp))];
+  }
+};
+
+// The coordinates a recorded group holds on each axis; whether it spans
+// the tensor-parallel axis is unknown in a recording at tp = 1.
+struct GroupShape {
+  std::set<int> t, d, p;
+  std::optional<bool> spans_tp;
+};
+
+const char* OpName(const proto::TraceOp& op) {
+  switch (op.op_case()) {
+    case proto::TraceOp::kCompute:
+      return "compute";
+    case proto::TraceOp::kIssue:
+      return "issue";
+    case proto::TraceOp::kWait:
+      return "wait";
+    case proto::TraceOp::kMark:
+      return "mark";
+    default:
+      return "empty op";
+  }
+}
+
+class Scaler {
+ public:
+  Scaler(Recording s, Recording o, int tp)
+      : s_(s), o_(o), to_{tp, s.mesh.pp, s.mesh.dp} {}
+
+  const Mesh& target() const { return to_; }
+
+  // Target rank r's trace, op by op from the two recordings.
+  proto::RankTrace Rank(int r) const {
+    const int t = to_.Tensor(r), d = to_.Data(r), p = to_.Pipeline(r);
+    const proto::RankTrace& x = s_.At(t, d, p);
+    const proto::RankTrace& y = o_.At(t, d, p);
+    proto::RankTrace out;
+    out.set_rank(r);
+    out.set_world_size(to_.world());
+    out.mutable_layout()->set_tp(to_.tp);
+    out.mutable_layout()->set_pp(to_.pp);
+    out.mutable_layout()->set_dp(to_.dp);
+    out.mutable_ops()->Reserve(x.ops_size());
+    const int n = std::min(x.ops_size(), y.ops_size());
+    for (int i = 0; i < n; ++i) *out.add_ops() = Op(x, y, i, r);
+    NEURON_CHECK(x.ops_size() == y.ops_size(), Differ(x, y, n), ": one trace ends there");
+    return out;
+  }
+
+ private:
+  // Where the recordings part ways (op -1: the whole program).
+  std::string Differ(const proto::RankTrace& x, const proto::RankTrace& y, int i) const {
+    return StrCat("the recordings at tp=", s_.mesh.tp, " and tp=", o_.mesh.tp,
+                  " run different programs (",
+                  i < 0 ? std::string("the traces") : StrCat("op ", i), " of ranks ",
+                  x.rank(), " and ", y.rank(), ")");
+  }
+
+  // Amdahl's law through the two recordings, at the target tp.
+  double Fit(double sv, double ov) const {
+    const double parallel = (sv - ov) / (1.0 / s_.mesh.tp - 1.0 / o_.mesh.tp);
+    const double serial = sv - parallel / s_.mesh.tp;
+    return std::max(0.0, serial + parallel / to_.tp);
+  }
+
+  proto::TraceOp Op(const proto::RankTrace& x, const proto::RankTrace& y, int i,
+                    int r) const {
+    const proto::TraceOp& u = x.ops(i);
+    const proto::TraceOp& v = y.ops(i);
+    NEURON_CHECK(u.op_case() == v.op_case(), Differ(x, y, i), ": ", OpName(u),
+                 " against ", OpName(v));
+    proto::TraceOp out = u;
+    if (u.has_compute()) {
+      out.mutable_compute()->set_us(Fit(u.compute().us(), v.compute().us()));
+    } else if (u.has_mark()) {
+      NEURON_CHECK(u.mark().name() == v.mark().name(), Differ(x, y, i), ": mark '",
+                   u.mark().name(), "' against '", v.mark().name(), "'");
+    } else if (u.has_wait()) {
+      NEURON_CHECK(u.wait().issue() == v.wait().issue(), Differ(x, y, i),
+                   ": a wait for op ", u.wait().issue(), " against op ",
+                   v.wait().issue());
+    } else if (u.has_issue()) {
+      const std::string where = Differ(x, y, i);
+      const proto::TraceIssue& a = u.issue();
+      const proto::TraceIssue& b = v.issue();
+      NEURON_CHECK(a.messages_lane() == b.messages_lane() &&
+                       a.waited_at_issue() == b.waited_at_issue() &&
+                       a.collectives_size() == b.collectives_size() &&
+                       a.messages_size() == b.messages_size(),
+                   where, ": issues of different lanes or parts");
+      for (int k = 0; k < a.collectives_size(); ++k) {
+        *out.mutable_issue()->mutable_collectives(k) =
+            Collective(a.collectives(k), b.collectives(k), r, where);
+      }
+      for (int k = 0; k < a.messages_size(); ++k) {
+        *out.mutable_issue()->mutable_messages(k) =
+            Message(a.messages(k), b.messages(k), x.rank(), r, where);
+      }
+    }
+    return out;
+  }
+
+  static GroupShape Shape(const proto::TraceCollective& c, const Mesh& m,
+                          const std::string& where) {
+    GroupShape g;
+    for (int member : c.group()) {
+      g.t.insert(m.Tensor(member));
+      g.d.insert(m.Data(member));
+      g.p.insert(m.Pipeline(member));
+    }
+    NEURON_CHECK(
+        g.t.size() * g.d.size() * g.p.size() == static_cast<std::size_t>(c.group_size()),
+        where, ": the ", c.kind(), " on communicator ", c.communicator(),
+        " has a group that is not a block of the mesh");
+    NEURON_CHECK(g.t.size() == 1 || static_cast<int>(g.t.size()) == m.tp, where, ": the ",
+                 c.kind(), " on communicator ", c.communicator(),
+                 " spans part of the "
+                 "tensor-parallel axis (",
+                 g.t.size(), " of ", m.tp, " positions)");
+    if (m.tp > 1) g.spans_tp = static_cast<int>(g.t.size()) == m.tp;
+    return g;
+  }
+
+  // Whether the groups hold the same place on the data-parallel and
+  // pipeline axes (a recording of one replica cannot tell).
+  bool SamePlace(const GroupShape& a, const GroupShape& b) const {
+    auto kind = [](const std::set<int>& d, int dp) {
+      return d.size() == 1 ? 0 : d.size() == static_cast<std::size_t>(dp) ? 1 : 2;
+    };
+    const bool data = o_.mesh.dp == 1 || s_.mesh.dp == 1 ||
+                      (kind(a.d, s_.mesh.dp) == kind(b.d, o_.mesh.dp) &&
+                       (kind(a.d, s_.mesh.dp) < 2 || a.d == b.d));
+    return data && a.p == b.p;
+  }
+
+  proto::TraceCollective Collective(const proto::TraceCollective& a,
+                                    const proto::TraceCollective& b, int r,
+                                    const std::string& where) const {
+    const GroupShape sa = Shape(a, s_.mesh, where), sb = Shape(b, o_.mesh, where);
+    NEURON_CHECK(a.kind() == b.kind() && SamePlace(sa, sb) &&
+                     (!sa.spans_tp || !sb.spans_tp || *sa.spans_tp == *sb.spans_tp),
+                 where, ": ", a.kind(), " on communicator ", a.communicator(),
+                 " against ", b.kind(), " on communicator ", b.communicator());
+    const bool spans = sa.spans_tp.value_or(sb.spans_tp.value_or(false));
+    std::vector<int> group;
+    for (int p : sa.p) {
+      for (int d : sa.d) {
+        for (int t = 0; t < to_.tp; ++t) {
+          if (spans || t == to_.Tensor(r)) group.push_back(to_.Rank(t, p, d));
+        }
+      }
+    }
+    std::sort(group.begin(), group.end());
+    const int g = a.group(a.root());
+    const int root = to_.Rank(spans ? s_.mesh.Tensor(g) % to_.tp : to_.Tensor(r),
+                              s_.mesh.Pipeline(g), s_.mesh.Data(g));
+    proto::TraceCollective out = a;
+    out.clear_group();
+    for (int member : group) out.add_group(member);
+    out.set_root(
+        static_cast<int>(std::find(group.begin(), group.end(), root) - group.begin()));
+    out.set_communicator(StrCat(a.communicator(), "@", group.front()));
+    out.set_bytes(Fit(a.bytes(), b.bytes()));
+    return out;
+  }
+
+  proto::TraceMessage Message(const proto::TraceMessage& a, const proto::TraceMessage& b,
+                              int recorded_rank, int r, const std::string& where) const {
+    NEURON_CHECK(a.send() == b.send() && a.tag() == b.tag(), where,
+                 ": a message with tag ", a.tag(), " against tag ", b.tag());
+    const Mesh& m = s_.mesh;
+    NEURON_CHECK(m.Tensor(a.peer()) == m.Tensor(recorded_rank), where,
+                 ": a message between "
+                 "tensor positions (recorded ranks ",
+                 recorded_rank, " and ", a.peer(), ")");
+    proto::TraceMessage out = a;
+    out.set_peer(to_.Rank(to_.Tensor(r), m.Pipeline(a.peer()), m.Data(a.peer())));
+    out.set_bytes(Fit(a.bytes(), b.bytes()));
+    return out;
+  }
+
+  Recording s_, o_;  // s_: the recording whose data-parallel layout is kept
+  Mesh to_;
+};
+
+}  // namespace
+
+std::vector<proto::RankTrace> ScaleTensorParallel(const std::vector<proto::RankTrace>& a,
+                                                  const std::vector<proto::RankTrace>& b,
+                                                  int tp) {
+  Recording s{&a, CheckJobTraces(a)}, o{&b, CheckJobTraces(b)};
+  NEURON_CHECK(tp >= 1 && tp <= (1 << 16), "cannot scale to tp=", tp);
+  NEURON_CHECK(s.mesh.tp != o.mesh.tp,
+               "scaling tensor parallelism needs recordings at two "
+               "different tp sizes (both are tp=",
+               s.mesh.tp, ")");
+  NEURON_CHECK(s.mesh.pp == o.mesh.pp, "the recordings differ in pp (", s.mesh.pp,
+               " and ", o.mesh.pp, "): only tp may differ");
+  NEURON_CHECK(
+      tp >= std::min(s.mesh.tp, o.mesh.tp), "cannot scale to tp=", tp,
+      ", below "
+      "both recordings (tp=",
+      s.mesh.tp, " and tp=", o.mesh.tp,
+      "): a smaller tp "
+      "holds more gradient bytes per rank, which a byte-capped bucketing may split "
+      "into more collectives than either recording issued");
+  if (o.mesh.dp > s.mesh.dp) std::swap(s, o);
+  NEURON_CHECK(std::int64_t{tp} * s.mesh.pp * s.mesh.dp <= (1 << 20),
+               "cannot scale to tp=", tp, ": the job would have more than 2^20 ranks");
+  const Scaler scaler(s, o, tp);
+  std::vector<proto::RankTrace> out;
+  out.reserve(static_cast<std::size_t>(scaler.target().world()));
+  for (int r = 0; r < scaler.target().world(); ++r) out.push_back(scaler.Rank(r));
+  return out;
+}
+
+}  // namespace neuron::runtime
