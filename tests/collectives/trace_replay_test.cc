@@ -2,6 +2,8 @@
 // model (runtime/fabric/trace_replay.h): the replay of a real run gives the
 // real run's modelled step times, and the replay of a smaller run on more
 // data-parallel replicas gives what the larger run really models.
+#include "neuron/runtime/fabric/trace_replay.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,18 +14,16 @@
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
-#include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 #include "rank_threads.h"
+#include "traced_rank.h"
 
 namespace neuron::collectives {
 namespace {
 
 using runtime::SimDuration;
 using testing::RunRanks;
-
-std::shared_ptr<Store> Borrow(Store& store) { return {&store, [](Store*) {}}; }
 
 constexpr int kSteps = 3;
 
@@ -43,12 +43,10 @@ Job RunJob(int world, int tp, const std::string& save_dir = "") {
   job.traces.resize(world);
   job.step_us.assign(world, std::vector<double>(kSteps));
   RunRanks(world, [&](int rank, Store& store) {
-    auto clock = std::make_shared<runtime::SimClock>();
-    auto trace = std::make_shared<runtime::OpTrace>();
-    clock->set_trace(trace);
-    CommunicatorOptions options;
-    options.clock = clock;
-    auto world_comm = std::make_unique<Communicator>(Borrow(store), rank, world, options);
+    testing::TracedRank traced(store, rank, world);
+    const auto& clock = traced.clock;
+    const auto& trace = traced.trace;
+    auto& world_comm = traced.world;
     const int t = rank % tp, d = rank / tp;
     AsyncCommunicator tp_comm(world_comm->Split(d, rank));
     AsyncCommunicator dp_comm(world_comm->Split(t, rank));

@@ -18,6 +18,7 @@
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 #include "rank_threads.h"
+#include "traced_rank.h"
 
 namespace neuron::collectives {
 namespace {
@@ -25,10 +26,6 @@ namespace {
 using runtime::SimDuration;
 using runtime::testing::ErrorOf;
 using testing::RunRanks;
-
-std::shared_ptr<Store> Borrow(Store& store) {
-  return {&store, [](Store*) {}};
-}
 
 constexpr int kSteps = 2, kDp = 2, kPp = 2;
 
@@ -48,12 +45,10 @@ Job RunJob(int tp) {
   job.traces.resize(world);
   std::vector<double> step_us(world);
   RunRanks(world, [&](int rank, Store& store) {
-    auto clock = std::make_shared<runtime::SimClock>();
-    auto trace = std::make_shared<runtime::OpTrace>();
-    clock->set_trace(trace);
-    CommunicatorOptions options;
-    options.clock = clock;
-    auto world_comm = std::make_unique<Communicator>(Borrow(store), rank, world, options);
+    testing::TracedRank traced(store, rank, world);
+    const auto& clock = traced.clock;
+    const auto& trace = traced.trace;
+    auto& world_comm = traced.world;
     const int t = rank % tp, d = (rank / tp) % kDp, p = rank / (tp * kDp);
     AsyncCommunicator tp_comm(world_comm->Split(p * kDp + d, rank));
     AsyncCommunicator dp_comm(world_comm->Split(p * tp + t, rank));
