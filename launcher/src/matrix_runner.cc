@@ -316,10 +316,12 @@ std::string ModelledNote(const MatrixSpec& spec) {
   int modelled = 0;
   for (const auto& c : spec.cells) modelled += c.modelled ? 1 : 0;
   if (modelled == 0) return "Every cell ran as a real job (none modelled).";
-  return StrCat(modelled, " cells of more than ", spec.matrix.max_real_ranks(),
-                " ranks are modelled, not run: status \"modelled\", the trace of the real "
-                "cell named in results.csv's modelled_from replayed on their layout (no loss, "
-                "wall time or memory).");
+  return StrCat(
+      modelled, " cells of more than ", spec.matrix.max_real_ranks(),
+      " ranks are modelled, not run: status \"modelled\", the trace of the real "
+      "cell named in results.csv's modelled_from replayed on their layout (\"a+b\": "
+      "the traces of two real cells at other tp sizes scaled to its tp first; no "
+      "loss, wall time or memory).");
 }
 
 const char* StatusName(CellResult::Status status) {

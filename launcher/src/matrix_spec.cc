@@ -1,6 +1,7 @@
 // LoadMatrix: parsing, defaults, validation with locations, expansion.
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -147,7 +148,7 @@ bool SameButTp(const proto::Strategy& a, const proto::Strategy& b) {
 
 std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
                                     int up_to) {
-  std::map<int, int> best;  // tp -> cell
+  std::map<int, std::vector<int>> by_tp;  // candidates per tp
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
     if (d.modelled || &d == &cell || d.world() > up_to || d.strategy.tp() < 2 ||
@@ -155,22 +156,27 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
         d.compile != cell.compile || d.batch_per_dp != cell.batch_per_dp) {
       continue;
     }
-    auto rank = [&](const MatrixCell& x) {
-      return std::make_tuple(x.dp() >= 2, x.topology == cell.topology, x.world());
-    };
-    auto [it, fresh] = best.emplace(d.strategy.tp(), static_cast<int>(i));
-    if (!fresh && rank(d) > rank(spec.cells[static_cast<std::size_t>(it->second)])) {
-      it->second = static_cast<int>(i);
-    }
+    by_tp[d.strategy.tp()].push_back(static_cast<int>(i));
   }
-  // The first: the cell's own tp, else the largest below it; the second:
-  // the largest other.
-  auto first = best.upper_bound(cell.strategy.tp());
-  if (first == best.begin() || best.size() < 2) return {-1, -1};
-  --first;
-  auto second = std::prev(best.end());
-  if (second == first) --second;
-  return {first->second, second->second};
+  // The first: at the cell's own tp, else the largest below it; the second:
+  // at the largest other tp, the same dp as the first's preferred.
+  auto first_tp = by_tp.upper_bound(cell.strategy.tp());
+  if (first_tp == by_tp.begin() || by_tp.size() < 2) return {-1, -1};
+  --first_tp;
+  auto second_tp = std::prev(by_tp.end());
+  if (second_tp == first_tp) --second_tp;
+  auto best = [&](const std::vector<int>& cells, int same_dp) {
+    auto key = [&](int i) {
+      const MatrixCell& x = spec.cells[static_cast<std::size_t>(i)];
+      return std::make_tuple(x.dp() == same_dp, x.dp() >= 2, x.topology == cell.topology,
+                             x.world());
+    };
+    return *std::max_element(cells.begin(), cells.end(),
+                             [&](int a, int b) { return key(a) < key(b); });
+  };
+  const int first = best(first_tp->second, -1);
+  return {first,
+          best(second_tp->second, spec.cells[static_cast<std::size_t>(first)].dp())};
 }
 
 namespace {

@@ -45,6 +45,13 @@ const char* OpName(const proto::TraceOp& op) {
   }
 }
 
+// One op of a target rank's two sources (for messages, built on failure).
+struct Site {
+  const proto::RankTrace& x;  // in the recording whose layout is kept
+  const proto::RankTrace& y;  // in the other
+  int op;
+};
+
 class Scaler {
  public:
   Scaler(Recording s, Recording o, int tp)
@@ -65,18 +72,24 @@ class Scaler {
     out.mutable_layout()->set_dp(to_.dp);
     out.mutable_ops()->Reserve(x.ops_size());
     const int n = std::min(x.ops_size(), y.ops_size());
-    for (int i = 0; i < n; ++i) *out.add_ops() = Op(x, y, i, r);
-    NEURON_CHECK(x.ops_size() == y.ops_size(), Differ(x, y, n), ": one trace ends there");
+    for (int i = 0; i < n; ++i) *out.add_ops() = Op({x, y, i}, r);
+    NEURON_CHECK(x.ops_size() == y.ops_size(), Differ({x, y, n}),
+                 ": one trace ends there");
     return out;
   }
 
  private:
-  // Where the recordings part ways (op -1: the whole program).
-  std::string Differ(const proto::RankTrace& x, const proto::RankTrace& y, int i) const {
+  // Where the recordings part ways.
+  std::string Differ(const Site& at) const {
     return StrCat("the recordings at tp=", s_.mesh.tp, " and tp=", o_.mesh.tp,
-                  " run different programs (",
-                  i < 0 ? std::string("the traces") : StrCat("op ", i), " of ranks ",
-                  x.rank(), " and ", y.rank(), ")");
+                  " run different programs (op ", at.op, " of their ranks ", at.x.rank(),
+                  " and ", at.y.rank(), ")");
+  }
+
+  // An op of one recording (`kept`: the one whose layout is kept).
+  std::string In(bool kept, const Site& at) const {
+    return StrCat("the recording at tp=", (kept ? s_ : o_).mesh.tp, ": op ", at.op,
+                  " of rank ", (kept ? at.x : at.y).rank());
   }
 
   // Amdahl's law through the two recordings, at the target tp.
@@ -86,45 +99,42 @@ class Scaler {
     return std::max(0.0, serial + parallel / to_.tp);
   }
 
-  proto::TraceOp Op(const proto::RankTrace& x, const proto::RankTrace& y, int i,
-                    int r) const {
-    const proto::TraceOp& u = x.ops(i);
-    const proto::TraceOp& v = y.ops(i);
-    NEURON_CHECK(u.op_case() == v.op_case(), Differ(x, y, i), ": ", OpName(u),
-                 " against ", OpName(v));
+  proto::TraceOp Op(const Site& at, int r) const {
+    const proto::TraceOp& u = at.x.ops(at.op);
+    const proto::TraceOp& v = at.y.ops(at.op);
+    NEURON_CHECK(u.op_case() == v.op_case(), Differ(at), ": ", OpName(u), " against ",
+                 OpName(v));
     proto::TraceOp out = u;
     if (u.has_compute()) {
       out.mutable_compute()->set_us(Fit(u.compute().us(), v.compute().us()));
     } else if (u.has_mark()) {
-      NEURON_CHECK(u.mark().name() == v.mark().name(), Differ(x, y, i), ": mark '",
+      NEURON_CHECK(u.mark().name() == v.mark().name(), Differ(at), ": mark '",
                    u.mark().name(), "' against '", v.mark().name(), "'");
     } else if (u.has_wait()) {
-      NEURON_CHECK(u.wait().issue() == v.wait().issue(), Differ(x, y, i),
-                   ": a wait for op ", u.wait().issue(), " against op ",
-                   v.wait().issue());
+      NEURON_CHECK(u.wait().issue() == v.wait().issue(), Differ(at), ": a wait for op ",
+                   u.wait().issue(), " against op ", v.wait().issue());
     } else if (u.has_issue()) {
-      const std::string where = Differ(x, y, i);
       const proto::TraceIssue& a = u.issue();
       const proto::TraceIssue& b = v.issue();
       NEURON_CHECK(a.messages_lane() == b.messages_lane() &&
                        a.waited_at_issue() == b.waited_at_issue() &&
                        a.collectives_size() == b.collectives_size() &&
                        a.messages_size() == b.messages_size(),
-                   where, ": issues of different lanes or parts");
+                   Differ(at), ": issues of different lanes or parts");
       for (int k = 0; k < a.collectives_size(); ++k) {
         *out.mutable_issue()->mutable_collectives(k) =
-            Collective(a.collectives(k), b.collectives(k), r, where);
+            Collective(a.collectives(k), b.collectives(k), r, at);
       }
       for (int k = 0; k < a.messages_size(); ++k) {
         *out.mutable_issue()->mutable_messages(k) =
-            Message(a.messages(k), b.messages(k), x.rank(), r, where);
+            Message(a.messages(k), b.messages(k), r, at);
       }
     }
     return out;
   }
 
-  static GroupShape Shape(const proto::TraceCollective& c, const Mesh& m,
-                          const std::string& where) {
+  GroupShape Shape(const proto::TraceCollective& c, bool kept, const Site& at) const {
+    const Mesh& m = (kept ? s_ : o_).mesh;
     GroupShape g;
     for (int member : c.group()) {
       g.t.insert(m.Tensor(member));
@@ -133,36 +143,36 @@ class Scaler {
     }
     NEURON_CHECK(
         g.t.size() * g.d.size() * g.p.size() == static_cast<std::size_t>(c.group_size()),
-        where, ": the ", c.kind(), " on communicator ", c.communicator(),
+        In(kept, at), ": the ", c.kind(), " on communicator ", c.communicator(),
         " has a group that is not a block of the mesh");
-    NEURON_CHECK(g.t.size() == 1 || static_cast<int>(g.t.size()) == m.tp, where, ": the ",
-                 c.kind(), " on communicator ", c.communicator(),
-                 " spans part of the "
-                 "tensor-parallel axis (",
-                 g.t.size(), " of ", m.tp, " positions)");
+    NEURON_CHECK(g.t.size() == 1 || static_cast<int>(g.t.size()) == m.tp, In(kept, at),
+                 ": the ", c.kind(), " on communicator ", c.communicator(),
+                 " spans part of the tensor-parallel axis (", g.t.size(), " of ", m.tp,
+                 " positions)");
     if (m.tp > 1) g.spans_tp = static_cast<int>(g.t.size()) == m.tp;
     return g;
   }
 
   // Whether the groups hold the same place on the data-parallel and
-  // pipeline axes (a recording of one replica cannot tell).
+  // pipeline axes (the other recording's replica d is the kept one's
+  // d mod its dp; a recording of one replica cannot tell).
   bool SamePlace(const GroupShape& a, const GroupShape& b) const {
-    auto kind = [](const std::set<int>& d, int dp) {
-      return d.size() == 1 ? 0 : d.size() == static_cast<std::size_t>(dp) ? 1 : 2;
-    };
-    const bool data = o_.mesh.dp == 1 || s_.mesh.dp == 1 ||
-                      (kind(a.d, s_.mesh.dp) == kind(b.d, o_.mesh.dp) &&
-                       (kind(a.d, s_.mesh.dp) < 2 || a.d == b.d));
+    std::set<int> folded;
+    for (int d : a.d) folded.insert(d % o_.mesh.dp);
+    const bool whole_a = a.d.size() == static_cast<std::size_t>(s_.mesh.dp);
+    const bool whole_b = b.d.size() == static_cast<std::size_t>(o_.mesh.dp);
+    const bool data = o_.mesh.dp == 1 || s_.mesh.dp == 1 || (whole_a && whole_b) ||
+                      (!whole_a && !whole_b && folded == b.d);
     return data && a.p == b.p;
   }
 
   proto::TraceCollective Collective(const proto::TraceCollective& a,
                                     const proto::TraceCollective& b, int r,
-                                    const std::string& where) const {
-    const GroupShape sa = Shape(a, s_.mesh, where), sb = Shape(b, o_.mesh, where);
+                                    const Site& at) const {
+    const GroupShape sa = Shape(a, true, at), sb = Shape(b, false, at);
     NEURON_CHECK(a.kind() == b.kind() && SamePlace(sa, sb) &&
                      (!sa.spans_tp || !sb.spans_tp || *sa.spans_tp == *sb.spans_tp),
-                 where, ": ", a.kind(), " on communicator ", a.communicator(),
+                 Differ(at), ": ", a.kind(), " on communicator ", a.communicator(),
                  " against ", b.kind(), " on communicator ", b.communicator());
     const bool spans = sa.spans_tp.value_or(sb.spans_tp.value_or(false));
     std::vector<int> group;
@@ -174,9 +184,14 @@ class Scaler {
       }
     }
     std::sort(group.begin(), group.end());
+    // The root's tensor position: the rank's own in a group at one position,
+    // else the recorded one (from the other recording when the kept one,
+    // at tp = 1, has a single position).
     const int g = a.group(a.root());
-    const int root = to_.Rank(spans ? s_.mesh.Tensor(g) % to_.tp : to_.Tensor(r),
-                              s_.mesh.Pipeline(g), s_.mesh.Data(g));
+    int root_t = to_.Tensor(r);
+    if (spans && s_.mesh.tp > 1) root_t = s_.mesh.Tensor(g) % to_.tp;
+    if (spans && s_.mesh.tp == 1) root_t = o_.mesh.Tensor(b.group(b.root())) % to_.tp;
+    const int root = to_.Rank(root_t, s_.mesh.Pipeline(g), s_.mesh.Data(g));
     proto::TraceCollective out = a;
     out.clear_group();
     for (int member : group) out.add_group(member);
@@ -188,14 +203,19 @@ class Scaler {
   }
 
   proto::TraceMessage Message(const proto::TraceMessage& a, const proto::TraceMessage& b,
-                              int recorded_rank, int r, const std::string& where) const {
-    NEURON_CHECK(a.send() == b.send() && a.tag() == b.tag(), where,
-                 ": a message with tag ", a.tag(), " against tag ", b.tag());
-    const Mesh& m = s_.mesh;
-    NEURON_CHECK(m.Tensor(a.peer()) == m.Tensor(recorded_rank), where,
-                 ": a message between "
-                 "tensor positions (recorded ranks ",
-                 recorded_rank, " and ", a.peer(), ")");
+                              int r, const Site& at) const {
+    const Mesh &m = s_.mesh, &n = o_.mesh;
+    NEURON_CHECK(m.Tensor(a.peer()) == m.Tensor(at.x.rank()), In(true, at),
+                 ": a message between tensor positions (ranks ", at.x.rank(), " and ",
+                 a.peer(), ")");
+    NEURON_CHECK(n.Tensor(b.peer()) == n.Tensor(at.y.rank()), In(false, at),
+                 ": a message between tensor positions (ranks ", at.y.rank(), " and ",
+                 b.peer(), ")");
+    NEURON_CHECK(a.send() == b.send() && a.tag() == b.tag() &&
+                     m.Pipeline(a.peer()) == n.Pipeline(b.peer()) &&
+                     m.Data(a.peer()) % n.dp == n.Data(b.peer()),
+                 Differ(at), ": a message to or from rank ", a.peer(), " with tag ",
+                 a.tag(), " against rank ", b.peer(), " with tag ", b.tag());
     proto::TraceMessage out = a;
     out.set_peer(to_.Rank(to_.Tensor(r), m.Pipeline(a.peer()), m.Data(a.peer())));
     out.set_bytes(Fit(a.bytes(), b.bytes()));
@@ -205,6 +225,20 @@ class Scaler {
   Recording s_, o_;  // s_: the recording whose data-parallel layout is kept
   Mesh to_;
 };
+
+// An upper bound of the group members the scaled traces hold: the kept
+// recording's, times the target ranks that read each of its traces, times
+// how much a tensor-parallel group grows (both tp / its tp).
+double MembersBound(const Recording& s, int tp) {
+  double members = 0;
+  for (const auto& t : *s.traces) {
+    for (const auto& op : t.ops()) {
+      for (const auto& c : op.issue().collectives()) members += c.group_size();
+    }
+  }
+  const double growth = std::max(1.0, static_cast<double>(tp) / s.mesh.tp);
+  return members * growth * growth;
+}
 
 }  // namespace
 
@@ -230,6 +264,11 @@ std::vector<proto::RankTrace> ScaleTensorParallel(const std::vector<proto::RankT
   if (o.mesh.dp > s.mesh.dp) std::swap(s, o);
   NEURON_CHECK(std::int64_t{tp} * s.mesh.pp * s.mesh.dp <= (1 << 20),
                "cannot scale to tp=", tp, ": the job would have more than 2^20 ranks");
+  constexpr double kMaxMembers = 1 << 26;  // group members, 4 bytes each and more
+  const double members = MembersBound(s, tp);
+  NEURON_CHECK(members <= kMaxMembers, "cannot scale to tp=", tp,
+               ": the traces would hold ", "up to ", members,
+               " group members (more than 2^26)");
   const Scaler scaler(s, o, tp);
   std::vector<proto::RankTrace> out;
   out.reserve(static_cast<std::size_t>(scaler.target().world()));

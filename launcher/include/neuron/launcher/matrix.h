@@ -64,8 +64,8 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below);
 // tp the one with at least 2 data-parallel ranks if any, then on the same
 // topology, then the largest; of those the one at `cell`'s own tp (a
 // recording of one replica) or else the largest tp below it, and the one
-// at the largest other tp. {-1, -1} when there is no such pair (no tp at or
-// below `cell`'s: scaling down is refused).
+// at the largest other tp (preferring the first's dp). {-1, -1} when there is no such
+// pair (no tp at or below `cell`'s: scaling down is refused).
 std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
                                     int up_to);
 
