@@ -170,8 +170,8 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
         return;
       }
     }
+    result.set_scaled_from(SourceName(spec, from, tp_from));  // named if it fails too
     const RunFigures scaled = ReplayAs(spec, c, from, tp_from, dir.parent_path(), traces);
-    result.set_scaled_from(SourceName(spec, from, tp_from));
     result.set_scaled_replay_step_us(scaled.modelled_step_us());
     result.set_scaled_replay_error_pct(100.0 * (scaled.modelled_step_us() - real) / real);
   } catch (const std::exception& e) {
@@ -381,10 +381,10 @@ Row RowOf(const CellResult& r, const CellResult& b) {
 std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& results) {
   std::ostringstream md;
   double worst = 0;
-  int checked = 0;
+  int checked = 0, refused = 0;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const CellResult& r = results[i];
-    if (r.scaled_from().empty()) continue;
+    if (r.scaled_from().empty() && r.replay_error().empty()) continue;
     if (checked++ == 0) {
       md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its "
             "own "
@@ -392,20 +392,31 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
             "up to "
             "it, or the traces of two real cells at other tp sizes scaled to its tp "
             "(what a "
-            "modelled cell does); target: within 2%.\n\n| cell | real us | own "
-            "trace us | scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";
+            "modelled cell does); target: within 2%.\n\n| cell | real us | own trace us "
+            "| "
+            "scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";
     }
     const double error = Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct());
     worst = std::max(worst, std::fabs(error));
+    std::string shown = Fixed(error, 2) + "%";
+    if (!r.replay_error().empty()) {  // the replay refused: say why
+      ++refused;
+      shown = "refused: " + r.replay_error();
+      std::replace(shown.begin(), shown.end(), '|', '/');
+      std::replace(shown.begin(), shown.end(), '\n', ' ');
+    }
     const RunFigures& f = r.figures();
     md << "| " << spec.cells[i].id << " | "
        << Fixed(Maybe(f.has_modelled_step_us(), f.modelled_step_us()), 2) << " | "
        << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << " | "
        << r.scaled_from() << " | "
        << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2)
-       << " | " << Fixed(error, 2) << "% |\n";
+       << " | " << shown << " |\n";
   }
-  if (checked > 0) md << "\nLargest error: " << Fixed(worst, 2) << "% over " << checked << " cells.\n";
+  if (checked > 0) {
+    md << "\nLargest error: " << Fixed(worst, 2) << "% over " << checked - refused
+       << " cells" << (refused > 0 ? StrCat("; ", refused, " refused") : "") << ".\n";
+  }
   return md.str();
 }
 
@@ -436,12 +447,13 @@ std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& 
 // collective kind in `ops`.
 std::string CsvHeader(const std::set<std::string>& ops) {
   std::string header =
-      "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,compile,"
+      "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,"
+      "compile,"
       "topology,status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,"
       "compute_us,exposed_comm_us,bubble_us,wall_tokens_per_s,"
       "modelled_tokens_per_s_per_device,scaling_efficiency,max_rss_mib,model_state_mib,"
       "cold_compile_ms,warm_compile_ms,modelled_from,replayed_step_us,scaled_from,"
-      "scaled_replay_step_us,scaled_replay_error_pct";
+      "scaled_replay_step_us,scaled_replay_error_pct,replay_error";
   for (const auto& op : ops) header += ",bytes_per_step_" + op;
   return header + "\n";
 }
@@ -467,7 +479,8 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const Row& w,
       << Fixed(Maybe(r.has_replayed_step_us(), r.replayed_step_us()), 2) << ","
       << Csv(r.scaled_from()) << ","
       << Fixed(Maybe(r.has_scaled_replay_step_us(), r.scaled_replay_step_us()), 2) << ","
-      << Fixed(Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct()), 3);
+      << Fixed(Maybe(r.has_scaled_replay_error_pct(), r.scaled_replay_error_pct()), 3)
+      << "," << Csv(r.replay_error());
   const RunFigures& f = r.figures();
   for (const auto& op : ops) {
     const auto it = f.bytes_per_step().find(op);
