@@ -1,6 +1,7 @@
 #include "neuron/runtime/fabric/trace_scaling.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -253,21 +254,17 @@ std::vector<proto::RankTrace> ScaleTensorParallel(const std::vector<proto::RankT
                s.mesh.tp, ")");
   NEURON_CHECK(s.mesh.pp == o.mesh.pp, "the recordings differ in pp (", s.mesh.pp,
                " and ", o.mesh.pp, "): only tp may differ");
-  NEURON_CHECK(
-      tp >= std::min(s.mesh.tp, o.mesh.tp), "cannot scale to tp=", tp,
-      ", below "
-      "both recordings (tp=",
-      s.mesh.tp, " and tp=", o.mesh.tp,
-      "): a smaller tp "
-      "holds more gradient bytes per rank, which a byte-capped bucketing may split "
-      "into more collectives than either recording issued");
+  NEURON_CHECK(tp >= std::min(s.mesh.tp, o.mesh.tp), "cannot scale to tp=", tp,
+               ", below both recordings (tp=", s.mesh.tp, " and tp=", o.mesh.tp,
+               "): a smaller tp holds more gradient bytes per rank, which a byte-capped "
+               "bucketing may split into more collectives than either recording issued");
   if (o.mesh.dp > s.mesh.dp) std::swap(s, o);
   NEURON_CHECK(std::int64_t{tp} * s.mesh.pp * s.mesh.dp <= (1 << 20),
                "cannot scale to tp=", tp, ": the job would have more than 2^20 ranks");
   constexpr double kMaxMembers = 1 << 26;  // group members, 4 bytes each and more
   const double members = MembersBound(s, tp);
   NEURON_CHECK(members <= kMaxMembers, "cannot scale to tp=", tp,
-               ": the traces would hold ", "up to ", members,
+               ": the traces would hold up to ", members,
                " group members (more than 2^26)");
   const Scaler scaler(s, o, tp);
   std::vector<proto::RankTrace> out;
