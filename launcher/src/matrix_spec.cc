@@ -113,13 +113,24 @@ void ChooseSources(MatrixSpec& spec, const Locator& at) {
 
 }  // namespace
 
+namespace {
+
+// Whether real cell `d` recorded a run `cell` can be replayed from: the same
+// model, compile mode and per-rank batch (strategy and size are the
+// callers').
+bool RecordsLike(const MatrixCell& d, const MatrixCell& cell) {
+  return !d.modelled && d.model.name() == cell.model.name() &&
+         d.compile == cell.compile && d.batch_per_dp == cell.batch_per_dp;
+}
+
+}  // namespace
+
 int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
   int best = -1;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
-    if (d.modelled || d.world() >= below || d.dp() < 2 ||
-        d.strategy.name() != cell.strategy.name() || d.model.name() != cell.model.name() ||
-        d.compile != cell.compile || d.batch_per_dp != cell.batch_per_dp) {
+    if (!RecordsLike(d, cell) || d.world() >= below || d.dp() < 2 ||
+        d.strategy.name() != cell.strategy.name()) {
       continue;
     }
     const bool same_topology = d.topology == cell.topology;
@@ -151,9 +162,8 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
   std::map<int, std::vector<int>> by_tp;  // candidates per tp
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
-    if (d.modelled || &d == &cell || d.world() > up_to || d.strategy.tp() < 2 ||
-        !SameButTp(d.strategy, cell.strategy) || d.model.name() != cell.model.name() ||
-        d.compile != cell.compile || d.batch_per_dp != cell.batch_per_dp) {
+    if (!RecordsLike(d, cell) || &d == &cell || d.world() > up_to ||
+        d.strategy.tp() < 2 || !SameButTp(d.strategy, cell.strategy)) {
       continue;
     }
     by_tp[d.strategy.tp()].push_back(static_cast<int>(i));
