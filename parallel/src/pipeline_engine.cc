@@ -2,15 +2,34 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <map>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "neuron/parallel/pipeline_p2p.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 
 namespace neuron::parallel {
+
+namespace {
+
+// Marks where task `task` (on virtual stage `vs`) is, in the trace being
+// recorded, if any.
+void MarkTask(runtime::proto::TracePipelineMark::Kind kind, const PipelineTask& task,
+              int vs) {
+  const auto trace = runtime::ProcessClock()->trace();
+  if (!trace) return;
+  runtime::proto::TracePipelineMark mark;
+  mark.set_kind(kind);
+  mark.set_forward(task.forward);
+  mark.set_microbatch(task.microbatch);
+  mark.set_virtual_stage(vs);
+  trace->Mark(std::move(mark));
+}
+
+}  // namespace
 
 PipelineEngine::PipelineEngine(PipelineOptions options, Chunk chunk, Loss loss, GroupPtr group,
                                Cost cost)
@@ -31,12 +50,11 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
   const int p = stages_, vstages = stages_ * options_.chunks;
   const std::int64_t dim = options_.batch_dim;
   const auto clock = runtime::ProcessClock();
-  const double clock0 = clock->compute().count();
-  double charged = 0;
+  const double clock0 = clock->compute().count(), charged0 = clock->charged().count();
   auto charge = [&](double us) {
-    clock->AdvanceCompute(runtime::SimDuration(us));
-    charged += us;
+    if (us > 0) clock->AdvanceCompute(runtime::SimDuration(us));
   };
+  using Mark = runtime::proto::TracePipelineMark;
   std::vector<at::Tensor> micro_in, micro_t;
   if (first()) micro_in = inputs.tensor_split(options_.microbatches, dim);
   if (last()) micro_t = targets.tensor_split(options_.microbatches, dim);
@@ -53,6 +71,7 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
   at::Tensor loss_sum;
   for (const PipelineTask& task : order_) {
     const int mb = task.microbatch, c = task.chunk, vs = c * p + stage_;
+    MarkTask(Mark::TASK_BEGIN, task, vs);
     if (task.forward) {
       at::Tensor x;
       if (vs == 0) {
@@ -67,7 +86,9 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
       if (vs == vstages - 1) {
         y = loss_(y, micro_t[mb]) * (static_cast<double>(micro_t[mb].size(dim)) / total);
         loss_sum = loss_sum.defined() ? loss_sum + y.detach() : y.detach();
+        MarkTask(Mark::TASK_END, task, vs);
       } else {
+        MarkTask(Mark::TASK_END, task, vs);
         send(y, vs + 1, false, mb);
       }
       saved[{mb, c}] = {x, y, forward_us};
@@ -83,6 +104,7 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
         torch::autograd::backward({y}, {g});
       }
       charge(2 * task_state.forward_us);
+      MarkTask(Mark::TASK_END, task, vs);
       if (vs > 0) {
         NEURON_CHECK(x.grad().defined(), "pipeline stage ", stage_, " (virtual stage ", vs,
                      "), microbatch ", mb, ", backward: the stage's input got no gradient "
@@ -93,8 +115,9 @@ at::Tensor PipelineEngine::Step(const at::Tensor& inputs, const at::Tensor& targ
   }
   for (auto& w : sends) w->wait();
   stats_.modelled_step_us = clock->compute().count() - clock0;
-  stats_.compute_us = charged;
-  stats_.bubble = stats_.modelled_step_us > 0 ? 1 - charged / stats_.modelled_step_us : 0;
+  stats_.compute_us = clock->charged().count() - charged0;
+  stats_.bubble =
+      stats_.modelled_step_us > 0 ? 1 - stats_.compute_us / stats_.modelled_step_us : 0;
   return loss_sum;
 }
 

@@ -38,6 +38,44 @@ void BindClock(py::module_& m) {
       },
       py::arg("name"), "Marks a point of the program in the trace being recorded, if any.");
   m.def(
+      "_trace_layer",
+      [](int layer, bool forward, int microbatch, double input_bytes) {
+        const auto trace = neuron::runtime::ProcessClock()->trace();
+        if (!trace) return;
+        neuron::runtime::proto::TracePipelineMark mark;
+        mark.set_kind(neuron::runtime::proto::TracePipelineMark::LAYER_BEGIN);
+        mark.set_layer(layer);
+        mark.set_forward(forward);
+        mark.set_microbatch(microbatch);
+        mark.set_input_bytes(input_bytes);
+        trace->Mark(std::move(mark));
+      },
+      py::arg("layer"), py::arg("forward"), py::arg("microbatch"), py::arg("input_bytes"),
+      "Marks where a pipeline chunk's layer begins, in the trace being recorded, if "
+      "any.");
+  m.def(
+      "_trace_pipeline",
+      [](const std::string& schedule, int microbatches, int chunks,
+         const std::vector<double>& layer_costs,
+         const std::vector<std::pair<int, double>>& layers) {
+        const auto trace = neuron::runtime::ProcessClock()->trace();
+        if (!trace) return;
+        neuron::runtime::proto::TracePipeline plan;
+        plan.set_schedule(schedule);
+        plan.set_microbatches(microbatches);
+        plan.set_chunks(chunks);
+        for (double c : layer_costs) plan.add_layer_costs(c);
+        for (const auto& [index, bytes] : layers) {
+          auto* layer = plan.add_layers();
+          layer->set_index(index);
+          layer->set_gradient_bytes(bytes);
+        }
+        trace->SetPipeline(std::move(plan));
+      },
+      py::arg("schedule"), py::arg("microbatches"), py::arg("chunks"),
+      py::arg("layer_costs"), py::arg("layers"),
+      "Sets the pipeline stage's plan in the trace being recorded, if any.");
+  m.def(
       "_save_trace",
       [](const std::string& path, int rank, int world_size, int tp, int pp, int dp) {
         const auto trace = neuron::runtime::ProcessClock()->trace();

@@ -69,6 +69,18 @@ void OpTrace::Mark(const std::string& name) {
   trace_.add_ops()->mutable_mark()->set_name(name);
 }
 
+void OpTrace::Mark(proto::TracePipelineMark mark) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto* m = trace_.add_ops()->mutable_mark();
+  m->set_name("pipeline");
+  *m->mutable_pipeline() = std::move(mark);
+}
+
+void OpTrace::SetPipeline(proto::TracePipeline pipeline) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *trace_.mutable_pipeline() = std::move(pipeline);
+}
+
 namespace {
 
 // What a saved trace adds to the record: the rank, the job's size and layout.

@@ -45,9 +45,22 @@ def partition(layers, chunks_per_stage=1, group=None, costs=None):
     s = dist.get_rank(group) if group is not None else 0
     layers = list(layers)
     parts = p * chunks_per_stage
-    starts = _C._balanced_partition(costs or parameter_costs(layers), parts)
-    return [nn.Sequential(*layers[starts[c * p + s]:starts[c * p + s + 1]])
-            for c in range(chunks_per_stage)]
+    costs = [float(c) for c in (costs or parameter_costs(layers))]
+    starts = _C._balanced_partition(costs, parts)
+    chunks = []
+    for c in range(chunks_per_stage):
+        chunk = nn.Sequential(*layers[starts[c * p + s]:starts[c * p + s + 1]])
+        # Where the chunk sits in the model: PipelineEngine marks each
+        # layer in a recorded trace, and records the plan with the costs.
+        chunk._pipeline_first_layer = starts[c * p + s]
+        chunk._pipeline_layer_costs = costs
+        chunks.append(chunk)
+    return chunks
+
+
+def _gradient_bytes(module):
+    return float(sum(p.numel() * p.element_size() for p in module.parameters()
+                     if p.requires_grad))
 
 
 def _compiled(module):
@@ -92,6 +105,21 @@ def device_forward_us(chunk, x):
     return sum(_C._matmul_us(tokens, k, n, fp32) for k, n, fp32 in _linear_shapes(chunk))
 
 
+class _BackwardBegins:
+    """A hook on a layer's output: its gradient is there, so the layer's
+    backward begins; charges it and marks it in the trace (layer index
+    None: not marked)."""
+
+    def __init__(self, layer, microbatch, backward_us):
+        self.layer, self.microbatch, self.backward_us = layer, microbatch, backward_us
+
+    def __call__(self, grad):
+        if self.layer is not None:
+            _C._trace_layer(self.layer, False, self.microbatch, 0.0)
+        if self.backward_us:
+            _C._advance_compute(self.backward_us)
+
+
 class PipelineEngine:
     """Runs this rank's chunks of a pipeline over `group` (default:
     torchneuron.parallel's pipeline group); the engine is C++
@@ -118,20 +146,48 @@ class PipelineEngine:
             raise ValueError(f"PipelineEngine: {len(self.chunks)} chunks per stage need "
                              "schedule='interleaved'")
         self.stage, self.stages = dist.get_rank(group), dist.get_world_size(group)
-        cost = None
-        if charge_compute and cost_fn is not None:
-            cost = lambda c, x: float(cost_fn(self.chunks[c], x))  # noqa: E731
+        # Charged here, a layer at a time: each layer's forward after it
+        # ran, its backward (twice that) as it begins.
+        self._cost = cost_fn if charge_compute else None
         self._engine = _C._PipelineEngine(len(self.chunks), microbatches, schedule, batch_dim,
-                                          self._run_chunk, loss_fn, group, cost)
+                                          self._run_chunk, loss_fn, group, None)
+        self._plan = self._trace_plan(schedule, microbatches)
         self.last = {}
+
+    def _trace_plan(self, schedule, microbatches):
+        """What a recorded trace keeps of the plan (op_trace.proto,
+        TracePipeline), when every chunk came from partition(); else None."""
+        if not all(hasattr(c, "_pipeline_first_layer") for c in self.chunks):
+            return None
+        layers = [(c._pipeline_first_layer + i, _gradient_bytes(layer))
+                  for c in self.chunks for i, layer in enumerate(c)]
+        return (schedule, microbatches, len(self.chunks),
+                self.chunks[0]._pipeline_layer_costs, layers)
 
     def _run_chunk(self, c, microbatch, x):
         try:
-            return self.chunks[c](x)
+            return self._forward(self.chunks[c], microbatch, x)
         except Exception as e:
             vs = c * self.stages + self.stage
             where = f"pipeline stage {self.stage} (virtual stage {vs}), microbatch {microbatch}"
             raise type(e)(f"{where}, forward: {e}") from e
+
+    def _forward(self, chunk, microbatch, x):
+        """The chunk's forward, a layer at a time when it came from
+        partition(): each layer's begin marked in the trace (and its
+        backward's, by a hook on its output) and its time charged."""
+        first = getattr(chunk, "_pipeline_first_layer", None)
+        for i, layer in enumerate(chunk if first is not None else [chunk]):
+            index = None if first is None else first + i
+            if index is not None:
+                _C._trace_layer(index, True, microbatch, float(x.numel() * x.element_size()))
+            forward_us = float(self._cost(layer, x)) if self._cost is not None else 0.0
+            x = layer(x)
+            if forward_us:
+                _C._advance_compute(forward_us)
+            if x.requires_grad:
+                x.register_hook(_BackwardBegins(index, microbatch, 2 * forward_us))
+        return x
 
     @property
     def is_first(self):
@@ -142,6 +198,8 @@ class PipelineEngine:
         return self._engine.is_last
 
     def step(self, inputs=None, targets=None):
+        if self._plan is not None:
+            _C._trace_pipeline(*self._plan)
         loss = self._engine.step(inputs, targets)
         self.last = self._engine.stats()
         return loss

@@ -76,6 +76,7 @@ class Scaler {
     for (int i = 0; i < n; ++i) *out.add_ops() = Op({x, y, i}, r);
     NEURON_CHECK(x.ops_size() == y.ops_size(), Differ({x, y, n}),
                  ": one trace ends there");
+    if (x.has_pipeline() || y.has_pipeline()) *out.mutable_pipeline() = Plan(x, y);
     return out;
   }
 
@@ -109,8 +110,7 @@ class Scaler {
     if (u.has_compute()) {
       out.mutable_compute()->set_us(Fit(u.compute().us(), v.compute().us()));
     } else if (u.has_mark()) {
-      NEURON_CHECK(u.mark().name() == v.mark().name(), Differ(at), ": mark '",
-                   u.mark().name(), "' against '", v.mark().name(), "'");
+      *out.mutable_mark() = Mark(u.mark(), v.mark(), at);
     } else if (u.has_wait()) {
       NEURON_CHECK(u.wait().issue() == v.wait().issue(), Differ(at), ": a wait for op ",
                    u.wait().issue(), " against op ", v.wait().issue());
@@ -130,6 +130,47 @@ class Scaler {
         *out.mutable_issue()->mutable_messages(k) =
             Message(a.messages(k), b.messages(k), r, at);
       }
+    }
+    return out;
+  }
+
+  // The pipeline plan at the target tp: the same layers and schedule, their
+  // costs (parameter counts, by default) and gradient bytes fitted.
+  proto::TracePipeline Plan(const proto::RankTrace& x, const proto::RankTrace& y) const {
+    const proto::TracePipeline &a = x.pipeline(), &b = y.pipeline();
+    const bool same = a.schedule() == b.schedule() &&
+                      a.microbatches() == b.microbatches() && a.chunks() == b.chunks() &&
+                      a.layer_costs_size() == b.layer_costs_size() &&
+                      a.layers_size() == b.layers_size();
+    NEURON_CHECK(same, "the recordings at tp=", s_.mesh.tp, " and tp=", o_.mesh.tp,
+                 " have different pipeline plans (ranks ", x.rank(), " and ", y.rank(),
+                 ")");
+    proto::TracePipeline out = a;
+    for (int i = 0; i < a.layer_costs_size(); ++i) {
+      out.set_layer_costs(i, Fit(a.layer_costs(i), b.layer_costs(i)));
+    }
+    for (int i = 0; i < a.layers_size(); ++i) {
+      NEURON_CHECK(a.layers(i).index() == b.layers(i).index(),
+                   "the recordings at tp=", s_.mesh.tp, " and tp=", o_.mesh.tp,
+                   " place different layers on ranks ", x.rank(), " and ", y.rank());
+      out.mutable_layers(i)->set_gradient_bytes(
+          Fit(a.layers(i).gradient_bytes(), b.layers(i).gradient_bytes()));
+    }
+    return out;
+  }
+
+  // A pipeline layer's input is tp-sharded with sequence parallelism.
+  proto::TraceMark Mark(const proto::TraceMark& a, const proto::TraceMark& b,
+                        const Site& at) const {
+    const proto::TracePipelineMark &p = a.pipeline(), &q = b.pipeline();
+    NEURON_CHECK(a.name() == b.name() && p.kind() == q.kind() &&
+                     p.forward() == q.forward() && p.microbatch() == q.microbatch() &&
+                     p.virtual_stage() == q.virtual_stage() && p.layer() == q.layer(),
+                 Differ(at), ": mark '", a.name(), "' against '", b.name(), "'",
+                 a.has_pipeline() ? " (or their pipeline places)" : "");
+    proto::TraceMark out = a;
+    if (a.has_pipeline()) {
+      out.mutable_pipeline()->set_input_bytes(Fit(p.input_bytes(), q.input_bytes()));
     }
     return out;
   }

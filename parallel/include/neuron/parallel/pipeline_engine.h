@@ -14,7 +14,9 @@
 // batch's. With `cost`, each chunk's forward (its value in microseconds) and
 // backward (twice that) are charged to this rank's simulated compute clock;
 // receives join the clocks, so the step's modelled time includes the
-// bubble, which last() reports next to the schedule's.
+// bubble, which stats() reports next to the schedule's. In a trace being
+// recorded, each task's begin (before its receives) and the end of its
+// compute (before its sends) are marked (op_trace.proto, TracePipelineMark).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -35,7 +37,7 @@ struct PipelineOptions {
 
 struct PipelineStepStats {
   double modelled_step_us = 0;  // this rank's compute clock over the step
-  double compute_us = 0;        // charged by `cost`
+  double compute_us = 0;        // charged to the process's clock over the step
   double bubble = 0;            // 1 - compute / step
   double schedule_bubble = 0;   // of the schedule's own simulation
   double formula_bubble = 0;    // (p-1)/(m+p-1), interleaved (p-1)/(v m)

@@ -32,6 +32,10 @@ class OpTrace {
   void AddMessage(std::uint64_t issue, proto::TraceMessage message);
   void Wait(std::uint64_t issue);
   void Mark(const std::string& name);
+  // A pipeline structure mark: a TraceMark named "pipeline".
+  void Mark(proto::TracePipelineMark mark);
+  // The pipeline stage's plan; a later call replaces it (each step sets it).
+  void SetPipeline(proto::TracePipeline pipeline);
 
   proto::RankTrace Snapshot(int rank, int world_size, const proto::TraceLayout& layout) const;
   // Writes the binary proto atomically (WriteFileAtomically); IoError names the path.
