@@ -1,4 +1,4 @@
-#include "trace_job.h"
+#include "neuron/runtime/fabric/trace_job.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,8 +14,8 @@
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/fabric/trace_job.h"
 #include "neuron/runtime/op_trace.h"
-#include "trace_job.h"
 
 namespace neuron::runtime {
 

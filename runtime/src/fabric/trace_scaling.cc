@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "neuron/runtime/error.h"
-#include "trace_job.h"
+#include "neuron/runtime/fabric/trace_job.h"
 
 namespace neuron::runtime {
 

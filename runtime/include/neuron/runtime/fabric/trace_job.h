@@ -1,7 +1,8 @@
 // A job's operation traces as the replay and the tensor-parallel scaling
 // read them: the recorded mesh, and the checks every trace passes before
 // either follows it (a trace is a file, and a file may have been damaged or
-// made by hand). Internal to runtime/src/fabric.
+// made by hand). The pipeline scaling (parallel/pipeline_trace_scaling.h)
+// reads them too.
 #pragma once
 
 #include <vector>

@@ -1,0 +1,81 @@
+// A recorded pipeline stage's trace cut into the parts that a job at
+// another pipeline size is reassembled from (pipeline_trace_scaling.h):
+// what runs before, between and after the steps, and in each step the
+// stage's work before its first task, each layer's work on each
+// microbatch, and the step's end after its last task. Internal to
+// parallel/src.
+//
+// A step of a stage reads (op_trace.proto's marks):
+//   step_begin, head, then the schedule's tasks, each:
+//     TASK_BEGIN, its receives (an issue and a wait per message),
+//     per layer: LAYER_BEGIN, the layer's work,
+//     TASK_END, its sends (issues),
+//   the waits for the step's sends, the epilogue, step_end.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "neuron/parallel/pipeline_schedule.h"
+#include "neuron/runtime/fabric/trace_job.h"
+#include "neuron/runtime/op_trace.pb.h"
+
+namespace neuron::parallel::trace_parts {
+
+// Consecutive recorded ops; a wait's issue is an index into `ops`.
+struct Region {
+  std::vector<runtime::proto::TraceOp> ops;
+};
+
+// Which layer, which microbatch, which direction.
+struct LayerKey {
+  int layer = 0, microbatch = 0;
+  bool forward = true;
+  bool operator<(const LayerKey& o) const {
+    return std::tie(layer, microbatch, forward) <
+           std::tie(o.layer, o.microbatch, o.forward);
+  }
+};
+
+// One layer's forward or backward of one microbatch: its mark (a forward's
+// holds the layer input's bytes) and its work.
+struct LayerWork {
+  runtime::proto::TraceMark mark;
+  Region work;
+};
+
+struct Step {
+  Region head;      // after step_begin, before the first task
+  Region epilogue;  // after the waits for the sends, before step_end
+  Region after;     // after step_end, before the next step_begin (or the end)
+  runtime::proto::TraceOp begin, end;  // the step's marks
+  std::map<LayerKey, LayerWork> layers;
+};
+
+// A stage tensor's messages as recorded: the header's bytes, the data's,
+// and the communicator they went over.
+struct StageTensor {
+  double header_bytes = 0, bytes = 0;
+  std::string communicator;
+};
+
+struct Stage {
+  Region preamble;  // before the first step_begin
+  std::vector<Step> steps;
+  std::vector<StageTensor> tensors;  // every one it sent or received
+};
+
+// The layers of each virtual stage (chunk * pp + stage) when `plan`'s
+// layers are split into pp x chunks parts: the first layer of each, then
+// the layer count.
+std::vector<int> Partition(const runtime::proto::TracePipeline& plan, int pp);
+
+// Cuts a recorded stage's trace (rank `trace.rank()` of `mesh`), checking
+// that its tasks follow MakeSchedule and its layers the partition.
+// InvalidUsage names the rank and op where it does not, or where a layer's
+// work waits for an op outside it or sends a message.
+Stage CutStage(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh);
+
+}  // namespace neuron::parallel::trace_parts

@@ -1,0 +1,425 @@
+#include "neuron/parallel/pipeline_trace_scaling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/trace_job.h"
+#include "pipeline_trace_parts.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+using runtime::Mesh;
+using runtime::proto::RankTrace;
+using runtime::proto::TraceCollective;
+using runtime::proto::TraceOp;
+using runtime::proto::TracePipeline;
+using runtime::proto::TracePipelineMark;
+using trace_parts::Region;
+
+constexpr double kMaxMembers = 1 << 26;  // group members of the new traces, and their ops
+
+// The recorded job, cut into its parts and checked.
+struct Recorded {
+  Mesh mesh{1, 1, 1};
+  TracePipeline plan;                           // every rank's schedule and costs
+  std::vector<int> starts;                      // the recorded partition
+  std::vector<trace_parts::Stage> stages;       // by rank
+  std::vector<std::map<int, double>> gradient;  // by rank: layer -> gradient bytes
+  double header_bytes = 0;                      // of every stage tensor
+
+  // The recorded stage that ran layer k.
+  int Owner(int k) const {
+    const auto vs =
+        std::upper_bound(starts.begin(), starts.end(), k) - starts.begin() - 1;
+    return static_cast<int>(vs) % mesh.pp;
+  }
+  double StageGradient(int rank) const {
+    double total = 0;
+    for (const auto& [layer, bytes] : gradient[static_cast<std::size_t>(rank)])
+      total += bytes;
+    return total;
+  }
+};
+
+// Checks that `trace`'s plan is the job's and holds its stage's layers;
+// returns their gradient bytes.
+std::map<int, double> StageLayers(const RankTrace& trace, const Recorded& job) {
+  const TracePipeline& plan = trace.pipeline();
+  const auto& want = job.plan;
+  NEURON_CHECK(plan.schedule() == want.schedule() &&
+                   plan.microbatches() == want.microbatches() &&
+                   plan.chunks() == want.chunks() &&
+                   std::equal(plan.layer_costs().begin(), plan.layer_costs().end(),
+                              want.layer_costs().begin(), want.layer_costs().end()),
+               "rank ", trace.rank(), "'s pipeline plan differs from rank 0's");
+  const int p = job.mesh.Pipeline(trace.rank());
+  std::vector<int> layers;
+  for (int c = 0; c < plan.chunks(); ++c) {
+    const auto vs = static_cast<std::size_t>(c * job.mesh.pp + p);
+    for (int k = job.starts[vs]; k < job.starts[vs + 1]; ++k) layers.push_back(k);
+  }
+  std::map<int, double> gradient;
+  bool same = plan.layers_size() == static_cast<int>(layers.size());
+  for (int i = 0; same && i < plan.layers_size(); ++i) {
+    same = plan.layers(i).index() == layers[static_cast<std::size_t>(i)];
+    gradient[plan.layers(i).index()] = plan.layers(i).gradient_bytes();
+  }
+  NEURON_CHECK(same, "rank ", trace.rank(),
+               "'s pipeline plan does not hold the layers "
+               "its stage's partition has");
+  return gradient;
+}
+
+Recorded Cut(const std::vector<RankTrace>& traces) {
+  Recorded job;
+  job.mesh = runtime::CheckJobTraces(traces);
+  NEURON_CHECK(job.mesh.pp >= 2,
+               "scaling the pipeline needs a recording with pipeline "
+               "stages (it has pp=",
+               job.mesh.pp, ")");
+  for (const auto& t : traces) {
+    NEURON_CHECK(t.has_pipeline(), "rank ", t.rank(),
+                 "'s trace has no pipeline plan: record "
+                 "chunks made by torchneuron.parallel.pipeline.partition under its "
+                 "PipelineEngine");
+  }
+  job.plan = traces[0].pipeline();
+  job.starts = trace_parts::Partition(job.plan, job.mesh.pp);
+  std::set<std::size_t> steps;
+  std::set<double> headers;
+  for (const auto& t : traces) {
+    job.gradient.push_back(StageLayers(t, job));
+    job.stages.push_back(trace_parts::CutStage(t, job.mesh));
+    steps.insert(job.stages.back().steps.size());
+    for (const auto& tensor : job.stages.back().tensors)
+      headers.insert(tensor.header_bytes);
+  }
+  NEURON_CHECK(steps.size() == 1, "the recorded ranks ran different numbers of steps");
+  NEURON_CHECK(headers.size() == 1,
+               "the recorded stage tensors' headers differ in size (", headers.size(),
+               " sizes): cannot tell a new boundary's");
+  job.header_bytes = *headers.begin();
+  return job;
+}
+
+// One rank of the new job, op by op.
+class Writer {
+ public:
+  Writer(const Recorded& job, const Mesh& to, int rank)
+      : job_(job), to_(to), rank_(rank), stage_(to.Pipeline(rank)) {
+    out_.set_rank(rank);
+    out_.set_world_size(to.world());
+    out_.mutable_layout()->set_tp(to.tp);
+    out_.mutable_layout()->set_pp(to.pp);
+    out_.mutable_layout()->set_dp(to.dp);
+  }
+
+  // Recorded ops of rank `source`, their waits and groups moved to this rank.
+  void Append(const Region& region, int source) {
+    const auto base = static_cast<std::uint64_t>(out_.ops_size());
+    for (const TraceOp& op : region.ops) {
+      TraceOp* o = out_.add_ops();
+      *o = op;
+      if (o->has_wait()) o->mutable_wait()->set_issue(base + op.wait().issue());
+      if (!o->has_issue()) continue;
+      NEURON_CHECK(o->issue().messages_size() == 0, "rank ", source,
+                   ": a message outside the pipeline's tasks");
+      for (auto& c : *o->mutable_issue()->mutable_collectives()) c = Moved(c, source);
+    }
+  }
+
+  void Add(const TraceOp& op) { *out_.add_ops() = op; }
+
+  void Mark(TracePipelineMark::Kind kind, const PipelineTask& task, int vs) {
+    TracePipelineMark m;
+    m.set_kind(kind);
+    m.set_forward(task.forward);
+    m.set_microbatch(task.microbatch);
+    m.set_virtual_stage(vs);
+    auto* mark = out_.add_ops()->mutable_mark();
+    mark->set_name("pipeline");
+    *mark->mutable_pipeline() = m;
+  }
+
+  // A stage tensor to or from stage `peer_stage`: its header, then its data.
+  std::vector<std::uint64_t> Tensor(bool send, int peer_stage, double bytes,
+                                    std::uint64_t tag, const std::string& communicator) {
+    std::vector<std::uint64_t> issues;
+    const int peer = to_.Rank(to_.Tensor(rank_), peer_stage, to_.Data(rank_));
+    for (int part = 0; part < 2; ++part) {
+      auto* issue = out_.add_ops()->mutable_issue();
+      issue->set_messages_lane(true);
+      auto* m = issue->add_messages();
+      m->set_send(send);
+      m->set_peer(peer);
+      m->set_bytes(part == 0 ? job_.header_bytes : bytes);
+      m->set_tag(2 * tag + static_cast<std::uint64_t>(part));
+      m->set_communicator(communicator);
+      issues.push_back(static_cast<std::uint64_t>(out_.ops_size() - 1));
+      if (!send) out_.add_ops()->mutable_wait()->set_issue(issues.back());
+    }
+    return issues;
+  }
+
+  void Wait(std::uint64_t issue) { out_.add_ops()->mutable_wait()->set_issue(issue); }
+
+  double members() const { return members_; }
+  RankTrace& trace() { return out_; }
+
+ private:
+  // A recorded collective of rank `source` on this rank: a group at one
+  // stage moves to this rank's, one spanning the pipeline spans the new one.
+  TraceCollective Moved(const TraceCollective& c, int source) {
+    const Mesh& m = job_.mesh;
+    std::set<int> t, d, p;
+    for (int member : c.group()) {
+      t.insert(m.Tensor(member));
+      d.insert(m.Data(member));
+      p.insert(m.Pipeline(member));
+    }
+    NEURON_CHECK(
+        t.size() * d.size() * p.size() == static_cast<std::size_t>(c.group_size()) &&
+            (p.size() == 1 || static_cast<int>(p.size()) == m.pp),
+        "rank ", source, ": the ", c.kind(), " on communicator ", c.communicator(),
+        " has a group that is not a block of the mesh spanning one stage or all");
+    const bool spans = p.size() > 1;
+    const int root_p = m.Pipeline(c.group(c.root()));
+    NEURON_CHECK(!spans || root_p == 0 || root_p == m.pp - 1, "rank ", source, ": the ",
+                 c.kind(), " on communicator ", c.communicator(), " is rooted at stage ",
+                 root_p, ", neither the first nor the last");
+    const int new_root_p = !spans ? stage_ : (root_p == 0 ? 0 : to_.pp - 1);
+    const int root =
+        to_.Rank(m.Tensor(c.group(c.root())), new_root_p, m.Data(c.group(c.root())));
+    std::vector<int> group;
+    for (int s = 0; s < to_.pp; ++s) {
+      if (!spans && s != stage_) continue;
+      for (int dd : d) {
+        for (int tt : t) group.push_back(to_.Rank(tt, s, dd));
+      }
+    }
+    std::sort(group.begin(), group.end());
+    TraceCollective out = c;
+    out.clear_group();
+    for (int member : group) out.add_group(member);
+    out.set_root(
+        static_cast<int>(std::find(group.begin(), group.end(), root) - group.begin()));
+    out.set_communicator(StrCat(c.communicator(), "@", group.front()));
+    out.set_sequence(sequences_[out.communicator()]++);
+    members_ += static_cast<double>(group.size());
+    return out;
+  }
+
+  const Recorded& job_;
+  Mesh to_;
+  int rank_, stage_;
+  RankTrace out_;
+  std::map<std::string, std::uint64_t> sequences_;  // per communicator
+  double members_ = 0;
+};
+
+// The new job's ranks, from the recorded job.
+class Assembler {
+ public:
+  Assembler(const Recorded& job, int pp)
+      : job_(job),
+        to_{job.mesh.tp, pp, job.mesh.dp},
+        starts_(trace_parts::Partition(job.plan, pp)),
+        order_(MakeSchedule(ParseScheduleKind(job.plan.schedule()), pp,
+                            job.plan.microbatches(), job.plan.chunks())
+                   .order) {}
+
+  const Mesh& target() const { return to_; }
+
+  // Rank r's trace; adds its group members to `members`.
+  RankTrace Rank(int r, double& members) const {
+    const int t = to_.Tensor(r), d = to_.Data(r), s = to_.Pipeline(r);
+    // The recorded stage whose work outside the tasks this stage repeats.
+    const int kind = s == 0 ? 0 : (s == to_.pp - 1 ? job_.mesh.pp - 1 : 1);
+    const int source = job_.mesh.Rank(t, kind, d);
+    const trace_parts::Stage& own = job_.stages[static_cast<std::size_t>(source)];
+    Writer w(job_, to_, r);
+    w.Append(own.preamble, source);
+    for (std::size_t i = 0; i < own.steps.size(); ++i) {
+      const trace_parts::Step& step = own.steps[i];
+      w.Add(step.begin);
+      w.Append(step.head, source);
+      std::vector<std::uint64_t> sends;
+      for (const PipelineTask& task : order_[static_cast<std::size_t>(s)]) {
+        Task(w, i, task, r, sends);
+      }
+      for (std::uint64_t issue : sends) w.Wait(issue);
+      w.Append(Epilogue(step.epilogue, source, Gradient(t, d, s)), source);
+      w.Add(step.end);
+      w.Append(step.after, source);
+    }
+    *w.trace().mutable_pipeline() = Plan(t, d, s);
+    members += w.members() + w.trace().ops_size();
+    return std::move(w.trace());
+  }
+
+ private:
+  int virtual_stages() const { return to_.pp * job_.plan.chunks(); }
+
+  // Layer k's recorded work in step i, from the rank at (t, d) that ran it.
+  const trace_parts::LayerWork& Layer(std::size_t i, int k, int microbatch, bool forward,
+                                      int t, int d, int* source) const {
+    *source = job_.mesh.Rank(t, job_.Owner(k), d);
+    const auto& layers = job_.stages[static_cast<std::size_t>(*source)].steps[i].layers;
+    const auto it = layers.find({k, microbatch, forward});
+    NEURON_ASSERT(it != layers.end(), "a layer's work the cut checked is missing");
+    return it->second;
+  }
+
+  // The bytes of the activation into layer k (and of its gradient).
+  double Input(std::size_t i, int k, int microbatch, int t, int d) const {
+    int source = 0;
+    return Layer(i, k, microbatch, true, t, d, &source).mark.pipeline().input_bytes();
+  }
+
+  void Task(Writer& w, std::size_t i, const PipelineTask& task, int r,
+            std::vector<std::uint64_t>& sends) const {
+    const int t = to_.Tensor(r), d = to_.Data(r), s = to_.Pipeline(r);
+    const int vs = task.chunk * to_.pp + s, mb = task.microbatch, v = virtual_stages();
+    const std::string pipe = Communicator(t, d);
+    const auto first = static_cast<std::size_t>(vs);
+    // The tag of an activation or gradient between virtual stages
+    // `boundary` - 1 and `boundary` (Writer::Tensor tags its two messages).
+    auto tag = [&](bool gradient, int boundary) {
+      return (static_cast<std::uint64_t>(mb) * v + boundary) * 2 + (gradient ? 1 : 0);
+    };
+    w.Mark(TracePipelineMark::TASK_BEGIN, task, vs);
+    if (task.forward && vs > 0) {
+      w.Tensor(false, (vs - 1) % to_.pp, Input(i, starts_[first], mb, t, d),
+               tag(false, vs), pipe);
+    }
+    if (!task.forward && vs < v - 1) {
+      w.Tensor(false, (vs + 1) % to_.pp, Input(i, starts_[first + 1], mb, t, d),
+               tag(true, vs + 1), pipe);
+    }
+    const int a = starts_[first], b = starts_[first + 1];
+    for (int n = 0; n < b - a; ++n) {
+      int source = 0;
+      const auto& layer =
+          Layer(i, task.forward ? a + n : b - 1 - n, mb, task.forward, t, d, &source);
+      TraceOp mark;
+      *mark.mutable_mark() = layer.mark;
+      w.Add(mark);
+      w.Append(layer.work, source);
+    }
+    w.Mark(TracePipelineMark::TASK_END, task, vs);
+    std::vector<std::uint64_t> issued;
+    if (task.forward && vs < v - 1) {
+      issued = w.Tensor(true, (vs + 1) % to_.pp, Input(i, starts_[first + 1], mb, t, d),
+                        tag(false, vs + 1), pipe);
+    }
+    if (!task.forward && vs > 0) {
+      issued = w.Tensor(true, (vs - 1) % to_.pp, Input(i, starts_[first], mb, t, d),
+                        tag(true, vs), pipe);
+    }
+    sends.insert(sends.end(), issued.begin(), issued.end());
+  }
+
+  // The pipeline group's communicator at (t, d): the recorded one's name.
+  std::string Communicator(int t, int d) const {
+    const auto& tensors =
+        job_.stages[static_cast<std::size_t>(job_.mesh.Rank(t, 0, d))].tensors;
+    NEURON_ASSERT(!tensors.empty(), "a recorded stage without stage tensors");
+    return StrCat(tensors.front().communicator, "@", to_.Rank(t, 0, d));
+  }
+
+  // The gradient bytes of the new stage s's layers (at t, d).
+  double Gradient(int t, int d, int s) const {
+    double total = 0;
+    for (int c = 0; c < job_.plan.chunks(); ++c) {
+      const auto vs = static_cast<std::size_t>(c * to_.pp + s);
+      for (int k = starts_[vs]; k < starts_[vs + 1]; ++k) total += LayerGradient(t, d, k);
+    }
+    return total;
+  }
+
+  double LayerGradient(int t, int d, int k) const {
+    return job_.gradient[static_cast<std::size_t>(job_.mesh.Rank(t, job_.Owner(k), d))]
+        .at(k);
+  }
+
+  // The recorded stage's epilogue with its gradient all-reduce resized to
+  // `bytes`: the one all-reduce of the recorded stage's gradient bytes.
+  Region Epilogue(const Region& recorded, int source, double bytes) const {
+    Region out = recorded;
+    const double recorded_bytes = job_.StageGradient(source);
+    int found = 0;
+    for (TraceOp& op : out.ops) {
+      if (!op.has_issue()) continue;
+      for (TraceCollective& c : *op.mutable_issue()->mutable_collectives()) {
+        // (Equal but for rounding when ScaleTensorParallel fitted both.)
+        if (c.kind() == "allreduce" && recorded_bytes > 0 &&
+            std::abs(c.bytes() - recorded_bytes) <= 1e-9 * recorded_bytes) {
+          c.set_bytes(bytes);
+          ++found;
+        }
+      }
+    }
+    NEURON_CHECK(found == 1 || (found == 0 && job_.mesh.dp == 1), "rank ", source,
+                 ": its stage's gradients (", recorded_bytes,
+                 " bytes) are not one all-reduce "
+                 "at the end of its step (",
+                 found,
+                 " are): byte-capped buckets cannot be "
+                 "resized to another stage's layers");
+    return out;
+  }
+
+  // The new stage's plan: the recorded schedule and costs, its layers.
+  TracePipeline Plan(int t, int d, int s) const {
+    TracePipeline plan = job_.plan;
+    plan.clear_layers();
+    for (int c = 0; c < plan.chunks(); ++c) {
+      const auto vs = static_cast<std::size_t>(c * to_.pp + s);
+      for (int k = starts_[vs]; k < starts_[vs + 1]; ++k) {
+        auto* layer = plan.add_layers();
+        layer->set_index(k);
+        layer->set_gradient_bytes(LayerGradient(t, d, k));
+      }
+    }
+    return plan;
+  }
+
+  const Recorded& job_;
+  Mesh to_;
+  std::vector<int> starts_;
+  std::vector<std::vector<PipelineTask>> order_;
+};
+
+}  // namespace
+
+std::vector<RankTrace> ScalePipeline(const std::vector<RankTrace>& traces, int pp) {
+  const Recorded job = Cut(traces);
+  NEURON_CHECK(pp >= job.mesh.pp, "cannot scale to pp=", pp,
+               ", below the recording's pp=", job.mesh.pp,
+               ": a stage would hold more gradient bytes, which a byte-capped "
+               "bucketing may split into more collectives than the recording issued");
+  NEURON_CHECK(std::int64_t{pp} * job.mesh.tp * job.mesh.dp <= (1 << 20),
+               "cannot scale to pp=", pp, ": the job would have more than 2^20 ranks");
+  NEURON_CHECK(std::int64_t{pp} * job.plan.chunks() <= job.plan.layer_costs_size(),
+               "cannot scale to pp=", pp, ": ", pp, " stages of ", job.plan.chunks(),
+               " chunks need more than the model's ", job.plan.layer_costs_size(),
+               " layers");
+  const Assembler assembler(job, pp);
+  std::vector<RankTrace> out;
+  double members = 0;
+  for (int r = 0; r < assembler.target().world(); ++r) {
+    out.push_back(assembler.Rank(r, members));
+    NEURON_CHECK(members <= kMaxMembers, "cannot scale to pp=", pp,
+                 ": the traces would hold more than 2^26 ops and group members");
+  }
+  return out;
+}
+
+}  // namespace neuron::parallel
