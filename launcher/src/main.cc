@@ -17,6 +17,7 @@
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
+#include "neuron/parallel/pipeline_trace_scaling.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/error.h"
@@ -158,6 +159,7 @@ constexpr const char* kReplayHelp =
     "usage: neuronrun replay TRACE_DIR [--nodes N] [--ranks-per-node R] [--topology "
     "FILE]\n"
     "                        [--tokens-per-rank-step T] [--tp N --tp-from TRACE_DIR2]\n"
+    "                        [--pp P]\n"
     "Replays a job's operation traces (TRACE_DIR/rank_N.pb, recorded with\n"
     "torchneuron.fabric.start_trace/save_trace, e.g. examples/04_train_gpt.py "
     "--trace-out)\n"
@@ -168,10 +170,13 @@ constexpr const char* kReplayHelp =
     "recording of the same job at another tensor-parallel size, the job is first scaled\n"
     "to tp=N (each compute charge and size fitted through the two recordings on "
     "Amdahl's\n"
-    "law, docs/scaling.md). Prints the modelled figures as a\n"
-    "text proto (neuron.launcher.proto.RunFigures). Exit status: 0, or 2 when the "
-    "traces\n"
-    "cannot be replayed there.\n";
+    "law). With --pp, a pipeline recording is then scaled to P stages (at least its "
+    "own):\n"
+    "its layers partitioned again, each layer's recorded work run in the schedule's "
+    "order\n"
+    "on its new stage (docs/scaling.md). Prints the modelled figures as a text proto\n"
+    "(neuron.launcher.proto.RunFigures). Exit status: 0, or 2 when the traces cannot be\n"
+    "replayed there.\n";
 
 // neuronrun replay TRACE_DIR [...]
 int ReplayMain(int argc, char** argv) {
@@ -179,7 +184,7 @@ int ReplayMain(int argc, char** argv) {
   ReplayLayout layout;
   layout.ranks_per_node = 0;
   double tokens = 0;
-  int tp = 0;
+  int tp = 0, pp = 0;
   std::string tp_from;
   try {
     for (int i = 0; i < argc; ++i) {
@@ -200,6 +205,8 @@ int ReplayMain(int argc, char** argv) {
         tp = static_cast<int>(ParseUnsigned(a, argv[++i], 1, 65536));
       } else if (a == "--tp-from" && has_value) {
         tp_from = argv[++i];
+      } else if (a == "--pp" && has_value) {
+        pp = static_cast<int>(ParseUnsigned(a, argv[++i], 1, 65536));
       } else if (dir.empty() && a.rfind("-", 0) != 0) {
         dir = a;
       } else {
@@ -211,8 +218,10 @@ int ReplayMain(int argc, char** argv) {
                  "--nodes and --ranks-per-node must be positive");
     NEURON_CHECK((tp == 0) == tp_from.empty(), "--tp and --tp-from go together");
     auto traces = runtime::LoadJobTraces(dir);
-    if (tp > 0)
+    if (tp > 0) {
       traces = runtime::ScaleTensorParallel(traces, runtime::LoadJobTraces(tp_from), tp);
+    }
+    if (pp > 0) traces = parallel::ScalePipeline(traces, pp);
     if (layout.ranks_per_node == 0) {  // the recorded job, on one node
       layout.ranks_per_node = static_cast<int>(traces.size());
     }

@@ -20,6 +20,7 @@
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/matrix_result.pb.h"
+#include "neuron/parallel/pipeline_trace_scaling.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/fabric/trace_scaling.h"
@@ -129,17 +130,25 @@ class TraceCache {
 };
 
 // The figures of cell `c` replayed from real cell `source`'s trace, scaled
-// to c's tp with real cell `tp_source`'s when that is not -1.
+// to c's tp with real cell `tp_source`'s when that is not -1, and to c's pp
+// when the source's is smaller.
 RunFigures ReplayAs(const MatrixSpec& spec, const MatrixCell& c, int source,
                     int tp_source, const fs::path& cells, TraceCache& traces) {
   auto trace_of = [&](int i) -> const std::vector<runtime::proto::RankTrace>& {
     return traces.Of(cells / spec.cells[static_cast<std::size_t>(i)].id / "trace");
   };
-  if (tp_source < 0)
-    return ReplayFigures(trace_of(source), LayoutOf(c), TokensPerRankStep(c));
-  return ReplayFigures(runtime::ScaleTensorParallel(trace_of(source), trace_of(tp_source),
-                                                    c.strategy.tp()),
-                       LayoutOf(c), TokensPerRankStep(c));
+  const auto& recorded = trace_of(source);
+  const bool deeper = spec.cells[static_cast<std::size_t>(source)].strategy.pp() <
+                      std::max(1, c.strategy.pp());
+  if (tp_source < 0 && !deeper) {
+    return ReplayFigures(recorded, LayoutOf(c), TokensPerRankStep(c));
+  }
+  std::vector<runtime::proto::RankTrace> scaled =
+      tp_source < 0
+          ? recorded
+          : runtime::ScaleTensorParallel(recorded, trace_of(tp_source), c.strategy.tp());
+  if (deeper) scaled = parallel::ScalePipeline(scaled, c.strategy.pp());
+  return ReplayFigures(scaled, LayoutOf(c), TokensPerRankStep(c));
 }
 
 // What a cell replays from, as the report names it: "a" or "a+b".
@@ -150,9 +159,9 @@ std::string SourceName(const MatrixSpec& spec, int source, int tp_source) {
 }
 
 // A real cell's check of the replay (docs/scaling.md): its own trace
-// replayed on its own layout, and the trace of the largest smaller real
-// cell like it scaled up to it (else two real cells at other tp sizes
-// scaled to its tp), against its real modelled step time.
+// replayed on its own layout, and what a modelled cell like it would be
+// replayed from (ReplaySources) scaled to it, against its real modelled
+// step time.
 void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
                  TraceCache& traces, CellResult& result) {
   try {
@@ -161,8 +170,7 @@ void CheckReplay(const MatrixSpec& spec, const MatrixCell& c, const fs::path& di
     const RunFigures own =
         ReplayFigures(traces.Of(dir / "trace"), LayoutOf(c), TokensPerRankStep(c));
     result.set_replayed_step_us(own.modelled_step_us());
-    int from = RecordingFor(spec, c, c.world()), tp_from = -1;
-    if (from < 0) std::tie(from, tp_from) = TpRecordingsFor(spec, c, c.world());
+    const auto [from, tp_from] = ReplaySources(spec, c);
     if (from < 0) return;
     for (const int i : {from, tp_from}) {
       if (i >= 0 && !fs::exists(dir.parent_path() /
@@ -320,8 +328,9 @@ std::string ModelledNote(const MatrixSpec& spec) {
       modelled, " cells of more than ", spec.matrix.max_real_ranks(),
       " ranks are modelled, not run: status \"modelled\", the trace of the real "
       "cell named in results.csv's modelled_from replayed on their layout (\"a+b\": "
-      "the traces of two real cells at other tp sizes scaled to its tp first; no "
-      "loss, wall time or memory).");
+      "the traces of two real cells at other tp sizes scaled to its tp first; a "
+      "source at a smaller pp is scaled to its pp first; no loss, wall time or "
+      "memory).");
 }
 
 const char* StatusName(CellResult::Status status) {
@@ -387,11 +396,9 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
     if (r.scaled_from().empty() && r.replay_error().empty()) continue;
     if (checked++ == 0) {
       md << "\n## Replay against real runs\n\nEach real cell's modelled step time, its "
-            "own "
-            "trace replayed on its layout, and the trace of a smaller real cell scaled "
-            "up to "
-            "it, or the traces of two real cells at other tp sizes scaled to its tp "
-            "(what a "
+            "own trace replayed on its layout, and the trace of a smaller real cell "
+            "scaled up to it, or the traces of two real cells at other tp sizes scaled "
+            "to its tp, or that of a real cell at a smaller pp scaled to its pp (what a "
             "modelled cell does); target: within 2%.\n\n| cell | real us | own trace us "
             "| "
             "scaled from | scaled us | error |\n|---|---|---|---|---|---|\n";

@@ -93,21 +93,20 @@ std::string Slug(const std::string& s) {
   return out.empty() ? "default" : out;
 }
 
-// Each modelled cell replays the largest real cell like it (RecordingFor).
+// Each modelled cell replays real cells like it (ReplaySources).
 void ChooseSources(MatrixSpec& spec, const Locator& at) {
   for (MatrixCell& c : spec.cells) {
     if (!c.modelled) continue;
-    c.source = RecordingFor(spec, c, c.world());
-    if (c.source < 0)
-      std::tie(c.source, c.tp_source) = TpRecordingsFor(spec, c, c.world() - 1);
+    std::tie(c.source, c.tp_source) = ReplaySources(spec, c);
     NEURON_CHECK(
         c.source >= 0, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
         " ranks) is modelled, but no real cell of strategy ", c.strategy.name(),
         ", model ", c.model.name(), " and ", c.batch_per_dp,
-        " sequences per "
-        "data-parallel rank has at least 2 data-parallel ranks to record, nor are "
-        "there real cells at two other tp sizes (>= 2) of a strategy that differs "
-        "only in tp (add such a ranks_per_node or strategy, or raise max_real_ranks)");
+        " sequences per data-parallel rank has at least 2 data-parallel ranks to "
+        "record, nor are there real cells at two other tp sizes (>= 2) of a strategy "
+        "that differs only in tp, nor one at a smaller pp (>= 2, without ZeRO) of a "
+        "strategy that differs only in pp (add such a ranks_per_node or strategy, "
+        "or raise max_real_ranks)");
   }
 }
 
@@ -187,6 +186,43 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
   const int first = best(first_tp->second, -1);
   return {first,
           best(second_tp->second, spec.cells[static_cast<std::size_t>(first)].dp())};
+}
+
+namespace {
+
+// Whether two strategies differ at most in name and pp.
+bool SameButPp(const proto::Strategy& a, const proto::Strategy& b) {
+  return a.tp() == b.tp() && a.zero() == b.zero() &&
+         a.microbatches() == b.microbatches() && a.sp() == b.sp();
+}
+
+}  // namespace
+
+int PpRecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int up_to) {
+  int best = -1;
+  auto key = [&](int i) {
+    const MatrixCell& x = spec.cells[static_cast<std::size_t>(i)];
+    return std::make_tuple(x.dp() >= 2, x.topology == cell.topology, x.strategy.pp(),
+                           x.world());
+  };
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    const MatrixCell& d = spec.cells[i];
+    if (!RecordsLike(d, cell) || &d == &cell || d.world() > up_to ||
+        d.strategy.pp() < 2 || d.strategy.pp() >= cell.strategy.pp() ||
+        d.strategy.zero() != 0 || !SameButPp(d.strategy, cell.strategy)) {
+      continue;
+    }
+    if (best < 0 || key(best) < key(static_cast<int>(i))) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+std::pair<int, int> ReplaySources(const MatrixSpec& spec, const MatrixCell& cell) {
+  const int own = RecordingFor(spec, cell, cell.world());
+  if (own >= 0) return {own, -1};
+  const auto tp = TpRecordingsFor(spec, cell, cell.world());
+  if (tp.first >= 0) return tp;
+  return {PpRecordingFor(spec, cell, cell.world()), -1};
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "pipeline_trace_parts.h"
 
+#include <cmath>
 #include <set>
 
 #include "neuron/runtime/error.h"
@@ -183,6 +184,9 @@ class Cutter {
             StrCat("the mark of layer ", mark.pipeline().layer(),
                    " where the partition has ", TaskName(task.forward()), " layer ",
                    layer, " of microbatch ", task.microbatch()));
+      const double input = mark.pipeline().input_bytes();
+      Check(std::isfinite(input) && input >= 0,
+            StrCat("layer ", layer, "'s input of ", input, " bytes"));
       ++i_;
       const int work = Until([](const TraceOp& op) { return op.mark().has_pipeline(); });
       for (int w = work; w < i_; ++w) {

@@ -24,6 +24,7 @@ using runtime::proto::TracePipelineMark;
 using trace_parts::Region;
 
 constexpr double kMaxMembers = 1 << 26;  // group members of the new traces, and their ops
+constexpr int kMaxLayers = 1024;         // BalancedPartition takes time of their cube
 
 // The recorded job, cut into its parts and checked.
 struct Recorded {
@@ -77,6 +78,28 @@ std::map<int, double> StageLayers(const RankTrace& trace, const Recorded& job) {
   return gradient;
 }
 
+// Checks the figures of a rank's plan that size what the scaling builds
+// (a trace is a file, and a file may have been damaged or made by hand).
+void CheckPlan(const RankTrace& trace, const Mesh& mesh) {
+  const TracePipeline& plan = trace.pipeline();
+  ParseScheduleKind(plan.schedule());
+  const std::int64_t tasks = std::int64_t{2} * plan.microbatches() * plan.chunks();
+  bool finite = true;
+  for (double c : plan.layer_costs()) finite = finite && std::isfinite(c) && c >= 0;
+  for (const auto& layer : plan.layers()) {
+    finite =
+        finite && std::isfinite(layer.gradient_bytes()) && layer.gradient_bytes() >= 0;
+  }
+  NEURON_CHECK(
+      plan.microbatches() >= 1 && plan.chunks() >= 1 && tasks <= trace.ops_size() &&
+          plan.layer_costs_size() <= kMaxLayers &&
+          std::int64_t{plan.chunks()} * mesh.pp <= plan.layer_costs_size() && finite,
+      "rank ", trace.rank(), "'s pipeline plan is not one its trace can have run (",
+      plan.microbatches(), " microbatches, ", plan.chunks(), " chunks per stage, ",
+      plan.layer_costs_size(), " layers, at most ", kMaxLayers,
+      "; costs and gradient bytes finite and >= 0)");
+}
+
 Recorded Cut(const std::vector<RankTrace>& traces) {
   Recorded job;
   job.mesh = runtime::CheckJobTraces(traces);
@@ -90,6 +113,7 @@ Recorded Cut(const std::vector<RankTrace>& traces) {
                  "chunks made by torchneuron.parallel.pipeline.partition under its "
                  "PipelineEngine");
   }
+  for (const auto& t : traces) CheckPlan(t, job.mesh);
   job.plan = traces[0].pipeline();
   job.starts = trace_parts::Partition(job.plan, job.mesh.pp);
   std::set<std::size_t> steps;

@@ -12,31 +12,11 @@
 
 namespace py = pybind11;
 
-void BindClock(py::module_& m) {
-  m.def(
-      "_clock",
-      [] {
-        const auto clock = neuron::runtime::ProcessClock();
-        py::dict d;
-        d["compute_us"] = clock->compute().count();
-        d["collective_us"] = clock->collective().count();
-        d["charged_us"] = clock->charged().count();
-        return d;
-      },
-      "This rank's simulated clocks (microseconds).");
-  m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
-  m.def(
-      "_start_trace",
-      [] {
-        neuron::runtime::ProcessClock()->set_trace(std::make_shared<neuron::runtime::OpTrace>());
-      },
-      "Records this rank's operation trace from now on (a new, empty one).");
-  m.def(
-      "_trace_mark",
-      [](const std::string& name) {
-        if (auto trace = neuron::runtime::ProcessClock()->trace()) trace->Mark(name);
-      },
-      py::arg("name"), "Marks a point of the program in the trace being recorded, if any.");
+namespace {
+
+// The pipeline's structure in the trace being recorded (op_trace.proto's
+// TracePipelineMark and TracePipeline), from torchneuron.parallel.pipeline.
+void BindPipelineTrace(py::module_& m) {
   m.def(
       "_trace_layer",
       [](int layer, bool forward, int microbatch, double input_bytes) {
@@ -75,6 +55,38 @@ void BindClock(py::module_& m) {
       py::arg("schedule"), py::arg("microbatches"), py::arg("chunks"),
       py::arg("layer_costs"), py::arg("layers"),
       "Sets the pipeline stage's plan in the trace being recorded, if any.");
+}
+
+}  // namespace
+
+void BindClock(py::module_& m) {
+  m.def(
+      "_clock",
+      [] {
+        const auto clock = neuron::runtime::ProcessClock();
+        py::dict d;
+        d["compute_us"] = clock->compute().count();
+        d["collective_us"] = clock->collective().count();
+        d["charged_us"] = clock->charged().count();
+        return d;
+      },
+      "This rank's simulated clocks (microseconds).");
+  m.def("_reset_clock", [] { neuron::runtime::ProcessClock()->Reset(); });
+  m.def(
+      "_start_trace",
+      [] {
+        neuron::runtime::ProcessClock()->set_trace(
+            std::make_shared<neuron::runtime::OpTrace>());
+      },
+      "Records this rank's operation trace from now on (a new, empty one).");
+  m.def(
+      "_trace_mark",
+      [](const std::string& name) {
+        if (auto trace = neuron::runtime::ProcessClock()->trace()) trace->Mark(name);
+      },
+      py::arg("name"),
+      "Marks a point of the program in the trace being recorded, if any.");
+  BindPipelineTrace(m);
   m.def(
       "_save_trace",
       [](const std::string& path, int rank, int world_size, int tp, int pp, int dp) {

@@ -280,6 +280,13 @@ TEST(PipelineTraceScaling, RefusesWhatItCannotScale) {
               ScalePipeline(no_plan, 4);
             }).find("rank 3's trace has no pipeline plan"),
             std::string::npos);
+  auto huge = pp2.traces;  // a plan no trace of this size can have run
+  huge[2].mutable_pipeline()->set_microbatches(1 << 30);
+  EXPECT_NE(
+      ErrorOf([&] { ScalePipeline(huge, 4); })
+          .find("rank 2's pipeline plan is not one its trace can have run (1073741824 "
+                "microbatches"),
+      std::string::npos);
   auto reordered = pp2.traces;  // rank 5's first task claims another microbatch
   auto& ops = *reordered[5].mutable_ops();
   std::vector<int> tasks;

@@ -114,6 +114,46 @@ def test_a_tp_no_cell_records_with_two_replicas_is_scaled_from_two_recordings(tm
     assert rows["n1x8-tp2-tiny-eager-default"]["modelled_from"] == "n1x4-tp2-tiny-eager-default"
 
 
+PP_MATRIX = """name: "pp"
+steps: 2
+batch: 4
+max_real_ranks: {max_real}
+ranks_per_node: [4, 8]
+strategies {{ name: "pp2" pp: 2 }}
+strategies {{ name: "pp4" pp: 4 }}
+models {{ name: "tiny" dim: 32 layers: 4 heads: 4 seq: 16 vocab: 64 }}
+"""
+
+
+def test_a_deeper_pipeline_is_scaled_from_a_recording_at_a_smaller_pp(tmp_path):
+    spec = tmp_path / "pp.textproto"
+    def run(max_real, out):
+        spec.write_text(PP_MATRIX.format(max_real=max_real))
+        proc = matrix(spec, out)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
+
+    # All real: each pp 4 cell (one replica on 4 ranks, two on 8) checks a
+    # pp 2 trace (with 2 and 4 replicas) regrouped into 4 stages against
+    # its own run.
+    rows = run(8, tmp_path / "real")
+    for ranks, source in (("4", "n1x4-pp2-tiny-eager-default"),
+                          ("8", "n1x8-pp2-tiny-eager-default")):
+        real = rows[f"n1x{ranks}-pp4-tiny-eager-default"]
+        assert real["scaled_from"] == source, real
+        assert abs(float(real["scaled_replay_error_pct"])) <= 0.01, real
+        assert real["replay_error"] == "", real
+    # Modelled: pp 4 on 8 ranks from the 4-rank pp 2 trace; it models what
+    # the real run did.
+    modelled = run(4, tmp_path / "modelled")["n1x8-pp4-tiny-eager-default"]
+    assert modelled["status"] == "modelled", modelled
+    assert modelled["modelled_from"] == "n1x4-pp2-tiny-eager-default", modelled
+    assert modelled["pp"] == "4" and modelled["dp"] == "2", modelled
+    step = float(modelled["modelled_step_us"])
+    want = float(rows["n1x8-pp4-tiny-eager-default"]["modelled_step_us"])
+    assert abs(step - want) <= 1e-3 * want, (step, want)
+
+
 def test_the_upstream_example_runs_as_matrix_cells_eager_and_compiled(tmp_path):
     spec = os.path.join(SOURCE, "configs/scaling/upstream.textproto")
     proc = matrix(spec, tmp_path)

@@ -31,7 +31,8 @@ struct MatrixCell {
   // Modelled (more ranks than max_real_ranks): replays the trace of the
   // real cell `source` (an index into MatrixSpec::cells), scaled to this
   // cell's tp with the trace of the real cell `tp_source` when that is set
-  // (runtime/fabric/trace_scaling.h).
+  // (runtime/fabric/trace_scaling.h), and to this cell's pp when the
+  // source's is smaller (parallel/pipeline_trace_scaling.h).
   bool modelled = false;
   int source = -1;
   int tp_source = -1;
@@ -68,6 +69,23 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below);
 // pair (no tp at or below `cell`'s: scaling down is refused).
 std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
                                     int up_to);
+
+// A real cell whose trace scales to `cell`'s pp (parallel::ScalePipeline):
+// among the real cells other than `cell` of at most `up_to` ranks whose
+// strategy differs from `cell`'s only in name and pp, at a pp of at least 2
+// (a pipeline recording) and below `cell`'s, without ZeRO (its wrapped
+// chunks record no pipeline plan), with the same model, compile mode and
+// per-rank batch: the one with at least 2 data-parallel ranks if any, then
+// on the same topology, then the largest pp, then the largest. -1 when
+// there is none.
+int PpRecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int up_to);
+
+// What `cell` is replayed from ({source, tp_source}, docs/scaling.md): the
+// recording of its own strategy (RecordingFor, fewer ranks), else two at
+// other tp sizes (TpRecordingsFor), else one at a smaller pp
+// (PpRecordingFor), each of at most `cell`'s ranks; {-1, -1} when there is
+// none.
+std::pair<int, int> ReplaySources(const MatrixSpec& spec, const MatrixCell& cell);
 
 // Runs every cell that has no result in `out_dir` yet (a rerun skips
 // finished cells), one at a time, printing a progress line per cell; a
