@@ -114,10 +114,14 @@ double TokensPerRankStep(const MatrixCell& c) {
 }
 
 // The real cells' traces, each loaded once (a source feeds its own check,
-// the larger cells' checks and the modelled cells).
+// the larger cells' checks and the modelled cells), and each scaling of
+// them made once (a modelled cell and a real cell's check may scale the
+// same sources to the same tp and pp).
 class TraceCache {
  public:
-  const std::vector<runtime::proto::RankTrace>& Of(const fs::path& dir) {
+  using Traces = std::vector<runtime::proto::RankTrace>;
+
+  const Traces& Of(const fs::path& dir) {
     auto it = loaded_.find(dir.string());
     if (it == loaded_.end()) {
       it = loaded_.emplace(dir.string(), runtime::LoadJobTraces(dir.string())).first;
@@ -125,8 +129,23 @@ class TraceCache {
     return it->second;
   }
 
+  // `source`'s traces scaled to tp with `tp_source`'s (when not empty),
+  // then to pp when that is above the source's (0: not).
+  const Traces& Scaled(const fs::path& source, const fs::path& tp_source, int tp,
+                       int pp) {
+    const auto key = std::make_tuple(source.string(), tp_source.string(), tp, pp);
+    auto it = scaled_.find(key);
+    if (it != scaled_.end()) return it->second;
+    Traces traces = tp_source.empty()
+                        ? Of(source)
+                        : runtime::ScaleTensorParallel(Of(source), Of(tp_source), tp);
+    if (pp > 0) traces = parallel::ScalePipeline(traces, pp);
+    return scaled_.emplace(key, std::move(traces)).first->second;
+  }
+
  private:
-  std::map<std::string, std::vector<runtime::proto::RankTrace>> loaded_;
+  std::map<std::string, Traces> loaded_;
+  std::map<std::tuple<std::string, std::string, int, int>, Traces> scaled_;
 };
 
 // The figures of cell `c` replayed from real cell `source`'s trace, scaled
@@ -134,21 +153,18 @@ class TraceCache {
 // when the source's is smaller.
 RunFigures ReplayAs(const MatrixSpec& spec, const MatrixCell& c, int source,
                     int tp_source, const fs::path& cells, TraceCache& traces) {
-  auto trace_of = [&](int i) -> const std::vector<runtime::proto::RankTrace>& {
-    return traces.Of(cells / spec.cells[static_cast<std::size_t>(i)].id / "trace");
+  auto dir = [&](int i) {
+    return cells / spec.cells[static_cast<std::size_t>(i)].id / "trace";
   };
-  const auto& recorded = trace_of(source);
   const bool deeper = spec.cells[static_cast<std::size_t>(source)].strategy.pp() <
                       std::max(1, c.strategy.pp());
   if (tp_source < 0 && !deeper) {
-    return ReplayFigures(recorded, LayoutOf(c), TokensPerRankStep(c));
+    return ReplayFigures(traces.Of(dir(source)), LayoutOf(c), TokensPerRankStep(c));
   }
-  std::vector<runtime::proto::RankTrace> scaled =
-      tp_source < 0
-          ? recorded
-          : runtime::ScaleTensorParallel(recorded, trace_of(tp_source), c.strategy.tp());
-  if (deeper) scaled = parallel::ScalePipeline(scaled, c.strategy.pp());
-  return ReplayFigures(scaled, LayoutOf(c), TokensPerRankStep(c));
+  return ReplayFigures(
+      traces.Scaled(dir(source), tp_source < 0 ? fs::path() : dir(tp_source),
+                    c.strategy.tp(), deeper ? c.strategy.pp() : 0),
+      LayoutOf(c), TokensPerRankStep(c));
 }
 
 // What a cell replays from, as the report names it: "a" or "a+b".
