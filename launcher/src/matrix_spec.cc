@@ -104,7 +104,9 @@ void ChooseSources(MatrixSpec& spec, const Locator& at) {
         ", model ", c.model.name(), " and ", c.batch_per_dp,
         " sequences per data-parallel rank has at least 2 data-parallel ranks to "
         "record, nor are there real cells at two other tp sizes (>= 2) of a strategy "
-        "that differs only in tp, nor one at a smaller pp (>= 2, without ZeRO) of a "
+        "that differs only in tp, nor one at a smaller pp (>= 2, without ZeRO or "
+        "sequence "
+        "parallelism) of a "
         "strategy that differs only in pp (add such a ranks_per_node or strategy, "
         "or raise max_real_ranks)");
   }
@@ -148,10 +150,11 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
 
 namespace {
 
-// Whether two strategies differ at most in name and tp.
-bool SameButTp(const proto::Strategy& a, const proto::Strategy& b) {
-  return a.pp() == b.pp() && a.zero() == b.zero() &&
-         a.microbatches() == b.microbatches() && a.sp() == b.sp();
+// Whether two strategies differ at most in name and the sizes not kept.
+bool SameBut(const proto::Strategy& a, const proto::Strategy& b, bool keep_tp,
+             bool keep_pp) {
+  return (!keep_tp || a.tp() == b.tp()) && (!keep_pp || a.pp() == b.pp()) &&
+         a.zero() == b.zero() && a.microbatches() == b.microbatches() && a.sp() == b.sp();
 }
 
 }  // namespace
@@ -162,7 +165,7 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
     if (!RecordsLike(d, cell) || &d == &cell || d.world() > up_to ||
-        d.strategy.tp() < 2 || !SameButTp(d.strategy, cell.strategy)) {
+        d.strategy.tp() < 2 || !SameBut(d.strategy, cell.strategy, false, true)) {
       continue;
     }
     by_tp[d.strategy.tp()].push_back(static_cast<int>(i));
@@ -188,16 +191,6 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
           best(second_tp->second, spec.cells[static_cast<std::size_t>(first)].dp())};
 }
 
-namespace {
-
-// Whether two strategies differ at most in name and pp.
-bool SameButPp(const proto::Strategy& a, const proto::Strategy& b) {
-  return a.tp() == b.tp() && a.zero() == b.zero() &&
-         a.microbatches() == b.microbatches() && a.sp() == b.sp();
-}
-
-}  // namespace
-
 int PpRecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int up_to) {
   int best = -1;
   auto key = [&](int i) {
@@ -209,7 +202,8 @@ int PpRecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int up_to) {
     const MatrixCell& d = spec.cells[i];
     if (!RecordsLike(d, cell) || &d == &cell || d.world() > up_to ||
         d.strategy.pp() < 2 || d.strategy.pp() >= cell.strategy.pp() ||
-        d.strategy.zero() != 0 || !SameButPp(d.strategy, cell.strategy)) {
+        d.strategy.zero() != 0 || d.strategy.sp() ||
+        !SameBut(d.strategy, cell.strategy, true, false)) {
       continue;
     }
     if (best < 0 || key(best) < key(static_cast<int>(i))) best = static_cast<int>(i);

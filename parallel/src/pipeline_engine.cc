@@ -19,14 +19,9 @@ namespace {
 // recorded, if any.
 void MarkTask(runtime::proto::TracePipelineMark::Kind kind, const PipelineTask& task,
               int vs) {
-  const auto trace = runtime::ProcessClock()->trace();
-  if (!trace) return;
-  runtime::proto::TracePipelineMark mark;
-  mark.set_kind(kind);
-  mark.set_forward(task.forward);
-  mark.set_microbatch(task.microbatch);
-  mark.set_virtual_stage(vs);
-  trace->Mark(std::move(mark));
+  if (const auto trace = runtime::ProcessClock()->trace()) {
+    trace->Mark(runtime::TaskMark(kind, task.forward, task.microbatch, vs));
+  }
 }
 
 }  // namespace

@@ -36,15 +36,15 @@ const char* TaskName(bool forward) { return forward ? "forward" : "backward"; }
 // Walks one stage's ops, cutting them into a Stage.
 class Cutter {
  public:
-  Cutter(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh)
+  Cutter(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh,
+         const std::vector<int>& starts, const std::vector<PipelineTask>& order)
       : trace_(trace),
+        mesh_(mesh),
         ops_(trace.ops()),
         p_(mesh.Pipeline(trace.rank())),
         pp_(mesh.pp),
-        starts_(Partition(trace.pipeline(), mesh.pp)),
-        order_(MakeSchedule(ParseScheduleKind(trace.pipeline().schedule()), mesh.pp,
-                            trace.pipeline().microbatches(), trace.pipeline().chunks())
-                   .order[static_cast<std::size_t>(p_)]) {}
+        starts_(starts),
+        order_(order) {}
 
   Stage Cut() {
     Stage stage;
@@ -75,17 +75,18 @@ class Cutter {
   }
 
   // Ops [begin, i_) as a Region, their waits numbered within it.
-  Region Take(int begin) const {
+  Region Take(int begin) const { return Take(begin, i_); }
+  Region Take(int begin, int end) const {
     Region region;
-    for (int k = begin; k < i_; ++k) {
+    for (int k = begin; k < end; ++k) {
       TraceOp op = ops_[k];
       if (op.has_wait()) {
         const auto issue = op.wait().issue();
         if (issue < static_cast<std::uint64_t>(begin) ||
             issue >= static_cast<std::uint64_t>(k)) {
-          throw InvalidUsage(
-              StrCat("rank ", trace_.rank(), ", op ", k, ": a wait for op ", issue,
-                     ", outside its part of the step (ops ", begin, " to ", i_ - 1, ")"));
+          throw InvalidUsage(StrCat(
+              "rank ", trace_.rank(), ", op ", k, ": a wait for op ", issue,
+              ", outside its part of the step (ops ", begin, " to ", end - 1, ")"));
         }
         op.mutable_wait()->set_issue(issue - static_cast<std::uint64_t>(begin));
       }
@@ -135,8 +136,17 @@ class Cutter {
                  TaskName(want.forward), " of microbatch ", want.microbatch,
                  " on virtual stage ", vs));
     ++i_;
-    Messages(stage, false);
-    LayersOf(step, task, vs);
+    const int v = static_cast<int>(starts_.size()) - 1;  // virtual stages
+    const bool from_previous = task.forward() && vs > 0;
+    const bool from_next = !task.forward() && vs < v - 1;
+    Messages(stage, false,
+             from_previous || from_next ? vs + (from_previous ? -1 : 1) : -1);
+    const int lead = i_;
+    Until([](const TraceOp& op) { return op.mark().has_pipeline(); });
+    Check(lead == i_ || (!task.forward() && vs == v - 1),
+          "work before the task's first layer (only the last virtual stage's backward, "
+          "the loss's, may have some)");
+    LayersOf(step, task, vs, lead);
     Check(i_ < n() && IsPipeline(ops_[i_], TracePipelineMark::TASK_END) &&
               ops_[i_].mark().pipeline().forward() == task.forward() &&
               ops_[i_].mark().pipeline().microbatch() == task.microbatch() &&
@@ -144,13 +154,16 @@ class Cutter {
           "the task's layers are not followed by its TASK_END mark");
     ++i_;
     const int sends = i_;
-    Messages(stage, true);
+    const bool to_next = task.forward() && vs < v - 1,
+               to_previous = !task.forward() && vs > 0;
+    Messages(stage, true, to_next || to_previous ? vs + (to_next ? 1 : -1) : -1);
     for (int k = sends; k < i_; ++k) sends_.insert(static_cast<std::uint64_t>(k));
   }
 
-  // The task's stage tensors received (each issue followed by its wait) or
-  // sent: a header and the data, two messages each.
-  void Messages(Stage& stage, bool send) {
+  // The task's stage tensor received (each issue followed by its wait) or
+  // sent: a header and the data, to or from virtual stage `peer_vs` (-1:
+  // none).
+  void Messages(Stage& stage, bool send, int peer_vs) {
     std::vector<const runtime::proto::TraceMessage*> messages;
     while (i_ < n() && IsMessages(ops_[i_], send)) {
       for (const auto& m : ops_[i_].issue().messages()) messages.push_back(&m);
@@ -161,16 +174,25 @@ class Cutter {
             "a stage tensor's receive is not waited for at once");
       ++i_;
     }
-    Check(messages.size() % 2 == 0, StrCat("a stage tensor of ", messages.size(),
-                                           " messages (a header and the data)"));
-    for (std::size_t k = 0; k < messages.size(); k += 2) {
+    const int peer = peer_vs < 0 ? -1
+                                 : mesh_.Rank(mesh_.Tensor(trace_.rank()), peer_vs % pp_,
+                                              mesh_.Data(trace_.rank()));
+    const std::size_t want = peer < 0 ? 0 : 2;
+    bool right = messages.size() == want;
+    for (const auto* m : messages) right = right && m->peer() == peer;
+    Check(right,
+          StrCat("the task ", send ? "sends " : "receives ", messages.size(),
+                 " messages where its schedule has ", want,
+                 peer < 0 ? "" : StrCat(" (a header and the data, rank ", peer, ")")));
+    if (peer >= 0) {
       stage.tensors.push_back(
-          {messages[k]->bytes(), messages[k + 1]->bytes(), messages[k]->communicator()});
+          {messages[0]->bytes(), messages[1]->bytes(), messages[0]->communicator()});
     }
   }
 
-  // The task's layers, each from its LAYER_BEGIN mark to the next mark.
-  void LayersOf(Step& step, const TracePipelineMark& task, int vs) {
+  // The task's layers, each from its LAYER_BEGIN mark to the next mark (the
+  // first one's work from `lead`, before its mark, too).
+  void LayersOf(Step& step, const TracePipelineMark& task, int vs, int lead) {
     const int first = starts_[static_cast<std::size_t>(vs)];
     const int last = starts_[static_cast<std::size_t>(vs) + 1] - 1;
     for (int k = 0; k <= last - first; ++k) {
@@ -178,6 +200,7 @@ class Cutter {
       Check(i_ < n() && IsPipeline(ops_[i_], TracePipelineMark::LAYER_BEGIN),
             StrCat("the task's layer ", layer, " has no LAYER_BEGIN mark here"));
       const auto& mark = ops_[i_].mark();
+      const int before = k == 0 ? lead : i_, at = i_;
       Check(mark.pipeline().layer() == layer &&
                 mark.pipeline().forward() == task.forward() &&
                 mark.pipeline().microbatch() == task.microbatch(),
@@ -189,17 +212,19 @@ class Cutter {
             StrCat("layer ", layer, "'s input of ", input, " bytes"));
       ++i_;
       const int work = Until([](const TraceOp& op) { return op.mark().has_pipeline(); });
-      for (int w = work; w < i_; ++w) {
-        if (ops_[w].issue().messages_size() > 0 || ops_[w].has_mark()) {
+      for (int w = before; w < i_; ++w) {
+        if (w != at && (ops_[w].issue().messages_size() > 0 || ops_[w].has_mark())) {
           throw InvalidUsage(StrCat("rank ", trace_.rank(), ", op ", w, ": layer ", layer,
                                     "'s work holds a message or a mark"));
         }
       }
-      step.layers[{layer, task.microbatch(), task.forward()}] = {mark, Take(work)};
+      step.layers[{layer, task.microbatch(), task.forward()}] = {mark, Take(before, at),
+                                                                 Take(work)};
     }
   }
 
   const runtime::proto::RankTrace& trace_;
+  const runtime::Mesh& mesh_;
   const google::protobuf::RepeatedPtrField<TraceOp>& ops_;
   int p_, pp_;
   std::vector<int> starts_;
@@ -216,8 +241,19 @@ std::vector<int> Partition(const runtime::proto::TracePipeline& plan, int pp) {
   return BalancedPartition(costs, pp * plan.chunks());
 }
 
-Stage CutStage(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh) {
-  return Cutter(trace, mesh).Cut();
+std::vector<int> StageLayers(const std::vector<int>& starts, int pp, int chunks,
+                             int stage) {
+  std::vector<int> layers;
+  for (int c = 0; c < chunks; ++c) {
+    const auto vs = static_cast<std::size_t>(c * pp + stage);
+    for (int k = starts[vs]; k < starts[vs + 1]; ++k) layers.push_back(k);
+  }
+  return layers;
+}
+
+Stage CutStage(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh,
+               const std::vector<int>& starts, const std::vector<PipelineTask>& order) {
+  return Cutter(trace, mesh, starts, order).Cut();
 }
 
 }  // namespace neuron::parallel::trace_parts

@@ -40,10 +40,12 @@ struct LayerKey {
 };
 
 // One layer's forward or backward of one microbatch: its mark (a forward's
-// holds the layer input's bytes) and its work.
+// holds the layer input's bytes) and its work; `before` its mark, the
+// loss's backward (the last virtual stage's backward begins with it, then
+// the model's last layer).
 struct LayerWork {
   runtime::proto::TraceMark mark;
-  Region work;
+  Region before, work;
 };
 
 struct Step {
@@ -68,14 +70,22 @@ struct Stage {
 };
 
 // The layers of each virtual stage (chunk * pp + stage) when `plan`'s
-// layers are split into pp x chunks parts: the first layer of each, then
-// the layer count.
+// layers are split into pp x chunks parts by their costs: the first layer
+// of each, then the layer count.
 std::vector<int> Partition(const runtime::proto::TracePipeline& plan, int pp);
 
-// Cuts a recorded stage's trace (rank `trace.rank()` of `mesh`), checking
-// that its tasks follow MakeSchedule and its layers the partition.
-// InvalidUsage names the rank and op where it does not, or where a layer's
-// work waits for an op outside it or sends a message.
-Stage CutStage(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh);
+// The layers stage `stage` holds, chunk by chunk, under partition `starts`.
+std::vector<int> StageLayers(const std::vector<int>& starts, int pp, int chunks,
+                             int stage);
+
+// Cuts a recorded stage's trace (rank `trace.rank()` of `mesh`) whose
+// virtual stages hold the layers `starts` gives and whose tasks run in
+// `order` (MakeSchedule's for its stage), checking that they do, and that
+// each task receives and sends the stage tensors its place needs (a
+// header and the data, from and to the neighbouring stage). InvalidUsage
+// names the rank and op where it does not, or where a layer's work waits
+// for an op outside it or holds a message or a mark.
+Stage CutStage(const runtime::proto::RankTrace& trace, const runtime::Mesh& mesh,
+               const std::vector<int>& starts, const std::vector<PipelineTask>& order);
 
 }  // namespace neuron::parallel::trace_parts

@@ -8,8 +8,9 @@
 #include <string>
 
 #include "neuron/runtime/error.h"
-#include "neuron/runtime/fabric/trace_job.h"
-#include "pipeline_trace_parts.h"
+#include "neuron/runtime/fnv.h"
+#include "neuron/runtime/op_trace.h"
+#include "pipeline_trace_recording.h"
 
 namespace neuron::parallel {
 
@@ -23,120 +24,29 @@ using runtime::proto::TracePipeline;
 using runtime::proto::TracePipelineMark;
 using trace_parts::Region;
 
-constexpr double kMaxMembers = 1 << 26;  // group members of the new traces, and their ops
-constexpr int kMaxLayers = 1024;         // BalancedPartition takes time of their cube
+using trace_parts::Recording;
 
-// The recorded job, cut into its parts and checked.
-struct Recorded {
-  Mesh mesh{1, 1, 1};
-  TracePipeline plan;                           // every rank's schedule and costs
-  std::vector<int> starts;                      // the recorded partition
-  std::vector<trace_parts::Stage> stages;       // by rank
-  std::vector<std::map<int, double>> gradient;  // by rank: layer -> gradient bytes
-  double header_bytes = 0;                      // of every stage tensor
+constexpr double kMaxSize = 1 << 26;  // ops and group members of the new traces
 
-  // The recorded stage that ran layer k.
-  int Owner(int k) const {
-    const auto vs =
-        std::upper_bound(starts.begin(), starts.end(), k) - starts.begin() - 1;
-    return static_cast<int>(vs) % mesh.pp;
-  }
-  double StageGradient(int rank) const {
-    double total = 0;
-    for (const auto& [layer, bytes] : gradient[static_cast<std::size_t>(rank)])
-      total += bytes;
-    return total;
-  }
-};
-
-// Checks that `trace`'s plan is the job's and holds its stage's layers;
-// returns their gradient bytes.
-std::map<int, double> StageLayers(const RankTrace& trace, const Recorded& job) {
-  const TracePipeline& plan = trace.pipeline();
-  const auto& want = job.plan;
-  NEURON_CHECK(plan.schedule() == want.schedule() &&
-                   plan.microbatches() == want.microbatches() &&
-                   plan.chunks() == want.chunks() &&
-                   std::equal(plan.layer_costs().begin(), plan.layer_costs().end(),
-                              want.layer_costs().begin(), want.layer_costs().end()),
-               "rank ", trace.rank(), "'s pipeline plan differs from rank 0's");
-  const int p = job.mesh.Pipeline(trace.rank());
-  std::vector<int> layers;
-  for (int c = 0; c < plan.chunks(); ++c) {
-    const auto vs = static_cast<std::size_t>(c * job.mesh.pp + p);
-    for (int k = job.starts[vs]; k < job.starts[vs + 1]; ++k) layers.push_back(k);
-  }
-  std::map<int, double> gradient;
-  bool same = plan.layers_size() == static_cast<int>(layers.size());
-  for (int i = 0; same && i < plan.layers_size(); ++i) {
-    same = plan.layers(i).index() == layers[static_cast<std::size_t>(i)];
-    gradient[plan.layers(i).index()] = plan.layers(i).gradient_bytes();
-  }
-  NEURON_CHECK(same, "rank ", trace.rank(),
-               "'s pipeline plan does not hold the layers "
-               "its stage's partition has");
-  return gradient;
+bool Rooted(const std::string& kind) {
+  return kind == "broadcast" || kind == "reduce" || kind == "gather" || kind == "scatter";
 }
 
-// Checks the figures of a rank's plan that size what the scaling builds
-// (a trace is a file, and a file may have been damaged or made by hand).
-void CheckPlan(const RankTrace& trace, const Mesh& mesh) {
-  const TracePipeline& plan = trace.pipeline();
-  ParseScheduleKind(plan.schedule());
-  const std::int64_t tasks = std::int64_t{2} * plan.microbatches() * plan.chunks();
-  bool finite = true;
-  for (double c : plan.layer_costs()) finite = finite && std::isfinite(c) && c >= 0;
-  for (const auto& layer : plan.layers()) {
-    finite =
-        finite && std::isfinite(layer.gradient_bytes()) && layer.gradient_bytes() >= 0;
-  }
-  NEURON_CHECK(
-      plan.microbatches() >= 1 && plan.chunks() >= 1 && tasks <= trace.ops_size() &&
-          plan.layer_costs_size() <= kMaxLayers &&
-          std::int64_t{plan.chunks()} * mesh.pp <= plan.layer_costs_size() && finite,
-      "rank ", trace.rank(), "'s pipeline plan is not one its trace can have run (",
-      plan.microbatches(), " microbatches, ", plan.chunks(), " chunks per stage, ",
-      plan.layer_costs_size(), " layers, at most ", kMaxLayers,
-      "; costs and gradient bytes finite and >= 0)");
-}
-
-Recorded Cut(const std::vector<RankTrace>& traces) {
-  Recorded job;
-  job.mesh = runtime::CheckJobTraces(traces);
-  NEURON_CHECK(job.mesh.pp >= 2,
-               "scaling the pipeline needs a recording with pipeline "
-               "stages (it has pp=",
-               job.mesh.pp, ")");
-  for (const auto& t : traces) {
-    NEURON_CHECK(t.has_pipeline(), "rank ", t.rank(),
-                 "'s trace has no pipeline plan: record "
-                 "chunks made by torchneuron.parallel.pipeline.partition under its "
-                 "PipelineEngine");
-  }
-  for (const auto& t : traces) CheckPlan(t, job.mesh);
-  job.plan = traces[0].pipeline();
-  job.starts = trace_parts::Partition(job.plan, job.mesh.pp);
-  std::set<std::size_t> steps;
-  std::set<double> headers;
-  for (const auto& t : traces) {
-    job.gradient.push_back(StageLayers(t, job));
-    job.stages.push_back(trace_parts::CutStage(t, job.mesh));
-    steps.insert(job.stages.back().steps.size());
-    for (const auto& tensor : job.stages.back().tensors)
-      headers.insert(tensor.header_bytes);
-  }
-  NEURON_CHECK(steps.size() == 1, "the recorded ranks ran different numbers of steps");
-  NEURON_CHECK(headers.size() == 1,
-               "the recorded stage tensors' headers differ in size (", headers.size(),
-               " sizes): cannot tell a new boundary's");
-  job.header_bytes = *headers.begin();
-  return job;
+// The name of a communicator of `group` that plays the part recorded
+// communicator `recorded` played (its "#k" suffix: one of the communicators
+// a set of ranks made): the same on every member, and one for every
+// recorded stage's (so its collectives run one after another, as they did).
+std::string Renamed(const std::string& recorded, const std::vector<int>& group) {
+  const auto hash = runtime::Fnv1a(group.data(), group.size() * sizeof(int));
+  const auto part = recorded.rfind('#');
+  return StrCat("pp-scaled ", group.size(), " ranks from ", group.front(), " ", hash,
+                part == std::string::npos ? "#" + recorded : recorded.substr(part));
 }
 
 // One rank of the new job, op by op.
 class Writer {
  public:
-  Writer(const Recorded& job, const Mesh& to, int rank)
+  Writer(const Recording& job, const Mesh& to, int rank)
       : job_(job), to_(to), rank_(rank), stage_(to.Pipeline(rank)) {
     out_.set_rank(rank);
     out_.set_world_size(to.world());
@@ -154,7 +64,9 @@ class Writer {
       if (o->has_wait()) o->mutable_wait()->set_issue(base + op.wait().issue());
       if (!o->has_issue()) continue;
       NEURON_CHECK(o->issue().messages_size() == 0, "rank ", source,
-                   ": a message outside the pipeline's tasks");
+                   ": a message outside the pipeline's tasks (to rank ",
+                   o->issue().messages(0).peer(), ", tag ", o->issue().messages(0).tag(),
+                   ")");
       for (auto& c : *o->mutable_issue()->mutable_collectives()) c = Moved(c, source);
     }
   }
@@ -162,14 +74,10 @@ class Writer {
   void Add(const TraceOp& op) { *out_.add_ops() = op; }
 
   void Mark(TracePipelineMark::Kind kind, const PipelineTask& task, int vs) {
-    TracePipelineMark m;
-    m.set_kind(kind);
-    m.set_forward(task.forward);
-    m.set_microbatch(task.microbatch);
-    m.set_virtual_stage(vs);
     auto* mark = out_.add_ops()->mutable_mark();
     mark->set_name("pipeline");
-    *mark->mutable_pipeline() = m;
+    *mark->mutable_pipeline() =
+        runtime::TaskMark(kind, task.forward, task.microbatch, vs);
   }
 
   // A stage tensor to or from stage `peer_stage`: its header, then its data.
@@ -215,10 +123,11 @@ class Writer {
         " has a group that is not a block of the mesh spanning one stage or all");
     const bool spans = p.size() > 1;
     const int root_p = m.Pipeline(c.group(c.root()));
-    NEURON_CHECK(!spans || root_p == 0 || root_p == m.pp - 1, "rank ", source, ": the ",
-                 c.kind(), " on communicator ", c.communicator(), " is rooted at stage ",
-                 root_p, ", neither the first nor the last");
-    const int new_root_p = !spans ? stage_ : (root_p == 0 ? 0 : to_.pp - 1);
+    NEURON_CHECK(!spans || !Rooted(c.kind()) || root_p == 0 || root_p == m.pp - 1,
+                 "rank ", source, ": the ", c.kind(), " on communicator ",
+                 c.communicator(), " is rooted at stage ", root_p,
+                 ", neither the first nor the last");
+    const int new_root_p = !spans ? stage_ : (root_p == m.pp - 1 ? to_.pp - 1 : root_p);
     const int root =
         to_.Rank(m.Tensor(c.group(c.root())), new_root_p, m.Data(c.group(c.root())));
     std::vector<int> group;
@@ -234,13 +143,13 @@ class Writer {
     for (int member : group) out.add_group(member);
     out.set_root(
         static_cast<int>(std::find(group.begin(), group.end(), root) - group.begin()));
-    out.set_communicator(StrCat(c.communicator(), "@", group.front()));
+    out.set_communicator(Renamed(c.communicator(), group));
     out.set_sequence(sequences_[out.communicator()]++);
     members_ += static_cast<double>(group.size());
     return out;
   }
 
-  const Recorded& job_;
+  const Recording& job_;
   Mesh to_;
   int rank_, stage_;
   RankTrace out_;
@@ -251,7 +160,7 @@ class Writer {
 // The new job's ranks, from the recorded job.
 class Assembler {
  public:
-  Assembler(const Recorded& job, int pp)
+  Assembler(const Recording& job, int pp)
       : job_(job),
         to_{job.mesh.tp, pp, job.mesh.dp},
         starts_(trace_parts::Partition(job.plan, pp)),
@@ -261,17 +170,17 @@ class Assembler {
 
   const Mesh& target() const { return to_; }
 
-  // Rank r's trace; adds its group members to `members`.
-  RankTrace Rank(int r, double& members) const {
+  // Rank r's trace; adds its ops and group members to `size`.
+  RankTrace Rank(int r, double& size) const {
     const int t = to_.Tensor(r), d = to_.Data(r), s = to_.Pipeline(r);
-    // The recorded stage whose work outside the tasks this stage repeats.
-    const int kind = s == 0 ? 0 : (s == to_.pp - 1 ? job_.mesh.pp - 1 : 1);
-    const int source = job_.mesh.Rank(t, kind, d);
-    const trace_parts::Stage& own = job_.stages[static_cast<std::size_t>(source)];
+    // Outside the tasks every stage repeats the first's (ReadRecording
+    // checked that the recorded stages do).
+    const int source = job_.mesh.Rank(t, 0, d);
+    const trace_parts::Stage& first = job_.stages[static_cast<std::size_t>(source)];
     Writer w(job_, to_, r);
-    w.Append(own.preamble, source);
-    for (std::size_t i = 0; i < own.steps.size(); ++i) {
-      const trace_parts::Step& step = own.steps[i];
+    w.Append(first.preamble, source);
+    for (std::size_t i = 0; i < first.steps.size(); ++i) {
+      const trace_parts::Step& step = first.steps[i];
       w.Add(step.begin);
       w.Append(step.head, source);
       std::vector<std::uint64_t> sends;
@@ -284,7 +193,7 @@ class Assembler {
       w.Append(step.after, source);
     }
     *w.trace().mutable_pipeline() = Plan(t, d, s);
-    members += w.members() + w.trace().ops_size();
+    size += w.members() + w.trace().ops_size();
     return std::move(w.trace());
   }
 
@@ -332,6 +241,7 @@ class Assembler {
       int source = 0;
       const auto& layer =
           Layer(i, task.forward ? a + n : b - 1 - n, mb, task.forward, t, d, &source);
+      w.Append(layer.before, source);
       TraceOp mark;
       *mark.mutable_mark() = layer.mark;
       w.Add(mark);
@@ -350,27 +260,21 @@ class Assembler {
     sends.insert(sends.end(), issued.begin(), issued.end());
   }
 
-  // The pipeline group's communicator at (t, d): the recorded one's name.
+  // The pipeline group's communicator at (t, d), named from the recorded one.
   std::string Communicator(int t, int d) const {
     const auto& tensors =
         job_.stages[static_cast<std::size_t>(job_.mesh.Rank(t, 0, d))].tensors;
-    NEURON_ASSERT(!tensors.empty(), "a recorded stage without stage tensors");
+    NEURON_ASSERT(!tensors.empty(), "the cut found no stage tensor on the first stage");
     return StrCat(tensors.front().communicator, "@", to_.Rank(t, 0, d));
   }
 
   // The gradient bytes of the new stage s's layers (at t, d).
   double Gradient(int t, int d, int s) const {
     double total = 0;
-    for (int c = 0; c < job_.plan.chunks(); ++c) {
-      const auto vs = static_cast<std::size_t>(c * to_.pp + s);
-      for (int k = starts_[vs]; k < starts_[vs + 1]; ++k) total += LayerGradient(t, d, k);
+    for (int k : trace_parts::StageLayers(starts_, to_.pp, job_.plan.chunks(), s)) {
+      total += job_.LayerGradient(t, d, k);
     }
     return total;
-  }
-
-  double LayerGradient(int t, int d, int k) const {
-    return job_.gradient[static_cast<std::size_t>(job_.mesh.Rank(t, job_.Owner(k), d))]
-        .at(k);
   }
 
   // The recorded stage's epilogue with its gradient all-reduce resized to
@@ -392,11 +296,11 @@ class Assembler {
     }
     NEURON_CHECK(found == 1 || (found == 0 && job_.mesh.dp == 1), "rank ", source,
                  ": its stage's gradients (", recorded_bytes,
-                 " bytes) are not one all-reduce "
-                 "at the end of its step (",
+                 " bytes) are not one "
+                 "all-reduce at the end of its step (",
                  found,
-                 " are): byte-capped buckets cannot be "
-                 "resized to another stage's layers");
+                 " are): byte-capped buckets "
+                 "cannot be resized to another stage's layers");
     return out;
   }
 
@@ -404,43 +308,71 @@ class Assembler {
   TracePipeline Plan(int t, int d, int s) const {
     TracePipeline plan = job_.plan;
     plan.clear_layers();
-    for (int c = 0; c < plan.chunks(); ++c) {
-      const auto vs = static_cast<std::size_t>(c * to_.pp + s);
-      for (int k = starts_[vs]; k < starts_[vs + 1]; ++k) {
-        auto* layer = plan.add_layers();
-        layer->set_index(k);
-        layer->set_gradient_bytes(LayerGradient(t, d, k));
-      }
+    for (int k : trace_parts::StageLayers(starts_, to_.pp, plan.chunks(), s)) {
+      auto* layer = plan.add_layers();
+      layer->set_index(k);
+      layer->set_chunk(static_cast<int>(
+          (std::upper_bound(starts_.begin(), starts_.end(), k) - starts_.begin() - 1) /
+          to_.pp));
+      layer->set_gradient_bytes(job_.LayerGradient(t, d, k));
     }
     return plan;
   }
 
-  const Recorded& job_;
+  const Recording& job_;
   Mesh to_;
   std::vector<int> starts_;
   std::vector<std::vector<PipelineTask>> order_;
 };
 
+// An estimate of the new traces' ops, before they are made: each new
+// rank's work outside the tasks and its tasks' marks and messages, and the
+// layers' work once per tensor position and replica (as recorded).
+double EstimatedOps(const Recording& job, int pp) {
+  const trace_parts::Stage& first = job.stages.front();
+  double outside = static_cast<double>(first.preamble.ops.size()), recorded = 0;
+  for (const auto& step : first.steps) {
+    outside += static_cast<double>(step.head.ops.size() + step.epilogue.ops.size() +
+                                   step.after.ops.size());
+  }
+  for (const auto& stage : job.stages) {
+    for (const auto& step : stage.steps) {
+      for (const auto& [key, layer] : step.layers) {
+        recorded +=
+            static_cast<double>(layer.before.ops.size() + layer.work.ops.size() + 1);
+      }
+    }
+  }
+  const double tasks = 2.0 * job.plan.microbatches() * job.plan.chunks() *
+                       static_cast<double>(first.steps.size());
+  const double world = static_cast<double>(pp) * job.mesh.tp * job.mesh.dp;
+  return world * (outside + 8 * tasks) + recorded;
+}
+
 }  // namespace
 
 std::vector<RankTrace> ScalePipeline(const std::vector<RankTrace>& traces, int pp) {
-  const Recorded job = Cut(traces);
-  NEURON_CHECK(pp >= job.mesh.pp, "cannot scale to pp=", pp,
-               ", below the recording's pp=", job.mesh.pp,
+  const Mesh recorded = runtime::CheckJobTraces(traces);
+  const TracePipeline& plan = traces.front().pipeline();
+  NEURON_CHECK(pp >= recorded.pp, "cannot scale to pp=", pp,
+               ", below the recording's pp=", recorded.pp,
                ": a stage would hold more gradient bytes, which a byte-capped "
                "bucketing may split into more collectives than the recording issued");
-  NEURON_CHECK(std::int64_t{pp} * job.mesh.tp * job.mesh.dp <= (1 << 20),
+  NEURON_CHECK(std::int64_t{pp} * recorded.tp * recorded.dp <= (1 << 20),
                "cannot scale to pp=", pp, ": the job would have more than 2^20 ranks");
-  NEURON_CHECK(std::int64_t{pp} * job.plan.chunks() <= job.plan.layer_costs_size(),
-               "cannot scale to pp=", pp, ": ", pp, " stages of ", job.plan.chunks(),
-               " chunks need more than the model's ", job.plan.layer_costs_size(),
-               " layers");
+  NEURON_CHECK(std::int64_t{pp} * plan.chunks() <= plan.layer_costs_size(),
+               "cannot scale to pp=", pp, ": ", pp, " stages of ", plan.chunks(),
+               " chunks need more than the model's ", plan.layer_costs_size(), " layers");
+  const Recording job = trace_parts::ReadRecording(traces);
+  const double estimate = EstimatedOps(job, pp);
+  NEURON_CHECK(estimate <= kMaxSize, "cannot scale to pp=", pp,
+               ": the traces would hold about ", estimate, " ops (more than 2^26)");
   const Assembler assembler(job, pp);
   std::vector<RankTrace> out;
-  double members = 0;
+  double size = 0;
   for (int r = 0; r < assembler.target().world(); ++r) {
-    out.push_back(assembler.Rank(r, members));
-    NEURON_CHECK(members <= kMaxMembers, "cannot scale to pp=", pp,
+    out.push_back(assembler.Rank(r, size));
+    NEURON_CHECK(size <= kMaxSize, "cannot scale to pp=", pp,
                  ": the traces would hold more than 2^26 ops and group members");
   }
   return out;

@@ -18,17 +18,14 @@ namespace {
 // TracePipelineMark and TracePipeline), from torchneuron.parallel.pipeline.
 void BindPipelineTrace(py::module_& m) {
   m.def(
+      "_tracing", [] { return neuron::runtime::ProcessClock()->tracing(); },
+      "Whether this rank's operation trace is being recorded.");
+  m.def(
       "_trace_layer",
       [](int layer, bool forward, int microbatch, double input_bytes) {
         const auto trace = neuron::runtime::ProcessClock()->trace();
         if (!trace) return;
-        neuron::runtime::proto::TracePipelineMark mark;
-        mark.set_kind(neuron::runtime::proto::TracePipelineMark::LAYER_BEGIN);
-        mark.set_layer(layer);
-        mark.set_forward(forward);
-        mark.set_microbatch(microbatch);
-        mark.set_input_bytes(input_bytes);
-        trace->Mark(std::move(mark));
+        trace->Mark(neuron::runtime::LayerMark(layer, forward, microbatch, input_bytes));
       },
       py::arg("layer"), py::arg("forward"), py::arg("microbatch"), py::arg("input_bytes"),
       "Marks where a pipeline chunk's layer begins, in the trace being recorded, if "
@@ -37,7 +34,7 @@ void BindPipelineTrace(py::module_& m) {
       "_trace_pipeline",
       [](const std::string& schedule, int microbatches, int chunks,
          const std::vector<double>& layer_costs,
-         const std::vector<std::pair<int, double>>& layers) {
+         const std::vector<std::tuple<int, int, double>>& layers) {
         const auto trace = neuron::runtime::ProcessClock()->trace();
         if (!trace) return;
         neuron::runtime::proto::TracePipeline plan;
@@ -45,8 +42,9 @@ void BindPipelineTrace(py::module_& m) {
         plan.set_microbatches(microbatches);
         plan.set_chunks(chunks);
         for (double c : layer_costs) plan.add_layer_costs(c);
-        for (const auto& [index, bytes] : layers) {
+        for (const auto& [chunk, index, bytes] : layers) {
           auto* layer = plan.add_layers();
+          layer->set_chunk(chunk);
           layer->set_index(index);
           layer->set_gradient_bytes(bytes);
         }

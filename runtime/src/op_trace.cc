@@ -76,6 +76,27 @@ void OpTrace::Mark(proto::TracePipelineMark mark) {
   *m->mutable_pipeline() = std::move(mark);
 }
 
+proto::TracePipelineMark TaskMark(proto::TracePipelineMark::Kind kind, bool forward,
+                                  int microbatch, int virtual_stage) {
+  proto::TracePipelineMark m;
+  m.set_kind(kind);
+  m.set_forward(forward);
+  m.set_microbatch(microbatch);
+  m.set_virtual_stage(virtual_stage);
+  return m;
+}
+
+proto::TracePipelineMark LayerMark(int layer, bool forward, int microbatch,
+                                   double input_bytes) {
+  proto::TracePipelineMark m;
+  m.set_kind(proto::TracePipelineMark::LAYER_BEGIN);
+  m.set_layer(layer);
+  m.set_forward(forward);
+  m.set_microbatch(microbatch);
+  m.set_input_bytes(input_bytes);
+  return m;
+}
+
 void OpTrace::SetPipeline(proto::TracePipeline pipeline) {
   std::lock_guard<std::mutex> lock(mutex_);
   *trace_.mutable_pipeline() = std::move(pipeline);

@@ -70,6 +70,7 @@ class StageRank {
     for (int c = 0; c < shape.chunks; ++c) {
       for (int k = starts_[c * shape.pp + p_]; k < starts_[c * shape.pp + p_ + 1]; ++k) {
         auto* layer = plan_.add_layers();
+        layer->set_chunk(c);
         layer->set_index(k);
         layer->set_gradient_bytes(Gradient(k));
         stage_gradient_ += Gradient(k);
@@ -111,19 +112,8 @@ class StageRank {
     group.Enqueue(std::move(f))->Wait();
   }
 
-  void Mark(TracePipelineMark::Kind kind, const PipelineTask& task, int vs,
-            int layer = 0) {
-    TracePipelineMark m;
-    m.set_kind(kind);
-    m.set_forward(task.forward);
-    m.set_microbatch(task.microbatch);
-    if (kind == TracePipelineMark::LAYER_BEGIN) {
-      m.set_layer(layer);
-      if (task.forward) m.set_input_bytes(InputBytes(layer));
-    } else {
-      m.set_virtual_stage(vs);
-    }
-    traced_.trace->Mark(std::move(m));
+  void Mark(TracePipelineMark::Kind kind, const PipelineTask& task, int vs) {
+    traced_.trace->Mark(runtime::TaskMark(kind, task.forward, task.microbatch, vs));
   }
 
   void Task(const PipelineTask& task,
@@ -135,7 +125,8 @@ class StageRank {
     if (!task.forward && vs < v - 1) Tensor(false, vs + 1, InputBytes(end), task, vs + 1);
     for (int n = 0; n < end - first; ++n) {
       const int k = task.forward ? first + n : end - 1 - n;
-      Mark(TracePipelineMark::LAYER_BEGIN, task, vs, k);
+      traced_.trace->Mark(runtime::LayerMark(k, task.forward, task.microbatch,
+                                             task.forward ? InputBytes(k) : 0));
       traced_.clock->AdvanceCompute(SimDuration((task.forward ? 1 : 2) * Cost(k)));
       if (shape_.tp > 1 && k > 0 && k < kLayers - 1) {
         OnGroup(tp_comm_, [&](Communicator& c) {
@@ -314,10 +305,10 @@ TEST(PipelineTraceScaling, RefusesWhatItCannotScale) {
     }
   }
   const std::string buckets = ErrorOf([&] { ScalePipeline(bucketed, 4); });
-  EXPECT_NE(buckets.find(
-                StrCat("rank 0: its stage's gradients (", gradient,
-                       " bytes) are not one all-reduce at the end of its step (0 are)")),
-            std::string::npos)
+  EXPECT_NE(
+      buckets.find("ranks 4 and 0 differ outside the pipeline's tasks (step 0 after "
+                   "its tasks, op "),
+      std::string::npos)
       << buckets;
 }
 

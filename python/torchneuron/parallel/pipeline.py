@@ -10,11 +10,17 @@ between stages with headers that are checked on arrival (C++).
 
 Modelled time: each chunk's forward and backward (twice the forward) are
 charged to the rank's simulated compute clock from the device model (the
-matmuls of its Linear layers at the microbatch's token count), unless the
-chunks are compiled (charge_compute=False) or a cost function is given; the
-receives join the clocks, so idle time waiting for other stages, the
-bubble, shows in the modelled step time. step() records the measured
-bubble next to the schedule's and the formula's.
+matmuls of its eager Linear layers at the microbatch's token count;
+compiled modules charge their own plans), unless charge_compute=False or
+another cost function is given; a chunk made by partition() is run and
+charged a layer at a time (cost_fn(layer, x): its forward before it runs,
+its backward as it begins). The receives join the clocks, so idle time
+waiting for other stages, the bubble, shows in the modelled step time.
+step() records the measured bubble next to the schedule's and the
+formula's. In a recorded trace (torchneuron.fabric.start_trace) the
+partitioned chunks mark each layer's forward and backward and the stage's
+plan, so that a replay can regroup the layers into another number of
+stages (docs/scaling.md, "Other pipeline sizes").
 """
 import torch
 import torch.distributed as dist
@@ -105,17 +111,22 @@ def device_forward_us(chunk, x):
     return sum(_C._matmul_us(tokens, k, n, fp32) for k, n, fp32 in _linear_shapes(chunk))
 
 
+def _partitioned(chunk):
+    """Whether `chunk` is partition()'s nn.Sequential, run a layer at a time
+    (not compiled as a whole, nor wrapped)."""
+    return (type(chunk) is nn.Sequential and hasattr(chunk, "_pipeline_first_layer")
+            and not _compiled(chunk))
+
+
 class _BackwardBegins:
     """A hook on a layer's output: its gradient is there, so the layer's
-    backward begins; charges it and marks it in the trace (layer index
-    None: not marked)."""
+    backward begins; marks it in the trace (when recorded) and charges it."""
 
     def __init__(self, layer, microbatch, backward_us):
         self.layer, self.microbatch, self.backward_us = layer, microbatch, backward_us
 
     def __call__(self, grad):
-        if self.layer is not None:
-            _C._trace_layer(self.layer, False, self.microbatch, 0.0)
+        _C._trace_layer(self.layer, False, self.microbatch, 0.0)
         if self.backward_us:
             _C._advance_compute(self.backward_us)
 
@@ -146,26 +157,31 @@ class PipelineEngine:
             raise ValueError(f"PipelineEngine: {len(self.chunks)} chunks per stage need "
                              "schedule='interleaved'")
         self.stage, self.stages = dist.get_rank(group), dist.get_world_size(group)
-        # Charged here, a layer at a time: each layer's forward after it
-        # ran, its backward (twice that) as it begins.
         self._cost = cost_fn if charge_compute else None
+        self._partitioned = [_partitioned(c) for c in self.chunks]
+        cost = None  # whole chunks, charged by the C++ engine
+        if self._cost is not None and not all(self._partitioned):
+            cost = lambda c, x: (0.0 if self._partitioned[c]  # noqa: E731
+                                 else float(self._cost(self.chunks[c], x)))
         self._engine = _C._PipelineEngine(len(self.chunks), microbatches, schedule, batch_dim,
-                                          self._run_chunk, loss_fn, group, None)
+                                          self._run_chunk, loss_fn, group, cost)
         self._plan = self._trace_plan(schedule, microbatches)
         self.last = {}
 
     def _trace_plan(self, schedule, microbatches):
         """What a recorded trace keeps of the plan (op_trace.proto,
-        TracePipeline), when every chunk came from partition(); else None."""
-        if not all(hasattr(c, "_pipeline_first_layer") for c in self.chunks):
+        TracePipeline), when every chunk is partitioned; else None."""
+        if not all(self._partitioned):
             return None
-        layers = [(c._pipeline_first_layer + i, _gradient_bytes(layer))
-                  for c in self.chunks for i, layer in enumerate(c)]
+        layers = [(c, chunk._pipeline_first_layer + i, _gradient_bytes(layer))
+                  for c, chunk in enumerate(self.chunks) for i, layer in enumerate(chunk)]
         return (schedule, microbatches, len(self.chunks),
                 self.chunks[0]._pipeline_layer_costs, layers)
 
     def _run_chunk(self, c, microbatch, x):
         try:
+            if not self._partitioned[c]:
+                return self.chunks[c](x)
             return self._forward(self.chunks[c], microbatch, x)
         except Exception as e:
             vs = c * self.stages + self.stage
@@ -173,20 +189,23 @@ class PipelineEngine:
             raise type(e)(f"{where}, forward: {e}") from e
 
     def _forward(self, chunk, microbatch, x):
-        """The chunk's forward, a layer at a time when it came from
-        partition(): each layer's begin marked in the trace (and its
-        backward's, by a hook on its output) and its time charged."""
-        first = getattr(chunk, "_pipeline_first_layer", None)
-        for i, layer in enumerate(chunk if first is not None else [chunk]):
-            index = None if first is None else first + i
-            if index is not None:
+        """A partitioned chunk's forward, a layer at a time: each layer's
+        forward marked in the trace and charged before it runs, its
+        backward by a hook on its output."""
+        tracing = _C._tracing()
+        for i, layer in enumerate(chunk):
+            index = chunk._pipeline_first_layer + i
+            if tracing:
                 _C._trace_layer(index, True, microbatch, float(x.numel() * x.element_size()))
             forward_us = float(self._cost(layer, x)) if self._cost is not None else 0.0
-            x = layer(x)
             if forward_us:
                 _C._advance_compute(forward_us)
-            if x.requires_grad:
-                x.register_hook(_BackwardBegins(index, microbatch, 2 * forward_us))
+            y = layer(x)
+            if y is x:  # its own hook, after the previous layer's
+                y = y.view_as(y)
+            if y.requires_grad and (tracing or forward_us):
+                y.register_hook(_BackwardBegins(index, microbatch, 2 * forward_us))
+            x = y
         return x
 
     @property

@@ -163,8 +163,9 @@ class Scaler {
   proto::TraceMark Mark(const proto::TraceMark& a, const proto::TraceMark& b,
                         const Site& at) const {
     const proto::TracePipelineMark &p = a.pipeline(), &q = b.pipeline();
-    NEURON_CHECK(a.name() == b.name() && p.kind() == q.kind() &&
-                     p.forward() == q.forward() && p.microbatch() == q.microbatch() &&
+    NEURON_CHECK(a.name() == b.name() && a.has_pipeline() == b.has_pipeline() &&
+                     p.kind() == q.kind() && p.forward() == q.forward() &&
+                     p.microbatch() == q.microbatch() &&
                      p.virtual_stage() == q.virtual_stage() && p.layer() == q.layer(),
                  Differ(at), ": mark '", a.name(), "' against '", b.name(), "'",
                  a.has_pipeline() ? " (or their pipeline places)" : "");

@@ -74,7 +74,8 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
 // among the real cells other than `cell` of at most `up_to` ranks whose
 // strategy differs from `cell`'s only in name and pp, at a pp of at least 2
 // (a pipeline recording) and below `cell`'s, without ZeRO (its wrapped
-// chunks record no pipeline plan), with the same model, compile mode and
+// chunks record no pipeline plan) or sequence parallelism (its per-stage
+// gradient all-reduce is not resized), with the same model, compile mode and
 // per-rank batch: the one with at least 2 data-parallel ranks if any, then
 // on the same topology, then the largest pp, then the largest. -1 when
 // there is none.

@@ -49,6 +49,12 @@ class OpTrace {
   proto::RankTrace trace_;
 };
 
+// A task's pipeline mark (TASK_BEGIN or TASK_END) and a layer's.
+proto::TracePipelineMark TaskMark(proto::TracePipelineMark::Kind kind, bool forward,
+                                  int microbatch, int virtual_stage);
+proto::TracePipelineMark LayerMark(int layer, bool forward, int microbatch,
+                                   double input_bytes);
+
 // Reads a trace Save wrote; IoError names the path when it is missing or
 // not a trace.
 proto::RankTrace LoadRankTrace(const std::string& path);
