@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../runtime/error_of.h"
+#include "../runtime/trn2_nodes.h"
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
@@ -25,6 +26,7 @@ namespace {
 
 using runtime::SimDuration;
 using runtime::testing::ErrorOf;
+using runtime::testing::Trn2Nodes;
 using testing::RunRanks;
 
 constexpr int kSteps = 2, kPp = 2;
@@ -134,14 +136,6 @@ Job RunJob(int tp, int dp = 2) {
   return job;
 }
 
-// `nodes` trn2 nodes of 16 ranks (or one of `world`).
-runtime::FabricModel Nodes(int world, int nodes = 1) {
-  const auto topology = runtime::Topology::Default();
-  return runtime::FabricModel(
-      topology, runtime::PlaceRanks(
-                    topology, std::vector<std::uint32_t>(
-                                  nodes, static_cast<std::uint32_t>(world / nodes))));
-}
 
 double Compute(const runtime::proto::RankTrace& t, int n) {  // the n-th compute charge
   for (const auto& op : t.ops()) {
@@ -168,7 +162,7 @@ void ExpectScaledToTp4(const Job& a, const Job& b, const Job& tp4) {
       }
     }
   }
-  const auto replayed = runtime::ReplayTraces(scaled, Nodes(16));
+  const auto replayed = runtime::ReplayTraces(scaled, Trn2Nodes(16));
   EXPECT_EQ(replayed.tp, 4);
   EXPECT_EQ(replayed.dp, 2);
   const double real = tp4.slowest_step_us;
@@ -194,11 +188,11 @@ TEST(TraceScaling, TwoRecordingsScaledToAThirdTpReplayToItsRealRun) {
   }
   // Further than recorded: tp=8, 32 ranks, then 4 replicas of it on 64.
   const auto scaled8 = runtime::ScaleTensorParallel(tp2.traces, tp4.traces, 8);
-  const auto wide = runtime::ReplayTraces(scaled8, Nodes(64, 4));
+  const auto wide = runtime::ReplayTraces(scaled8, Trn2Nodes(64, 4));
   EXPECT_EQ(wide.tp, 8);
   EXPECT_EQ(wide.dp, 4);
   EXPECT_NEAR(wide.steps.back().compute_us, 40 + 30 + 20 + 60 + 5 + 30.0 / 8, 1e-6);
-  EXPECT_NEAR(runtime::ReplayTraces(scaled8, Nodes(32, 2)).steps.back().modelled_us,
+  EXPECT_NEAR(runtime::ReplayTraces(scaled8, Trn2Nodes(32, 2)).steps.back().modelled_us,
               tp8.slowest_step_us, 1e-6 * tp8.slowest_step_us);
 }
 

@@ -15,6 +15,7 @@
 #include "../collectives/rank_threads.h"
 #include "../collectives/traced_rank.h"
 #include "../runtime/error_of.h"
+#include "../runtime/trn2_nodes.h"
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/parallel/pipeline_schedule.h"
 #include "neuron/runtime/error.h"
@@ -29,6 +30,7 @@ using collectives::DataType;
 using runtime::SimDuration;
 using runtime::proto::TracePipelineMark;
 using runtime::testing::ErrorOf;
+using runtime::testing::Trn2Nodes;
 
 constexpr int kSteps = 2, kLayers = 8, kMicrobatches = 4, kHeader = 112;
 
@@ -194,16 +196,9 @@ Job RunJob(const Shape& shape) {
   return job;
 }
 
-runtime::FabricModel Nodes(int world, int nodes = 1) {
-  const auto topology = runtime::Topology::Default();
-  return runtime::FabricModel(
-      topology, runtime::PlaceRanks(
-                    topology, std::vector<std::uint32_t>(
-                                  nodes, static_cast<std::uint32_t>(world / nodes))));
-}
 
 double Replayed(const std::vector<runtime::proto::RankTrace>& traces, int world) {
-  return runtime::ReplayTraces(traces, Nodes(world)).steps.back().modelled_us;
+  return runtime::ReplayTraces(traces, Trn2Nodes(world)).steps.back().modelled_us;
 }
 
 // The first op where the traces differ in kind, compute charge, wait or

@@ -77,6 +77,14 @@ def test_smoke_matrix_runs_every_cell_reports_and_resumes(tmp_path):
     assert "running" not in again.stdout
 
 
+def run_matrix(text, spec, out):
+    """Runs the matrix `text` (written to `spec`) into `out`: its rows by cell."""
+    spec.write_text(text)
+    proc = matrix(spec, out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
+
+
 TP_MATRIX = """name: "tp"
 steps: 2
 batch: 4
@@ -91,12 +99,8 @@ models {{ name: "tiny" dim: 32 layers: 2 heads: 4 seq: 16 vocab: 64 }}
 def test_a_tp_no_cell_records_with_two_replicas_is_scaled_from_two_recordings(tmp_path):
     # All real: tp 4 on 8 ranks checks the tp 4 trace of one replica scaled
     # with the 8-rank tp 2 trace against its own run.
-    spec = tmp_path / "tp.textproto"
     def run(max_real, out):
-        spec.write_text(TP_MATRIX.format(max_real=max_real))
-        proc = matrix(spec, out)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
+        return run_matrix(TP_MATRIX.format(max_real=max_real), tmp_path / "tp.textproto", out)
 
     real = run(8, tmp_path / "real")["n1x8-tp4-tiny-eager-default"]
     assert real["scaled_from"] == "n1x4-tp4-tiny-eager-default+n1x8-tp2-tiny-eager-default", real
@@ -126,12 +130,8 @@ models {{ name: "tiny" dim: 32 layers: 4 heads: 4 seq: 16 vocab: 64 }}
 
 
 def test_a_deeper_pipeline_is_scaled_from_a_recording_at_a_smaller_pp(tmp_path):
-    spec = tmp_path / "pp.textproto"
     def run(max_real, out):
-        spec.write_text(PP_MATRIX.format(max_real=max_real))
-        proc = matrix(spec, out)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
+        return run_matrix(PP_MATRIX.format(max_real=max_real), tmp_path / "pp.textproto", out)
 
     # All real: each pp 4 cell (one replica on 4 ranks, two on 8) checks a
     # pp 2 trace (with 2 and 4 replicas) regrouped into 4 stages against
