@@ -20,6 +20,7 @@
 #include "neuron/parallel/pipeline_schedule.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/fabric/trace_scaling.h"
 
 namespace neuron::parallel {
 namespace {
@@ -38,6 +39,11 @@ constexpr int kSteps = 2, kLayers = 8, kMicrobatches = 4, kHeader = 112;
 // 10 us and all-reduces its output over tensor parallelism.
 double Cost(int k) { return k == 0 ? 3 : (k == kLayers - 1 ? 4 : 10); }
 double Gradient(int k) { return k == 0 ? 2048 : (k == kLayers - 1 ? 1024 : 4096); }
+// At tensor-parallel size tp, a layer's compute and gradients shrink so
+// (Amdahl: a replicated part and a sharded one).
+double Sharded(double v, int tp, double replicated) {
+  return v * (replicated + (1 - replicated) / tp);
+}
 int InputBytes(int k) { return k == 0 ? 256 : 4096; }
 
 struct Shape {
@@ -74,8 +80,8 @@ class StageRank {
         auto* layer = plan_.add_layers();
         layer->set_chunk(c);
         layer->set_index(k);
-        layer->set_gradient_bytes(Gradient(k));
-        stage_gradient_ += Gradient(k);
+        layer->set_gradient_bytes(Sharded(Gradient(k), shape.tp, 0.5));
+        stage_gradient_ += Sharded(Gradient(k), shape.tp, 0.5);
       }
     }
   }
@@ -129,7 +135,8 @@ class StageRank {
       const int k = task.forward ? first + n : end - 1 - n;
       traced_.trace->Mark(runtime::LayerMark(k, task.forward, task.microbatch,
                                              task.forward ? InputBytes(k) : 0));
-      traced_.clock->AdvanceCompute(SimDuration((task.forward ? 1 : 2) * Cost(k)));
+      traced_.clock->AdvanceCompute(
+          SimDuration((task.forward ? 1 : 2) * Sharded(Cost(k), shape_.tp, 0.25)));
       if (shape_.tp > 1 && k > 0 && k < kLayers - 1) {
         OnGroup(tp_comm_, [&](Communicator& c) {
           c.AllReduce({activations_.data(), activations_.size(), DataType::kFloat32});
@@ -248,6 +255,18 @@ TEST(PipelineTraceScaling, ARecordingScaledToMoreStagesReplaysToTheirRealRun) {
     SCOPED_TRACE("interleaved, two chunks a stage: pp 2 -> 4");
     ExpectScaledReplaysToRealRun({1, 2, 2, 2, "interleaved"}, 4);
   }
+}
+
+TEST(PipelineTraceScaling, TensorParallelismScaledFirstThenThePipeline) {
+  // One replica at tp 2 and tp 8 on 2 stages, scaled to tp 4
+  // (runtime::ScaleTensorParallel), then to 4 stages: the real run.
+  const Job tp2 = RunJob({2, 2, 1}), tp8 = RunJob({8, 2, 1}), real = RunJob({4, 4, 1});
+  const auto scaled =
+      ScalePipeline(runtime::ScaleTensorParallel(tp2.traces, tp8.traces, 4), 4);
+  ASSERT_EQ(scaled.size(), real.traces.size());
+  const double want = Replayed(real.traces, 16);
+  EXPECT_NEAR(want, real.slowest_step_us, 1e-6 * want);
+  EXPECT_NEAR(Replayed(scaled, 16), want, 1e-6 * want);
 }
 
 TEST(PipelineTraceScaling, RefusesWhatItCannotScale) {
