@@ -177,6 +177,8 @@ class Assembler {
     // checked that the recorded stages do).
     const int source = job_.mesh.Rank(t, 0, d);
     const trace_parts::Stage& first = job_.stages[static_cast<std::size_t>(source)];
+    const std::string pipe = Communicator(t, d);
+    const double gradient = Gradient(t, d, s);
     Writer w(job_, to_, r);
     w.Append(first.preamble, source);
     for (std::size_t i = 0; i < first.steps.size(); ++i) {
@@ -185,10 +187,10 @@ class Assembler {
       w.Append(step.head, source);
       std::vector<std::uint64_t> sends;
       for (const PipelineTask& task : order_[static_cast<std::size_t>(s)]) {
-        Task(w, i, task, r, sends);
+        Task(w, i, task, r, pipe, sends);
       }
       for (std::uint64_t issue : sends) w.Wait(issue);
-      w.Append(Epilogue(step.epilogue, source, Gradient(t, d, s)), source);
+      w.Append(Epilogue(step.epilogue, source, gradient), source);
       w.Add(step.end);
       w.Append(step.after, source);
     }
@@ -216,11 +218,12 @@ class Assembler {
     return Layer(i, k, microbatch, true, t, d, &source).mark.pipeline().input_bytes();
   }
 
+  // Task `task` of rank r in step i; its stage tensors over communicator
+  // `pipe`, its sends' issues added to `sends`.
   void Task(Writer& w, std::size_t i, const PipelineTask& task, int r,
-            std::vector<std::uint64_t>& sends) const {
+            const std::string& pipe, std::vector<std::uint64_t>& sends) const {
     const int t = to_.Tensor(r), d = to_.Data(r), s = to_.Pipeline(r);
     const int vs = task.chunk * to_.pp + s, mb = task.microbatch, v = virtual_stages();
-    const std::string pipe = Communicator(t, d);
     const auto first = static_cast<std::size_t>(vs);
     // The tag of an activation or gradient between virtual stages
     // `boundary` - 1 and `boundary` (Writer::Tensor tags its two messages).
