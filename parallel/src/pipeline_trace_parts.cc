@@ -42,7 +42,6 @@ class Cutter {
         mesh_(mesh),
         ops_(trace.ops()),
         p_(mesh.Pipeline(trace.rank())),
-        pp_(mesh.pp),
         starts_(starts),
         order_(order) {}
 
@@ -61,8 +60,10 @@ class Cutter {
   [[noreturn]] void Fail(const std::string& what) const {
     throw InvalidUsage(StrCat("rank ", trace_.rank(), ", op ", i_, ": ", what));
   }
-  void Check(bool ok, const std::string& what) const {
-    if (!ok) Fail(what);
+  // The message is built only when `ok` is false.
+  template <typename... What>
+  void Check(bool ok, const What&... what) const {
+    if (!ok) Fail(StrCat(what...));
   }
 
   // Advances to the first op from here that `stop` accepts (or the end);
@@ -108,9 +109,8 @@ class Cutter {
     while (i_ < n() && IsPipeline(ops_[i_], TracePipelineMark::TASK_BEGIN)) {
       TaskAt(stage, step);
     }
-    Check(tasks_ == order_.size(),
-          StrCat("the step ran ", tasks_, " pipeline tasks where its schedule has ",
-                 order_.size()));
+    Check(tasks_ == order_.size(), "the step ran ", tasks_,
+          " pipeline tasks where its schedule has ", order_.size());
     while (i_ < n() && ops_[i_].has_wait() && sends_.count(ops_[i_].wait().issue())) ++i_;
     const int epilogue = Until([](const TraceOp& op) {
       return IsMark(op, "step_end") || IsMark(op, "step_begin") ||
@@ -128,13 +128,13 @@ class Cutter {
     const TracePipelineMark task = ops_[i_].mark().pipeline();
     Check(tasks_ < order_.size(), "more pipeline tasks than the schedule has");
     const PipelineTask& want = order_[tasks_++];
-    const int vs = want.chunk * pp_ + p_;
+    const int vs = want.chunk * mesh_.pp + p_;
     Check(task.forward() == want.forward && task.microbatch() == want.microbatch &&
               task.virtual_stage() == vs,
-          StrCat("a ", TaskName(task.forward()), " of microbatch ", task.microbatch(),
-                 " on virtual stage ", task.virtual_stage(), " where the schedule has a ",
-                 TaskName(want.forward), " of microbatch ", want.microbatch,
-                 " on virtual stage ", vs));
+          "a ", TaskName(task.forward()), " of microbatch ", task.microbatch(),
+          " on virtual stage ", task.virtual_stage(), " where the schedule has a ",
+          TaskName(want.forward), " of microbatch ", want.microbatch,
+          " on virtual stage ", vs);
     ++i_;
     const int v = static_cast<int>(starts_.size()) - 1;  // virtual stages
     const bool from_previous = task.forward() && vs > 0;
@@ -174,19 +174,21 @@ class Cutter {
             "a stage tensor's receive is not waited for at once");
       ++i_;
     }
-    const int peer = peer_vs < 0 ? -1
-                                 : mesh_.Rank(mesh_.Tensor(trace_.rank()), peer_vs % pp_,
-                                              mesh_.Data(trace_.rank()));
+    const int peer = peer_vs < 0
+                         ? -1
+                         : mesh_.Rank(mesh_.Tensor(trace_.rank()), peer_vs % mesh_.pp,
+                                      mesh_.Data(trace_.rank()));
     const std::size_t want = peer < 0 ? 0 : 2;
     bool right = messages.size() == want;
     for (const auto* m : messages) right = right && m->peer() == peer;
-    Check(right,
-          StrCat("the task ", send ? "sends " : "receives ", messages.size(),
-                 " messages where its schedule has ", want,
-                 peer < 0 ? "" : StrCat(" (a header and the data, rank ", peer, ")")));
+    if (!right) {
+      Fail(StrCat("the task ", send ? "sends " : "receives ", messages.size(),
+                  " messages where its schedule has ", want,
+                  peer < 0 ? "" : StrCat(" (a header and the data, rank ", peer, ")")));
+    }
     if (peer >= 0) {
-      stage.tensors.push_back(
-          {messages[0]->bytes(), messages[1]->bytes(), messages[0]->communicator()});
+      stage.header_bytes.insert(messages[0]->bytes());
+      stage.communicator = messages[0]->communicator();
     }
   }
 
@@ -198,18 +200,18 @@ class Cutter {
     for (int k = 0; k <= last - first; ++k) {
       const int layer = task.forward() ? first + k : last - k;
       Check(i_ < n() && IsPipeline(ops_[i_], TracePipelineMark::LAYER_BEGIN),
-            StrCat("the task's layer ", layer, " has no LAYER_BEGIN mark here"));
+            "the task's layer ", layer, " has no LAYER_BEGIN mark here");
       const auto& mark = ops_[i_].mark();
       const int before = k == 0 ? lead : i_, at = i_;
       Check(mark.pipeline().layer() == layer &&
                 mark.pipeline().forward() == task.forward() &&
                 mark.pipeline().microbatch() == task.microbatch(),
-            StrCat("the mark of layer ", mark.pipeline().layer(),
-                   " where the partition has ", TaskName(task.forward()), " layer ",
-                   layer, " of microbatch ", task.microbatch()));
+            "the mark of layer ", mark.pipeline().layer(), " where the partition has ",
+            TaskName(task.forward()), " layer ", layer, " of microbatch ",
+            task.microbatch());
       const double input = mark.pipeline().input_bytes();
-      Check(std::isfinite(input) && input >= 0,
-            StrCat("layer ", layer, "'s input of ", input, " bytes"));
+      Check(std::isfinite(input) && input >= 0, "layer ", layer, "'s input of ", input,
+            " bytes");
       ++i_;
       const int work = Until([](const TraceOp& op) { return op.mark().has_pipeline(); });
       for (int w = before; w < i_; ++w) {
@@ -226,7 +228,7 @@ class Cutter {
   const runtime::proto::RankTrace& trace_;
   const runtime::Mesh& mesh_;
   const google::protobuf::RepeatedPtrField<TraceOp>& ops_;
-  int p_, pp_;
+  int p_;
   std::vector<int> starts_;
   std::vector<PipelineTask> order_;
   int i_ = 0;

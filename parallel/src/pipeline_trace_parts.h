@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -56,17 +57,13 @@ struct Step {
   std::map<LayerKey, LayerWork> layers;
 };
 
-// A stage tensor's messages as recorded: the header's bytes, the data's,
-// and the communicator they went over.
-struct StageTensor {
-  double header_bytes = 0, bytes = 0;
-  std::string communicator;
-};
-
 struct Stage {
   Region preamble;  // before the first step_begin
   std::vector<Step> steps;
-  std::vector<StageTensor> tensors;  // every one it sent or received
+  // Of the stage tensors it sent and received: their headers' sizes and
+  // the communicator they went over.
+  std::set<double> header_bytes;
+  std::string communicator;
 };
 
 // The layers of each virtual stage (chunk * pp + stage) when `plan`'s

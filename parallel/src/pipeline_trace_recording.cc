@@ -108,8 +108,6 @@ std::map<int, double> GradientOf(const RankTrace& trace, const Recording& job) {
   return gradient;
 }
 
-bool Near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, b); }
-
 // The first op where two stages' work `a` and `b` differ, the one
 // all-reduce of each stage's gradients (`ga` and `gb` bytes) aside; -1 if
 // none.
@@ -126,8 +124,7 @@ int FirstDifference(const Region& a, const Region& b, double ga, double gb) {
                 x.issue().collectives_size() == y.issue().collectives_size();
     for (int k = 0; same && k < x.issue().collectives_size(); ++k) {
       const auto &c = x.issue().collectives(k), &d = y.issue().collectives(k);
-      const bool gradient = c.kind() == "allreduce" && ga > 0 && gb > 0 &&
-                            Near(c.bytes(), ga) && Near(d.bytes(), gb);
+      const bool gradient = IsGradientAllReduce(c, ga) && IsGradientAllReduce(d, gb);
       same = c.kind() == d.kind() && c.group_size() == d.group_size() &&
              (c.bytes() == d.bytes() || gradient);
     }
@@ -183,6 +180,11 @@ double Recording::LayerGradient(int t, int d, int k) const {
   return it->second;
 }
 
+bool IsGradientAllReduce(const runtime::proto::TraceCollective& c, double bytes) {
+  return c.kind() == "allreduce" && bytes > 0 &&
+         std::abs(c.bytes() - bytes) <= 1e-9 * bytes;
+}
+
 Recording ReadRecording(const std::vector<RankTrace>& traces) {
   Recording job;
   job.mesh = runtime::CheckJobTraces(traces);
@@ -207,8 +209,8 @@ Recording ReadRecording(const std::vector<RankTrace>& traces) {
     const auto p = static_cast<std::size_t>(job.mesh.Pipeline(t.rank()));
     job.stages.push_back(CutStage(t, job.mesh, job.starts, order[p]));
     steps.insert(job.stages.back().steps.size());
-    for (const auto& tensor : job.stages.back().tensors)
-      headers.insert(tensor.header_bytes);
+    headers.insert(job.stages.back().header_bytes.begin(),
+                   job.stages.back().header_bytes.end());
   }
   NEURON_CHECK(steps.size() == 1, "the recorded ranks ran different numbers of steps");
   NEURON_CHECK(headers.size() == 1,

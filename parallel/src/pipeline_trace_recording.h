@@ -39,6 +39,10 @@ struct Recording {
 // gradients may), since every new stage repeats the first stage's.
 Recording ReadRecording(const std::vector<runtime::proto::RankTrace>& traces);
 
+// Whether `c` is the all-reduce of a stage's `bytes` > 0 of gradients
+// (equal but for rounding when ScaleTensorParallel fitted both).
+bool IsGradientAllReduce(const runtime::proto::TraceCollective& c, double bytes);
+
 constexpr int kMaxLayers = 1024;  // BalancedPartition takes time of their cube
 
 }  // namespace neuron::parallel::trace_parts

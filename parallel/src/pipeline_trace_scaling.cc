@@ -265,10 +265,10 @@ class Assembler {
 
   // The pipeline group's communicator at (t, d), named from the recorded one.
   std::string Communicator(int t, int d) const {
-    const auto& tensors =
-        job_.stages[static_cast<std::size_t>(job_.mesh.Rank(t, 0, d))].tensors;
-    NEURON_ASSERT(!tensors.empty(), "the cut found no stage tensor on the first stage");
-    return StrCat(tensors.front().communicator, "@", to_.Rank(t, 0, d));
+    const auto& first = job_.stages[static_cast<std::size_t>(job_.mesh.Rank(t, 0, d))];
+    NEURON_ASSERT(!first.communicator.empty(),
+                  "the cut found no stage tensor on the first stage");
+    return StrCat(first.communicator, "@", to_.Rank(t, 0, d));
   }
 
   // The gradient bytes of the new stage s's layers (at t, d).
@@ -289,9 +289,7 @@ class Assembler {
     for (TraceOp& op : out.ops) {
       if (!op.has_issue()) continue;
       for (TraceCollective& c : *op.mutable_issue()->mutable_collectives()) {
-        // (Equal but for rounding when ScaleTensorParallel fitted both.)
-        if (c.kind() == "allreduce" && recorded_bytes > 0 &&
-            std::abs(c.bytes() - recorded_bytes) <= 1e-9 * recorded_bytes) {
+        if (trace_parts::IsGradientAllReduce(c, recorded_bytes)) {
           c.set_bytes(bytes);
           ++found;
         }
