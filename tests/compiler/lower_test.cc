@@ -339,7 +339,10 @@ TEST(Lower, ValuesThatDoNotFitSbufSpillToHbm) {
     const float a = std::max(x[i], 0.0f), b = -x[i];
     y[i] = q * q + ((a + b) + a * b);
   }
-  EXPECT_EQ(r.outputs.at("y").ToFloats(), y);
+  // exp is the executor's own, within an ulp or two of libm's.
+  const std::vector<float> got = r.outputs.at("y").ToFloats();
+  ASSERT_EQ(got.size(), y.size());
+  for (int i = 0; i < 512; ++i) EXPECT_NEAR(got[i], y[i], 1e-6f * std::fabs(y[i])) << i;
 }
 
 // Gathering rows past the table is an error naming the index, not a read

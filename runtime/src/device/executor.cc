@@ -247,6 +247,32 @@ FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what) {
   return r;
 }
 
+// An op's float output of `n` elements: the buffer's own memory when it
+// holds float32 and overlaps none of `reads`, else a float32 result that
+// Finish() converts into it.
+class FloatOut {
+ public:
+  FloatOut(const Placed& p, std::size_t n, const std::vector<FloatIn>& reads)
+      : placed_(p), direct_(p.buffer->dtype() == proto::F32) {
+    for (const FloatIn& r : reads) {
+      direct_ =
+          direct_ && !Overlap(r.data, r.size * sizeof(float), p.data, n * sizeof(float));
+    }
+    if (!direct_) result_.resize(n);
+  }
+  float* data() {
+    return direct_ ? reinterpret_cast<float*>(placed_.data) : result_.data();
+  }
+  void Finish() {
+    if (!direct_) kernels::FromFloat(result_, placed_.buffer->dtype(), placed_.data);
+  }
+
+ private:
+  const Placed& placed_;
+  bool direct_;
+  std::vector<float> result_;
+};
+
 // fused: a chain of elementwise ops in float32, the intermediates kept
 // here (executable.proto, Instruction.fused).
 void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
@@ -611,11 +637,24 @@ void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
   const std::size_t nm = std::min(in[1].elements(), n);
   NEURON_CHECK(in[0].elements() >= n && out[0].elements() >= n && nm > 0 && n % nm == 0,
                what, ": a mask of ", in[1].elements(), " elements over ", n);
-  std::vector<float> values = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
   const float fill = static_cast<float>(i.scalar());
-  for (std::size_t e = 0; e < n; ++e) {
-    if (in[1].data[e % nm] != 0) values[e] = fill;
+  // The mask repeats every nm elements: blocks of nm, no index arithmetic
+  // per element.
+  auto apply = [&](float* values) {
+    const std::uint8_t* mask = in[1].data;
+    for (std::size_t base = 0; base < n; base += nm) {
+      float* block = values + base;
+      for (std::size_t e = 0; e < nm; ++e) block[e] = mask[e] != 0 ? fill : block[e];
+    }
+  };
+  if (in[0].buffer->dtype() == proto::F32) {  // in place in the output
+    auto* values = reinterpret_cast<float*>(out[0].data);
+    if (out[0].data != in[0].data) std::memmove(values, in[0].data, n * sizeof(float));
+    apply(values);
+    return;
   }
+  std::vector<float> values = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
+  apply(values.data());
   kernels::FromFloat(values, out[0].buffer->dtype(), out[0].data);
 }
 
@@ -639,25 +678,27 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
     fits = out[k].elements() == out_sizes[k];
   NEURON_CHECK(fits, what, ": ", DeviceOpName(i.op()), " of [", rows, ", ", cols,
                "]: the buffers do not have the sizes the op reads and writes");
-  std::vector<std::vector<float>> a;
+  std::vector<FloatIn> a;
   for (std::size_t k = 0; k < in_sizes.size(); ++k) {
     NEURON_CHECK(kernels::IsFloat(in[k].buffer->dtype()), what, ": input ",
                  in[k].buffer->name(), " is not a float buffer");
-    a.push_back(kernels::ToFloat(in[k].data, in[k].buffer->dtype(), in_sizes[k]));
+    a.push_back(FloatOperandIn(in[k], in_sizes[k], what));
   }
-  std::vector<std::vector<float>> r;
-  for (auto n : out_sizes) r.emplace_back(n);
-  if (forward) {
-    kernels::LayerNorm(a[0], a[1], a[2], i.m(), i.n(), i.scalar(), r[0], r[1], r[2]);
-  } else {
-    kernels::LayerNormBackward(a[0], a[1], a[2], a[3], a[4], i.m(), i.n(), r[0], r[1],
-                               r[2]);
-  }
+  std::vector<FloatOut> r;
+  r.reserve(out.size());
   for (std::size_t k = 0; k < out.size(); ++k) {
     NEURON_CHECK(kernels::IsFloat(out[k].buffer->dtype()), what, ": output ",
                  out[k].buffer->name(), " is not a float buffer");
-    kernels::FromFloat(r[k], out[k].buffer->dtype(), out[k].data);
+    r.emplace_back(out[k], out_sizes[k], a);
   }
+  if (forward) {
+    kernels::LayerNorm(a[0].data, a[1].data, a[2].data, i.m(), i.n(), i.scalar(),
+                       r[0].data(), r[1].data(), r[2].data());
+  } else {
+    kernels::LayerNormBackward(a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
+                               i.m(), i.n(), r[0].data(), r[1].data(), r[2].data());
+  }
+  for (FloatOut& o : r) o.Finish();
 }
 
 // nll_loss_rows (log-probabilities [m, n], int64 targets [m] -> loss,
@@ -725,7 +766,6 @@ void RunShaped(const proto::Instruction& i, const std::vector<Placed>& in,
                  "; the engines compute F32, BF16 or F16");
   }
   const std::size_t n = static_cast<std::size_t>(i.elements());
-  std::vector<float> result(n);
   const std::size_t rows = static_cast<std::size_t>(i.m()),
                     cols = static_cast<std::size_t>(i.n());
   const std::size_t writes = i.op() == proto::OP_SUM_ROWS ? cols : rows * cols;
@@ -736,11 +776,15 @@ void RunShaped(const proto::Instruction& i, const std::vector<Placed>& in,
                "] takes ", inputs, " input(s) of ", rows * cols, " elements and writes ",
                writes, "; got ", in.size(), " input(s) of ", in[0].elements(), " and ",
                n);
-  std::vector<std::vector<float>> operands;
-  for (const Placed& p : in)
-    operands.push_back(kernels::ToFloat(p.data, p.buffer->dtype(), rows * cols));
-  kernels::Shaped(i.op(), operands, i.m(), i.n(), result);
-  kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+  std::vector<FloatIn> operands;
+  std::vector<const float*> data;
+  for (const Placed& p : in) {
+    operands.push_back(FloatOperandIn(p, rows * cols, what));
+    data.push_back(operands.back().data);
+  }
+  FloatOut result(out[0], n, operands);
+  kernels::Shaped(i.op(), data, i.m(), i.n(), result.data());
+  result.Finish();
 }
 
 void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,

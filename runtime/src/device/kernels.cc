@@ -7,6 +7,7 @@
 
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/half.h"
+#include "vector_math.h"
 
 namespace neuron::runtime::kernels {
 
@@ -69,8 +70,20 @@ float Gelu(float x) {                   // torch.nn.functional.gelu(approximate=
 
 }  // namespace
 
+NEURON_KERNEL_CLONES
 bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* out) {
   const float s = static_cast<float>(scalar);
+  using lanes::V;
+  if (op == proto::OP_EXP) {
+    lanes::Map(a, out, n, [](V x) { return lanes::Exp(x); });
+    return true;
+  }
+  if (op == proto::OP_GELU_EXACT) {  // torch.nn.functional.gelu(approximate="none")
+    lanes::Map(a, out, n, [](V x) {
+      return 0.5f * x * (1.0f + lanes::Erf(x * 0.7071067811865476f));
+    });
+    return true;
+  }
   auto apply = [&](auto f) {
     for (std::size_t i = 0; i < n; ++i) out[i] = f(a[i]);
     return true;
@@ -81,15 +94,10 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   if (op == proto::OP_ABS) return apply([](float x) { return std::fabs(x); });
   if (op == proto::OP_SIGN)
     return apply([](float x) { return static_cast<float>((x > 0) - (x < 0)); });
-  if (op == proto::OP_EXP) return apply([](float x) { return std::exp(x); });
   if (op == proto::OP_TANH) return apply([](float x) { return std::tanh(x); });
   if (op == proto::OP_SIGMOID)
     return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   if (op == proto::OP_GELU) return apply(Gelu);
-  if (op == proto::OP_GELU_EXACT) {  // torch.nn.functional.gelu(approximate="none")
-    return apply(
-        [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); });
-  }
   if (op == proto::OP_SCALE) return apply([s](float x) { return x * s; });
   if (op == proto::OP_ADD_SCALAR) return apply([s](float x) { return x + s; });
   // As torch.clamp: a NaN input stays NaN (the comparison is false); a NaN
@@ -102,9 +110,21 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   return false;
 }
 
+NEURON_KERNEL_CLONES
 bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double scalar,
             float* out, std::size_t n) {
   if (nb == 0) return n == 0;
+  if (op == proto::OP_GELU_EXACT_BACKWARD) {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+    using lanes::V;
+    for (std::size_t base = 0; base < n; base += nb) {
+      lanes::Map2(a + base, b, out + base, std::min(nb, n - base), [](V g, V x) {
+        const V cdf = 0.5f * (1.0f + lanes::Erf(x * 0.7071067811865476f));
+        const V pdf = 0.3989422804014327f * lanes::Exp(-0.5f * x * x);
+        return g * (cdf + x * pdf);
+      });
+    }
+    return true;
+  }
   // b repeats every nb elements: blocks of nb, no index arithmetic per element.
   auto apply = [&](auto f) {
     const float* x = a;
@@ -138,13 +158,6 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
       return g * (0.5f * (1 + t) + 0.5f * x * (1 - t * t) * c * (1 + 3 * k * x * x));
     });
   }
-  if (op == proto::OP_GELU_EXACT_BACKWARD) {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
-    return apply([](float g, float x) {
-      const float cdf = 0.5f * (1 + std::erf(x * 0.7071067811865476f));
-      const float pdf = 0.3989422804014327f * std::exp(-0.5f * x * x);
-      return g * (cdf + x * pdf);
-    });
-  }
   if (op == proto::OP_THRESHOLD_BACKWARD) {  // a: the gradient, b: the forward input
     const float t = static_cast<float>(scalar);
     return apply([t](float g, float x) { return x > t ? g : 0.0f; });
@@ -152,9 +165,10 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
   return false;
 }
 
-bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_t rows,
-            std::int64_t cols, std::vector<float>& out) {
-  const std::vector<float>& a = in[0];
+NEURON_KERNEL_CLONES
+bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows,
+            std::int64_t cols, float* out) {
+  const float* a = in[0];
   if (op == proto::OP_TRANSPOSE) {
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = a[r * cols + c];
@@ -162,30 +176,34 @@ bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_
     return true;
   }
   if (op == proto::OP_SUM_ROWS) {
-    std::fill(out.begin(), out.end(), 0.0f);
+    std::fill(out, out + cols, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c) out[c] += a[r * cols + c];
     }
     return true;
   }
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* x = a.data() + r * cols;
-    float* y = out.data() + r * cols;
+    const float* x = a + r * cols;
+    float* y = out + r * cols;
     if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
-      const float max = cols > 0 ? *std::max_element(x, x + cols) : 0.0f;
-      float sum = 0;
-      for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
-      for (std::int64_t c = 0; c < cols; ++c) {
-        y[c] = op == proto::OP_SOFTMAX_ROWS ? std::exp(x[c] - max) / sum
-                                            : x[c] - max - std::log(sum);
+      const auto width = static_cast<std::size_t>(cols);
+      const float max = cols > 0 ? lanes::Max(x, width) : 0.0f;
+      lanes::Map(x, y, width, [max](lanes::V v) { return lanes::Exp(v - max); });
+      const float sum = lanes::Sum(y, width);
+      if (op == proto::OP_SOFTMAX_ROWS) {
+        const float inverse = 1.0f / sum;
+        for (std::int64_t c = 0; c < cols; ++c) y[c] *= inverse;
+      } else {
+        const float shift = max + std::log(sum);
+        for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - shift;
       }
     } else if (op == proto::OP_SOFTMAX_BACKWARD_ROWS) {  // y = out * (g - sum(g * out))
-      const float* o = in[1].data() + r * cols;
+      const float* o = in[1] + r * cols;
       float dot = 0;
       for (std::int64_t c = 0; c < cols; ++c) dot += x[c] * o[c];
       for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
     } else if (op == proto::OP_LOG_SOFTMAX_BACKWARD_ROWS) {  // y = g - exp(out) * sum(g)
-      const float* o = in[1].data() + r * cols;
+      const float* o = in[1] + r * cols;
       float sum = 0;
       for (std::int64_t c = 0; c < cols; ++c) sum += x[c];
       for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - std::exp(o[c]) * sum;
@@ -196,12 +214,11 @@ bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_
   return true;
 }
 
-void LayerNorm(const std::vector<float>& x, const std::vector<float>& w,
-               const std::vector<float>& b, std::int64_t rows, std::int64_t cols,
-               double eps, std::vector<float>& y, std::vector<float>& mean,
-               std::vector<float>& rstd) {
+NEURON_KERNEL_CLONES
+void LayerNorm(const float* x, const float* w, const float* b, std::int64_t rows,
+               std::int64_t cols, double eps, float* y, float* mean, float* rstd) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data() + r * cols;
+    const float* xr = x + r * cols;
     float m = 0;
     for (std::int64_t c = 0; c < cols; ++c) m += xr[c];
     m /= static_cast<float>(cols);
@@ -216,17 +233,16 @@ void LayerNorm(const std::vector<float>& x, const std::vector<float>& w,
   }
 }
 
-void LayerNormBackward(const std::vector<float>& g, const std::vector<float>& x,
-                       const std::vector<float>& mean, const std::vector<float>& rstd,
-                       const std::vector<float>& w, std::int64_t rows, std::int64_t cols,
-                       std::vector<float>& gx, std::vector<float>& gw,
-                       std::vector<float>& gb) {
-  std::fill(gw.begin(), gw.end(), 0.0f);
-  std::fill(gb.begin(), gb.end(), 0.0f);
+NEURON_KERNEL_CLONES
+void LayerNormBackward(const float* g, const float* x, const float* mean,
+                       const float* rstd, const float* w, std::int64_t rows,
+                       std::int64_t cols, float* gx, float* gw, float* gb) {
+  std::fill(gw, gw + cols, 0.0f);
+  std::fill(gb, gb + cols, 0.0f);
   std::vector<float> xhat(cols), gxhat(cols);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data() + r * cols;
-    const float* gr = g.data() + r * cols;
+    const float* xr = x + r * cols;
+    const float* gr = g + r * cols;
     float mean_gxhat = 0, mean_gxhat_xhat = 0;
     for (std::int64_t c = 0; c < cols; ++c) {
       xhat[c] = (xr[c] - mean[r]) * rstd[r];

@@ -37,21 +37,18 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
 //   in row order), softmax_rows and log_softmax_rows (a -> [rows, cols],
 //   over each row, max-subtracted), softmax_backward_rows and
 //   log_softmax_backward_rows (grad, forward output -> the input's grad).
-bool Shaped(proto::Op op, const std::vector<std::vector<float>>& in, std::int64_t rows,
-            std::int64_t cols, std::vector<float>& out);
+// `out` holds what the op writes and overlaps no input.
+bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows,
+            std::int64_t cols, float* out);
 
 // Layer norm over each row of [rows, cols] (torch.native_layer_norm):
 // forward (x, weight, bias -> y, mean [rows], rstd [rows]) and backward
 // (grad, x, mean, rstd, weight -> grad x, grad weight [cols], grad bias
-// [cols]).
-void LayerNorm(const std::vector<float>& x, const std::vector<float>& w,
-               const std::vector<float>& b, std::int64_t rows, std::int64_t cols,
-               double eps, std::vector<float>& y, std::vector<float>& mean,
-               std::vector<float>& rstd);
-void LayerNormBackward(const std::vector<float>& g, const std::vector<float>& x,
-                       const std::vector<float>& mean, const std::vector<float>& rstd,
-                       const std::vector<float>& w, std::int64_t rows, std::int64_t cols,
-                       std::vector<float>& gx, std::vector<float>& gw,
-                       std::vector<float>& gb);
+// [cols]). No output overlaps an input.
+void LayerNorm(const float* x, const float* w, const float* b, std::int64_t rows,
+               std::int64_t cols, double eps, float* y, float* mean, float* rstd);
+void LayerNormBackward(const float* g, const float* x, const float* mean,
+                       const float* rstd, const float* w, std::int64_t rows,
+                       std::int64_t cols, float* gx, float* gw, float* gb);
 
 }  // namespace neuron::runtime::kernels
