@@ -183,3 +183,47 @@ TEST(Executor, BadPlansAndInputsAreRefusedNamingWhere) {
 
 }  // namespace
 }  // namespace neuron::runtime
+
+namespace neuron::runtime {
+namespace {
+
+// x (16 floats) -> SBUF; `half`: a copy writes only the first 8 of a
+// buffer y then stores all 16; else y = x + y where y was never written.
+proto::Executable ReadsUnwritten(bool half) {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("unwritten");
+  Buffer(e, 0, proto::HBM, 0, proto::F32, {16});    // x
+  Buffer(e, 1, proto::SBUF, 0, proto::F32, {16});   // x, loaded
+  Buffer(e, 2, proto::SBUF, 64, proto::F32, {16});  // y
+  Buffer(e, 3, proto::HBM, 128, proto::F32, {16});  // out
+  Op(e, 0, proto::DMA, proto::OP_LOAD, {0}, {1}, {})->set_bytes(64);
+  e.mutable_instructions(0)->set_partitions(1);
+  auto* op = half ? Op(e, 1, proto::VECTOR, proto::OP_COPY, {1}, {2}, {0})
+                  : Op(e, 1, proto::VECTOR, proto::OP_ADD, {1, 2}, {2}, {0});
+  op->set_elements(half ? 8 : 16), op->set_operand_count(half ? 1 : 2);
+  auto* store = Op(e, 2, proto::DMA, proto::OP_STORE, {2}, {3}, {1});
+  store->set_bytes(64), store->set_partitions(1);
+  auto* x = e.add_inputs();
+  x->set_name("x"), x->set_buffer(0);
+  auto* y = e.add_outputs();
+  y->set_name("y"), y->set_buffer(3);
+  return e;
+}
+
+TEST(Executor, MemoryARunReadsBeforeWritingReadsZeroWhateverEarlierRunsLeft) {
+  Executor exec(DeviceSpec::Default());
+  std::vector<float> x(16);
+  for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i + 1);
+  const auto input = HostTensor::FromFloats(proto::F32, {16}, x);
+  for (int run = 0; run < 3; ++run) {  // each run leaves y's bytes behind
+    EXPECT_EQ(exec.Run(ReadsUnwritten(false), {{"x", input}}).outputs.at("y").ToFloats(),
+              x);
+    const auto half =
+        exec.Run(ReadsUnwritten(true), {{"x", input}}).outputs.at("y").ToFloats();
+    for (int i = 0; i < 16; ++i)
+      EXPECT_EQ(half[i], i < 8 ? x[i] : 0.0f) << run << "," << i;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::runtime

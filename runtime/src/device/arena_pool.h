@@ -41,9 +41,9 @@ class ArenaPool {
     Arenas arenas_;
   };
 
-  // A set with an arena of extent[space] bytes for each space, every byte
-  // zero (as fresh memory would be: a plan's result never depends on an
-  // earlier run's).
+  // A set with an arena of at least extent[space] bytes for each space. Bytes an
+  // earlier run wrote stay: the caller zeroes what its run reads before
+  // writing (UnwrittenReads), so a result never depends on an earlier run.
   Lease Take(const std::map<int, std::uint64_t>& extent) {
     Arenas arenas;
     {
@@ -56,7 +56,11 @@ class ArenaPool {
     for (auto it = arenas.begin(); it != arenas.end();) {
       it = extent.count(it->first) ? std::next(it) : arenas.erase(it);
     }
-    for (const auto& [space, bytes] : extent) arenas[space].assign(bytes, 0);
+    // Grown, never shrunk: plans of different sizes take turns with a set
+    // without reallocating or zero-filling it each time.
+    for (const auto& [space, bytes] : extent) {
+      if (arenas[space].size() < bytes) arenas[space].resize(bytes);
+    }
     return Lease(this, std::move(arenas));
   }
 

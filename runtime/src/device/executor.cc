@@ -13,6 +13,7 @@
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
+#include "unwritten_reads.h"
 
 namespace neuron::runtime {
 namespace {
@@ -967,6 +968,11 @@ std::map<std::string, HostTensor> Executor::Compute(
   }
   std::size_t bound = 0;
   const std::unordered_set<std::uint32_t> direct = ReadInPlace(e);
+  // The arenas hold an earlier run's bytes: what this run reads before
+  // writing reads zero, as fresh memory would.
+  for (const detail::ByteRange& r : detail::UnwrittenReads(e, direct)) {
+    std::memset(arena[r.space].data() + r.begin, 0, r.end - r.begin);
+  }
   for (const auto& binding : e.inputs()) {
     auto it = inputs.find(binding.name());
     NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),

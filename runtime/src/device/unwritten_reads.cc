@@ -1,0 +1,121 @@
+#include "unwritten_reads.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "neuron/runtime/device/device_ops.h"
+#include "neuron/runtime/device/executor.h"
+
+namespace neuron::runtime::detail {
+namespace {
+
+// Disjoint [begin, end) byte intervals of one memory space, begin -> end.
+using Intervals = std::map<std::uint64_t, std::uint64_t>;
+
+// Adds [begin, end), merging what it touches.
+void Cover(Intervals& set, std::uint64_t begin, std::uint64_t end) {
+  if (begin >= end) return;
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second >= begin) --it;
+  while (it != set.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = set.erase(it);
+  }
+  set.emplace(begin, end);
+}
+
+// Appends the parts of [begin, end) that `set` does not cover.
+void Gaps(const Intervals& set, int space, std::uint64_t begin, std::uint64_t end,
+          std::vector<ByteRange>& out) {
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second > begin) --it;
+  for (; begin < end; ++it) {
+    if (it == set.end() || it->first >= end) {
+      out.push_back({space, begin, end});
+      return;
+    }
+    if (it->first > begin) out.push_back({space, begin, it->first});
+    begin = std::max(begin, it->second);
+  }
+}
+
+// How many leading bytes of output `b` instruction `i` surely writes; -1:
+// the kernel may leave some of the output's old bytes (it reads them, in
+// effect). Each kernel's runner checks the sizes used here.
+std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
+  const std::int64_t elements =
+      i.elements() * static_cast<std::int64_t>(ElementBytes(b.dtype()));
+  switch (i.op()) {
+    case proto::OP_LOAD:
+    case proto::OP_STORE:
+    case proto::OP_SPILL:
+    case proto::OP_RELOAD:
+      return static_cast<std::int64_t>(i.bytes());
+    case proto::OP_MATMUL:
+      return i.accumulate() ? -1 : static_cast<std::int64_t>(b.bytes());
+    case proto::OP_LAYER_NORM_ROWS:
+    case proto::OP_LAYER_NORM_BACKWARD_ROWS:
+      return static_cast<std::int64_t>(b.bytes());
+    case proto::OP_STRIDED_COPY: {
+      if (i.out_strides_size() > 0) return -1;
+      std::int64_t n = static_cast<std::int64_t>(ElementBytes(b.dtype()));
+      for (auto d : i.view_sizes()) n *= d;
+      return n;
+    }
+    default:
+      break;
+  }
+  const DeviceOp* op = FindDeviceOp(i.op());
+  if (op == nullptr) return -1;
+  const std::string kernel = op->kernel;
+  if (kernel == "Elementwise" || kernel == "Fused" || kernel == "Shaped" ||
+      kernel == "MaskedFill")
+    return elements;
+  return -1;
+}
+
+}  // namespace
+
+std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
+                                      const std::unordered_set<std::uint32_t>& direct) {
+  std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
+  for (const auto& b : e.buffers()) buffers[b.id()] = &b;
+  std::map<int, Intervals> written;
+  std::vector<ByteRange> reads;
+  auto write = [&](const proto::Buffer& b, std::uint64_t bytes) {
+    Cover(written[b.space()], b.offset(),
+          b.offset() + std::min<std::uint64_t>(bytes, b.bytes()));
+  };
+  auto read = [&](const proto::Buffer& b) {
+    if (direct.count(b.id())) return;
+    Gaps(written[b.space()], b.space(), b.offset(), b.offset() + b.bytes(), reads);
+  };
+  for (const auto& c : e.constants()) write(*buffers.at(c.buffer()), c.data().size());
+  for (const auto& binding : e.inputs()) {
+    if (!direct.count(binding.buffer())) {
+      const proto::Buffer& b = *buffers.at(binding.buffer());
+      write(b, b.bytes());
+    }
+  }
+  for (const auto& i : e.instructions()) {
+    for (auto id : i.inputs()) read(*buffers.at(id));
+    for (auto id : i.outputs()) {
+      const proto::Buffer& b = *buffers.at(id);
+      const std::int64_t bytes = WrittenBytes(i, b);
+      if (bytes < 0) read(b);
+      write(b, bytes < 0 ? b.bytes() : static_cast<std::uint64_t>(bytes));
+    }
+  }
+  for (const auto& binding : e.outputs()) read(*buffers.at(binding.buffer()));
+  // Merge: a byte read twice before written is zeroed once.
+  std::map<int, Intervals> merged;
+  for (const ByteRange& r : reads) Cover(merged[r.space], r.begin, r.end);
+  std::vector<ByteRange> out;
+  for (const auto& [space, set] : merged)
+    for (const auto& [begin, end] : set) out.push_back({space, begin, end});
+  return out;
+}
+
+}  // namespace neuron::runtime::detail
