@@ -13,6 +13,7 @@
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/torch_tensors.h"
 #include "neuron/runtime/config.h"
+#include "neuron/runtime/device/sgemm.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/executable.pb.h"
 
@@ -110,6 +111,10 @@ void BindCompiler(py::module_& m) {
                    .value_or("1") != "0";
       },
       "NEURON_FALLBACK, read through the configuration registry.");
+  m.def(
+      "_executor_sgemm", [] { return std::string(neuron::runtime::CurrentSgemm().name); },
+      "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS) or "
+      "\"openblas\".");
   m.def(
       "_forget_compiled_in_memory", [] { CompiledGraph::Cache().ForgetMemory(); },
       "Drops the compile cache's in-memory entries (the disk cache keeps them).");

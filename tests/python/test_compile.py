@@ -553,3 +553,17 @@ def test_each_op_family_matches_eager_forward_and_backward(case):
     for a, r in zip(args, ref):
         if a.requires_grad:
             torch.testing.assert_close(a.grad, r.grad)
+
+
+def test_compiled_matmuls_run_on_pytorchs_own_blas():
+    """Inside PyTorch the executor's sgemm is ATen's: a compiled matmul
+    (plain, with a transposed operand, batched) gives eager's exact bits."""
+    assert torchneuron._C._executor_sgemm() == "aten"
+    torch.manual_seed(0)
+    a, b = torch.randn(96, 80), torch.randn(80, 72)
+    w = torch.randn(72, 80)  # F.linear's weight: read transposed in place
+    qa, qb = torch.randn(6, 32, 16), torch.randn(6, 16, 24)
+    compiled = torch.compile(lambda a, b, w, qa, qb: (a @ b, a @ w.t(), torch.bmm(qa, qb)),
+                             backend="neuron", fullgraph=True)
+    for got, want in zip(compiled(a, b, w, qa, qb), (a @ b, a @ w.t(), torch.bmm(qa, qb))):
+        assert torch.equal(got, want)

@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
+#include "neuron/runtime/device/sgemm.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/half.h"
 #include "vector_math.h"
@@ -46,6 +48,24 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
   }
 }
 
+namespace {
+
+void OpenBlasSgemm(const float* a, const float* b, float* c, std::int64_t m,
+                   std::int64_t k, std::int64_t n, bool accumulate, bool transpose_a,
+                   bool transpose_b) {
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+              static_cast<blasint>(transpose_a ? m : k), b,
+              static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f, c,
+              static_cast<blasint>(n));
+}
+
+constexpr Sgemm kOpenBlas{"openblas", &OpenBlasSgemm};
+std::atomic<const Sgemm*> current_sgemm{&kOpenBlas};
+
+}  // namespace
+
 void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
             std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b) {
   if (m == 0 || n == 0) return;
@@ -53,12 +73,7 @@ void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64
     if (!accumulate) std::fill(c, c + m * n, 0.0f);
     return;
   }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-              static_cast<blasint>(transpose_a ? m : k), b,
-              static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f, c,
-              static_cast<blasint>(n));
+  CurrentSgemm().run(a, b, c, m, k, n, accumulate, transpose_a, transpose_b);
 }
 
 namespace {
@@ -261,3 +276,13 @@ void LayerNormBackward(const float* g, const float* x, const float* mean,
 }
 
 }  // namespace neuron::runtime::kernels
+
+namespace neuron::runtime {
+
+const Sgemm& CurrentSgemm() { return *kernels::current_sgemm.load(); }
+
+void SetSgemm(const Sgemm* sgemm) {
+  kernels::current_sgemm.store(sgemm != nullptr ? sgemm : &kernels::kOpenBlas);
+}
+
+}  // namespace neuron::runtime

@@ -1,0 +1,35 @@
+// The executor's sgemm inside PyTorch: ATen's own matmul over the plan's
+// memory (from_blob views, no copies), so a compiled graph's matmuls run
+// on the BLAS eager PyTorch uses, with its intra-op threads
+// (torch.set_num_threads). Installed when the device library loads.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include "neuron/runtime/device/sgemm.h"
+
+namespace neuron::aten {
+namespace {
+
+void AtenSgemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
+               std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b) {
+  c10::InferenceMode no_autograd;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  auto view = [&](const float* p, std::int64_t rows, std::int64_t cols, bool transposed) {
+    auto* data = const_cast<float*>(p);  // read only
+    return transposed ? at::from_blob(data, {cols, rows}, f32).t()
+                      : at::from_blob(data, {rows, cols}, f32);
+  };
+  const at::Tensor lhs = view(a, m, k, transpose_a), rhs = view(b, k, n, transpose_b);
+  at::Tensor out = at::from_blob(c, {m, n}, f32);
+  if (accumulate) {
+    out.addmm_(lhs, rhs);
+  } else {
+    at::mm_out(out, lhs, rhs);
+  }
+}
+
+constexpr runtime::Sgemm kAten{"aten", &AtenSgemm};
+const bool kInstalled = (runtime::SetSgemm(&kAten), true);
+
+}  // namespace
+}  // namespace neuron::aten
