@@ -227,3 +227,57 @@ TEST(Executor, MemoryARunReadsBeforeWritingReadsZeroWhateverEarlierRunsLeft) {
 
 }  // namespace
 }  // namespace neuron::runtime
+
+namespace neuron::runtime {
+namespace {
+
+// S = -x (a load of x, then negated in place; or computed from x in HBM
+// when not `load`); y1 <- S (store); S = S + S; y2 <- S: a load whose
+// buffer is written again and a store whose source is.
+proto::Executable RewritesAfterCopies(bool load) {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("rewrites");
+  Buffer(e, 0, proto::HBM, 0, proto::F32, {16});    // x
+  Buffer(e, 1, proto::SBUF, 0, proto::F32, {16});   // S
+  Buffer(e, 2, proto::HBM, 128, proto::F32, {16});  // y1
+  Buffer(e, 3, proto::HBM, 256, proto::F32, {16});  // y2
+  auto dma = [&](std::uint32_t id, proto::Op op, std::uint32_t from, std::uint32_t to) {
+    auto* i = Op(e, id, proto::DMA, op, {from}, {to}, {});
+    i->set_bytes(64), i->set_partitions(1);
+  };
+  if (load) dma(0, proto::OP_LOAD, 0, 1);
+  auto* neg = Op(e, 1, proto::VECTOR, proto::OP_NEG, {load ? 1u : 0u}, {1}, {});
+  neg->set_elements(16), neg->set_operand_count(1);
+  dma(2, proto::OP_STORE, 1, 2);
+  auto* add = Op(e, 3, proto::VECTOR, proto::OP_ADD, {1, 1}, {1}, {});
+  add->set_elements(16), add->set_operand_count(2);
+  dma(4, proto::OP_STORE, 1, 3);
+  auto* x = e.add_inputs();
+  x->set_name("x"), x->set_buffer(0);
+  for (auto [name, id] : {std::pair{"y1", 2u}, std::pair{"y2", 3u}}) {
+    auto* y = e.add_outputs();
+    y->set_name(name), y->set_buffer(id);
+  }
+  return e;
+}
+
+TEST(Executor, CopiesElidedOnTheHostKeepEveryValueAndLeaveTheInputsAlone) {
+  std::vector<float> x(16), negated(16), doubled(16);
+  for (int i = 0; i < 16; ++i) {
+    x[i] = static_cast<float>(i) - 7.5f;
+    negated[i] = -x[i];
+    doubled[i] = -2 * x[i];
+  }
+  const auto input = HostTensor::FromFloats(proto::F32, {16}, x);
+  Executor exec(DeviceSpec::Default());
+  for (bool load : {true, false}) {
+    // The caller's own bytes, read in place.
+    const auto y = exec.Compute(RewritesAfterCopies(load), {{"x", HostView::Of(input)}});
+    EXPECT_EQ(y.at("y1").ToFloats(), negated) << load;
+    EXPECT_EQ(y.at("y2").ToFloats(), doubled) << load;
+    EXPECT_EQ(input.ToFloats(), x) << load;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::runtime

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "arena_pool.h"
+#include "elided_copies.h"
 #include "kernels.h"
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/device/executable.h"
@@ -70,7 +71,8 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(i.bytes() <= in[0].buffer->bytes() && i.bytes() <= out[0].buffer->bytes(),
                what, ": moves ", i.bytes(), " bytes between buffers of ",
                in[0].buffer->bytes(), " and ", out[0].buffer->bytes());
-  std::memmove(out[0].data, in[0].data, i.bytes());
+  // The same memory when the copy was elided (elided_copies.h).
+  if (out[0].data != in[0].data) std::memmove(out[0].data, in[0].data, i.bytes());
 }
 
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
@@ -107,13 +109,14 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(out[0].buffer->dtype() == proto::F32, what,
                ": matmul writes F32 (PSUM), not ",
                proto::ElementType_Name(out[0].buffer->dtype()));
-  const std::int64_t m = i.m(), k = i.k(), n = i.n(), batch = std::max<std::int64_t>(i.batch(), 1);
+  const std::int64_t m = i.m(), k = i.k(), n = i.n(),
+                     batch = std::max<std::int64_t>(i.batch(), 1);
   NEURON_CHECK(in[0].elements() == static_cast<std::size_t>(batch * m * k) &&
                    in[1].elements() == static_cast<std::size_t>(batch * k * n) &&
                    out[0].elements() == static_cast<std::size_t>(batch * m * n),
                what, ": buffers of ", in[0].elements(), ", ", in[1].elements(), " and ",
-               out[0].elements(), " elements do not fit ", batch, " x ", m, "x", k, " x ", k,
-               "x", n);
+               out[0].elements(), " elements do not fit ", batch, " x ", m, "x", k, " x ",
+               k, "x", n);
   constexpr std::int64_t kMaxDim = std::numeric_limits<std::int32_t>::max();
   NEURON_CHECK(m <= kMaxDim && k <= kMaxDim && n <= kMaxDim, what, ": a matmul of ", m,
                "x", k, " x ", k, "x", n, " has a dimension over 2^31 - 1");
@@ -165,9 +168,10 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                proto::ElementType_Name(out[0].buffer->dtype()));
   const int rank = i.view_sizes_size();
   const bool contiguous_out = i.out_strides_size() == 0;
-  NEURON_CHECK(i.in_strides_size() == rank && (contiguous_out || i.out_strides_size() == rank),
-               what, ": ", rank, " view sizes, ", i.in_strides_size(), " input strides and ",
-               i.out_strides_size(), " output strides");
+  NEURON_CHECK(
+      i.in_strides_size() == rank && (contiguous_out || i.out_strides_size() == rank),
+      what, ": ", rank, " view sizes, ", i.in_strides_size(), " input strides and ",
+      i.out_strides_size(), " output strides");
   const std::size_t width = ElementBytes(in[0].buffer->dtype());
   // The largest element index each side touches must be inside its buffer.
   std::int64_t total = 1, in_last = i.in_offset(), out_last = i.out_offset();
@@ -192,7 +196,8 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
   // Runs along the last dimension: one memcpy each when both sides are
   // contiguous there, else element by element.
   const std::int64_t run = rank == 0 ? 1 : i.view_sizes(rank - 1);
-  const bool packed = rank == 0 || (i.in_strides(rank - 1) == 1 && out_strides[rank - 1] == 1);
+  const bool packed =
+      rank == 0 || (i.in_strides(rank - 1) == 1 && out_strides[rank - 1] == 1);
   const std::int64_t in_step = rank == 0 ? 0 : i.in_strides(rank - 1);
   const std::int64_t out_step = rank == 0 ? 0 : out_strides[rank - 1];
   std::vector<std::int64_t> index(std::max(rank - 1, 0), 0);
@@ -215,11 +220,11 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
 // A float operand of an op over `n` elements: all of them, or fewer that
 // repeat (a bias); InvalidUsage names the buffer otherwise.
 std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what) {
-  NEURON_CHECK(kernels::IsFloat(p.buffer->dtype()), what, ": buffer ", p.buffer->name(), " is ",
-               proto::ElementType_Name(p.buffer->dtype()), ", not float");
+  NEURON_CHECK(kernels::IsFloat(p.buffer->dtype()), what, ": buffer ", p.buffer->name(),
+               " is ", proto::ElementType_Name(p.buffer->dtype()), ", not float");
   const std::size_t m = std::min(p.elements(), n);
-  NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ", p.elements(),
-               " elements does not repeat over ", n);
+  NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
+               p.elements(), " elements does not repeat over ", n);
   return kernels::ToFloat(p.data, p.buffer->dtype(), m);
 }
 
@@ -281,7 +286,8 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(out.size() == 1 && kernels::IsFloat(out[0].buffer->dtype()), what,
                ": a fused chain writes one float buffer");
   const std::size_t n = static_cast<std::size_t>(i.elements());
-  NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ", out[0].elements());
+  NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ",
+               out[0].elements());
   if (n == 0) return;
   auto operand = [&](std::uint32_t id) {
     for (std::size_t k = 0; k < in.size(); ++k) {
@@ -342,16 +348,18 @@ void ForEachTap(const Window& g, Tap tap) {
             for (std::int64_t q = 0; q < g.kw; ++q) {
               const std::int64_t r = g.Row(y, p), c = g.Col(x, q);
               if (r < 0 || r >= g.h || c < 0 || c >= g.w) continue;
-              tap(row * cols + (ch * g.kh + p) * g.kw + q, ((b * g.c + ch) * g.h + r) * g.w + c);
+              tap(row * cols + (ch * g.kh + p) * g.kw + q,
+                  ((b * g.c + ch) * g.h + r) * g.w + c);
             }
       }
 }
 
 Window WindowOf(const proto::Instruction& i, const What& what) {
-  NEURON_CHECK(i.view_sizes_size() == 14, what, ": a window op needs 14 geometry values, got ",
-               i.view_sizes_size());
+  NEURON_CHECK(i.view_sizes_size() == 14, what,
+               ": a window op needs 14 geometry values, got ", i.view_sizes_size());
   const auto v = [&](int k) { return i.view_sizes(k); };
-  Window g{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11), v(12), v(13)};
+  Window g{v(0), v(1), v(2), v(3),  v(4),  v(5),  v(6),
+           v(7), v(8), v(9), v(10), v(11), v(12), v(13)};
   NEURON_CHECK(g.sh > 0 && g.sw > 0 && g.dh > 0 && g.dw > 0 && g.kh > 0 && g.kw > 0, what,
                ": non-positive kernel, stride or dilation");
   return g;
@@ -385,7 +393,8 @@ void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": buffers do not fit the window");
   const auto colsv = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
   std::vector<float> sum(static_cast<std::size_t>(image), 0.0f);
-  ForEachTap(g, [&](std::int64_t column, std::int64_t pixel) { sum[pixel] += colsv[column]; });
+  ForEachTap(
+      g, [&](std::int64_t column, std::int64_t pixel) { sum[pixel] += colsv[column]; });
   kernels::FromFloat(sum, out[0].buffer->dtype(), out[0].data);
 }
 
@@ -396,7 +405,8 @@ void RunMaxPool(const proto::Instruction& i, const std::vector<Placed>& in,
   const Window g = WindowOf(i, what);
   const std::int64_t planes = g.n * g.c, pooled = g.oh * g.ow, plane = g.h * g.w;
   if (i.op() == proto::OP_MAXPOOL2D) {
-    NEURON_CHECK(in.size() == 1 && out.size() == 2 && kernels::IsFloat(in[0].buffer->dtype()) &&
+    NEURON_CHECK(in.size() == 1 && out.size() == 2 &&
+                     kernels::IsFloat(in[0].buffer->dtype()) &&
                      out[1].buffer->dtype() == proto::I64 &&
                      in[0].elements() >= static_cast<std::size_t>(planes * plane) &&
                      out[0].elements() >= static_cast<std::size_t>(planes * pooled),
@@ -432,7 +442,8 @@ void RunMaxPool(const proto::Instruction& i, const std::vector<Placed>& in,
   for (std::int64_t pl = 0; pl < planes; ++pl)
     for (std::int64_t k = 0; k < pooled; ++k) {
       const std::int64_t at = index[pl * pooled + k];
-      NEURON_CHECK(at >= 0 && at < plane, what, ": index ", at, " outside a plane of ", plane);
+      NEURON_CHECK(at >= 0 && at < plane, what, ": index ", at, " outside a plane of ",
+                   plane);
       gx[pl * plane + at] += grad[pl * pooled + k];
     }
   kernels::FromFloat(gx, out[0].buffer->dtype(), out[0].data);
@@ -519,10 +530,12 @@ void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
   if (i.op() == proto::OP_WHERE) {
     NEURON_CHECK(in.size() == 3 && ElementBytes(in[0].buffer->dtype()) == 1 &&
                      in[0].elements() >= n && kernels::IsFloat(out[0].buffer->dtype()),
-                 what, ": where takes a bool condition of ", n, " and two float operands");
+                 what, ": where takes a bool condition of ", n,
+                 " and two float operands");
     const auto a = operand(1), b = operand(2);
     std::vector<float> y(n);
-    for (std::size_t e = 0; e < n; ++e) y[e] = in[0].data[e] ? a[e % a.size()] : b[e % b.size()];
+    for (std::size_t e = 0; e < n; ++e)
+      y[e] = in[0].data[e] ? a[e % a.size()] : b[e % b.size()];
     kernels::FromFloat(y, out[0].buffer->dtype(), out[0].data);
     return;
   }
@@ -565,9 +578,14 @@ void RunSequence(const proto::Instruction& i, const std::vector<Placed>& in,
   for (std::size_t e = 0; e < n; ++e) {
     const auto v = static_cast<std::int64_t>(start + static_cast<double>(e) * step);
     switch (ElementBytes(type)) {
-      case 8: reinterpret_cast<std::int64_t*>(out[0].data)[e] = v; break;
-      case 4: reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v); break;
-      default: out[0].data[e] = static_cast<std::uint8_t>(v);
+      case 8:
+        reinterpret_cast<std::int64_t*>(out[0].data)[e] = v;
+        break;
+      case 4:
+        reinterpret_cast<std::int32_t*>(out[0].data)[e] = static_cast<std::int32_t>(v);
+        break;
+      default:
+        out[0].data[e] = static_cast<std::uint8_t>(v);
     }
   }
 }
@@ -593,22 +611,25 @@ void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
   const std::int64_t m = i.m(), n = i.n(), k = i.k();
   const auto index = Indices(in[1], static_cast<std::size_t>(m), what);
   for (std::int64_t r = 0; r < m; ++r) {
-    NEURON_CHECK(index[r] >= 0 && index[r] < k, what, ": index ", index[r], " (position ", r,
-                 ") is outside the ", k, " rows");
+    NEURON_CHECK(index[r] >= 0 && index[r] < k, what, ": index ", index[r], " (position ",
+                 r, ") is outside the ", k, " rows");
   }
   if (i.op() == proto::OP_GATHER_ROWS) {
     NEURON_CHECK(in[0].buffer->dtype() == out[0].buffer->dtype() &&
                      in[0].elements() >= static_cast<std::size_t>(k * n) &&
                      out[0].elements() >= static_cast<std::size_t>(m * n),
-                 what, ": a table of ", in[0].elements(), " elements into ", out[0].elements(),
-                 " do not fit ", k, "x", n, " rows gathered ", m, " times");
-    const std::size_t row = static_cast<std::size_t>(n) * ElementBytes(in[0].buffer->dtype());
+                 what, ": a table of ", in[0].elements(), " elements into ",
+                 out[0].elements(), " do not fit ", k, "x", n, " rows gathered ", m,
+                 " times");
+    const std::size_t row =
+        static_cast<std::size_t>(n) * ElementBytes(in[0].buffer->dtype());
     for (std::int64_t r = 0; r < m; ++r) {
       std::memcpy(out[0].data + r * row, in[0].data + index[r] * row, row);
     }
     return;
   }
-  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) && kernels::IsFloat(out[0].buffer->dtype()) &&
+  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) &&
+                   kernels::IsFloat(out[0].buffer->dtype()) &&
                    in[0].elements() >= static_cast<std::size_t>(m * n) &&
                    out[0].elements() >= static_cast<std::size_t>(k * n),
                what, ": ", m, " float rows of ", n, " into ", k);
@@ -726,8 +747,8 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
                  cols - 1);
   }
   if (forward) {
-    NEURON_CHECK(in[0].elements() == rows * cols && out[0].elements() == (none ? rows : 1) &&
-                     out[1].elements() == 1,
+    NEURON_CHECK(in[0].elements() == rows * cols &&
+                     out[0].elements() == (none ? rows : 1) && out[1].elements() == 1,
                  what, ": buffer sizes do not match [", rows, ", ", cols, "]");
     const auto logp = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), rows * cols);
     std::vector<float> per_row(rows, 0.0f);
@@ -928,6 +949,76 @@ std::unordered_set<std::uint32_t> ReadInPlace(const proto::Executable& e) {
   return direct;
 }
 
+// Binds the plan's inputs: those in `direct` are read where the caller
+// holds them, the others copied into the plan's memory.
+void BindInputs(const proto::Executable& e, const std::map<std::string, HostView>& inputs,
+                const std::unordered_set<std::uint32_t>& direct, const std::string& where,
+                std::unordered_map<std::uint32_t, Placed>& placed) {
+  std::size_t bound = 0;
+  for (const auto& binding : e.inputs()) {
+    auto it = inputs.find(binding.name());
+    NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),
+                 "' was not given");
+    Placed& p = placed.at(binding.buffer());
+    NEURON_CHECK(
+        it->second.dtype == p.buffer->dtype() && it->second.bytes == p.buffer->bytes(),
+        where, ": input '", binding.name(), "' is ", it->second.bytes, " bytes of ",
+        proto::ElementType_Name(it->second.dtype), "; the plan expects ",
+        p.buffer->bytes(), " bytes of ", proto::ElementType_Name(p.buffer->dtype()));
+    if (direct.count(binding.buffer())) {
+      // Only read (ReadInPlace): the caller's bytes stand for the buffer's.
+      p.data = const_cast<std::uint8_t*>(it->second.data);
+    } else if (it->second.bytes > 0) {
+      std::memcpy(p.data, it->second.data, it->second.bytes);
+    }
+    ++bound;
+  }
+  NEURON_CHECK(bound == inputs.size(), where, ": ", inputs.size(),
+               " inputs given, the plan takes ", bound);
+}
+
+// An own output's block (elided_copies.h), by buffer id.
+using Blocks = std::unordered_map<std::uint32_t, std::vector<std::uint8_t>>;
+
+// Gives each own output its block, zero as fresh memory, and places every
+// moved buffer in its home.
+Blocks PlaceElided(const detail::Elisions& elided,
+                   std::unordered_map<std::uint32_t, Placed>& placed) {
+  Blocks blocks;
+  for (auto id : elided.own_outputs) blocks[id].resize(placed.at(id).buffer->bytes());
+  for (const auto& m : elided.moved) {
+    auto block = blocks.find(m.home);
+    std::uint8_t* home =
+        block != blocks.end() ? block->second.data() : placed.at(m.home).data;
+    placed.at(m.buffer).data = home + m.offset;
+  }
+  return blocks;
+}
+
+// The plan's results: own outputs' blocks handed over, the others copied.
+std::map<std::string, HostTensor> TakeOutputs(
+    const proto::Executable& e, const std::unordered_map<std::uint32_t, Placed>& placed,
+    Blocks& blocks) {
+  std::map<std::string, HostTensor> outputs;
+  for (const auto& binding : e.outputs()) {
+    const Placed& p = placed.at(binding.buffer());
+    HostTensor t;
+    t.dtype = p.buffer->dtype();
+    t.shape.assign(p.buffer->shape().begin(), p.buffer->shape().end());
+    // No shape: a scalar when one element, else a flat vector.
+    if (t.shape.empty() && p.elements() != 1)
+      t.shape = {static_cast<std::int64_t>(p.elements())};
+    auto block = blocks.find(binding.buffer());
+    if (block != blocks.end()) {
+      t.data = std::move(block->second);  // bound to this name only
+    } else {
+      t.data.assign(p.data, p.data + p.buffer->bytes());
+    }
+    outputs[binding.name()] = std::move(t);
+  }
+  return outputs;
+}
+
 }  // namespace
 
 std::map<std::string, HostTensor> Executor::Compute(
@@ -966,34 +1057,17 @@ std::map<std::string, HostTensor> Executor::Compute(
                  p.buffer->bytes());
     std::memcpy(p.data, c.data().data(), c.data().size());
   }
-  std::size_t bound = 0;
   const std::unordered_set<std::uint32_t> direct = ReadInPlace(e);
+  detail::Elisions elided = detail::PlanElisions(e, direct);
+  std::unordered_set<std::uint32_t> elsewhere = direct;  // not in the arenas
+  for (const auto& m : elided.moved) elsewhere.insert(m.buffer);
   // The arenas hold an earlier run's bytes: what this run reads before
   // writing reads zero, as fresh memory would.
-  for (const detail::ByteRange& r : detail::UnwrittenReads(e, direct)) {
+  for (const detail::ByteRange& r : detail::UnwrittenReads(e, elsewhere)) {
     std::memset(arena[r.space].data() + r.begin, 0, r.end - r.begin);
   }
-  for (const auto& binding : e.inputs()) {
-    auto it = inputs.find(binding.name());
-    NEURON_CHECK(it != inputs.end(), where, ": input '", binding.name(),
-                 "' was not given");
-    const Placed& p = placed.at(binding.buffer());
-    NEURON_CHECK(
-        it->second.dtype == p.buffer->dtype() && it->second.bytes == p.buffer->bytes(),
-        where, ": input '", binding.name(), "' is ", it->second.bytes, " bytes of ",
-        proto::ElementType_Name(it->second.dtype), "; the plan expects ",
-        p.buffer->bytes(), " bytes of ", proto::ElementType_Name(p.buffer->dtype()));
-    if (direct.count(binding.buffer())) {
-      // Only read (ReadInPlace): the caller's bytes stand for the buffer's.
-      placed[binding.buffer()].data = const_cast<std::uint8_t*>(it->second.data);
-    } else if (it->second.bytes > 0) {
-      std::memcpy(p.data, it->second.data, it->second.bytes);
-    }
-    ++bound;
-  }
-  NEURON_CHECK(bound == inputs.size(), where, ": ", inputs.size(),
-               " inputs given, the plan takes ", bound);
-
+  BindInputs(e, inputs, direct, where, placed);
+  Blocks blocks = PlaceElided(elided, placed);
   for (const auto& i : e.instructions()) {
     std::vector<Placed> in, out;
     for (auto b : i.inputs()) in.push_back(placed.at(b));
@@ -1001,19 +1075,7 @@ std::map<std::string, HostTensor> Executor::Compute(
     RunnerFor(i)(i, in, out, What{e, i});
   }
 
-  std::map<std::string, HostTensor> outputs;
-  for (const auto& binding : e.outputs()) {
-    const Placed& p = placed.at(binding.buffer());
-    HostTensor t;
-    t.dtype = p.buffer->dtype();
-    t.shape.assign(p.buffer->shape().begin(), p.buffer->shape().end());
-    // No shape: a scalar when one element, else a flat vector.
-    if (t.shape.empty() && p.elements() != 1)
-      t.shape = {static_cast<std::int64_t>(p.elements())};
-    t.data.assign(p.data, p.data + p.buffer->bytes());
-    outputs[binding.name()] = std::move(t);
-  }
-  return outputs;
+  return TakeOutputs(e, placed, blocks);
 }
 
 }  // namespace neuron::runtime

@@ -41,9 +41,8 @@ void Gaps(const Intervals& set, int space, std::uint64_t begin, std::uint64_t en
   }
 }
 
-// How many leading bytes of output `b` instruction `i` surely writes; -1:
-// the kernel may leave some of the output's old bytes (it reads them, in
-// effect). Each kernel's runner checks the sizes used here.
+}  // namespace
+
 std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   const std::int64_t elements =
       i.elements() * static_cast<std::int64_t>(ElementBytes(b.dtype()));
@@ -76,28 +75,25 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   return -1;
 }
 
-}  // namespace
-
-std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
-                                      const std::unordered_set<std::uint32_t>& direct) {
+std::vector<ByteRange> UnwrittenReads(
+    const proto::Executable& e, const std::unordered_set<std::uint32_t>& elsewhere) {
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
   for (const auto& b : e.buffers()) buffers[b.id()] = &b;
   std::map<int, Intervals> written;
   std::vector<ByteRange> reads;
   auto write = [&](const proto::Buffer& b, std::uint64_t bytes) {
+    if (elsewhere.count(b.id())) return;
     Cover(written[b.space()], b.offset(),
           b.offset() + std::min<std::uint64_t>(bytes, b.bytes()));
   };
   auto read = [&](const proto::Buffer& b) {
-    if (direct.count(b.id())) return;
+    if (elsewhere.count(b.id())) return;
     Gaps(written[b.space()], b.space(), b.offset(), b.offset() + b.bytes(), reads);
   };
   for (const auto& c : e.constants()) write(*buffers.at(c.buffer()), c.data().size());
   for (const auto& binding : e.inputs()) {
-    if (!direct.count(binding.buffer())) {
-      const proto::Buffer& b = *buffers.at(binding.buffer());
-      write(b, b.bytes());
-    }
+    const proto::Buffer& b = *buffers.at(binding.buffer());
+    write(b, b.bytes());
   }
   for (const auto& i : e.instructions()) {
     for (auto id : i.inputs()) read(*buffers.at(id));

@@ -16,13 +16,20 @@ struct ByteRange {
   std::uint64_t begin = 0, end = 0;
 };
 
+// How many leading bytes of output `b` instruction `i` surely writes; -1:
+// the kernel may leave some of the output's old bytes (it reads them, in
+// effect). Each kernel's runner checks the sizes used here.
+std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b);
+
 // Walks the plan in order. Written: constants, the inputs copied into the
-// plan's memory (not those in `direct`, read where the caller holds them),
-// and each instruction's outputs as far as its kernel surely writes them
-// (WrittenBytes). Read: each instruction's inputs, the outputs of kernels
-// that may keep some of their old bytes, and at the end the plan's
-// outputs. Returns the read bytes no earlier write covered, merged.
+// plan's memory, and each instruction's outputs as far as its kernel
+// surely writes them (WrittenBytes). Read: each instruction's inputs, the
+// outputs of kernels that may keep some of their old bytes, and at the end
+// the plan's outputs. Buffers in `elsewhere` are not in the plan's memory
+// for this run (inputs read where the caller holds them, buffers an elided
+// copy moved) and count for neither. Returns the read bytes no earlier
+// write covered, merged.
 std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
-                                      const std::unordered_set<std::uint32_t>& direct);
+                                      const std::unordered_set<std::uint32_t>& elsewhere);
 
 }  // namespace neuron::runtime::detail
