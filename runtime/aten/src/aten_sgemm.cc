@@ -10,21 +10,31 @@
 namespace neuron::aten {
 namespace {
 
-void AtenSgemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-               std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b) {
+void AtenSgemm(const float* a, const float* b, float* c, std::int64_t batch,
+               std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+               bool transpose_a, bool transpose_b) {
   c10::InferenceMode no_autograd;
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  // [batch, rows, cols], from memory stored [batch, cols, rows] when
+  // transposed.
   auto view = [&](const float* p, std::int64_t rows, std::int64_t cols, bool transposed) {
     auto* data = const_cast<float*>(p);  // read only
-    return transposed ? at::from_blob(data, {cols, rows}, f32).t()
-                      : at::from_blob(data, {rows, cols}, f32);
+    return transposed ? at::from_blob(data, {batch, cols, rows}, f32).transpose(1, 2)
+                      : at::from_blob(data, {batch, rows, cols}, f32);
   };
   const at::Tensor lhs = view(a, m, k, transpose_a), rhs = view(b, k, n, transpose_b);
-  at::Tensor out = at::from_blob(c, {m, n}, f32);
-  if (accumulate) {
-    out.addmm_(lhs, rhs);
+  at::Tensor out = at::from_blob(c, {batch, m, n}, f32);
+  if (batch == 1) {  // mm: the 2-D path of eager's linear layers
+    at::Tensor out2 = out[0];
+    if (accumulate) {
+      out2.addmm_(lhs[0], rhs[0]);
+    } else {
+      at::mm_out(out2, lhs[0], rhs[0]);
+    }
+  } else if (accumulate) {
+    out.baddbmm_(lhs, rhs);
   } else {
-    at::mm_out(out, lhs, rhs);
+    at::bmm_out(out, lhs, rhs);
   }
 }
 

@@ -124,10 +124,8 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
   std::vector<float> a_copy, b_copy;
   const float* a = FloatView(in[0], batch * m * k, out[0], a_copy);
   const float* b = FloatView(in[1], batch * k * n, out[0], b_copy);
-  for (std::int64_t p = 0; p < batch; ++p) {
-    kernels::Matmul(a + p * m * k, b + p * k * n, c + p * m * n, m, k, n, i.accumulate(),
-                    i.transpose_lhs(), i.transpose_rhs());
-  }
+  kernels::Matmul(a, b, c, batch, m, k, n, i.accumulate(), i.transpose_lhs(),
+                  i.transpose_rhs());
 }
 
 // Copies `run` elements of `Width` bytes, `in_step` and `out_step` elements

@@ -50,15 +50,17 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
 
 namespace {
 
-void OpenBlasSgemm(const float* a, const float* b, float* c, std::int64_t m,
-                   std::int64_t k, std::int64_t n, bool accumulate, bool transpose_a,
-                   bool transpose_b) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-              static_cast<blasint>(transpose_a ? m : k), b,
-              static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f, c,
-              static_cast<blasint>(n));
+void OpenBlasSgemm(const float* a, const float* b, float* c, std::int64_t batch,
+                   std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+                   bool transpose_a, bool transpose_b) {
+  for (std::int64_t p = 0; p < batch; ++p) {
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a + p * m * k,
+                static_cast<blasint>(transpose_a ? m : k), b + p * k * n,
+                static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f,
+                c + p * m * n, static_cast<blasint>(n));
+  }
 }
 
 constexpr Sgemm kOpenBlas{"openblas", &OpenBlasSgemm};
@@ -66,14 +68,15 @@ std::atomic<const Sgemm*> current_sgemm{&kOpenBlas};
 
 }  // namespace
 
-void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b) {
-  if (m == 0 || n == 0) return;
+void Matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m,
+            std::int64_t k, std::int64_t n, bool accumulate, bool transpose_a,
+            bool transpose_b) {
+  if (batch == 0 || m == 0 || n == 0) return;
   if (k == 0) {
-    if (!accumulate) std::fill(c, c + m * n, 0.0f);
+    if (!accumulate) std::fill(c, c + batch * m * n, 0.0f);
     return;
   }
-  CurrentSgemm().run(a, b, c, m, k, n, accumulate, transpose_a, transpose_b);
+  CurrentSgemm().run(a, b, c, batch, m, k, n, accumulate, transpose_a, transpose_b);
 }
 
 namespace {

@@ -18,10 +18,11 @@ std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
 void FromFloat(const std::vector<float>& values, proto::ElementType type,
                std::uint8_t* out);
 
-// c[m,n] (+)= a[m,k] x b[k,n], row-major float32; a stored as [k,m] when
-// transpose_a, b as [n,k] when transpose_b.
-void Matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n, bool accumulate, bool transpose_a = false,
+// For each of `batch` products: c[m,n] (+)= a[m,k] x b[k,n], row-major
+// float32, packed one after another; a stored as [k,m] when transpose_a, b
+// as [n,k] when transpose_b (sgemm.h runs it).
+void Matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m,
+            std::int64_t k, std::int64_t n, bool accumulate, bool transpose_a = false,
             bool transpose_b = false);
 
 // Apply `op` over the n elements of `out`, reading a[0..n) and (binary ops)

@@ -9,13 +9,16 @@
 
 namespace neuron::runtime {
 
-// c[m,n] = a[m,k] x b[k,n], plus c's old value when `accumulate`; all
-// row-major float32, a stored as [k,m] when transpose_a, b as [n,k] when
-// transpose_b; m, n, k > 0 and c overlaps neither operand.
+// For each of `batch` products p: c[p][m,n] = a[p][m,k] x b[p][k,n], plus
+// c[p]'s old value when `accumulate`; all row-major float32 and packed one
+// product after another, a[p] stored as [k,m] when transpose_a, b[p] as
+// [n,k] when transpose_b; batch, m, n, k > 0 and c overlaps neither
+// operand.
 struct Sgemm {
   const char* name;  // "openblas", "aten"
-  void (*run)(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-              std::int64_t n, bool accumulate, bool transpose_a, bool transpose_b);
+  void (*run)(const float* a, const float* b, float* c, std::int64_t batch,
+              std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+              bool transpose_a, bool transpose_b);
 };
 
 // The process's sgemm; thread-safe. SetSgemm(nullptr) restores OpenBLAS's.
