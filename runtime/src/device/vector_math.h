@@ -20,16 +20,17 @@
 
 namespace neuron::runtime::kernels::lanes {
 
-constexpr std::size_t kLanes = 8;
+constexpr std::size_t kLanes = 16;
 typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
 typedef std::int32_t VI __attribute__((vector_size(kLanes * sizeof(float))));
 
 #define NEURON_LANES_INLINE __attribute__((always_inline)) inline
 
-// On a kernel function: also compiled for x86-64-v3 (AVX2, FMA), chosen at
-// load time when the CPU has it; lanes then run 8 wide in one register.
+// On a kernel function: also compiled for x86-64-v4 (AVX-512) and v3 (AVX2,
+// FMA), the best the CPU has chosen at load time: 16 lanes are then one
+// register or two.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define NEURON_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define NEURON_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define NEURON_KERNEL_CLONES
 #endif
