@@ -1028,22 +1028,48 @@ std::map<std::string, HostTensor> Executor::Compute(
 
 std::map<std::string, HostTensor> Executor::Compute(
     const proto::Executable& e, const std::map<std::string, HostView>& inputs) {
-  const std::string where = StrCat("executable '", e.name(), "'");
-  // Host memory for each space, as far as the plan uses it.
-  std::map<int, std::uint64_t> extent;
-  std::uint64_t allocated = 0;
+  return Compute(Prepare(e), inputs);
+}
+
+namespace detail {
+struct PlanFacts {
+  std::map<int, std::uint64_t> extent;  // host bytes each space's arena needs
+  std::uint64_t allocated = 0, reserved = 0;
+  std::unordered_set<std::uint32_t> direct;  // ReadInPlace
+  Elisions elided;
+  std::vector<ByteRange> zero;  // UnwrittenReads
+};
+}  // namespace detail
+
+PreparedPlan Executor::Prepare(const proto::Executable& e) {
+  auto facts = std::make_shared<detail::PlanFacts>();
   for (const auto& b : e.buffers()) {
-    extent[b.space()] =
-        std::max<std::uint64_t>(extent[b.space()], b.offset() + b.bytes());
-    allocated += b.bytes();
+    facts->extent[b.space()] =
+        std::max<std::uint64_t>(facts->extent[b.space()], b.offset() + b.bytes());
+    facts->allocated += b.bytes();
   }
-  std::uint64_t reserved = 0;
-  for (const auto& [space, bytes] : extent) reserved += bytes;
-  detail::ArenaPool::Lease lease = detail::ArenaPool::Process().Take(extent);
+  for (const auto& [space, bytes] : facts->extent) facts->reserved += bytes;
+  facts->direct = ReadInPlace(e);
+  facts->elided = detail::PlanElisions(e, facts->direct);
+  std::unordered_set<std::uint32_t> elsewhere = facts->direct;  // not in the arenas
+  for (const auto& m : facts->elided.moved) elsewhere.insert(m.buffer);
+  facts->zero = detail::UnwrittenReads(e, elsewhere);
+  PreparedPlan plan;
+  plan.executable_ = &e;
+  plan.facts_ = std::move(facts);
+  return plan;
+}
+
+std::map<std::string, HostTensor> Executor::Compute(
+    const PreparedPlan& plan, const std::map<std::string, HostView>& inputs) {
+  const proto::Executable& e = plan.executable();
+  const detail::PlanFacts& facts = *plan.facts_;
+  const std::string where = StrCat("executable '", e.name(), "'");
+  detail::ArenaPool::Lease lease = detail::ArenaPool::Process().Take(facts.extent);
   detail::Arenas& arena = lease.arenas();
   // Buffers may share memory (the planner reuses offsets), so the counters
   // see at most what is reserved.
-  MemoryHold hold(memory_, reserved, std::min(allocated, reserved));
+  MemoryHold hold(memory_, facts.reserved, std::min(facts.allocated, facts.reserved));
   std::unordered_map<std::uint32_t, Placed> placed;
   for (const auto& b : e.buffers())
     placed[b.id()] = {&b, arena[b.space()].data() + b.offset()};
@@ -1055,17 +1081,13 @@ std::map<std::string, HostTensor> Executor::Compute(
                  p.buffer->bytes());
     std::memcpy(p.data, c.data().data(), c.data().size());
   }
-  const std::unordered_set<std::uint32_t> direct = ReadInPlace(e);
-  detail::Elisions elided = detail::PlanElisions(e, direct);
-  std::unordered_set<std::uint32_t> elsewhere = direct;  // not in the arenas
-  for (const auto& m : elided.moved) elsewhere.insert(m.buffer);
   // The arenas hold an earlier run's bytes: what this run reads before
   // writing reads zero, as fresh memory would.
-  for (const detail::ByteRange& r : detail::UnwrittenReads(e, elsewhere)) {
+  for (const detail::ByteRange& r : facts.zero) {
     std::memset(arena[r.space].data() + r.begin, 0, r.end - r.begin);
   }
-  BindInputs(e, inputs, direct, where, placed);
-  Blocks blocks = PlaceElided(elided, placed);
+  BindInputs(e, inputs, facts.direct, where, placed);
+  Blocks blocks = PlaceElided(facts.elided, placed);
   for (const auto& i : e.instructions()) {
     std::vector<Placed> in, out;
     for (auto b : i.inputs()) in.push_back(placed.at(b));

@@ -67,6 +67,7 @@ class CompiledGraph {
  private:
   CompiledGraph();
   std::shared_ptr<const runtime::proto::Executable> executable_;
+  runtime::PreparedPlan prepared_;  // of *executable_, for every run
   runtime::Executor executor_;
   runtime::PlanTiming timing_;  // of every run: the plan's, input-independent
   CompiledGraphInfo info_;

@@ -71,6 +71,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,24 @@ struct HostView {
   }
 };
 
+namespace detail {
+struct PlanFacts;  // executor.cc
+}  // namespace detail
+
+// What every run of a plan needs worked out from the plan alone (its
+// memory extents, the inputs read in place, the copies elided, the bytes
+// read before written), made once by Executor::Prepare. Refers to the
+// executable, which must outlive it.
+class PreparedPlan {
+ public:
+  const proto::Executable& executable() const { return *executable_; }
+
+ private:
+  friend class Executor;
+  const proto::Executable* executable_ = nullptr;
+  std::shared_ptr<const detail::PlanFacts> facts_;
+};
+
 struct ExecutionResult {
   std::map<std::string, HostTensor> outputs;
   PlanTiming timing;
@@ -128,6 +147,10 @@ class Executor {
   // run.
   std::map<std::string, HostTensor> Compute(
       const proto::Executable& executable, const std::map<std::string, HostView>& inputs);
+  // For a plan run many times: its analysis made once, then each run.
+  static PreparedPlan Prepare(const proto::Executable& executable);
+  std::map<std::string, HostTensor> Compute(
+      const PreparedPlan& plan, const std::map<std::string, HostView>& inputs);
   const DeviceSpec& device() const { return device_; }
   const CostModel& model() const { return model_; }
 
