@@ -74,14 +74,13 @@ class Uses {
     return it == writers_.end() ? kNone : it->second;
   }
   int first_use(std::uint32_t id) const { return first_use_.at(id); }
-  // The buffers of `id`'s value group, `id` included.
-  std::vector<std::uint32_t> Group(std::uint32_t id) {
-    std::vector<std::uint32_t> out;
-    const std::uint32_t root = groups_.Find(id);
-    for (const auto& [other, first] : first_use_) {
-      if (groups_.Find(other) == root) out.push_back(other);
+  // The buffers of `id`'s value group, `id` included, in id order.
+  const std::vector<std::uint32_t>& Group(std::uint32_t id) {
+    if (members_.empty()) {  // the groups are complete once the plan is walked
+      for (const auto& [other, first] : first_use_)
+        members_[groups_.Find(other)].push_back(other);
     }
-    return out;
+    return members_.at(groups_.Find(id));
   }
 
  private:
@@ -129,6 +128,8 @@ class Uses {
   std::unordered_set<std::uint32_t> bound_;
   std::map<int, Writers> writers_of_;
   Groups groups_;
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>>
+      members_;  // root -> group
 };
 
 class Planner {
@@ -154,7 +155,7 @@ class Planner {
   // `written_until`.
   bool Move(std::uint32_t id, std::uint32_t home, std::uint64_t offset, int written_until,
             bool bound_ok = false) {
-    const std::vector<std::uint32_t> group = uses_.Group(id);
+    const std::vector<std::uint32_t>& group = uses_.Group(id);
     const proto::Buffer& b = uses_.buffer(id);
     for (auto c : group) {
       const proto::Buffer& o = uses_.buffer(c);
