@@ -189,6 +189,7 @@ namespace {
 
 // x (16 floats) -> SBUF; `half`: a copy writes only the first 8 of a
 // buffer y then stores all 16; else y = x + y where y was never written.
+// y is in the plan's memory, where the other plan's runs leave bytes.
 proto::Executable ReadsUnwritten(bool half) {
   proto::Executable e;
   e.set_format_version(kExecutableFormatVersion), e.set_name("unwritten");
@@ -205,8 +206,11 @@ proto::Executable ReadsUnwritten(bool half) {
   store->set_bytes(64), store->set_partitions(1);
   auto* x = e.add_inputs();
   x->set_name("x"), x->set_buffer(0);
-  auto* y = e.add_outputs();
-  y->set_name("y"), y->set_buffer(3);
+  // Bound twice, out is copied out of the arena, and y stays there.
+  for (const char* name : {"y", "y_again"}) {
+    auto* y = e.add_outputs();
+    y->set_name(name), y->set_buffer(3);
+  }
   return e;
 }
 
@@ -277,6 +281,65 @@ TEST(Executor, CopiesElidedOnTheHostKeepEveryValueAndLeaveTheInputsAlone) {
     EXPECT_EQ(y.at("y2").ToFloats(), doubled) << load;
     EXPECT_EQ(input.ToFloats(), x) << load;
   }
+}
+
+}  // namespace
+}  // namespace neuron::runtime
+
+namespace neuron::runtime {
+namespace {
+
+// S = -x; out <- S (store); Q = -x[0:8] into out's second half; z <- S:
+// out's block takes a later write, so S must not live in it.
+proto::Executable LaterWriteIntoAStoredOutput() {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("later-write");
+  Buffer(e, 0, proto::HBM, 0, proto::F32, {16});    // x
+  Buffer(e, 1, proto::SBUF, 0, proto::F32, {16});   // S
+  Buffer(e, 2, proto::HBM, 128, proto::F32, {16});  // out
+  Buffer(e, 3, proto::HBM, 160, proto::F32, {8});   // Q: out's bytes 32..64
+  Buffer(e, 4, proto::HBM, 256, proto::F32, {16});  // z
+  Op(e, 0, proto::VECTOR, proto::OP_NEG, {0}, {1}, {})->set_elements(16);
+  auto* store = Op(e, 1, proto::DMA, proto::OP_STORE, {1}, {2}, {});
+  store->set_bytes(64), store->set_partitions(1);
+  Op(e, 2, proto::VECTOR, proto::OP_NEG, {0}, {3}, {})->set_elements(8);
+  auto* again = Op(e, 3, proto::DMA, proto::OP_STORE, {1}, {4}, {});
+  again->set_bytes(64), again->set_partitions(1);
+  for (int k : {0, 2}) e.mutable_instructions(k)->set_operand_count(1);
+  auto* x = e.add_inputs();
+  x->set_name("x"), x->set_buffer(0);
+  for (auto [name, id] : {std::pair{"y", 2u}, std::pair{"z", 4u}}) {
+    auto* y = e.add_outputs();
+    y->set_name(name), y->set_buffer(id);
+  }
+  return e;
+}
+
+TEST(Executor, AStoreIsNotElidedIntoAnOutputWrittenAgainLater) {
+  std::vector<float> x(16), y(16), z(16);
+  for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i) + 1, z[i] = -x[i];
+  for (int i = 0; i < 16; ++i) y[i] = i < 8 ? z[i] : z[i - 8];
+  const auto r = Executor(DeviceSpec::Default())
+                     .Run(LaterWriteIntoAStoredOutput(),
+                          {{"x", HostTensor::FromFloats(proto::F32, {16}, x)}});
+  EXPECT_EQ(r.outputs.at("y").ToFloats(), y);
+  EXPECT_EQ(r.outputs.at("z").ToFloats(), z);
+}
+
+TEST(Executor, AConstantBoundAsAnOutputKeepsItsBytes) {
+  proto::Executable e = LaterWriteIntoAStoredOutput();
+  Buffer(e, 5, proto::HBM, 512, proto::F32, {4});
+  const std::vector<float> c = {1.5f, -2.0f, 3.25f, 0.0f};
+  auto* constant = e.add_constants();
+  constant->set_buffer(5);
+  constant->set_data(std::string(reinterpret_cast<const char*>(c.data()), 16));
+  auto* out = e.add_outputs();
+  out->set_name("c"), out->set_buffer(5);
+  const auto r =
+      Executor(DeviceSpec::Default())
+          .Run(e, {{"x", HostTensor::FromFloats(proto::F32, {16},
+                                                std::vector<float>(16, 1.0f))}});
+  EXPECT_EQ(r.outputs.at("c").ToFloats(), c);
 }
 
 }  // namespace

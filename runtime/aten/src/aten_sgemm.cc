@@ -4,6 +4,7 @@
 // (torch.set_num_threads). Installed when the device library loads.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "neuron/runtime/device/sgemm.h"
 
@@ -14,6 +15,10 @@ void AtenSgemm(const float* a, const float* b, float* c, std::int64_t batch,
                std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
                bool transpose_a, bool transpose_b) {
   c10::InferenceMode no_autograd;
+  // The plan's own work: a Python dispatch mode (FlopCounterMode, say)
+  // active around a compiled graph does not see it as torch ops.
+  c10::impl::ExcludeDispatchKeyGuard no_modes(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   // [batch, rows, cols], from memory stored [batch, cols, rows] when
   // transposed.

@@ -14,9 +14,11 @@ using Arenas = std::map<int, std::vector<std::uint8_t>>;
 
 // Thread-safe. A run takes a set of arenas and gives it back when it ends;
 // concurrent runs hold different sets. At most kKeep idle sets are kept,
-// for every executable of the process (Process()): what a process holds
-// between runs is bounded by kKeep times its largest plan, however many
-// graphs it compiled.
+// for every executable of the process (Process()). A set's arenas grow to
+// the largest extent a plan needed in each space and do not shrink: what a
+// process holds between runs is bounded by kKeep times the sum, over the
+// spaces, of its plans' largest extent there, however many graphs it
+// compiled.
 class ArenaPool {
  public:
   static constexpr std::size_t kKeep = 2;

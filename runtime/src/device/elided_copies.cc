@@ -179,6 +179,9 @@ class Planner {
     for (const auto& in : e_.inputs()) {
       if (in.buffer() == id) return;
     }
+    for (const auto& c : e_.constants()) {
+      if (c.buffer() == id) return;  // its bytes are copied into the arena
+    }
     if (Move(id, id, 0, e_.instructions_size(), /*bound_ok=*/true))
       out_.own_outputs.push_back(id);
   }
@@ -188,13 +191,18 @@ class Planner {
            i.bytes() == uses_.buffer(i.outputs(0)).bytes();
   }
 
-  // store k: source -> an own output it alone writes, whole.
+  // store k: source -> an own output it alone writes, whole, whose group
+  // nothing else writes or touches before the store (the source's bytes
+  // live in the block from the source's first write on).
   void IntoOutput(const proto::Instruction& i, int k) {
     const std::uint32_t target = i.outputs(0);
     const auto& own = out_.own_outputs;
     if (std::find(own.begin(), own.end(), target) == own.end() || !WholeCopy(i) ||
         uses_.writers(target) != std::vector<int>{k})
       return;
+    for (auto c : uses_.Group(target)) {
+      if (c != target && (uses_.first_use(c) <= k || !uses_.writers(c).empty())) return;
+    }
     Move(i.inputs(0), target, 0, k);
   }
 

@@ -72,7 +72,8 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": moves ", i.bytes(), " bytes between buffers of ",
                in[0].buffer->bytes(), " and ", out[0].buffer->bytes());
   // The same memory when the copy was elided (elided_copies.h).
-  if (out[0].data != in[0].data) std::memmove(out[0].data, in[0].data, i.bytes());
+  if (out[0].data != in[0].data && i.bytes() > 0)
+    std::memmove(out[0].data, in[0].data, i.bytes());
 }
 
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
@@ -667,7 +668,9 @@ void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
       for (std::size_t e = 0; e < nm; ++e) block[e] = mask[e] != 0 ? fill : block[e];
     }
   };
-  if (in[0].buffer->dtype() == proto::F32) {  // in place in the output
+  if (in[0].buffer->dtype() == proto::F32 &&
+      !Overlap(in[1].data, nm, out[0].data,
+               n * sizeof(float))) {  // in place in the output
     auto* values = reinterpret_cast<float*>(out[0].data);
     if (out[0].data != in[0].data) std::memmove(values, in[0].data, n * sizeof(float));
     apply(values);
@@ -1062,6 +1065,7 @@ PreparedPlan Executor::Prepare(const proto::Executable& e) {
 
 std::map<std::string, HostTensor> Executor::Compute(
     const PreparedPlan& plan, const std::map<std::string, HostView>& inputs) {
+  NEURON_CHECK(plan.facts_ != nullptr, "Executor::Compute: the plan was not prepared");
   const proto::Executable& e = plan.executable();
   const detail::PlanFacts& facts = *plan.facts_;
   const std::string where = StrCat("executable '", e.name(), "'");

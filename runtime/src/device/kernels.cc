@@ -93,11 +93,11 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   const float s = static_cast<float>(scalar);
   using lanes::V;
   if (op == proto::OP_EXP) {
-    lanes::Map(a, out, n, [](V x) { return lanes::Exp(x); });
+    lanes::Map(a, out, n, [](V x) NEURON_LANES_INLINE_LAMBDA { return lanes::Exp(x); });
     return true;
   }
   if (op == proto::OP_GELU_EXACT) {  // torch.nn.functional.gelu(approximate="none")
-    lanes::Map(a, out, n, [](V x) {
+    lanes::Map(a, out, n, [](V x) NEURON_LANES_INLINE_LAMBDA {
       return 0.5f * x * (1.0f + lanes::Erf(x * 0.7071067811865476f));
     });
     return true;
@@ -135,11 +135,12 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
   if (op == proto::OP_GELU_EXACT_BACKWARD) {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
     using lanes::V;
     for (std::size_t base = 0; base < n; base += nb) {
-      lanes::Map2(a + base, b, out + base, std::min(nb, n - base), [](V g, V x) {
-        const V cdf = 0.5f * (1.0f + lanes::Erf(x * 0.7071067811865476f));
-        const V pdf = 0.3989422804014327f * lanes::Exp(-0.5f * x * x);
-        return g * (cdf + x * pdf);
-      });
+      lanes::Map2(a + base, b, out + base, std::min(nb, n - base),
+                  [](V g, V x) NEURON_LANES_INLINE_LAMBDA {
+                    const V cdf = 0.5f * (1.0f + lanes::Erf(x * 0.7071067811865476f));
+                    const V pdf = 0.3989422804014327f * lanes::Exp(-0.5f * x * x);
+                    return g * (cdf + x * pdf);
+                  });
     }
     return true;
   }
@@ -206,7 +207,9 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
     if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
       const auto width = static_cast<std::size_t>(cols);
       const float max = cols > 0 ? lanes::Max(x, width) : 0.0f;
-      lanes::Map(x, y, width, [max](lanes::V v) { return lanes::Exp(v - max); });
+      lanes::Map(x, y, width, [max](lanes::V v) NEURON_LANES_INLINE_LAMBDA {
+        return lanes::Exp(v - max);
+      });
       const float sum = lanes::Sum(y, width);
       if (op == proto::OP_SOFTMAX_ROWS) {
         const float inverse = 1.0f / sum;

@@ -58,7 +58,7 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
     case proto::OP_LAYER_NORM_BACKWARD_ROWS:
       return static_cast<std::int64_t>(b.bytes());
     case proto::OP_STRIDED_COPY: {
-      if (i.out_strides_size() > 0) return -1;
+      if (i.out_strides_size() > 0 || i.out_offset() != 0) return -1;
       std::int64_t n = static_cast<std::int64_t>(ElementBytes(b.dtype()));
       for (auto d : i.view_sizes()) n *= d;
       return n;
@@ -69,6 +69,7 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   const DeviceOp* op = FindDeviceOp(i.op());
   if (op == nullptr) return -1;
   const std::string kernel = op->kernel;
+  if (kernel == "Fused" && i.fused_size() == 0) return -1;  // writes nothing
   if (kernel == "Elementwise" || kernel == "Fused" || kernel == "Shaped" ||
       kernel == "MaskedFill")
     return elements;

@@ -25,6 +25,10 @@ typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
 typedef std::int32_t VI __attribute__((vector_size(kLanes * sizeof(float))));
 
 #define NEURON_LANES_INLINE __attribute__((always_inline)) inline
+// After a lambda's parameters, for the lambdas handed to Map and Map2:
+// inlined into each clone, a V never crosses a call (whose ABI for vector
+// arguments would depend on the clone's instruction set).
+#define NEURON_LANES_INLINE_LAMBDA __attribute__((always_inline))
 
 // On a kernel function: also compiled for x86-64-v4 (AVX-512) and v3 (AVX2,
 // FMA), the best the CPU has chosen at load time: 16 lanes are then one
@@ -39,7 +43,8 @@ NEURON_LANES_INLINE V Splat(float f) { return V{} + f; }
 
 NEURON_LANES_INLINE V Exp(V x) {
   const V hi = Splat(88.7228394f), lo = Splat(-87.0f);
-  V c = x < lo ? lo : x;
+  V c = x != x ? Splat(0.0f) : x;  // NaN lanes: defined arithmetic, result set below
+  c = c < lo ? lo : c;
   c = c > hi ? hi : c;
   // x = n ln2 + r, |r| <= ln2 / 2; ln2 in two parts keeps r exact.
   const V t = c * 1.44269504088896341f;
