@@ -46,6 +46,7 @@ class Uses {
     for (const auto& b : e.buffers()) buffers_[b.id()] = &b;
     for (const auto& c : e.constants()) Bind(c.buffer(), -1, /*writes=*/true);
     for (const auto& b : e.inputs()) Bind(b.buffer(), -1, /*writes=*/true);
+    fed_ = bound_;
     for (int k = 0; k < e.instructions_size(); ++k) {
       const auto& i = e.instructions(k);
       for (auto id : i.inputs()) Read(id, k);
@@ -64,6 +65,8 @@ class Uses {
 
   const proto::Buffer& buffer(std::uint32_t id) const { return *buffers_.at(id); }
   bool bound(std::uint32_t id) const { return bound_.count(id) > 0; }
+  // Bound to a constant or an input: its bytes arrive before the run.
+  bool fed(std::uint32_t id) const { return fed_.count(id) > 0; }
   int output_names(std::uint32_t id) const {
     auto it = output_names_.find(id);
     return it == output_names_.end() ? 0 : it->second;
@@ -96,12 +99,17 @@ class Uses {
       Read(id, k);
     }
   }
-  void Read(std::uint32_t id, int k) {
+  // Records a use of `id` at `k`; its space's last writers and its bytes.
+  Writers& Touch(std::uint32_t id, int k, std::uint64_t& begin, std::uint64_t& end) {
     Use(id, k);
     groups_.Find(id);
     const proto::Buffer& b = buffer(id);
-    Writers& w = writers_of_[b.space()];
-    const std::uint64_t begin = b.offset(), end = b.offset() + b.bytes();
+    begin = b.offset(), end = b.offset() + b.bytes();
+    return writers_of_[b.space()];
+  }
+  void Read(std::uint32_t id, int k) {
+    std::uint64_t begin, end;
+    Writers& w = Touch(id, k, begin, end);
     auto it = w.upper_bound(begin);
     if (it != w.begin()) --it;  // the segment holding `begin`, if any
     for (; it != w.end() && it->first < end; ++it) {
@@ -109,11 +117,8 @@ class Uses {
     }
   }
   void Write(std::uint32_t id, int k) {
-    Use(id, k);
-    groups_.Find(id);
-    const proto::Buffer& b = buffer(id);
-    Writers& w = writers_of_[b.space()];
-    const std::uint64_t begin = b.offset(), end = b.offset() + b.bytes();
+    std::uint64_t begin, end;
+    Writers& w = Touch(id, k, begin, end);
     if (begin == end) return;
     SplitAt(w, begin);
     SplitAt(w, end);
@@ -125,7 +130,7 @@ class Uses {
   std::map<std::uint32_t, int> first_use_;  // ordered: groups list in id order
   std::unordered_map<std::uint32_t, std::vector<int>> writers_;
   std::unordered_map<std::uint32_t, int> output_names_;
-  std::unordered_set<std::uint32_t> bound_;
+  std::unordered_set<std::uint32_t> bound_, fed_;
   std::map<int, Writers> writers_of_;
   Groups groups_;
   std::unordered_map<std::uint32_t, std::vector<std::uint32_t>>
@@ -175,13 +180,7 @@ class Planner {
   }
 
   void OwnBlock(std::uint32_t id) {
-    if (uses_.output_names(id) != 1) return;
-    for (const auto& in : e_.inputs()) {
-      if (in.buffer() == id) return;
-    }
-    for (const auto& c : e_.constants()) {
-      if (c.buffer() == id) return;  // its bytes are copied into the arena
-    }
+    if (uses_.output_names(id) != 1 || uses_.fed(id)) return;
     if (Move(id, id, 0, e_.instructions_size(), /*bound_ok=*/true))
       out_.own_outputs.push_back(id);
   }
@@ -200,10 +199,18 @@ class Planner {
     if (std::find(own.begin(), own.end(), target) == own.end() || !WholeCopy(i) ||
         uses_.writers(target) != std::vector<int>{k})
       return;
+    if (QuietUntil(target, k)) Move(i.inputs(0), target, 0, k);
+  }
+
+  // Whether nothing in `target`'s group is used before copy k, and nothing
+  // but `target` is ever written: the copy's other side may then live in
+  // the group's memory.
+  bool QuietUntil(std::uint32_t target, int k) {
     for (auto c : uses_.Group(target)) {
-      if (c != target && (uses_.first_use(c) <= k || !uses_.writers(c).empty())) return;
+      if (uses_.first_use(c) < k || (c != target && !uses_.writers(c).empty()))
+        return false;
     }
-    Move(i.inputs(0), target, 0, k);
+    return true;
   }
 
   // load k: an input read in place -> a buffer only the load writes, whole,
@@ -213,10 +220,7 @@ class Planner {
     if (!direct_.count(source) || !WholeCopy(i) ||
         uses_.writers(target) != std::vector<int>{k})
       return;
-    for (auto c : uses_.Group(target)) {
-      if (uses_.first_use(c) < k || (c != target && !uses_.writers(c).empty())) return;
-    }
-    Move(target, source, 0, k);
+    if (QuietUntil(target, k)) Move(target, source, 0, k);
   }
 
   const proto::Executable& e_;

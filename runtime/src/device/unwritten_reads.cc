@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
 #include "neuron/runtime/device/device_ops.h"
@@ -68,7 +69,7 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   }
   const DeviceOp* op = FindDeviceOp(i.op());
   if (op == nullptr) return -1;
-  const std::string kernel = op->kernel;
+  const std::string_view kernel = op->kernel;
   if (kernel == "Fused" && i.fused_size() == 0) return -1;  // writes nothing
   if (kernel == "Elementwise" || kernel == "Fused" || kernel == "Shaped" ||
       kernel == "MaskedFill")
