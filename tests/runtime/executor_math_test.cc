@@ -1,7 +1,9 @@
-// The executor's float math against libm: exp, exact GELU and its
-// backward, softmax over masked rows and a repeating masked_fill, each run
-// as a one-instruction plan over values that include the edges (infinities,
-// NaN, underflow, values past erf's saturation).
+// The executor's float math against libm and double-precision references:
+// exp, exact GELU and its backward, softmax over masked rows, the softmaxes'
+// backward, layer norm and its backward, and a repeating masked_fill, each
+// run as a one-instruction plan over values that include the edges
+// (infinities, NaN, underflow, values past erf's saturation, rows that are
+// not a whole number of lanes).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,7 +59,7 @@ std::vector<float> RunOp(proto::Op op, const std::vector<float>& a,
     const auto m = static_cast<std::int64_t>(mask.size());
     AddBuffer(e, 3, 12 * n, proto::BOOL, m);
     HostTensor t;
-    t.dtype = proto::BOOL, t.shape = {m}, t.data = mask;
+    t.dtype = proto::BOOL, t.shape = {m}, t.data.assign(mask.begin(), mask.end());
     bind("mask", 3, std::move(t));
   }
   if (rows > 0) i->set_m(rows), i->set_n(n / rows);
@@ -145,6 +147,132 @@ TEST(ExecutorMath, MaskedFillRepeatsItsMaskOverTheTensor) {
   ASSERT_EQ(y.size(), 30u);
   for (std::size_t k = 0; k < y.size(); ++k) {
     EXPECT_EQ(y[k], mask[k % mask.size()] ? -kInf : x[k]) << k;
+  }
+}
+
+// Row-wise values in about [-3, 3], differing in every row and column.
+std::vector<float> Wavy(std::size_t n, float phase) {
+  std::vector<float> v(n);
+  for (std::size_t k = 0; k < n; ++k)
+    v[k] = 3 * std::sin(phase + 0.61f * static_cast<float>(k));
+  return v;
+}
+
+TEST(ExecutorMath, TheSoftmaxesBackwardMatchTheReference) {
+  constexpr int kRows = 5, kCols = 37;  // two lanes and a tail
+  const std::vector<float> g = Wavy(kRows * kCols, 0.3f), x = Wavy(kRows * kCols, 1.1f);
+  std::vector<float> prob(x.size()), logp(x.size());
+  for (int r = 0; r < kRows; ++r) {
+    double sum = 0;
+    for (int c = 0; c < kCols; ++c) sum += std::exp(double{x[r * kCols + c]});
+    for (int c = 0; c < kCols; ++c) {
+      prob[r * kCols + c] = static_cast<float>(std::exp(double{x[r * kCols + c]}) / sum);
+      logp[r * kCols + c] = static_cast<float>(x[r * kCols + c] - std::log(sum));
+    }
+  }
+  const auto soft = RunOp(proto::OP_SOFTMAX_BACKWARD_ROWS, g, prob, {}, kRows);
+  const auto log = RunOp(proto::OP_LOG_SOFTMAX_BACKWARD_ROWS, g, logp, {}, kRows);
+  for (int r = 0; r < kRows; ++r) {
+    double dot = 0, sum = 0;
+    for (int c = 0; c < kCols; ++c) {
+      dot += double{g[r * kCols + c]} * prob[r * kCols + c];
+      sum += g[r * kCols + c];
+    }
+    for (int c = 0; c < kCols; ++c) {
+      const int k = r * kCols + c;
+      EXPECT_NEAR(soft[k], prob[k] * (g[k] - dot), 2e-6) << r << "," << c;
+      EXPECT_NEAR(log[k], g[k] - std::exp(double{logp[k]}) * sum, 1e-5) << r << "," << c;
+    }
+  }
+}
+
+// layer_norm_rows (x, w, b -> y, mean, rstd) then its backward (g, x,
+// mean, rstd, w -> gx, gw, gb) over [rows, cols], in one plan.
+std::map<std::string, std::vector<float>> LayerNormPlan(
+    const std::map<std::string, std::vector<float>>& values, std::int64_t rows,
+    std::int64_t cols) {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("layer-norm");
+  const std::vector<std::pair<std::string, std::int64_t>> buffers = {
+      {"x", rows * cols}, {"w", cols},    {"b", cols},    {"g", rows * cols},
+      {"y", rows * cols}, {"mean", rows}, {"rstd", rows}, {"gx", rows * cols},
+      {"gw", cols},       {"gb", cols}};
+  std::map<std::string, std::uint32_t> id;
+  std::uint64_t offset = 0;
+  for (const auto& [name, n] : buffers) {
+    id[name] = static_cast<std::uint32_t>(id.size());
+    AddBuffer(e, id[name], offset, proto::F32, n);
+    offset += static_cast<std::uint64_t>(4 * n);
+  }
+  std::map<std::string, HostTensor> inputs;
+  for (const char* name : {"x", "w", "b", "g"}) {
+    auto* in = e.add_inputs();
+    in->set_name(name), in->set_buffer(id[name]);
+    const auto n = static_cast<std::int64_t>(values.at(name).size());
+    inputs[name] = HostTensor::FromFloats(proto::F32, {n}, values.at(name));
+  }
+  auto op = [&](std::uint32_t k, proto::Op kind, std::vector<const char*> in,
+                std::vector<const char*> out) {
+    auto* i = e.add_instructions();
+    i->set_id(k), i->set_op(kind), i->set_engine(proto::VECTOR);
+    i->set_m(rows), i->set_n(cols), i->set_scalar(1e-5);
+    for (const char* name : in) i->add_inputs(id[name]);
+    for (const char* name : out) i->add_outputs(id[name]);
+    i->set_operand_count(static_cast<std::uint32_t>(in.size()));
+    if (k > 0) i->add_deps(0);
+  };
+  op(0, proto::OP_LAYER_NORM_ROWS, {"x", "w", "b"}, {"y", "mean", "rstd"});
+  op(1, proto::OP_LAYER_NORM_BACKWARD_ROWS, {"g", "x", "mean", "rstd", "w"},
+     {"gx", "gw", "gb"});
+  for (const char* name : {"y", "mean", "rstd", "gx", "gw", "gb"}) {
+    auto* out = e.add_outputs();
+    out->set_name(name), out->set_buffer(id[name]);
+  }
+  std::map<std::string, std::vector<float>> got;
+  for (const auto& [name, t] : Executor(DeviceSpec::Default()).Run(e, inputs).outputs)
+    got[name] = t.ToFloats();
+  return got;
+}
+
+TEST(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
+  constexpr int kRows = 6, kCols = 37;
+  std::map<std::string, std::vector<float>> v = {{"x", Wavy(kRows * kCols, 0.2f)},
+                                                 {"w", Wavy(kCols, 0.9f)},
+                                                 {"b", Wavy(kCols, 2.3f)},
+                                                 {"g", Wavy(kRows * kCols, 1.7f)}};
+  for (float& x : v["x"]) x += 5;  // a mean far from zero
+  const auto got = LayerNormPlan(v, kRows, kCols);
+  const auto &x = v["x"], &w = v["w"], &b = v["b"], &g = v["g"];
+  std::vector<double> gw(kCols, 0), gb(kCols, 0);
+  for (int r = 0; r < kRows; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < kCols; ++c) mean += x[r * kCols + c];
+    mean /= kCols;
+    for (int c = 0; c < kCols; ++c)
+      var += (x[r * kCols + c] - mean) * (x[r * kCols + c] - mean);
+    const double rstd = 1 / std::sqrt(var / kCols + 1e-5);
+    EXPECT_NEAR(got.at("mean")[r], mean, 1e-6 * std::fabs(mean)) << r;
+    EXPECT_NEAR(got.at("rstd")[r], rstd, 2e-6 * rstd) << r;
+    std::vector<double> xhat(kCols), gxhat(kCols);
+    double mean_gxhat = 0, mean_gxhat_xhat = 0;
+    for (int c = 0; c < kCols; ++c) {
+      const int k = r * kCols + c;
+      xhat[c] = (x[k] - mean) * rstd;
+      gxhat[c] = double{g[k]} * w[c];
+      gw[c] += g[k] * xhat[c];
+      gb[c] += g[k];
+      mean_gxhat += gxhat[c] / kCols;
+      mean_gxhat_xhat += gxhat[c] * xhat[c] / kCols;
+      EXPECT_NEAR(got.at("y")[k], xhat[c] * w[c] + b[c], 2e-6) << r << "," << c;
+    }
+    for (int c = 0; c < kCols; ++c) {
+      const double gx = rstd * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
+      EXPECT_NEAR(got.at("gx")[r * kCols + c], gx, 1e-5 * (1 + rstd)) << r << "," << c;
+    }
+  }
+  for (int c = 0; c < kCols; ++c) {
+    EXPECT_NEAR(got.at("gw")[c], gw[c], 1e-5) << c;
+    EXPECT_NEAR(got.at("gb")[c], gb[c], 1e-5) << c;
   }
 }
 

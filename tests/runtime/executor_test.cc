@@ -189,8 +189,10 @@ namespace {
 
 // x (16 floats) -> SBUF; `half`: a copy writes only the first 8 of a
 // buffer y then stores all 16; else y = x + y where y was never written.
-// y is in the plan's memory, where the other plan's runs leave bytes.
-proto::Executable ReadsUnwritten(bool half) {
+// `twice`: out is bound to two names, so it is copied out of the plan's
+// memory, where the other plan's runs leave bytes; else it has its own
+// block, where y lives, and which may be memory an earlier result freed.
+proto::Executable ReadsUnwritten(bool half, bool twice) {
   proto::Executable e;
   e.set_format_version(kExecutableFormatVersion), e.set_name("unwritten");
   Buffer(e, 0, proto::HBM, 0, proto::F32, {16});    // x
@@ -206,8 +208,8 @@ proto::Executable ReadsUnwritten(bool half) {
   store->set_bytes(64), store->set_partitions(1);
   auto* x = e.add_inputs();
   x->set_name("x"), x->set_buffer(0);
-  // Bound twice, out is copied out of the arena, and y stays there.
   for (const char* name : {"y", "y_again"}) {
+    if (!twice && name[1] != '\0') break;
     auto* y = e.add_outputs();
     y->set_name(name), y->set_buffer(3);
   }
@@ -219,13 +221,18 @@ TEST(Executor, MemoryARunReadsBeforeWritingReadsZeroWhateverEarlierRunsLeft) {
   std::vector<float> x(16);
   for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i + 1);
   const auto input = HostTensor::FromFloats(proto::F32, {16}, x);
-  for (int run = 0; run < 3; ++run) {  // each run leaves y's bytes behind
-    EXPECT_EQ(exec.Run(ReadsUnwritten(false), {{"x", input}}).outputs.at("y").ToFloats(),
-              x);
-    const auto half =
-        exec.Run(ReadsUnwritten(true), {{"x", input}}).outputs.at("y").ToFloats();
-    for (int i = 0; i < 16; ++i)
-      EXPECT_EQ(half[i], i < 8 ? x[i] : 0.0f) << run << "," << i;
+  for (bool twice : {true, false}) {
+    for (int run = 0; run < 3; ++run) {  // each run leaves y's bytes behind
+      EXPECT_EQ(exec.Run(ReadsUnwritten(false, twice), {{"x", input}})
+                    .outputs.at("y")
+                    .ToFloats(),
+                x);
+      const auto half = exec.Run(ReadsUnwritten(true, twice), {{"x", input}})
+                            .outputs.at("y")
+                            .ToFloats();
+      for (int i = 0; i < 16; ++i)
+        EXPECT_EQ(half[i], i < 8 ? x[i] : 0.0f) << twice << "," << run << "," << i;
+    }
   }
 }
 

@@ -88,8 +88,8 @@ at::Tensor FromHost(runtime::HostTensor&& h, c10::Device device) {
   const bool shared =
       runtime::ConfigRegistry::Get().GetInt(runtime::ConfigKey::kSharedTensors) != 0;
   if (!device.is_cpu() || shared || h.data.empty()) return FromHost(h, device);
-  auto bytes = std::make_unique<std::vector<std::uint8_t>>(std::move(h.data));
-  std::vector<std::uint8_t>* owned = bytes.get();
+  auto bytes = std::make_unique<runtime::HostBytes>(std::move(h.data));
+  runtime::HostBytes* owned = bytes.get();
   at::Tensor t = at::from_blob(
       owned->data(), h.shape, [owned](void*) { delete owned; },
       at::TensorOptions().dtype(ScalarTypeOf(h.dtype)).device(device));

@@ -14,6 +14,7 @@
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
+#include "strided_copy.h"
 #include "unwritten_reads.h"
 
 namespace neuron::runtime {
@@ -129,34 +130,6 @@ void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                   i.transpose_rhs());
 }
 
-// Copies `run` elements of `Width` bytes, `in_step` and `out_step` elements
-// apart: a fixed-size memcpy the compiler turns into one load and store.
-template <std::size_t Width>
-void CopyRunOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t run,
-               std::int64_t in_step, std::int64_t out_step) {
-  for (std::int64_t e = 0; e < run; ++e) {
-    std::memcpy(out + e * out_step * Width, in + e * in_step * Width, Width);
-  }
-}
-
-void CopyStrided(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
-                 std::int64_t run, std::int64_t in_step, std::int64_t out_step) {
-  switch (width) {
-    case 1:
-      return CopyRunOf<1>(in, out, run, in_step, out_step);
-    case 2:
-      return CopyRunOf<2>(in, out, run, in_step, out_step);
-    case 4:
-      return CopyRunOf<4>(in, out, run, in_step, out_step);
-    case 8:
-      return CopyRunOf<8>(in, out, run, in_step, out_step);
-    default:
-      for (std::int64_t e = 0; e < run; ++e) {
-        std::memcpy(out + e * out_step * width, in + e * in_step * width, width);
-      }
-  }
-}
-
 // strided_copy: raw elements of any dtype through a view (executor.h).
 void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                     const std::vector<Placed>& out, const What& what) {
@@ -175,11 +148,13 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
   // The largest element index each side touches must be inside its buffer.
   std::int64_t total = 1, in_last = i.in_offset(), out_last = i.out_offset();
   std::vector<std::int64_t> out_strides(rank);
-  for (int d = rank - 1, stride = 1; d >= 0; --d) {
+  std::int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
     const std::int64_t size = i.view_sizes(d);
-    NEURON_CHECK(size >= 0 && i.in_strides(d) >= 0, what, ": negative size or stride");
     out_strides[d] = contiguous_out ? stride : i.out_strides(d);
-    stride *= static_cast<int>(size);
+    NEURON_CHECK(size >= 0 && i.in_strides(d) >= 0 && out_strides[d] >= 0, what,
+                 ": negative size or stride");
+    stride *= size;
     total *= size;
     if (size > 0) {
       in_last += (size - 1) * i.in_strides(d);
@@ -192,28 +167,11 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                    static_cast<std::size_t>(out_last) < out[0].elements(),
                what, ": the view reaches element ", in_last, " of ", in[0].elements(),
                " (input) and ", out_last, " of ", out[0].elements(), " (output)");
-  // Runs along the last dimension: one memcpy each when both sides are
-  // contiguous there, else element by element.
-  const std::int64_t run = rank == 0 ? 1 : i.view_sizes(rank - 1);
-  const bool packed =
-      rank == 0 || (i.in_strides(rank - 1) == 1 && out_strides[rank - 1] == 1);
-  const std::int64_t in_step = rank == 0 ? 0 : i.in_strides(rank - 1);
-  const std::int64_t out_step = rank == 0 ? 0 : out_strides[rank - 1];
-  std::vector<std::int64_t> index(std::max(rank - 1, 0), 0);
-  for (std::int64_t r = 0; r < total / std::max<std::int64_t>(run, 1); ++r) {
-    std::int64_t src = i.in_offset(), dst = i.out_offset();
-    for (int d = 0; d + 1 < rank; ++d) {
-      src += index[d] * i.in_strides(d);
-      dst += index[d] * out_strides[d];
-    }
-    if (packed) {
-      std::memcpy(out[0].data + dst * width, in[0].data + src * width, run * width);
-    } else {
-      CopyStrided(in[0].data + src * width, out[0].data + dst * width, width, run,
-                  in_step, out_step);
-    }
-    for (int d = rank - 2; d >= 0 && ++index[d] == i.view_sizes(d); --d) index[d] = 0;
-  }
+  detail::View view{{i.view_sizes().begin(), i.view_sizes().end()},
+                    {i.in_strides().begin(), i.in_strides().end()},
+                    std::move(out_strides)};
+  detail::CopyView(in[0].data + i.in_offset() * width,
+                   out[0].data + i.out_offset() * width, width, view);
 }
 
 // A float operand of an op over `n` elements: all of them, or fewer that
@@ -269,17 +227,23 @@ class FloatOut {
     return direct_ ? reinterpret_cast<float*>(placed_.data) : result_.data();
   }
   void Finish() {
-    if (!direct_) kernels::FromFloat(result_, placed_.buffer->dtype(), placed_.data);
+    if (!direct_)
+      kernels::FromFloat(result_.data(), result_.size(), placed_.buffer->dtype(),
+                         placed_.data);
   }
 
  private:
   const Placed& placed_;
   bool direct_;
-  std::vector<float> result_;
+  std::vector<float, UninitializedAllocator<float>> result_;  // every element is written
 };
 
-// fused: a chain of elementwise ops in float32, the intermediates kept
-// here (executable.proto, Instruction.fused).
+// fused: a chain of elementwise ops in float32 (executable.proto,
+// Instruction.fused). Every sub-op writes the chain's value in one place:
+// the output's own memory when it holds float32 and no operand shares it
+// (so no operand a later sub-op reads has been overwritten), else a float32
+// result converted into the output at the end. The kernels work element by
+// element, so a sub-op may read the value it overwrites.
 void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
               const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(out.size() == 1 && kernels::IsFloat(out[0].buffer->dtype()), what,
@@ -288,38 +252,40 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ",
                out[0].elements());
   if (n == 0) return;
-  auto operand = [&](std::uint32_t id) {
+  std::vector<FloatIn> operands;  // each input once, in place when float32
+  operands.reserve(in.size());
+  for (const Placed& p : in) operands.push_back(FloatOperandIn(p, n, what));
+  auto operand = [&](std::uint32_t id) -> const FloatIn& {
     for (std::size_t k = 0; k < in.size(); ++k) {
-      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id) {
-        return FloatOperandIn(in[k], n, what);
-      }
+      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id)
+        return operands[k];
     }
     throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
-  // The output is written once, after the last sub-op: the operands are read
-  // in place even when one of them shares the output's memory.
-  std::vector<float> acc, result(n);
+  FloatOut value(out[0], n, operands);
+  bool started = false;  // whether `value` holds the chain's value so far
   for (const auto& sub : i.fused()) {
     std::vector<FloatIn> args;  // this sub-op's operands
     for (auto id : sub.inputs()) {
       if (id == kFusedPrevious) {
-        args.push_back({acc.data(), acc.size(), {}});  // the chain's value so far
+        args.push_back({value.data(), started ? n : 0, {}});
       } else {
-        args.push_back(operand(id));
+        const FloatIn& o = operand(id);
+        args.push_back({o.data, o.size, {}});
       }
     }
     NEURON_CHECK(!args.empty() && args[0].size == n, what, ": fused op ",
                  DeviceOpName(sub.op()), " needs its first operand at full size");
-    result.resize(n);  // the kernels write every element
     const bool known =
         args.size() == 1
-            ? kernels::Unary(sub.op(), args[0].data, n, sub.scalar(), result.data())
+            ? kernels::Unary(sub.op(), args[0].data, n, sub.scalar(), value.data())
             : kernels::Binary(sub.op(), args[0].data, args[1].data, args[1].size,
-                              sub.scalar(), result.data(), n);
+                              sub.scalar(), value.data(), n);
     NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
-    acc.swap(result);
+    started = true;
   }
-  kernels::FromFloat(acc, out[0].buffer->dtype(), out[0].data);
+  NEURON_CHECK(started, what, ": a fused chain of no ops");
+  value.Finish();
 }
 
 // The geometry of a 2-D window op (convolution's im2col, max pooling), from
@@ -979,7 +945,7 @@ void BindInputs(const proto::Executable& e, const std::map<std::string, HostView
 }
 
 // An own output's block (elided_copies.h), by buffer id.
-using Blocks = std::unordered_map<std::uint32_t, std::vector<std::uint8_t>>;
+using Blocks = std::unordered_map<std::uint32_t, HostBytes>;
 
 // Gives each own output its block, zero as fresh memory, and places every
 // moved buffer in its home.
@@ -1054,9 +1020,20 @@ PreparedPlan Executor::Prepare(const proto::Executable& e) {
   for (const auto& [space, bytes] : facts->extent) facts->reserved += bytes;
   facts->direct = ReadInPlace(e);
   facts->elided = detail::PlanElisions(e, facts->direct);
-  std::unordered_set<std::uint32_t> elsewhere = facts->direct;  // not in the arenas
-  for (const auto& m : facts->elided.moved) elsewhere.insert(m.buffer);
-  facts->zero = detail::UnwrittenReads(e, elsewhere);
+  // Buffers moved into an input read in place are not in the plan's
+  // memory; those moved into an output's own block are, at their offset.
+  std::unordered_set<std::uint32_t> elsewhere = facts->direct;
+  std::unordered_set<std::uint32_t> own(facts->elided.own_outputs.begin(),
+                                        facts->elided.own_outputs.end());
+  std::vector<detail::MovedBuffer> in_blocks;
+  for (const auto& m : facts->elided.moved) {
+    if (own.count(m.home)) {
+      in_blocks.push_back(m);
+    } else {
+      elsewhere.insert(m.buffer);
+    }
+  }
+  facts->zero = detail::UnwrittenReads(e, elsewhere, in_blocks);
   PreparedPlan plan;
   plan.executable_ = &e;
   plan.facts_ = std::move(facts);
@@ -1085,13 +1062,16 @@ std::map<std::string, HostTensor> Executor::Compute(
                  p.buffer->bytes());
     std::memcpy(p.data, c.data().data(), c.data().size());
   }
-  // The arenas hold an earlier run's bytes: what this run reads before
-  // writing reads zero, as fresh memory would.
-  for (const detail::ByteRange& r : facts.zero) {
-    std::memset(arena[r.space].data() + r.begin, 0, r.end - r.begin);
-  }
   BindInputs(e, inputs, facts.direct, where, placed);
   Blocks blocks = PlaceElided(facts.elided, placed);
+  // The arenas hold an earlier run's bytes and the blocks are unset: what
+  // this run reads before writing reads zero, as fresh memory would.
+  for (const detail::ByteRange& r : facts.zero) {
+    std::uint8_t* base = r.block < 0
+                             ? arena[r.space].data()
+                             : blocks.at(static_cast<std::uint32_t>(r.block)).data();
+    std::memset(base + r.begin, 0, r.end - r.begin);
+  }
   for (const auto& i : e.instructions()) {
     std::vector<Placed> in, out;
     for (auto b : i.inputs()) in.push_back(placed.at(b));

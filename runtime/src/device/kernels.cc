@@ -36,16 +36,21 @@ std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
   return out;
 }
 
-void FromFloat(const std::vector<float>& values, proto::ElementType type,
+void FromFloat(const float* values, std::size_t n, proto::ElementType type,
                std::uint8_t* out) {
   if (type == proto::F32) {
-    std::copy(values.begin(), values.end(), reinterpret_cast<float*>(out));
+    std::copy_n(values, n, reinterpret_cast<float*>(out));
     return;
   }
   auto* h = reinterpret_cast<std::uint16_t*>(out);
-  for (std::size_t i = 0; i < values.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     h[i] = type == proto::BF16 ? FloatToBFloat16(values[i]) : FloatToHalf(values[i]);
   }
+}
+
+void FromFloat(const std::vector<float>& values, proto::ElementType type,
+               std::uint8_t* out) {
+  FromFloat(values.data(), values.size(), type, out);
 }
 
 namespace {
@@ -201,15 +206,15 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
     }
     return true;
   }
+  using lanes::V;
+  const auto width = static_cast<std::size_t>(cols);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* x = a + r * cols;
     float* y = out + r * cols;
     if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
-      const auto width = static_cast<std::size_t>(cols);
       const float max = cols > 0 ? lanes::Max(x, width) : 0.0f;
-      lanes::Map(x, y, width, [max](lanes::V v) NEURON_LANES_INLINE_LAMBDA {
-        return lanes::Exp(v - max);
-      });
+      lanes::Map(x, y, width,
+                 [max](V v) NEURON_LANES_INLINE_LAMBDA { return lanes::Exp(v - max); });
       const float sum = lanes::Sum(y, width);
       if (op == proto::OP_SOFTMAX_ROWS) {
         const float inverse = 1.0f / sum;
@@ -220,14 +225,14 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
       }
     } else if (op == proto::OP_SOFTMAX_BACKWARD_ROWS) {  // y = out * (g - sum(g * out))
       const float* o = in[1] + r * cols;
-      float dot = 0;
-      for (std::int64_t c = 0; c < cols; ++c) dot += x[c] * o[c];
+      const float dot = lanes::SumOf2(
+          x, o, width, [](V g, V v) NEURON_LANES_INLINE_LAMBDA { return g * v; });
       for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
     } else if (op == proto::OP_LOG_SOFTMAX_BACKWARD_ROWS) {  // y = g - exp(out) * sum(g)
-      const float* o = in[1] + r * cols;
-      float sum = 0;
-      for (std::int64_t c = 0; c < cols; ++c) sum += x[c];
-      for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - std::exp(o[c]) * sum;
+      const float sum = lanes::Sum(x, width);
+      lanes::Map2(x, in[1] + r * cols, y, width,
+                  [sum](V g, V v)
+                      NEURON_LANES_INLINE_LAMBDA { return g - lanes::Exp(v) * sum; });
     } else {
       return false;
     }
@@ -235,22 +240,27 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
   return true;
 }
 
+// The row loops below: reductions in lanes (a float sum in order would wait
+// on each add), the elementwise parts left for the compiler to vectorize.
 NEURON_KERNEL_CLONES
 void LayerNorm(const float* x, const float* w, const float* b, std::int64_t rows,
                std::int64_t cols, double eps, float* y, float* mean, float* rstd) {
+  using lanes::V;
+  const auto width = static_cast<std::size_t>(cols);
+  const float count = static_cast<float>(cols);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
-    float m = 0;
-    for (std::int64_t c = 0; c < cols; ++c) m += xr[c];
-    m /= static_cast<float>(cols);
-    float var = 0;
-    for (std::int64_t c = 0; c < cols; ++c) var += (xr[c] - m) * (xr[c] - m);
-    var /= static_cast<float>(cols);
+    float* yr = y + r * cols;
+    const float m = lanes::Sum(xr, width) / count;
+    const float var = lanes::SumOf2(xr, xr, width,
+                                    [m](V u, V) NEURON_LANES_INLINE_LAMBDA {
+                                      return (u - m) * (u - m);
+                                    }) /
+                      count;
     const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
     mean[r] = m;
     rstd[r] = inv;
-    for (std::int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = (xr[c] - m) * inv * w[c] + b[c];
+    for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * inv * w[c] + b[c];
   }
 }
 
@@ -258,26 +268,34 @@ NEURON_KERNEL_CLONES
 void LayerNormBackward(const float* g, const float* x, const float* mean,
                        const float* rstd, const float* w, std::int64_t rows,
                        std::int64_t cols, float* gx, float* gw, float* gb) {
+  using lanes::V;
+  const auto width = static_cast<std::size_t>(cols);
+  const float count = static_cast<float>(cols);
   std::fill(gw, gw + cols, 0.0f);
   std::fill(gb, gb + cols, 0.0f);
-  std::vector<float> xhat(cols), gxhat(cols);
+  std::vector<float> xhat_row(width), gxhat_row(width);
+  float* __restrict xhat = xhat_row.data();
+  float* __restrict gxhat = gxhat_row.data();
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     const float* gr = g + r * cols;
-    float mean_gxhat = 0, mean_gxhat_xhat = 0;
+    const float mu = mean[r], s = rstd[r];
     for (std::int64_t c = 0; c < cols; ++c) {
-      xhat[c] = (xr[c] - mean[r]) * rstd[r];
+      xhat[c] = (xr[c] - mu) * s;
       gxhat[c] = gr[c] * w[c];
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
       gw[c] += gr[c] * xhat[c];
       gb[c] += gr[c];
-      mean_gxhat += gxhat[c];
-      mean_gxhat_xhat += gxhat[c] * xhat[c];
     }
-    mean_gxhat /= static_cast<float>(cols);
-    mean_gxhat_xhat /= static_cast<float>(cols);
-    for (std::int64_t c = 0; c < cols; ++c) {
-      gx[r * cols + c] = rstd[r] * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
-    }
+    const float mean_gxhat = lanes::Sum(gxhat, width) / count;
+    const float mean_gxhat_xhat =
+        lanes::SumOf2(gxhat, xhat, width,
+                      [](V u, V v) NEURON_LANES_INLINE_LAMBDA { return u * v; }) /
+        count;
+    float* gxr = gx + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c)
+      gxr[c] = s * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
   }
 }
 

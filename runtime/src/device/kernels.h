@@ -15,6 +15,8 @@ namespace neuron::runtime::kernels {
 bool IsFloat(proto::ElementType type);
 std::vector<float> ToFloat(const std::uint8_t* data, proto::ElementType type,
                            std::size_t n);
+void FromFloat(const float* values, std::size_t n, proto::ElementType type,
+               std::uint8_t* out);
 void FromFloat(const std::vector<float>& values, proto::ElementType type,
                std::uint8_t* out);
 

@@ -27,17 +27,16 @@ void Cover(Intervals& set, std::uint64_t begin, std::uint64_t end) {
   set.emplace(begin, end);
 }
 
-// Appends the parts of [begin, end) that `set` does not cover.
-void Gaps(const Intervals& set, int space, std::uint64_t begin, std::uint64_t end,
-          std::vector<ByteRange>& out) {
+// Adds to `gaps` the parts of [begin, end) that `set` does not cover.
+void Gaps(const Intervals& set, std::uint64_t begin, std::uint64_t end, Intervals& gaps) {
   auto it = set.upper_bound(begin);
   if (it != set.begin() && std::prev(it)->second > begin) --it;
   for (; begin < end; ++it) {
     if (it == set.end() || it->first >= end) {
-      out.push_back({space, begin, end});
+      Cover(gaps, begin, end);
       return;
     }
-    if (it->first > begin) out.push_back({space, begin, it->first});
+    if (it->first > begin) Cover(gaps, begin, it->first);
     begin = std::max(begin, it->second);
   }
 }
@@ -77,20 +76,32 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   return -1;
 }
 
-std::vector<ByteRange> UnwrittenReads(
-    const proto::Executable& e, const std::unordered_set<std::uint32_t>& elsewhere) {
+std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
+                                      const std::unordered_set<std::uint32_t>& elsewhere,
+                                      const std::vector<MovedBuffer>& in_blocks) {
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
   for (const auto& b : e.buffers()) buffers[b.id()] = &b;
-  std::map<int, Intervals> written;
-  std::vector<ByteRange> reads;
+  std::unordered_map<std::uint32_t, const MovedBuffer*> moved;
+  for (const MovedBuffer& m : in_blocks) moved[m.buffer] = &m;
+  // Intervals per arena (key: its space, >= 0) and per block (-1 - home).
+  // A byte read twice before written is zeroed once: reads merge.
+  std::map<std::int64_t, Intervals> written, reads;
+  // Where b's bytes are tracked: a key of `written` and b's first byte there.
+  auto locate = [&](const proto::Buffer& b) -> std::pair<std::int64_t, std::uint64_t> {
+    auto m = moved.find(b.id());
+    if (m != moved.end())
+      return {-1 - static_cast<std::int64_t>(m->second->home), m->second->offset};
+    return {b.space(), b.offset()};
+  };
   auto write = [&](const proto::Buffer& b, std::uint64_t bytes) {
     if (elsewhere.count(b.id())) return;
-    Cover(written[b.space()], b.offset(),
-          b.offset() + std::min<std::uint64_t>(bytes, b.bytes()));
+    const auto [key, begin] = locate(b);
+    Cover(written[key], begin, begin + std::min<std::uint64_t>(bytes, b.bytes()));
   };
   auto read = [&](const proto::Buffer& b) {
     if (elsewhere.count(b.id())) return;
-    Gaps(written[b.space()], b.space(), b.offset(), b.offset() + b.bytes(), reads);
+    const auto [key, begin] = locate(b);
+    Gaps(written[key], begin, begin + b.bytes(), reads[key]);
   };
   for (const auto& c : e.constants()) write(*buffers.at(c.buffer()), c.data().size());
   for (const auto& binding : e.inputs()) {
@@ -107,12 +118,13 @@ std::vector<ByteRange> UnwrittenReads(
     }
   }
   for (const auto& binding : e.outputs()) read(*buffers.at(binding.buffer()));
-  // Merge: a byte read twice before written is zeroed once.
-  std::map<int, Intervals> merged;
-  for (const ByteRange& r : reads) Cover(merged[r.space], r.begin, r.end);
   std::vector<ByteRange> out;
-  for (const auto& [space, set] : merged)
-    for (const auto& [begin, end] : set) out.push_back({space, begin, end});
+  for (const auto& [key, set] : reads) {
+    for (const auto& [begin, end] : set) {
+      if (key >= 0) out.push_back({static_cast<int>(key), begin, end});
+      if (key < 0) out.push_back({0, begin, end, -1 - key});
+    }
+  }
   return out;
 }
 

@@ -1,19 +1,22 @@
 // The bytes of a plan's memory that a run may read before anything in that
-// run writes them: the executor zeroes only these, not whole arenas, and a
-// result still never depends on an earlier run (fresh memory reads zero).
+// run writes them: the executor zeroes only these, not whole arenas nor the
+// outputs' own blocks, and a result still never depends on an earlier run
+// or on what a new block held (fresh memory reads zero).
 #pragma once
 
 #include <cstdint>
 #include <unordered_set>
 #include <vector>
 
+#include "elided_copies.h"
 #include "neuron/runtime/executable.pb.h"
 
 namespace neuron::runtime::detail {
 
 struct ByteRange {
-  int space = 0;  // proto::MemorySpace
+  int space = 0;  // proto::MemorySpace of the arena, when block < 0
   std::uint64_t begin = 0, end = 0;
+  std::int64_t block = -1;  // else: in the own block of this output buffer
 };
 
 // How many leading bytes of output `b` instruction `i` surely writes; -1:
@@ -27,9 +30,11 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b);
 // outputs of kernels that may keep some of their old bytes, and at the end
 // the plan's outputs. Buffers in `elsewhere` are not in the plan's memory
 // for this run (inputs read where the caller holds them, buffers an elided
-// copy moved) and count for neither. Returns the read bytes no earlier
-// write covered, merged.
+// copy moved into one) and count for neither; buffers `in_blocks` moved
+// into an output's own block count there, at their offset. Returns the
+// read bytes no earlier write covered, merged.
 std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
-                                      const std::unordered_set<std::uint32_t>& elsewhere);
+                                      const std::unordered_set<std::uint32_t>& elsewhere,
+                                      const std::vector<MovedBuffer>& in_blocks);
 
 }  // namespace neuron::runtime::detail

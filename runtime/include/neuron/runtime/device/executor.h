@@ -76,6 +76,7 @@
 #include <vector>
 
 #include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/device/host_bytes.h"
 #include "neuron/runtime/device/memory_counters.h"
 #include "neuron/runtime/device/plan_timing.h"
 #include "neuron/runtime/executable.pb.h"
@@ -88,7 +89,7 @@ std::size_t ElementBytes(proto::ElementType type);
 struct HostTensor {
   proto::ElementType dtype = proto::F32;
   std::vector<std::int64_t> shape;
-  std::vector<std::uint8_t> data;
+  HostBytes data;  // unset until written: see host_bytes.h
 
   static HostTensor FromFloats(proto::ElementType dtype, std::vector<std::int64_t> shape,
                                const std::vector<float>& values);

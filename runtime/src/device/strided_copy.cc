@@ -1,0 +1,107 @@
+#include "strided_copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace neuron::runtime::detail {
+namespace {
+
+// `bytes` contiguous bytes; whole 64-byte chunks as fixed-size copies the
+// compiler makes vector moves (a head's 32 floats are two), the rest by
+// memcpy.
+inline void CopyBlock(const std::uint8_t* in, std::uint8_t* out, std::size_t bytes) {
+  if (bytes % 64 != 0 || bytes > 512) {
+    std::memcpy(out, in, bytes);
+    return;
+  }
+  for (std::size_t b = 0; b < bytes; b += 64) std::memcpy(out + b, in + b, 64);
+}
+
+// `run` elements of `Width` bytes, `in_step` and `out_step` elements apart.
+template <std::size_t Width>
+void CopyRunOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t run,
+               std::int64_t in_step, std::int64_t out_step) {
+  for (std::int64_t e = 0; e < run; ++e) {
+    std::memcpy(out + e * out_step * Width, in + e * in_step * Width, Width);
+  }
+}
+
+void CopyRun(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+             std::int64_t run, std::int64_t in_step, std::int64_t out_step) {
+  switch (width) {
+    case 1:
+      return CopyRunOf<1>(in, out, run, in_step, out_step);
+    case 2:
+      return CopyRunOf<2>(in, out, run, in_step, out_step);
+    case 4:
+      return CopyRunOf<4>(in, out, run, in_step, out_step);
+    case 8:
+      return CopyRunOf<8>(in, out, run, in_step, out_step);
+    default:
+      for (std::int64_t e = 0; e < run; ++e) {
+        std::memcpy(out + e * out_step * width, in + e * in_step * width, width);
+      }
+  }
+}
+
+}  // namespace
+
+View Coalesced(const View& v) {
+  View c;
+  for (std::size_t d = 0; d < v.sizes.size(); ++d) {
+    if (v.sizes[d] == 1) continue;
+    if (!c.sizes.empty() && c.in_strides.back() == v.in_strides[d] * v.sizes[d] &&
+        c.out_strides.back() == v.out_strides[d] * v.sizes[d]) {
+      c.sizes.back() *= v.sizes[d];
+      c.in_strides.back() = v.in_strides[d];
+      c.out_strides.back() = v.out_strides[d];
+      continue;
+    }
+    c.sizes.push_back(v.sizes[d]);
+    c.in_strides.push_back(v.in_strides[d]);
+    c.out_strides.push_back(v.out_strides[d]);
+  }
+  if (c.sizes.empty()) c = {{1}, {1}, {1}};  // one element
+  return c;
+}
+
+void CopyView(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+              const View& view) {
+  const View v = Coalesced(view);
+  const auto w = static_cast<std::int64_t>(width);
+  const int rank = static_cast<int>(v.sizes.size());
+  // The last dimension is a run; the one before it, if any, its rows; the
+  // others are walked with an index whose offsets are kept as it moves.
+  const std::int64_t run = v.sizes[rank - 1];
+  const std::int64_t in_step = v.in_strides[rank - 1], out_step = v.out_strides[rank - 1];
+  const bool packed = in_step == 1 && out_step == 1;
+  const std::int64_t rows = rank >= 2 ? v.sizes[rank - 2] : 1;
+  const std::int64_t in_row = rank >= 2 ? v.in_strides[rank - 2] * w : 0;
+  const std::int64_t out_row = rank >= 2 ? v.out_strides[rank - 2] * w : 0;
+  const int outer = rank - 2;
+  std::int64_t blocks = 1;
+  for (int d = 0; d < outer; ++d) blocks *= v.sizes[d];
+  std::vector<std::int64_t> index(static_cast<std::size_t>(std::max(outer, 0)), 0);
+  std::int64_t src = 0, dst = 0;  // byte offsets of the block's first element
+  for (std::int64_t n = 0; n < blocks; ++n) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::uint8_t* from = in + src + r * in_row;
+      std::uint8_t* to = out + dst + r * out_row;
+      if (packed) {
+        CopyBlock(from, to, static_cast<std::size_t>(run * w));
+      } else {
+        CopyRun(from, to, width, run, in_step, out_step);
+      }
+    }
+    for (int d = outer - 1; d >= 0; --d) {
+      src += v.in_strides[d] * w;
+      dst += v.out_strides[d] * w;
+      if (++index[d] < v.sizes[d]) break;
+      src -= v.in_strides[d] * w * v.sizes[d];
+      dst -= v.out_strides[d] * w * v.sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace neuron::runtime::detail
