@@ -159,6 +159,35 @@ void Concatenate(LoweringContext& cx, const OpCall& call) {
                dim, ", the result has ", out[d]);
 }
 
+// Whether `v` is a run of its input's elements in row-major order from
+// element v.offset (a dimension of size 1 may have any stride).
+bool Contiguous(const View& v) {
+  std::int64_t expect = 1;
+  for (std::size_t d = v.sizes.size(); d-- > 0;) {
+    if (v.sizes[d] == 1) continue;
+    if (v.strides[d] != expect) return false;
+    expect *= v.sizes[d];
+  }
+  return true;
+}
+
+// `out` as the view `v` of `in`: the same bytes when the view is a
+// contiguous run of them, as on the device (a whole input is an alias, a
+// run of one is a part of the SBUF value holding it); else a strided copy.
+void ViewInto(LoweringContext& cx, const OpCall& call, const std::string& in,
+              const proto::Value& out, const View& v) {
+  if (Contiguous(v)) {
+    std::int64_t n = 1;
+    for (auto size : v.sizes) n *= size;
+    if (v.offset == 0 && n == Elements(cx.TypeOf(in)))
+      return cx.Alias(out.name(), out, in);
+    if (cx.slots().at(cx.Root(in)).space == rp::SBUF)
+      return cx.AddPart(out.name(), out, in, v.offset, call.where);
+  }
+  cx.AddSlot(out.name(), out, rp::SBUF, call.where);
+  cx.StridedCopy(in, out.name(), v.sizes, v.strides, v.offset, call.source);
+}
+
 // unbind: one select per output.
 void Unbind(LoweringContext& cx, const OpCall& call,
             const std::vector<std::int64_t>& shape,
@@ -168,21 +197,21 @@ void Unbind(LoweringContext& cx, const OpCall& call,
   NEURON_CHECK(call.node.outputs_size() == shape[d], call.where, ": unbinds ", shape[d],
                " tensors, the graph has ", call.node.outputs_size());
   for (int k = 0; k < call.node.outputs_size(); ++k) {
-    const View v = Select(shape, strides, d, k);
-    cx.StridedCopy(call.in[0], call.node.outputs(k).name(), v.sizes, v.strides, v.offset,
-                   call.source);
+    ViewInto(cx, call, call.in[0], call.node.outputs(k), Select(shape, strides, d, k));
   }
 }
 
 }  // namespace
 
-// Data-movement ops as one strided copy each (several for unbind, stack
-// and cat).
+// Data-movement ops: a strided copy each (several for unbind, stack and
+// cat), or none for a view that is a contiguous run of its input.
 void LowerView(LoweringContext& cx, const OpCall& call) {
   const std::string& op = call.node.op();
   NEURON_CHECK(!call.in.empty(), call.where, ": takes a tensor input");
-  cx.AddOutputSlots(call.node, call.where);
-  if (op == "aten.stack" || op == "aten.cat") return Concatenate(cx, call);
+  if (op == "aten.stack" || op == "aten.cat") {
+    cx.AddOutputSlots(call.node, call.where);
+    return Concatenate(cx, call);
+  }
   NEURON_CHECK(call.in.size() == 1, call.where, ": takes one tensor input");
   const auto shape = Shape(cx.TypeOf(call.in[0]));
   const auto strides = ContiguousStrides(shape);
@@ -208,8 +237,8 @@ void LowerView(LoweringContext& cx, const OpCall& call) {
   const auto expect = Shape(call.node.outputs(0).type());
   NEURON_CHECK(v.sizes == expect, call.where, ": the view has shape [", Join(v.sizes),
                "], the graph says [", Join(expect), "]");
-  cx.StridedCopy(call.in[0], call.node.outputs(0).name(), v.sizes, v.strides, v.offset,
-                 call.source);
+  NEURON_CHECK(call.node.outputs_size() == 1, call.where, ": has one output");
+  ViewInto(cx, call, call.in[0], call.node.outputs(0), v);
 }
 
 // zeros, ones, full and their _like forms; slice_backward and

@@ -45,14 +45,20 @@ void LoweringContext::Alias(const std::string& name, const proto::Value& v,
 void LoweringContext::AddPart(const std::string& name, const proto::Value& v,
                               const std::string& of, std::int64_t first,
                               const std::string& where) {
-  const std::string root = Root(of);
-  const Slot& whole = slots_.at(root);
-  NEURON_CHECK(whole.space == rp::SBUF && whole.part_of.empty(), where, ": a part of %",
-               of, " must lie in an SBUF value of its own");
+  // A part of a part is a part of the whole, further in.
+  std::string root = Root(of);
+  std::uint64_t offset = 0;
+  if (!slots_.at(root).part_of.empty()) {
+    offset = slots_.at(root).part_offset;
+    root = slots_.at(root).part_of;
+  }
+  NEURON_CHECK(slots_.at(root).space == rp::SBUF, where, ": a part of %", of,
+               " must lie in an SBUF value");
   Slot& part = AddSlot(name, v, rp::SBUF, where);
+  const Slot& whole = slots_.at(root);
   part.part_of = root;
   part.part_offset =
-      static_cast<std::uint64_t>(first) * runtime::ElementBytes(part.dtype);
+      offset + static_cast<std::uint64_t>(first) * runtime::ElementBytes(part.dtype);
   NEURON_CHECK(part.dtype == whole.dtype && part.part_offset + part.bytes <= whole.bytes,
                where, ": %", name, " does not lie inside %", of);
 }

@@ -78,9 +78,10 @@ class LoweringContext {
   std::vector<std::string> AddOutputSlots(const proto::Node& n, const std::string& where);
   // `name` is a view of `of`: its own type, `of`'s bytes and buffer.
   void Alias(const std::string& name, const proto::Value& v, const std::string& of);
-  // `name` is `v`'s contiguous elements inside `of` (an SBUF slot), from
-  // element `first` of `of`: a buffer of its own over those bytes, so a
-  // step reads or writes that part in place (a matmul tile's rows).
+  // `name` is `v`'s contiguous elements inside `of` (an SBUF slot, or a
+  // part of one), from element `first` of `of`: a buffer of its own over
+  // those bytes, so a step reads or writes that part in place (a matmul
+  // tile's rows, a contiguous view).
   void AddPart(const std::string& name, const proto::Value& v, const std::string& of,
                std::int64_t first, const std::string& where);
   // The slot that owns `name`'s bytes.

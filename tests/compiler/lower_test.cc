@@ -261,6 +261,53 @@ TEST(Lower, AttentionStyleViewsRunAgainstLoops) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(got_r[i], sum[i], 1e-4) << i;
 }
 
+// Views that are a contiguous run of their input (unbind along the first
+// dim, an expand to the same shape, a select or slice of whole rows, also
+// of such a view) are its bytes, as on the device: only the permute and
+// the slice across rows copy, and every value is the reference's.
+TEST(Lower, ContiguousViewsAreTheirInputsBytes) {
+  const proto::Graph g = ParseGraph(
+      R"(graph runs(%x: f32[3,2,4]) {
+    %p: f32[2,3,4] = aten.permute(%x) {dims = [1, 0, 2]}
+    %u_0: f32[3,4], %u_1: f32[3,4] = aten.unbind.int(%p) {dim = 0}
+    %e: f32[3,4] = aten.expand(%u_1) {size = [3, 4]}
+    %s: f32[4] = aten.select.int(%u_1) {dim = 0, index = 2}
+    %rows: f32[2,4] = aten.slice(%u_0) {dim = 0, start = 1, end = 3}
+    %cols: f32[3,2] = aten.slice(%u_0) {dim = 1, start = 1, end = 3}
+    %y: f32[3,4] = aten.add(%e, %u_0)
+    %z: f32[4] = aten.mul(%s) {other = 2.0}
+    return %y, %z, %rows, %cols, %u_1
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  const Lowered lowered = Lower(g, device);
+  int copies = 0;
+  for (const auto& i : lowered.executable.instructions())
+    if (i.op() == runtime::proto::OP_STRIDED_COPY) ++copies;
+  EXPECT_EQ(copies, 2);  // the permute and %cols
+  const auto x = Values(24, 1, 0);
+  const auto r = runtime::Executor(device).Run(
+      lowered.executable,
+      {{"x", HostTensor::FromFloats(runtime::proto::F32, {3, 2, 4}, x)}});
+  auto U = [&](int k, int i, int j) {
+    return x[i * 8 + k * 4 + j];
+  };  // u_k[i][j] = x[i][k][j]
+  std::vector<float> y, z, rows, cols, u1;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      y.push_back(U(1, i, j) + U(0, i, j));
+      u1.push_back(U(1, i, j));
+      if (i >= 1) rows.push_back(U(0, i, j));
+      if (j >= 1 && j < 3) cols.push_back(U(0, i, j));
+    }
+  }
+  for (int j = 0; j < 4; ++j) z.push_back(2 * U(1, 2, j));
+  EXPECT_EQ(r.outputs.at("y").ToFloats(), y);
+  EXPECT_EQ(r.outputs.at("z").ToFloats(), z);
+  EXPECT_EQ(r.outputs.at("rows").ToFloats(), rows);
+  EXPECT_EQ(r.outputs.at("cols").ToFloats(), cols);
+  EXPECT_EQ(r.outputs.at("u_1").ToFloats(), u1);
+}
+
 // A matmul's epilogue (bias, activation, a residual and a scale) and a view
 // in between: the view costs nothing (the same bytes), the chain becomes one
 // fused instruction whose intermediates never take SBUF, with the numbers
