@@ -77,6 +77,9 @@ class Uses {
     return it == writers_.end() ? kNone : it->second;
   }
   int first_use(std::uint32_t id) const { return first_use_.at(id); }
+  // The instructions that read or write `id`, in order (-1: bound before
+  // the run; the instruction count: returned after it).
+  const std::vector<int>& users(std::uint32_t id) const { return users_.at(id); }
   // The buffers of `id`'s value group, `id` included, in id order.
   const std::vector<std::uint32_t>& Group(std::uint32_t id) {
     if (members_.empty()) {  // the groups are complete once the plan is walked
@@ -90,6 +93,8 @@ class Uses {
   void Use(std::uint32_t id, int k) {
     auto [it, fresh] = first_use_.try_emplace(id, k);
     if (!fresh) it->second = std::min(it->second, k);
+    auto& users = users_[id];
+    if (users.empty() || users.back() != k) users.push_back(k);
   }
   void Bind(std::uint32_t id, int k, bool writes) {
     bound_.insert(id);
@@ -128,7 +133,7 @@ class Uses {
 
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers_;
   std::map<std::uint32_t, int> first_use_;  // ordered: groups list in id order
-  std::unordered_map<std::uint32_t, std::vector<int>> writers_;
+  std::unordered_map<std::uint32_t, std::vector<int>> writers_, users_;
   std::unordered_map<std::uint32_t, int> output_names_;
   std::unordered_set<std::uint32_t> bound_, fed_;
   std::map<int, Writers> writers_of_;
@@ -149,6 +154,13 @@ class Planner {
       if (i.inputs_size() != 1 || i.outputs_size() != 1) continue;
       if (i.op() == proto::OP_STORE) IntoOutput(i, k);
       if (i.op() == proto::OP_LOAD) IntoInput(i, k);
+    }
+    // After the stores: a target moved into an output's block is placed
+    // before the results forwarded into it.
+    for (int k = 0; k < e_.instructions_size(); ++k) {
+      const auto& i = e_.instructions(k);
+      if (i.op() == proto::OP_COPY && i.inputs_size() == 1 && i.outputs_size() == 1)
+        FromPsum(i, k);
     }
     return std::move(out_);
   }
@@ -221,6 +233,41 @@ class Planner {
         uses_.writers(target) != std::vector<int>{k})
       return;
     if (QuietUntil(target, k)) Move(target, source, 0, k);
+  }
+
+  // copy k: a matmul result in PSUM -> an SBUF buffer, float32 and whole
+  // on both sides. When the result's value group is itself alone, it is
+  // used by its matmuls (the first writing it whole) and the copy only,
+  // and from the first matmul to the copy nothing touches the target's
+  // bytes, the matmuls write the target's memory and the copy is a no-op.
+  void FromPsum(const proto::Instruction& i, int k) {
+    const std::uint32_t source = i.inputs(0), target = i.outputs(0);
+    const proto::Buffer &p = uses_.buffer(source), &s = uses_.buffer(target);
+    if (p.space() != proto::PSUM || p.dtype() != proto::F32 || s.dtype() != proto::F32 ||
+        p.bytes() != s.bytes() ||
+        i.elements() * 4 != static_cast<std::int64_t>(p.bytes()) || uses_.bound(target) ||
+        uses_.Group(source) != std::vector<std::uint32_t>{source})
+      return;
+    const std::vector<int>& users = uses_.users(source);
+    const int first = users.front();
+    if (first < 0 || users.back() != k ||
+        WrittenBytes(e_.instructions(first), p) != static_cast<std::int64_t>(p.bytes()))
+      return;
+    for (int u : users) {
+      if (u != k && e_.instructions(u).op() != proto::OP_MATMUL) return;
+    }
+    for (int u = first; u < k; ++u) {
+      const auto& between = e_.instructions(u);
+      for (const auto* ids : {&between.inputs(), &between.outputs()}) {
+        for (auto id : *ids) {
+          const proto::Buffer& b = uses_.buffer(id);
+          if (b.space() == s.space() && b.offset() < s.offset() + s.bytes() &&
+              s.offset() < b.offset() + b.bytes())
+            return;
+        }
+      }
+    }
+    Move(source, target, 0, k);
   }
 
   const proto::Executable& e_;

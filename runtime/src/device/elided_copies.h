@@ -10,6 +10,9 @@
 //     after it: that buffer lives in the output's block.
 //   - A load of an input read where the caller holds it (ReadInPlace) into
 //     a buffer nothing else writes: that buffer is the caller's memory.
+//   - A copy of a matmul's result out of PSUM into SBUF, when nothing else
+//     uses the result and nothing touches the target's bytes from the
+//     first matmul on: the result lives in the target's memory.
 //
 // A buffer moves with its value group: the buffers whose bytes flow to or
 // from it through the plan's memory (one writes bytes the other later
@@ -28,7 +31,9 @@ namespace neuron::runtime::detail {
 
 struct MovedBuffer {
   std::uint32_t buffer = 0;
-  std::uint32_t home = 0;    // an output with its own block, or an input read in place
+  // An output with its own block, an input read in place, or a copy's
+  // target (which may itself be moved, earlier in Elisions::moved).
+  std::uint32_t home = 0;
   std::uint64_t offset = 0;  // from home's first byte
 };
 

@@ -791,6 +791,10 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(in[0].elements() >= n, what, ": buffer ", in[0].buffer->name(), " has ",
                in[0].elements(), " elements, the op ", n);
   if (n == 0) return;
+  // A copy elided on the host: its source was placed in its target.
+  if (i.op() == proto::OP_COPY && in[0].data == out[0].data &&
+      in[0].buffer->dtype() == out[0].buffer->dtype())
+    return;
   FloatIn a = FloatOperandIn(in[0], n, what), b;
   if (in.size() == 2) b = FloatOperandIn(in[1], n, what);
   // Written in place when the output is float32 and is `a` itself or apart
@@ -1020,20 +1024,7 @@ PreparedPlan Executor::Prepare(const proto::Executable& e) {
   for (const auto& [space, bytes] : facts->extent) facts->reserved += bytes;
   facts->direct = ReadInPlace(e);
   facts->elided = detail::PlanElisions(e, facts->direct);
-  // Buffers moved into an input read in place are not in the plan's
-  // memory; those moved into an output's own block are, at their offset.
-  std::unordered_set<std::uint32_t> elsewhere = facts->direct;
-  std::unordered_set<std::uint32_t> own(facts->elided.own_outputs.begin(),
-                                        facts->elided.own_outputs.end());
-  std::vector<detail::MovedBuffer> in_blocks;
-  for (const auto& m : facts->elided.moved) {
-    if (own.count(m.home)) {
-      in_blocks.push_back(m);
-    } else {
-      elsewhere.insert(m.buffer);
-    }
-  }
-  facts->zero = detail::UnwrittenReads(e, elsewhere, in_blocks);
+  facts->zero = detail::UnwrittenReads(e, facts->direct, facts->elided);
   PreparedPlan plan;
   plan.executable_ = &e;
   plan.facts_ = std::move(facts);

@@ -1,6 +1,7 @@
 #include "unwritten_reads.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string_view>
 #include <unordered_map>
@@ -77,30 +78,43 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
 }
 
 std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
-                                      const std::unordered_set<std::uint32_t>& elsewhere,
-                                      const std::vector<MovedBuffer>& in_blocks) {
+                                      const std::unordered_set<std::uint32_t>& direct,
+                                      const Elisions& elided) {
   std::unordered_map<std::uint32_t, const proto::Buffer*> buffers;
   for (const auto& b : e.buffers()) buffers[b.id()] = &b;
   std::unordered_map<std::uint32_t, const MovedBuffer*> moved;
-  for (const MovedBuffer& m : in_blocks) moved[m.buffer] = &m;
+  for (const MovedBuffer& m : elided.moved) moved[m.buffer] = &m;
   // Intervals per arena (key: its space, >= 0) and per block (-1 - home).
   // A byte read twice before written is zeroed once: reads merge.
   std::map<std::int64_t, Intervals> written, reads;
-  // Where b's bytes are tracked: a key of `written` and b's first byte there.
-  auto locate = [&](const proto::Buffer& b) -> std::pair<std::int64_t, std::uint64_t> {
-    auto m = moved.find(b.id());
-    if (m != moved.end())
-      return {-1 - static_cast<std::int64_t>(m->second->home), m->second->offset};
-    return {b.space(), b.offset()};
-  };
+  // Where b's bytes are for this run: a key of `written` and b's first
+  // byte there; false when they are the caller's.
+  std::function<bool(std::uint32_t, std::int64_t&, std::uint64_t&)> locate =
+      [&](std::uint32_t id, std::int64_t& key, std::uint64_t& begin) {
+        if (direct.count(id)) return false;
+        auto m = moved.find(id);
+        if (m == moved.end()) {
+          key = buffers.at(id)->space(), begin = buffers.at(id)->offset();
+          return true;
+        }
+        if (m->second->home == id) {  // an output's own block
+          key = -1 - static_cast<std::int64_t>(id), begin = 0;
+          return true;
+        }
+        if (!locate(m->second->home, key, begin)) return false;
+        begin += m->second->offset;
+        return true;
+      };
   auto write = [&](const proto::Buffer& b, std::uint64_t bytes) {
-    if (elsewhere.count(b.id())) return;
-    const auto [key, begin] = locate(b);
+    std::int64_t key;
+    std::uint64_t begin;
+    if (!locate(b.id(), key, begin)) return;
     Cover(written[key], begin, begin + std::min<std::uint64_t>(bytes, b.bytes()));
   };
   auto read = [&](const proto::Buffer& b) {
-    if (elsewhere.count(b.id())) return;
-    const auto [key, begin] = locate(b);
+    std::int64_t key;
+    std::uint64_t begin;
+    if (!locate(b.id(), key, begin)) return;
     Gaps(written[key], begin, begin + b.bytes(), reads[key]);
   };
   for (const auto& c : e.constants()) write(*buffers.at(c.buffer()), c.data().size());

@@ -28,13 +28,13 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b);
 // plan's memory, and each instruction's outputs as far as its kernel
 // surely writes them (WrittenBytes). Read: each instruction's inputs, the
 // outputs of kernels that may keep some of their old bytes, and at the end
-// the plan's outputs. Buffers in `elsewhere` are not in the plan's memory
-// for this run (inputs read where the caller holds them, buffers an elided
-// copy moved into one) and count for neither; buffers `in_blocks` moved
-// into an output's own block count there, at their offset. Returns the
-// read bytes no earlier write covered, merged.
+// the plan's outputs. Each buffer counts where this run places it: inputs
+// read where the caller holds them (`direct`) and what an elided copy
+// moved into one count for neither; a moved buffer counts in its home's
+// memory (an output's own block, or another buffer's place), at its
+// offset. Returns the read bytes no earlier write covered, merged.
 std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
-                                      const std::unordered_set<std::uint32_t>& elsewhere,
-                                      const std::vector<MovedBuffer>& in_blocks);
+                                      const std::unordered_set<std::uint32_t>& direct,
+                                      const Elisions& elided);
 
 }  // namespace neuron::runtime::detail
