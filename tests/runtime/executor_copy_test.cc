@@ -1,7 +1,8 @@
 // The executor's strided_copy against an element-by-element reference:
-// permutes (the attention's head split), transposes, expands, writes at
-// output strides and offsets, unit dimensions and contiguous views, runs of
-// whole 64-byte chunks, and elements of 1, 2, 4 and 8 bytes.
+// permutes (the attention's head split), transposes (in tiles, edges
+// included), expands, writes at output strides and offsets, unit
+// dimensions and contiguous views, runs of whole 64-byte chunks, and
+// elements of 1, 2, 4 and 8 bytes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -99,6 +100,12 @@ TEST(ExecutorCopy, StridedCopiesMoveEveryElementWhereTheViewSays) {
       // and back: [b, heads, s, hd] -> [s, b, heads, hd]
       {"head merge", {{3, 2, 2, 5}, {5, 30, 15, 1}, 0, {}, 0, 60, 60}},
       {"transpose", {{4, 7}, {1, 4}, 0, {}, 0, 28, 28}},
+      // over several 16 x 16 tiles and their edges
+      {"a larger transpose", {{37, 21}, {1, 37}, 0, {}, 0, 777, 777}},
+      // k^T: [b 3, s 20, hd 18] -> [3, 18, 20]
+      {"transposes in a batch", {{3, 18, 20}, {360, 1, 18}, 0, {}, 0, 1080, 1080}},
+      {"a transpose into a block of the output",
+       {{18, 20}, {1, 18}, 0, {24, 1}, 2, 360, 440}},
       {"expand", {{3, 4, 6}, {0, 6, 1}, 0, {}, 0, 24, 72}},
       {"into a block of the output", {{3, 5}, {5, 1}, 0, {8, 1}, 9, 15, 32}},
       {"a transposed block of the output", {{3, 5}, {1, 3}, 0, {1, 6}, 2, 15, 40}},

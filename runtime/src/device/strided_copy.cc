@@ -44,6 +44,48 @@ void CopyRun(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
   }
 }
 
+// rows x run elements of `Width` bytes, input element (r, c) at
+// c * in_step + r (the input is contiguous down the rows: a transpose) and
+// output element at r * out_row + c; in square tiles, so the lines read
+// and written stay in cache while a tile is copied.
+template <std::size_t Width>
+void TransposeOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t rows,
+                 std::int64_t run, std::int64_t in_step, std::int64_t out_row) {
+  constexpr std::int64_t kTile = 16;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const std::int64_t r1 = std::min(rows, r0 + kTile);
+    for (std::int64_t c0 = 0; c0 < run; c0 += kTile) {
+      const std::int64_t c1 = std::min(run, c0 + kTile);
+      for (std::int64_t c = c0; c < c1; ++c) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          std::memcpy(out + (r * out_row + c) * Width, in + (c * in_step + r) * Width,
+                      Width);
+        }
+      }
+    }
+  }
+}
+
+// TransposeOf for elements of `width` bytes; false for widths it has no
+// copy of.
+bool Transpose(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+               std::int64_t rows, std::int64_t run, std::int64_t in_step,
+               std::int64_t out_row) {
+  switch (width) {
+    case 2:
+      TransposeOf<2>(in, out, rows, run, in_step, out_row);
+      return true;
+    case 4:
+      TransposeOf<4>(in, out, rows, run, in_step, out_row);
+      return true;
+    case 8:
+      TransposeOf<8>(in, out, rows, run, in_step, out_row);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 View Coalesced(const View& v) {
@@ -83,14 +125,20 @@ void CopyView(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
   for (int d = 0; d < outer; ++d) blocks *= v.sizes[d];
   std::vector<std::int64_t> index(static_cast<std::size_t>(std::max(outer, 0)), 0);
   std::int64_t src = 0, dst = 0;  // byte offsets of the block's first element
+  // The last two dimensions swapped: the input steps by one down the rows.
+  const bool transposed =
+      !packed && out_step == 1 && rank >= 2 && v.in_strides[rank - 2] == 1;
   for (std::int64_t n = 0; n < blocks; ++n) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::uint8_t* from = in + src + r * in_row;
-      std::uint8_t* to = out + dst + r * out_row;
-      if (packed) {
-        CopyBlock(from, to, static_cast<std::size_t>(run * w));
-      } else {
-        CopyRun(from, to, width, run, in_step, out_step);
+    if (!transposed ||
+        !Transpose(in + src, out + dst, width, rows, run, in_step, out_row / w)) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::uint8_t* from = in + src + r * in_row;
+        std::uint8_t* to = out + dst + r * out_row;
+        if (packed) {
+          CopyBlock(from, to, static_cast<std::size_t>(run * w));
+        } else {
+          CopyRun(from, to, width, run, in_step, out_step);
+        }
       }
     }
     for (int d = outer - 1; d >= 0; --d) {
