@@ -50,7 +50,7 @@ HostBytes RunCopy(const Case& c, const HostTensor& x) {
   proto::Executable e;
   e.set_format_version(kExecutableFormatVersion), e.set_name("strided-copy");
   AddBuffer(e, 0, 0, x.dtype, c.in_elements);
-  AddBuffer(e, 1, 1 << 16, x.dtype, c.out_elements);
+  AddBuffer(e, 1, 1 << 20, x.dtype, c.out_elements);  // apart from the input
   auto* i = e.add_instructions();
   i->set_id(0), i->set_op(proto::OP_STRIDED_COPY), i->set_engine(proto::VECTOR);
   i->add_inputs(0), i->add_outputs(1), i->set_operand_count(1);
@@ -100,12 +100,14 @@ TEST(ExecutorCopy, StridedCopiesMoveEveryElementWhereTheViewSays) {
       // and back: [b, heads, s, hd] -> [s, b, heads, hd]
       {"head merge", {{3, 2, 2, 5}, {5, 30, 15, 1}, 0, {}, 0, 60, 60}},
       {"transpose", {{4, 7}, {1, 4}, 0, {}, 0, 28, 28}},
-      // over several 16 x 16 tiles and their edges
-      {"a larger transpose", {{37, 21}, {1, 37}, 0, {}, 0, 777, 777}},
       // k^T: [b 3, s 20, hd 18] -> [3, 18, 20]
       {"transposes in a batch", {{3, 18, 20}, {360, 1, 18}, 0, {}, 0, 1080, 1080}},
-      {"a transpose into a block of the output",
-       {{18, 20}, {1, 18}, 0, {24, 1}, 2, 360, 440}},
+      // past L1 (but for 1-byte elements): in 16 x 16 tiles, edges included
+      {"a large transpose", {{150, 131}, {1, 150}, 0, {}, 0, 19650, 19650}},
+      {"large transposes in a batch",
+       {{2, 100, 90}, {9000, 1, 100}, 0, {}, 0, 18000, 18000}},
+      {"a large transpose into a block of the output",
+       {{130, 140}, {1, 130}, 0, {150, 1}, 3, 18200, 19500}},
       {"expand", {{3, 4, 6}, {0, 6, 1}, 0, {}, 0, 24, 72}},
       {"into a block of the output", {{3, 5}, {5, 1}, 0, {8, 1}, 9, 15, 32}},
       {"a transposed block of the output", {{3, 5}, {1, 3}, 0, {1, 6}, 2, 15, 40}},

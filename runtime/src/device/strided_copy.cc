@@ -57,9 +57,10 @@ void TransposeOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t rows,
     for (std::int64_t c0 = 0; c0 < run; c0 += kTile) {
       const std::int64_t c1 = std::min(run, c0 + kTile);
       for (std::int64_t c = c0; c < c1; ++c) {
-        for (std::int64_t r = r0; r < r1; ++r) {
-          std::memcpy(out + (r * out_row + c) * Width, in + (c * in_step + r) * Width,
-                      Width);
+        const std::uint8_t* from = in + (c * in_step + r0) * Width;
+        std::uint8_t* to = out + (r0 * out_row + c) * Width;
+        for (std::int64_t r = r0; r < r1; ++r, from += Width, to += out_row * Width) {
+          std::memcpy(to, from, Width);
         }
       }
     }
@@ -125,9 +126,11 @@ void CopyView(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
   for (int d = 0; d < outer; ++d) blocks *= v.sizes[d];
   std::vector<std::int64_t> index(static_cast<std::size_t>(std::max(outer, 0)), 0);
   std::int64_t src = 0, dst = 0;  // byte offsets of the block's first element
-  // The last two dimensions swapped: the input steps by one down the rows.
-  const bool transposed =
-      !packed && out_step == 1 && rank >= 2 && v.in_strides[rank - 2] == 1;
+  // The last two dimensions swapped (the input steps by one down the
+  // rows), over more than L1 holds: in tiles. A smaller block stays in L1
+  // whichever way it is read, and row by row has less work.
+  const bool transposed = !packed && out_step == 1 && rank >= 2 &&
+                          v.in_strides[rank - 2] == 1 && rows * run * w > 32 * 1024;
   for (std::int64_t n = 0; n < blocks; ++n) {
     if (!transposed ||
         !Transpose(in + src, out + dst, width, rows, run, in_step, out_row / w)) {
