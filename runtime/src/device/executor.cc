@@ -626,24 +626,25 @@ void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
                what, ": a mask of ", in[1].elements(), " elements over ", n);
   const float fill = static_cast<float>(i.scalar());
   // The mask repeats every nm elements: blocks of nm, no index arithmetic
-  // per element.
-  auto apply = [&](float* values) {
+  // per element. `from` and `to` are the same or apart.
+  auto apply = [&](const float* from, float* to) {
     const std::uint8_t* mask = in[1].data;
     for (std::size_t base = 0; base < n; base += nm) {
-      float* block = values + base;
-      for (std::size_t e = 0; e < nm; ++e) block[e] = mask[e] != 0 ? fill : block[e];
+      const float* x = from + base;
+      float* y = to + base;
+      for (std::size_t e = 0; e < nm; ++e) y[e] = mask[e] != 0 ? fill : x[e];
     }
   };
+  const std::size_t bytes = n * sizeof(float);
   if (in[0].buffer->dtype() == proto::F32 &&
-      !Overlap(in[1].data, nm, out[0].data,
-               n * sizeof(float))) {  // in place in the output
-    auto* values = reinterpret_cast<float*>(out[0].data);
-    if (out[0].data != in[0].data) std::memmove(values, in[0].data, n * sizeof(float));
-    apply(values);
+      !Overlap(in[1].data, nm, out[0].data, bytes) &&
+      (in[0].data == out[0].data || !Overlap(in[0].data, bytes, out[0].data, bytes))) {
+    apply(reinterpret_cast<const float*>(in[0].data),
+          reinterpret_cast<float*>(out[0].data));
     return;
   }
   std::vector<float> values = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
-  apply(values.data());
+  apply(values.data(), values.data());
   kernels::FromFloat(values, out[0].buffer->dtype(), out[0].data);
 }
 
