@@ -13,6 +13,7 @@
 
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
+#include "sbuf_buffer.h"
 
 namespace neuron::runtime {
 namespace {
@@ -25,13 +26,7 @@ struct Case {
   std::int64_t in_elements = 0, out_elements = 0;
 };
 
-void AddBuffer(proto::Executable& e, std::uint32_t id, std::uint64_t offset,
-               proto::ElementType dtype, std::int64_t n) {
-  auto* b = e.add_buffers();
-  b->set_id(id), b->set_name("b" + std::to_string(id)), b->set_space(proto::SBUF);
-  b->set_offset(offset), b->set_dtype(dtype), b->add_shape(n);
-  b->set_bytes(n * ElementBytes(dtype));
-}
+using testing::AddBuffer;
 
 // The input's bytes: each distinct, so a misplaced byte shows.
 HostTensor Input(proto::ElementType dtype, std::int64_t n) {

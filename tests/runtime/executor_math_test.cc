@@ -15,19 +15,14 @@
 
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
+#include "sbuf_buffer.h"
 
 namespace neuron::runtime {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-void AddBuffer(proto::Executable& e, std::uint32_t id, std::uint64_t offset,
-               proto::ElementType dtype, std::int64_t n) {
-  auto* b = e.add_buffers();
-  b->set_id(id), b->set_name("b" + std::to_string(id)), b->set_space(proto::SBUF);
-  b->set_offset(offset), b->set_dtype(dtype), b->add_shape(n);
-  b->set_bytes(n * ElementBytes(dtype));
-}
+using testing::AddBuffer;
 
 // One instruction `op` over inputs "a" (and "b", "mask") into "y".
 std::vector<float> RunOp(proto::Op op, const std::vector<float>& a,
