@@ -98,6 +98,10 @@ void FuseElementwise(LoweringContext& cx) {
       if (cx.Planned(r) != r) ++readers[cx.Planned(r)];  // a part reads its whole too
     }
   }
+  std::unordered_set<std::string> wholes;  // values with parts, read or not: they stay
+  for (const auto& [name, slot] : slots) {
+    if (!slot.part_of.empty()) wholes.insert(slot.part_of);
+  }
   // The steps kept so far; a producer moved into a chain leaves an empty
   // place (dropped at the end), so indices stay valid. `writers` indexes
   // them by what they write, so finding a producer is not a scan.
@@ -109,10 +113,10 @@ void FuseElementwise(LoweringContext& cx) {
       // nowhere else: it moves down here (its inputs were ready before).
       for (const auto& x : step.reads) {
         const int p = Producer(f, x);
-        // (A whole with parts never passes: its parts' reads count as its
-        // own, and a part's write is its latest write, not its producer's.)
+        // A value with parts stays, as do the parts: a part lives in its
+        // whole's memory.
         if (p < 0 || readers[x] != 1 || slots.at(x).space != rp::SBUF ||
-            cx.Planned(x) != x ||  // a part
+            cx.Planned(x) != x || wholes.count(x) ||
             std::count(step.reads.begin(), step.reads.end(), x) != 1 ||
             f.out[p].instruction.elements() != step.instruction.elements() ||
             Elements(slots.at(x).value.type()) != step.instruction.elements()) {

@@ -234,10 +234,10 @@ void LowerView(LoweringContext& cx, const OpCall& call) {
   } else {  // aten.slice
     v = Slice(call, shape, strides);
   }
+  NEURON_CHECK(call.node.outputs_size() == 1, call.where, ": has one output");
   const auto expect = Shape(call.node.outputs(0).type());
   NEURON_CHECK(v.sizes == expect, call.where, ": the view has shape [", Join(v.sizes),
                "], the graph says [", Join(expect), "]");
-  NEURON_CHECK(call.node.outputs_size() == 1, call.where, ": has one output");
   ViewInto(cx, call, call.in[0], call.node.outputs(0), v);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "neuron/runtime/device/executor.h"
@@ -103,22 +104,27 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
       steps.back().instruction.set_spill(true);
       out.push_back(std::move(steps.back()));
       steps.pop_back();
+      // The value and its parts, each once, in the reloaded copy; a fused
+      // step's sub-ops name them too.
+      std::unordered_map<std::string, std::string> renamed = {{name, copy}};
       for (auto& r : step.reads) {
-        if (r == name) {
-          r = copy;
-        } else if (cx.Planned(r) == name) {  // the same part of the reloaded copy
-          const Slot& part = cx.slots().at(r);
-          const std::string moved = StrCat(r, ".in.", copy);
-          cx.AddPart(moved, part.value, copy,
-                     static_cast<std::int64_t>(part.part_offset /
-                                               runtime::ElementBytes(part.dtype)),
-                     "reload");
-          r = moved;
-        }
+        if (cx.Planned(r) != name || renamed.count(r)) continue;
+        const Slot& part = cx.slots().at(r);  // the same part of the copy
+        const std::string moved = StrCat(r, ".in.", copy);
+        cx.AddPart(moved, part.value, copy,
+                   static_cast<std::int64_t>(part.part_offset /
+                                             runtime::ElementBytes(part.dtype)),
+                   "reload");
+        renamed[r] = moved;
+      }
+      for (auto& r : step.reads) {
+        auto it = renamed.find(r);
+        if (it != renamed.end()) r = it->second;
       }
       for (auto& group : step.fused_reads) {
         for (auto& r : group) {
-          if (r == name) r = copy;
+          auto it = renamed.find(r);
+          if (it != renamed.end()) r = it->second;
         }
       }
     }

@@ -542,6 +542,24 @@ TEST(Lower, MatmulsReadTransposedOperandsAndTilesInPlace) {
 // matmul's lhs that one elementwise op also reads is not fused away into
 // that op, and an lhs spilled before the matmul comes back whole before a
 // tile reads its rows.
+// A device whose PSUM makes tiles of 2 KiB (a quarter of it) and whose
+// SBUF holds `sbuf_kib`.
+DeviceSpec SmallDevice(int sbuf_kib) {
+  runtime::proto::DeviceSpec spec = DeviceSpec::Default().spec();
+  spec.mutable_sbuf()->set_bytes_per_partition(sbuf_kib * 8);
+  spec.mutable_psum()->set_bytes_per_partition(64);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(spec, &text);
+  return DeviceSpec::FromText(text, "small-sbuf");
+}
+
+template <typename Pred>
+int CountOf(const Lowered& l, Pred pred) {
+  int n = 0;
+  for (const auto& i : l.executable.instructions()) n += pred(i) ? 1 : 0;
+  return n;
+}
+
 TEST(Lower, TileReadsCountForFusionAndSpilling) {
   const auto x = Values(128 * 12, 1, 0.2f), w = Values(96, 0.4f, 0.7f),
              y = Values(1024, 0.5f, 0.1f);
@@ -552,20 +570,8 @@ TEST(Lower, TileReadsCountForFusionAndSpilling) {
       {"x", HostTensor::FromFloats(F32, {128, 12}, x)},
       {"w", HostTensor::FromFloats(F32, {12, 8}, w)},
       {"y", HostTensor::FromFloats(F32, {32, 32}, y)}};
-  // Tiles of 2 KiB (a quarter of PSUM); SBUF of `sbuf_kib`.
-  auto small = [](int sbuf_kib) {
-    runtime::proto::DeviceSpec spec = DeviceSpec::Default().spec();
-    spec.mutable_sbuf()->set_bytes_per_partition(sbuf_kib * 8);
-    spec.mutable_psum()->set_bytes_per_partition(64);
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(spec, &text);
-    return DeviceSpec::FromText(text, "small-sbuf");
-  };
-  auto count = [](const Lowered& l, auto&& pred) {
-    int n = 0;
-    for (const auto& i : l.executable.instructions()) n += pred(i) ? 1 : 0;
-    return n;
-  };
+  auto small = SmallDevice;
+  auto count = [](const Lowered& l, auto&& pred) { return CountOf(l, pred); };
   auto is_matmul = [](const runtime::proto::Instruction& i) {
     return i.op() == runtime::proto::OP_MATMUL;
   };
@@ -605,6 +611,63 @@ TEST(Lower, TileReadsCountForFusionAndSpilling) {
             0);
   r = runtime::Executor(small(14)).Run(spilled.executable, inputs);
   ExpectAllClose(r.outputs.at("m").ToFloats(), MatMul(a, w, 128, 12, 8), "m");
+}
+
+// A view's part of a value read by a fused chain (twice) after the value
+// went to HBM: the chain reads the same rows of the reloaded copy.
+TEST(Lower, AViewReadByAFusedChainIsReloadedWithItsValue) {
+  const auto x = Values(128 * 12, 1, 0.2f), y = Values(1024, 0.5f, 0.1f);
+  const Lowered view =
+      Lower(ParseGraph(R"(graph spill_view(%x: f32[128,12], %y: f32[32,32]) {
+    %a: f32[128,12] = aten.relu(%x)
+    %s: f32[64,12] = aten.slice(%a) {dim = 0, start = 32, end = 96}
+    %p: f32[32,32] = aten.tanh(%y)
+    %q: f32[32,32] = aten.exp(%y)
+    %t: f32[32,32] = aten.mul(%p, %q)
+    %u: f32[32,32] = aten.add(%t, %t)
+    %n: f32[64,12] = aten.neg(%s)
+    %o: f32[64,12] = aten.mul(%n, %s)
+    return %u, %o
+  })"),
+            SmallDevice(14));
+  EXPECT_GT(CountOf(view,
+                    [](const runtime::proto::Instruction& i) {
+                      return i.source() == "reload %a";
+                    }),
+            0);
+  const auto r =
+      runtime::Executor(SmallDevice(14))
+          .Run(view.executable,
+               {{"x", HostTensor::FromFloats(runtime::proto::F32, {128, 12}, x)},
+                {"y", HostTensor::FromFloats(runtime::proto::F32, {32, 32}, y)}});
+  std::vector<float> o;
+  for (int i = 32 * 12; i < 96 * 12; ++i) {
+    const float relu = std::max(x[i], 0.0f);
+    o.push_back(-relu * relu);
+  }
+  EXPECT_EQ(r.outputs.at("o").ToFloats(), o);
+}
+
+// A value whose only part nothing reads, and whose one reader could take
+// its producer into a fused chain: it stays, and the part with it.
+TEST(Lower, AValueWithAnUnreadPartIsNotFusedAway) {
+  const DeviceSpec device = DeviceSpec::Default();
+  const Lowered lowered = Lower(ParseGraph(R"(graph unread_part(%x: f32[4,8]) {
+    %a: f32[4,8] = aten.add(%x, %x)
+    %s: f32[8] = aten.select.int(%a) {dim = 0, index = 1}
+    %z: f32[8] = aten.zeros_like(%s)
+    %b: f32[4,8] = aten.neg(%a)
+    return %b, %z
+  })"),
+                                device);
+  const auto x = Values(32, 1, 0);
+  const auto r = runtime::Executor(device).Run(
+      lowered.executable,
+      {{"x", HostTensor::FromFloats(runtime::proto::F32, {4, 8}, x)}});
+  std::vector<float> b;
+  for (float v : x) b.push_back(-(v + v));
+  EXPECT_EQ(r.outputs.at("b").ToFloats(), b);
+  EXPECT_EQ(r.outputs.at("z").ToFloats(), std::vector<float>(8, 0.0f));
 }
 
 }  // namespace

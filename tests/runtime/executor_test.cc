@@ -355,13 +355,17 @@ TEST(Executor, AConstantBoundAsAnOutputKeepsItsBytes) {
 namespace neuron::runtime {
 namespace {
 
-// y = A x B through PSUM and a copy into S, then stored (y and t are
-// returned twice, so S and T stay in the plan's memory). `touch`: between
-// the matmul and the copy, T (S's bytes) = -A[0:4] is made and returned;
-// `reread`: after the copy, T' (S's bytes too) = -A[0:4], then z = P + P
-// reads the PSUM result again. Either keeps the result in PSUM; with
-// neither, it is computed in S's memory.
-proto::Executable MatmulThroughPsum(bool touch, bool reread) {
+// What else a plan does around a matmul result copied out of PSUM.
+enum class AroundPsum {
+  kNothing,    // the result is computed in the copy's target
+  kTouch,      // T (the target's bytes) = -A[0:4] between the matmul and the copy
+  kReread,     // after the copy, T' (the target's bytes) = -A[0:4], then z = P x P
+  kUnwritten,  // no matmul writes P: T as kTouch, then z = P x P, copy P
+};
+
+// y = A x B through PSUM (P) and a copy into S, then stored; y and t are
+// returned twice, so S and T stay in the plan's memory.
+proto::Executable MatmulThroughPsum(AroundPsum around) {
   proto::Executable e;
   e.set_format_version(kExecutableFormatVersion), e.set_name("psum");
   Buffer(e, 0, proto::HBM, 0, proto::F32, {2, 3});     // A
@@ -376,35 +380,44 @@ proto::Executable MatmulThroughPsum(bool touch, bool reread) {
   Buffer(e, 9, proto::SBUF, 192, proto::F32, {2, 2});  // z
   Buffer(e, 10, proto::HBM, 384, proto::F32, {2, 2});  // z, returned
   Buffer(e, 11, proto::SBUF, 128, proto::F32, {4});    // T': S's bytes
+  Buffer(e, 12, proto::PSUM, 64, proto::F32, {2, 2});  // z in PSUM
   std::uint32_t k = 0;
   auto dma = [&](proto::Op op, std::uint32_t from, std::uint32_t to,
                  std::uint64_t bytes) {
     auto* i = Op(e, k++, proto::DMA, op, {from}, {to}, {});
     i->set_bytes(bytes), i->set_partitions(1);
   };
+  auto unary = [&](proto::Op op, std::uint32_t from, std::uint32_t to) {
+    auto* i = Op(e, k++, proto::VECTOR, op, {from}, {to}, {});
+    i->set_elements(4), i->set_operand_count(1);
+  };
+  auto matmul = [&](std::uint32_t a, std::uint32_t b, std::uint32_t c, int inner) {
+    auto* i = Op(e, k++, proto::TENSOR, proto::OP_MATMUL, {a, b}, {c}, {});
+    i->set_m(2), i->set_k(inner), i->set_n(2);
+  };
+  auto z = [&] {
+    matmul(4, 4, 12, 2);
+    unary(proto::OP_COPY, 12, 9);
+    dma(proto::OP_STORE, 9, 10, 16);
+  };
+  std::vector<std::string> outputs = {"y", "y_again"};
   dma(proto::OP_LOAD, 0, 2, 24);
   dma(proto::OP_LOAD, 1, 3, 24);
-  auto* mm = Op(e, k++, proto::TENSOR, proto::OP_MATMUL, {2, 3}, {4}, {});
-  mm->set_m(2), mm->set_k(3), mm->set_n(2);
-  std::vector<std::string> outputs = {"y", "y_again"};
-  if (touch) {
-    Op(e, k++, proto::VECTOR, proto::OP_NEG, {2}, {6}, {})->set_elements(4);
-    e.mutable_instructions(static_cast<int>(k) - 1)->set_operand_count(1);
+  if (around != AroundPsum::kUnwritten) matmul(2, 3, 4, 3);
+  if (around == AroundPsum::kTouch || around == AroundPsum::kUnwritten) {
+    unary(proto::OP_NEG, 2, 6);
     dma(proto::OP_STORE, 6, 8, 16);
-    outputs.push_back("t");
-    outputs.push_back("t_again");
+    outputs.insert(outputs.end(), {"t", "t_again"});
   }
-  auto* copy = Op(e, k++, proto::VECTOR, proto::OP_COPY, {4}, {5}, {});
-  copy->set_elements(4), copy->set_operand_count(1);
+  if (around == AroundPsum::kUnwritten) z();
+  unary(proto::OP_COPY, 4, 5);
   dma(proto::OP_STORE, 5, 7, 16);
-  if (reread) {
-    Op(e, k++, proto::VECTOR, proto::OP_NEG, {2}, {11}, {})->set_elements(4);
-    e.mutable_instructions(static_cast<int>(k) - 1)->set_operand_count(1);
-    auto* add = Op(e, k++, proto::VECTOR, proto::OP_ADD, {4, 4}, {9}, {});
-    add->set_elements(4), add->set_operand_count(2);
-    dma(proto::OP_STORE, 9, 10, 16);
-    outputs.push_back("z");
+  if (around == AroundPsum::kReread) {
+    unary(proto::OP_NEG, 2, 11);
+    z();
   }
+  if (around == AroundPsum::kReread || around == AroundPsum::kUnwritten)
+    outputs.push_back("z");
   for (auto [name, id] : {std::pair{"A", 0u}, std::pair{"B", 1u}}) {
     auto* in = e.add_inputs();
     in->set_name(name), in->set_buffer(id);
@@ -418,24 +431,28 @@ proto::Executable MatmulThroughPsum(bool touch, bool reread) {
 
 TEST(Executor, AMatmulResultCopiedOutOfPsumKeepsItsValueWhateverElseUsesTheBytes) {
   const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {0.5f, -1, 2, 0.25f, -3, 1};
-  std::vector<float> y(4, 0.0f);
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j)
-      for (int p = 0; p < 3; ++p) y[i * 2 + j] += a[i * 3 + p] * b[p * 2 + j];
+  auto product = [](const std::vector<float>& x, const std::vector<float>& w, int inner) {
+    std::vector<float> c(4, 0.0f);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        for (int p = 0; p < inner; ++p) c[i * 2 + j] += x[i * inner + p] * w[p * 2 + j];
+    return c;
+  };
+  const std::vector<float> y = product(a, b, 3), zero(4, 0.0f);
   Executor exec(DeviceSpec::Default());
-  for (bool touch : {false, true}) {
-    for (bool reread : {false, true}) {
-      const auto r = exec.Run(MatmulThroughPsum(touch, reread),
-                              {{"A", HostTensor::FromFloats(proto::F32, {2, 3}, a)},
-                               {"B", HostTensor::FromFloats(proto::F32, {3, 2}, b)}});
-      EXPECT_EQ(r.outputs.at("y").ToFloats(), y) << touch << reread;
-      if (touch) {
-        EXPECT_EQ(r.outputs.at("t").ToFloats(), (std::vector<float>{-1, -2, -3, -4}));
-      }
-      if (reread) {
-        const std::vector<float> z = {2 * y[0], 2 * y[1], 2 * y[2], 2 * y[3]};
-        EXPECT_EQ(r.outputs.at("z").ToFloats(), z) << touch;
-      }
+  for (auto around : {AroundPsum::kNothing, AroundPsum::kTouch, AroundPsum::kReread,
+                      AroundPsum::kUnwritten}) {
+    const auto r = exec.Run(MatmulThroughPsum(around),
+                            {{"A", HostTensor::FromFloats(proto::F32, {2, 3}, a)},
+                             {"B", HostTensor::FromFloats(proto::F32, {3, 2}, b)}});
+    const int at = static_cast<int>(around);
+    const bool unwritten = around == AroundPsum::kUnwritten;
+    EXPECT_EQ(r.outputs.at("y").ToFloats(), unwritten ? zero : y) << at;
+    if (r.outputs.count("t")) {
+      EXPECT_EQ(r.outputs.at("t").ToFloats(), (std::vector<float>{-1, -2, -3, -4})) << at;
+    }
+    if (r.outputs.count("z")) {
+      EXPECT_EQ(r.outputs.at("z").ToFloats(), unwritten ? zero : product(y, y, 2)) << at;
     }
   }
 }

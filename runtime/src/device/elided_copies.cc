@@ -142,6 +142,11 @@ class Uses {
       members_;  // root -> group
 };
 
+template <typename Ids>
+bool Has(const Ids& ids, std::uint32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 class Planner {
  public:
   Planner(const proto::Executable& e, const std::unordered_set<std::uint32_t>& direct)
@@ -250,8 +255,11 @@ class Planner {
       return;
     const std::vector<int>& users = uses_.users(source);
     const int first = users.front();
-    if (first < 0 || users.back() != k ||
-        WrittenBytes(e_.instructions(first), p) != static_cast<std::int64_t>(p.bytes()))
+    if (s.space() != proto::SBUF || first < 0 || users.back() != k) return;
+    const auto& head = e_.instructions(first);  // a matmul writing the result whole
+    if (head.op() != proto::OP_MATMUL || !Has(head.outputs(), source) ||
+        Has(head.inputs(), source) ||
+        WrittenBytes(head, p) != static_cast<std::int64_t>(p.bytes()))
       return;
     for (int u : users) {
       if (u != k && e_.instructions(u).op() != proto::OP_MATMUL) return;

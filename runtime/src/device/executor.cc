@@ -268,7 +268,9 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
     std::vector<FloatIn> args;  // this sub-op's operands
     for (auto id : sub.inputs()) {
       if (id == kFusedPrevious) {
-        args.push_back({value.data(), started ? n : 0, {}});
+        NEURON_CHECK(started, what, ": fused op ", DeviceOpName(sub.op()),
+                     " reads the chain's value before an op made it");
+        args.push_back({value.data(), n, {}});
       } else {
         const FloatIn& o = operand(id);
         args.push_back({o.data, o.size, {}});
@@ -952,8 +954,8 @@ void BindInputs(const proto::Executable& e, const std::map<std::string, HostView
 // An own output's block (elided_copies.h), by buffer id.
 using Blocks = std::unordered_map<std::uint32_t, HostBytes>;
 
-// Gives each own output its block, zero as fresh memory, and places every
-// moved buffer in its home.
+// Gives each own output its block (unset: the run zeroes what it reads or
+// returns unwritten) and places every moved buffer in its home.
 Blocks PlaceElided(const detail::Elisions& elided,
                    std::unordered_map<std::uint32_t, Placed>& placed) {
   Blocks blocks;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace neuron::runtime::detail {
 namespace {
@@ -17,74 +18,59 @@ inline void CopyBlock(const std::uint8_t* in, std::uint8_t* out, std::size_t byt
   for (std::size_t b = 0; b < bytes; b += 64) std::memcpy(out + b, in + b, 64);
 }
 
-// `run` elements of `Width` bytes, `in_step` and `out_step` elements apart.
-template <std::size_t Width>
-void CopyRunOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t run,
-               std::int64_t in_step, std::int64_t out_step) {
-  for (std::int64_t e = 0; e < run; ++e) {
-    std::memcpy(out + e * out_step * Width, in + e * in_step * Width, Width);
-  }
-}
-
-void CopyRun(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
-             std::int64_t run, std::int64_t in_step, std::int64_t out_step) {
+// Calls f(std::integral_constant<std::size_t, W>()) for a width W of 1, 2,
+// 4 or 8 bytes, so f copies fixed-size elements; false for other widths.
+template <typename F>
+bool ByWidth(std::size_t width, F f) {
   switch (width) {
     case 1:
-      return CopyRunOf<1>(in, out, run, in_step, out_step);
+      return f(std::integral_constant<std::size_t, 1>()), true;
     case 2:
-      return CopyRunOf<2>(in, out, run, in_step, out_step);
+      return f(std::integral_constant<std::size_t, 2>()), true;
     case 4:
-      return CopyRunOf<4>(in, out, run, in_step, out_step);
+      return f(std::integral_constant<std::size_t, 4>()), true;
     case 8:
-      return CopyRunOf<8>(in, out, run, in_step, out_step);
-    default:
-      for (std::int64_t e = 0; e < run; ++e) {
-        std::memcpy(out + e * out_step * width, in + e * in_step * width, width);
-      }
-  }
-}
-
-// rows x run elements of `Width` bytes, input element (r, c) at
-// c * in_step + r (the input is contiguous down the rows: a transpose) and
-// output element at r * out_row + c; in square tiles, so the lines read
-// and written stay in cache while a tile is copied.
-template <std::size_t Width>
-void TransposeOf(const std::uint8_t* in, std::uint8_t* out, std::int64_t rows,
-                 std::int64_t run, std::int64_t in_step, std::int64_t out_row) {
-  constexpr std::int64_t kTile = 16;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const std::int64_t r1 = std::min(rows, r0 + kTile);
-    for (std::int64_t c0 = 0; c0 < run; c0 += kTile) {
-      const std::int64_t c1 = std::min(run, c0 + kTile);
-      for (std::int64_t c = c0; c < c1; ++c) {
-        const std::uint8_t* from = in + (c * in_step + r0) * Width;
-        std::uint8_t* to = out + (r0 * out_row + c) * Width;
-        for (std::int64_t r = r0; r < r1; ++r, from += Width, to += out_row * Width) {
-          std::memcpy(to, from, Width);
-        }
-      }
-    }
-  }
-}
-
-// TransposeOf for elements of `width` bytes; false for widths it has no
-// copy of.
-bool Transpose(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
-               std::int64_t rows, std::int64_t run, std::int64_t in_step,
-               std::int64_t out_row) {
-  switch (width) {
-    case 2:
-      TransposeOf<2>(in, out, rows, run, in_step, out_row);
-      return true;
-    case 4:
-      TransposeOf<4>(in, out, rows, run, in_step, out_row);
-      return true;
-    case 8:
-      TransposeOf<8>(in, out, rows, run, in_step, out_row);
-      return true;
+      return f(std::integral_constant<std::size_t, 8>()), true;
     default:
       return false;
   }
+}
+
+// `run` elements of `width` bytes, `in_step` and `out_step` elements apart.
+void CopyRun(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+             std::int64_t run, std::int64_t in_step, std::int64_t out_step) {
+  const bool fixed = ByWidth(width, [&](auto w) {
+    for (std::int64_t e = 0; e < run; ++e)
+      std::memcpy(out + e * out_step * w, in + e * in_step * w, w);
+  });
+  if (fixed) return;
+  for (std::int64_t e = 0; e < run; ++e)
+    std::memcpy(out + e * out_step * width, in + e * in_step * width, width);
+}
+
+// rows x run elements of `width` bytes, input element (r, c) at
+// c * in_step + r (the input is contiguous down the rows: a transpose) and
+// output element at r * out_row + c; in square tiles, so the lines read
+// and written stay in cache while a tile is copied. False for widths
+// ByWidth has no copy of.
+bool Transpose(const std::uint8_t* in, std::uint8_t* out, std::size_t width,
+               std::int64_t rows, std::int64_t run, std::int64_t in_step,
+               std::int64_t out_row) {
+  constexpr std::int64_t kTile = 16;
+  return ByWidth(width, [&](auto w) {
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const std::int64_t r1 = std::min(rows, r0 + kTile);
+      for (std::int64_t c0 = 0; c0 < run; c0 += kTile) {
+        const std::int64_t c1 = std::min(run, c0 + kTile);
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const std::uint8_t* from = in + (c * in_step + r0) * w;
+          std::uint8_t* to = out + (r0 * out_row + c) * w;
+          for (std::int64_t r = r0; r < r1; ++r, from += w, to += out_row * w)
+            std::memcpy(to, from, w);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 //   Erf: the rational approximation Eigen and XLA use for float32 (an odd
 //        polynomial of degree 13 over an even one of degree 8, the input
 //        clamped to [-4, 4], beyond which erf is +-1 in float), within
-//        3.7e-7 of erf (A&S 7.1.26, which PyTorch's vectorized kernels
-//        use, is within 1.5e-7); no exponential, so half A&S's work.
+//        3.7e-7 of erf, with no exponential (Abramowitz & Stegun 7.1.26,
+//        PyTorch's vectorized form, is within 1.5e-7 but takes one).
 //
 // Every element goes through the same lanes code, the tail included (Map
 // pads it), so a result does not depend on an element's position.

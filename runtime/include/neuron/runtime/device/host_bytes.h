@@ -1,8 +1,8 @@
 // HostBytes: a tensor's bytes on the host, as std::vector<std::uint8_t>
 // but growing without zero-filling, as `new std::uint8_t[n]` would. The
 // executor writes, or zeroes, every byte of a result it hands back
-// (unwritten_reads.h), so a fill before that would be wasted work: for a
-// GPT block's gradients, about 1 ms of a 28 ms step.
+// (unwritten_reads.h), so a fill before that would be a wasted pass over
+// every result.
 //
 //   HostBytes b(n);                  // n bytes, unset
 //   HostBytes z(n, 0);               // n zero bytes
