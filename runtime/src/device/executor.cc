@@ -29,6 +29,22 @@ struct Placed {
   }
 };
 
+// Each buffer's place for one run: the plan's buffers in order, found by
+// id through the prepared plan's index.
+class Placement {
+ public:
+  Placement(const std::unordered_map<std::uint32_t, std::size_t>& index,
+            std::vector<Placed> places)
+      : index_(index), places_(std::move(places)) {}
+  Placed& at(std::uint32_t id) { return places_[index_.at(id)]; }
+  const Placed& at(std::uint32_t id) const { return places_[index_.at(id)]; }
+  const Placed& operator[](std::size_t position) const { return places_[position]; }
+
+ private:
+  const std::unordered_map<std::uint32_t, std::size_t>& index_;
+  std::vector<Placed> places_;
+};
+
 // "executable 'name': instruction 7 (matmul)", written only into the
 // message of an error (NEURON_CHECK formats its message when it fails).
 struct What {
@@ -927,7 +943,7 @@ std::unordered_set<std::uint32_t> ReadInPlace(const proto::Executable& e) {
 // holds them, the others copied into the plan's memory.
 void BindInputs(const proto::Executable& e, const std::map<std::string, HostView>& inputs,
                 const std::unordered_set<std::uint32_t>& direct, const std::string& where,
-                std::unordered_map<std::uint32_t, Placed>& placed) {
+                Placement& placed) {
   std::size_t bound = 0;
   for (const auto& binding : e.inputs()) {
     auto it = inputs.find(binding.name());
@@ -956,8 +972,7 @@ using Blocks = std::unordered_map<std::uint32_t, HostBytes>;
 
 // Gives each own output its block (unset: the run zeroes what it reads or
 // returns unwritten) and places every moved buffer in its home.
-Blocks PlaceElided(const detail::Elisions& elided,
-                   std::unordered_map<std::uint32_t, Placed>& placed) {
+Blocks PlaceElided(const detail::Elisions& elided, Placement& placed) {
   Blocks blocks;
   for (auto id : elided.own_outputs) blocks[id].resize(placed.at(id).buffer->bytes());
   for (const auto& m : elided.moved) {
@@ -970,9 +985,8 @@ Blocks PlaceElided(const detail::Elisions& elided,
 }
 
 // The plan's results: own outputs' blocks handed over, the others copied.
-std::map<std::string, HostTensor> TakeOutputs(
-    const proto::Executable& e, const std::unordered_map<std::uint32_t, Placed>& placed,
-    Blocks& blocks) {
+std::map<std::string, HostTensor> TakeOutputs(const proto::Executable& e,
+                                              const Placement& placed, Blocks& blocks) {
   std::map<std::string, HostTensor> outputs;
   for (const auto& binding : e.outputs()) {
     const Placed& p = placed.at(binding.buffer());
@@ -1009,6 +1023,8 @@ std::map<std::string, HostTensor> Executor::Compute(
 
 namespace detail {
 struct PlanFacts {
+  std::unordered_map<std::uint32_t, std::size_t> index;  // buffer id -> its position
+  std::vector<std::vector<std::size_t>> reads, writes;   // per instruction: positions
   std::map<int, std::uint64_t> extent;  // host bytes each space's arena needs
   std::uint64_t allocated = 0, reserved = 0;
   std::unordered_set<std::uint32_t> direct;  // ReadInPlace
@@ -1019,6 +1035,22 @@ struct PlanFacts {
 
 PreparedPlan Executor::Prepare(const proto::Executable& e) {
   auto facts = std::make_shared<detail::PlanFacts>();
+  for (int k = 0; k < e.buffers_size(); ++k)
+    facts->index[e.buffers(k).id()] = static_cast<std::size_t>(k);
+  auto positions = [&](const auto& ids, int k) {
+    std::vector<std::size_t> out;
+    for (auto id : ids) {
+      auto it = facts->index.find(id);
+      NEURON_CHECK(it != facts->index.end(), "executable '", e.name(), "': instruction ",
+                   k, " uses buffer ", id, ", which the plan does not have");
+      out.push_back(it->second);
+    }
+    return out;
+  };
+  for (int k = 0; k < e.instructions_size(); ++k) {
+    facts->reads.push_back(positions(e.instructions(k).inputs(), k));
+    facts->writes.push_back(positions(e.instructions(k).outputs(), k));
+  }
   for (const auto& b : e.buffers()) {
     facts->extent[b.space()] =
         std::max<std::uint64_t>(facts->extent[b.space()], b.offset() + b.bytes());
@@ -1045,9 +1077,11 @@ std::map<std::string, HostTensor> Executor::Compute(
   // Buffers may share memory (the planner reuses offsets), so the counters
   // see at most what is reserved.
   MemoryHold hold(memory_, facts.reserved, std::min(facts.allocated, facts.reserved));
-  std::unordered_map<std::uint32_t, Placed> placed;
+  std::vector<Placed> places;
+  places.reserve(static_cast<std::size_t>(e.buffers_size()));
   for (const auto& b : e.buffers())
-    placed[b.id()] = {&b, arena[b.space()].data() + b.offset()};
+    places.push_back({&b, arena[b.space()].data() + b.offset()});
+  Placement placed(facts.index, std::move(places));
 
   for (const auto& c : e.constants()) {
     const Placed& p = placed.at(c.buffer());
@@ -1066,10 +1100,12 @@ std::map<std::string, HostTensor> Executor::Compute(
                              : blocks.at(static_cast<std::uint32_t>(r.block)).data();
     std::memset(base + r.begin, 0, r.end - r.begin);
   }
-  for (const auto& i : e.instructions()) {
-    std::vector<Placed> in, out;
-    for (auto b : i.inputs()) in.push_back(placed.at(b));
-    for (auto b : i.outputs()) out.push_back(placed.at(b));
+  std::vector<Placed> in, out;
+  for (int k = 0; k < e.instructions_size(); ++k) {
+    const proto::Instruction& i = e.instructions(k);
+    in.clear(), out.clear();
+    for (auto b : facts.reads[static_cast<std::size_t>(k)]) in.push_back(placed[b]);
+    for (auto b : facts.writes[static_cast<std::size_t>(k)]) out.push_back(placed[b]);
     RunnerFor(i)(i, in, out, What{e, i});
   }
 
