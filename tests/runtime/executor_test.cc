@@ -361,6 +361,8 @@ enum class AroundPsum {
   kTouch,      // T (the target's bytes) = -A[0:4] between the matmul and the copy
   kReread,     // after the copy, T' (the target's bytes) = -A[0:4], then z = P x P
   kUnwritten,  // no matmul writes P: T as kTouch, then z = P x P, copy P
+  kBias,       // not a copy: S = P + bias
+  kBiasInS,    // S = P + (-bias), the negated bias made in S's bytes before the matmul
 };
 
 // y = A x B through PSUM (P) and a copy into S, then stored; y and t are
@@ -381,6 +383,9 @@ proto::Executable MatmulThroughPsum(AroundPsum around) {
   Buffer(e, 10, proto::HBM, 384, proto::F32, {2, 2});  // z, returned
   Buffer(e, 11, proto::SBUF, 128, proto::F32, {4});    // T': S's bytes
   Buffer(e, 12, proto::PSUM, 64, proto::F32, {2, 2});  // z in PSUM
+  Buffer(e, 13, proto::HBM, 448, proto::F32, {2});     // bias
+  Buffer(e, 14, proto::SBUF, 224, proto::F32, {2});    // bias, loaded
+  Buffer(e, 15, proto::SBUF, 136, proto::F32, {2});    // -bias, in S's bytes
   std::uint32_t k = 0;
   auto dma = [&](proto::Op op, std::uint32_t from, std::uint32_t to,
                  std::uint64_t bytes) {
@@ -401,8 +406,15 @@ proto::Executable MatmulThroughPsum(AroundPsum around) {
     dma(proto::OP_STORE, 9, 10, 16);
   };
   std::vector<std::string> outputs = {"y", "y_again"};
+  const bool bias = around == AroundPsum::kBias || around == AroundPsum::kBiasInS;
+  const std::uint32_t bias_at = around == AroundPsum::kBias ? 14 : 15;
   dma(proto::OP_LOAD, 0, 2, 24);
   dma(proto::OP_LOAD, 1, 3, 24);
+  if (bias) dma(proto::OP_LOAD, 13, 14, 8);
+  if (around == AroundPsum::kBiasInS) {
+    auto* neg = Op(e, k++, proto::VECTOR, proto::OP_NEG, {14}, {15}, {});
+    neg->set_elements(2), neg->set_operand_count(1);
+  }
   if (around != AroundPsum::kUnwritten) matmul(2, 3, 4, 3);
   if (around == AroundPsum::kTouch || around == AroundPsum::kUnwritten) {
     unary(proto::OP_NEG, 2, 6);
@@ -410,7 +422,12 @@ proto::Executable MatmulThroughPsum(AroundPsum around) {
     outputs.insert(outputs.end(), {"t", "t_again"});
   }
   if (around == AroundPsum::kUnwritten) z();
-  unary(proto::OP_COPY, 4, 5);
+  if (bias) {
+    auto* add = Op(e, k++, proto::VECTOR, proto::OP_ADD, {4, bias_at}, {5}, {});
+    add->set_elements(4), add->set_operand_count(2);
+  } else {
+    unary(proto::OP_COPY, 4, 5);
+  }
   dma(proto::OP_STORE, 5, 7, 16);
   if (around == AroundPsum::kReread) {
     unary(proto::OP_NEG, 2, 11);
@@ -418,7 +435,9 @@ proto::Executable MatmulThroughPsum(AroundPsum around) {
   }
   if (around == AroundPsum::kReread || around == AroundPsum::kUnwritten)
     outputs.push_back("z");
-  for (auto [name, id] : {std::pair{"A", 0u}, std::pair{"B", 1u}}) {
+  for (auto [name, id] :
+       {std::pair{"A", 0u}, std::pair{"B", 1u}, std::pair{"bias", 13u}}) {
+    if (id == 13 && !bias) break;
     auto* in = e.add_inputs();
     in->set_name(name), in->set_buffer(id);
   }
@@ -438,16 +457,26 @@ TEST(Executor, AMatmulResultCopiedOutOfPsumKeepsItsValueWhateverElseUsesTheBytes
         for (int p = 0; p < inner; ++p) c[i * 2 + j] += x[i * inner + p] * w[p * 2 + j];
     return c;
   };
-  const std::vector<float> y = product(a, b, 3), zero(4, 0.0f);
+  const std::vector<float> y = product(a, b, 3), zero(4, 0.0f), bias = {10, 20};
+  std::vector<float> y_bias = y, y_less = y;
+  for (int i = 0; i < 4; ++i) y_bias[i] += bias[i % 2], y_less[i] -= bias[i % 2];
   Executor exec(DeviceSpec::Default());
   for (auto around : {AroundPsum::kNothing, AroundPsum::kTouch, AroundPsum::kReread,
-                      AroundPsum::kUnwritten}) {
-    const auto r = exec.Run(MatmulThroughPsum(around),
-                            {{"A", HostTensor::FromFloats(proto::F32, {2, 3}, a)},
-                             {"B", HostTensor::FromFloats(proto::F32, {3, 2}, b)}});
+                      AroundPsum::kUnwritten, AroundPsum::kBias, AroundPsum::kBiasInS}) {
+    std::map<std::string, HostTensor> inputs = {
+        {"A", HostTensor::FromFloats(proto::F32, {2, 3}, a)},
+        {"B", HostTensor::FromFloats(proto::F32, {3, 2}, b)}};
+    const bool added = around == AroundPsum::kBias || around == AroundPsum::kBiasInS;
+    if (added) inputs["bias"] = HostTensor::FromFloats(proto::F32, {2}, bias);
+    const auto r = exec.Run(MatmulThroughPsum(around), inputs);
     const int at = static_cast<int>(around);
     const bool unwritten = around == AroundPsum::kUnwritten;
-    EXPECT_EQ(r.outputs.at("y").ToFloats(), unwritten ? zero : y) << at;
+    const bool less = around == AroundPsum::kBiasInS;
+    EXPECT_EQ(r.outputs.at("y").ToFloats(), unwritten ? zero
+                                            : less    ? y_less
+                                            : added   ? y_bias
+                                                      : y)
+        << at;
     if (r.outputs.count("t")) {
       EXPECT_EQ(r.outputs.at("t").ToFloats(), (std::vector<float>{-1, -2, -3, -4})) << at;
     }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
+#include "neuron/runtime/device/device_ops.h"
 #include "unwritten_reads.h"
 
 namespace neuron::runtime::detail {
@@ -164,7 +166,9 @@ class Planner {
     // before the results forwarded into it.
     for (int k = 0; k < e_.instructions_size(); ++k) {
       const auto& i = e_.instructions(k);
-      if (i.op() == proto::OP_COPY && i.inputs_size() == 1 && i.outputs_size() == 1)
+      const DeviceOp* op = FindDeviceOp(i.op());
+      if (op != nullptr && std::string_view(op->kernel) == "Elementwise" &&
+          i.inputs_size() >= 1 && i.outputs_size() == 1)
         FromPsum(i, k);
     }
     return std::move(out_);
@@ -240,11 +244,13 @@ class Planner {
     if (QuietUntil(target, k)) Move(target, source, 0, k);
   }
 
-  // copy k: a matmul result in PSUM -> an SBUF buffer, float32 and whole
-  // on both sides. When the result's value group is itself alone, it is
-  // used by its matmuls (the first writing it whole) and the copy only,
-  // and from the first matmul to the copy nothing touches the target's
-  // bytes, the matmuls write the target's memory and the copy is a no-op.
+  // elementwise op k (a copy, or a bias added as the result leaves PSUM):
+  // a matmul result in PSUM, its first operand, -> an SBUF buffer, float32
+  // and whole on both sides. When the result's value group is itself
+  // alone, it is used by its matmuls (the first writing it whole) and op k
+  // only, and from the first matmul on nothing else touches the target's
+  // bytes (op k's other operand included), the matmuls write the target's
+  // memory: a copy is then a no-op, another op runs in place.
   void FromPsum(const proto::Instruction& i, int k) {
     const std::uint32_t source = i.inputs(0), target = i.outputs(0);
     const proto::Buffer &p = uses_.buffer(source), &s = uses_.buffer(target);
@@ -264,16 +270,21 @@ class Planner {
     for (int u : users) {
       if (u != k && e_.instructions(u).op() != proto::OP_MATMUL) return;
     }
+    auto apart = [&](std::uint32_t id) {
+      const proto::Buffer& b = uses_.buffer(id);
+      return b.space() != s.space() || b.offset() >= s.offset() + s.bytes() ||
+             s.offset() >= b.offset() + b.bytes();
+    };
     for (int u = first; u < k; ++u) {
       const auto& between = e_.instructions(u);
       for (const auto* ids : {&between.inputs(), &between.outputs()}) {
         for (auto id : *ids) {
-          const proto::Buffer& b = uses_.buffer(id);
-          if (b.space() == s.space() && b.offset() < s.offset() + s.bytes() &&
-              s.offset() < b.offset() + b.bytes())
-            return;
+          if (!apart(id)) return;
         }
       }
+    }
+    for (int n = 1; n < i.inputs_size(); ++n) {
+      if (i.inputs(n) == source || !apart(i.inputs(n))) return;
     }
     Move(source, target, 0, k);
   }
