@@ -308,6 +308,60 @@ TEST(Lower, ContiguousViewsAreTheirInputsBytes) {
   EXPECT_EQ(r.outputs.at("u_1").ToFloats(), u1);
 }
 
+// A scale, a masked_fill (its mask repeating over the batch) and an exp
+// become one fused instruction, with the unfused reference's numbers; a
+// mask that is not BOOL or U8 is refused naming the buffer.
+TEST(Lower, AMaskedFillFusesWithItsNeighbours) {
+  const proto::Graph g = ParseGraph(
+      R"(graph masked(%x: f32[2,3,3], %mask: bool[3,3]) {
+    %d: f32[2,3,3] = aten.div(%x) {other = 2.0}
+    %m: f32[2,3,3] = aten.masked_fill.Scalar(%d, %mask) {value = -5.0}
+    %e: f32[2,3,3] = aten.exp(%m)
+    return %e
+  })");
+  const DeviceSpec device = DeviceSpec::Default();
+  const Lowered lowered = Lower(g, device);
+  int fused = 0, fused_ops = 0, alone = 0;
+  for (const auto& i : lowered.executable.instructions()) {
+    if (i.op() == runtime::proto::OP_FUSED) ++fused, fused_ops += i.fused_size();
+    if (i.op() == runtime::proto::OP_MASKED_FILL) ++alone;
+  }
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(fused_ops, 3);
+  EXPECT_EQ(alone, 0);
+  const auto x = Values(18, 1, 0);
+  HostTensor mask;
+  mask.dtype = runtime::proto::BOOL, mask.shape = {3, 3};
+  mask.data = {0, 1, 1, 0, 0, 1, 0, 0, 0};
+  const auto r = runtime::Executor(device).Run(
+      lowered.executable,
+      {{"x", HostTensor::FromFloats(runtime::proto::F32, {2, 3, 3}, x)}, {"mask", mask}});
+  std::vector<float> e(18);
+  for (int k = 0; k < 18; ++k) e[k] = std::exp(mask.data[k % 9] ? -5.0f : x[k] / 2.0f);
+  ExpectAllClose(r.outputs.at("e").ToFloats(), e, "masked");
+  // The same plan with a float32 mask.
+  runtime::proto::Executable bad = lowered.executable;
+  std::string mask_name;
+  for (auto& b : *bad.mutable_buffers()) {
+    if (b.dtype() == runtime::proto::BOOL) {
+      b.set_dtype(runtime::proto::F32), b.set_bytes(36), mask_name = b.name();
+    }
+  }
+  HostTensor float_mask =
+      HostTensor::FromFloats(runtime::proto::F32, {3, 3}, std::vector<float>(9, 1.0f));
+  std::string error = "no error";
+  try {
+    runtime::Executor(device).Run(
+        bad, {{"x", HostTensor::FromFloats(runtime::proto::F32, {2, 3, 3}, x)},
+              {"mask", float_mask}});
+  } catch (const InvalidUsage& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("buffer " + mask_name + " is F32, not a BOOL or U8 mask"),
+            std::string::npos)
+      << error;
+}
+
 // A matmul's epilogue (bias, activation, a residual and a scale) and a view
 // in between: the view costs nothing (the same bytes), the chain becomes one
 // fused instruction whose intermediates never take SBUF, with the numbers

@@ -191,14 +191,21 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
 }
 
 // A float operand of an op over `n` elements: all of them, or fewer that
-// repeat (a bias); InvalidUsage names the buffer otherwise.
-std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what) {
-  NEURON_CHECK(kernels::IsFloat(p.buffer->dtype()), what, ": buffer ", p.buffer->name(),
-               " is ", proto::ElementType_Name(p.buffer->dtype()), ", not float");
+// repeat (a bias); with `mask`, a BOOL or U8 mask as 1 where set, else 0.
+// InvalidUsage names the buffer otherwise.
+std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what,
+                                bool mask = false) {
+  const proto::ElementType type = p.buffer->dtype();
+  NEURON_CHECK(mask ? type == proto::BOOL || type == proto::U8 : kernels::IsFloat(type),
+               what, ": buffer ", p.buffer->name(), " is ", proto::ElementType_Name(type),
+               mask ? ", not a BOOL or U8 mask" : ", not float");
   const std::size_t m = std::min(p.elements(), n);
   NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
                p.elements(), " elements does not repeat over ", n);
-  return kernels::ToFloat(p.data, p.buffer->dtype(), m);
+  if (!mask) return kernels::ToFloat(p.data, type, m);
+  std::vector<float> set(m);
+  for (std::size_t e = 0; e < m; ++e) set[e] = p.data[e] != 0 ? 1.0f : 0.0f;
+  return set;
 }
 
 // A float operand read in place: the buffer's own memory when it holds
@@ -210,9 +217,10 @@ struct FloatIn {
 };
 
 // FloatOperand's elements, without a copy when they are float32 already.
-FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what) {
+FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what,
+                       bool mask = false) {
   FloatIn r;
-  if (p.buffer->dtype() == proto::F32) {
+  if (!mask && p.buffer->dtype() == proto::F32) {
     const std::size_t m = std::min(p.elements(), n);
     NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
                  p.elements(), " elements does not repeat over ", n);
@@ -220,7 +228,7 @@ FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what) {
     r.size = m;
     return r;
   }
-  r.copy = FloatOperand(p, n, what);
+  r.copy = FloatOperand(p, n, what, mask);
   r.data = r.copy.data();
   r.size = r.copy.size();
   return r;
@@ -268,9 +276,18 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
   NEURON_CHECK(out[0].elements() >= n, what, ": ", n, " elements into ",
                out[0].elements());
   if (n == 0) return;
+  std::unordered_set<std::uint32_t> masks;  // the masks of masked_fill sub-ops
+  for (const auto& sub : i.fused()) {
+    if (sub.op() == proto::OP_MASKED_FILL && sub.inputs_size() == 2)
+      masks.insert(sub.inputs(1));
+  }
   std::vector<FloatIn> operands;  // each input once, in place when float32
   operands.reserve(in.size());
-  for (const Placed& p : in) operands.push_back(FloatOperandIn(p, n, what));
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const bool mask =
+        masks.count(static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))));
+    operands.push_back(FloatOperandIn(in[k], n, what, mask));
+  }
   auto operand = [&](std::uint32_t id) -> const FloatIn& {
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id)
@@ -626,46 +643,6 @@ void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
   kernels::FromFloat(sum, out[0].buffer->dtype(), out[0].data);
 }
 
-// masked_fill: the scalar where the mask (bool or uint8, repeating) is set.
-void RunMaskedFill(const proto::Instruction& i, const std::vector<Placed>& in,
-                   const std::vector<Placed>& out, const What& what) {
-  NEURON_CHECK(in.size() == 2 && out.size() == 1, what,
-               ": masked_fill reads a tensor and a mask, writes one");
-  const auto mask_type = in[1].buffer->dtype();
-  NEURON_CHECK(mask_type == proto::BOOL || mask_type == proto::U8, what, ": the mask is ",
-               proto::ElementType_Name(mask_type), ", not BOOL or U8");
-  NEURON_CHECK(kernels::IsFloat(in[0].buffer->dtype()) &&
-                   in[0].buffer->dtype() == out[0].buffer->dtype(),
-               what, ": masked_fill of ", proto::ElementType_Name(in[0].buffer->dtype()),
-               " into ", proto::ElementType_Name(out[0].buffer->dtype()));
-  const std::size_t n = static_cast<std::size_t>(i.elements());
-  const std::size_t nm = std::min(in[1].elements(), n);
-  NEURON_CHECK(in[0].elements() >= n && out[0].elements() >= n && nm > 0 && n % nm == 0,
-               what, ": a mask of ", in[1].elements(), " elements over ", n);
-  const float fill = static_cast<float>(i.scalar());
-  // The mask repeats every nm elements: blocks of nm, no index arithmetic
-  // per element. `from` and `to` are the same or apart.
-  auto apply = [&](const float* from, float* to) {
-    const std::uint8_t* mask = in[1].data;
-    for (std::size_t base = 0; base < n; base += nm) {
-      const float* x = from + base;
-      float* y = to + base;
-      for (std::size_t e = 0; e < nm; ++e) y[e] = mask[e] != 0 ? fill : x[e];
-    }
-  };
-  const std::size_t bytes = n * sizeof(float);
-  if (in[0].buffer->dtype() == proto::F32 &&
-      !Overlap(in[1].data, nm, out[0].data, bytes) &&
-      (in[0].data == out[0].data || !Overlap(in[0].data, bytes, out[0].data, bytes))) {
-    apply(reinterpret_cast<const float*>(in[0].data),
-          reinterpret_cast<float*>(out[0].data));
-    return;
-  }
-  std::vector<float> values = kernels::ToFloat(in[0].data, in[0].buffer->dtype(), n);
-  apply(values.data(), values.data());
-  kernels::FromFloat(values, out[0].buffer->dtype(), out[0].data);
-}
-
 // layer_norm_rows (x, w, b -> y, mean, rstd) and layer_norm_backward_rows
 // (g, x, mean, rstd, w -> gx, gw, gb) over [m, n].
 void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
@@ -815,7 +792,7 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
       in[0].buffer->dtype() == out[0].buffer->dtype())
     return;
   FloatIn a = FloatOperandIn(in[0], n, what), b;
-  if (in.size() == 2) b = FloatOperandIn(in[1], n, what);
+  if (in.size() == 2) b = FloatOperandIn(in[1], n, what, i.op() == proto::OP_MASKED_FILL);
   // Written in place when the output is float32 and is `a` itself or apart
   // from both operands; else through a float32 result.
   const bool direct =

@@ -182,6 +182,10 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
       return g * (0.5f * (1 + t) + 0.5f * x * (1 - t * t) * c * (1 + 3 * k * x * x));
     });
   }
+  if (op == proto::OP_MASKED_FILL) {  // b: the mask, 1 where set
+    const float fill = static_cast<float>(scalar);
+    return apply([fill](float x, float m) { return m != 0 ? fill : x; });
+  }
   if (op == proto::OP_THRESHOLD_BACKWARD) {  // a: the gradient, b: the forward input
     const float t = static_cast<float>(scalar);
     return apply([t](float g, float x) { return x > t ? g : 0.0f; });

@@ -67,7 +67,7 @@
   X(COMPARE_GT, Select, 0, 0)                  \
   X(COMPARE_GE, Select, 0, 0)                  \
   X(WHERE, Select, 0, 0)                       \
-  X(MASKED_FILL, MaskedFill, 0, 0)             \
+  X(MASKED_FILL, Elementwise, 2, 0)            \
   X(FILL, Sequence, 0, 0)                      \
   X(IOTA, Sequence, 0, 0)                      \
   X(STRIDED_COPY, StridedCopy, 0, 1)           \
