@@ -92,6 +92,35 @@ NEURON_LANES_INLINE V Erf(V x) {
   return e < -1.0f ? Splat(-1.0f) : e;
 }
 
+// A lane's partner `half` lanes away, folded in, four times: the lanes'
+// sum or largest in 4 dependent steps instead of 15.
+static_assert(kLanes == 16, "the shuffles below");
+#define NEURON_LANES_FOLD(v, op)                                               \
+  v = op(v, __builtin_shuffle(                                                 \
+                v, VI{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7})); \
+  v = op(v, __builtin_shuffle(                                                 \
+                v, VI{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11})); \
+  v = op(v, __builtin_shuffle(                                                 \
+                v, VI{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13})); \
+  v = op(v,                                                                    \
+         __builtin_shuffle(v, VI{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}))
+
+NEURON_LANES_INLINE V LanesAdd(V a, V b) { return a + b; }
+NEURON_LANES_INLINE V LanesMax(V a, V b) { return a > b ? a : b; }
+
+// The sum of v's lanes.
+NEURON_LANES_INLINE float HorizontalSum(V v) {
+  NEURON_LANES_FOLD(v, LanesAdd);
+  return v[0];
+}
+
+// The largest of v's lanes (none NaN).
+NEURON_LANES_INLINE float HorizontalMax(V v) {
+  NEURON_LANES_FOLD(v, LanesMax);
+  return v[0];
+}
+#undef NEURON_LANES_FOLD
+
 // out[i] = f(a[i]) for i < n, kLanes at a time.
 template <typename F>
 NEURON_LANES_INLINE void Map(const float* a, float* out, std::size_t n, F f) {
@@ -138,8 +167,7 @@ NEURON_LANES_INLINE float Sum(const float* a, std::size_t n) {
     std::memcpy(&v, a + i, sizeof(v));
     s += v;
   }
-  float total = 0;
-  for (std::size_t k = 0; k < kLanes; ++k) total += s[k];
+  float total = HorizontalSum(s);
   for (; i < n; ++i) total += a[i];
   return total;
 }
@@ -164,9 +192,7 @@ NEURON_LANES_INLINE float SumOf2(const float* a, const float* b, std::size_t n, 
     std::memcpy(&v, b + i, (n - i) * sizeof(float));
     s += lane < static_cast<std::int32_t>(n - i) ? f(u, v) : Splat(0.0f);
   }
-  float total = 0;
-  for (std::size_t k = 0; k < kLanes; ++k) total += s[k];
-  return total;
+  return HorizontalSum(s);
 }
 
 // The largest of a[0..n) (n > 0), NaNs skipped; -inf when every one is NaN.
@@ -178,8 +204,7 @@ NEURON_LANES_INLINE float Max(const float* a, std::size_t n) {
     std::memcpy(&v, a + i, sizeof(v));
     m = v > m ? v : m;
   }
-  float best = m[0];
-  for (std::size_t k = 1; k < kLanes; ++k) best = m[k] > best ? m[k] : best;
+  float best = HorizontalMax(m);
   for (; i < n; ++i) best = a[i] > best ? a[i] : best;
   return best;
 }
