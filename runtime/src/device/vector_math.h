@@ -37,7 +37,8 @@ typedef std::int32_t VI __attribute__((vector_size(kLanes * sizeof(float))));
 // FMA), the best the CPU has chosen at load time: 16 lanes are then one
 // register or two.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define NEURON_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define NEURON_KERNEL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define NEURON_KERNEL_CLONES
 #endif
@@ -92,34 +93,30 @@ NEURON_LANES_INLINE V Erf(V x) {
   return e < -1.0f ? Splat(-1.0f) : e;
 }
 
-// A lane's partner `half` lanes away, folded in, four times: the lanes'
-// sum or largest in 4 dependent steps instead of 15.
+// Each lane combined with the one 8, 4, 2, then 1 lanes away: lane 0 ends
+// with all 16 combined, in 4 dependent steps instead of 15.
 static_assert(kLanes == 16, "the shuffles below");
-#define NEURON_LANES_FOLD(v, op)                                               \
-  v = op(v, __builtin_shuffle(                                                 \
-                v, VI{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7})); \
-  v = op(v, __builtin_shuffle(                                                 \
-                v, VI{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11})); \
-  v = op(v, __builtin_shuffle(                                                 \
-                v, VI{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13})); \
-  v = op(v,                                                                    \
-         __builtin_shuffle(v, VI{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}))
-
-NEURON_LANES_INLINE V LanesAdd(V a, V b) { return a + b; }
-NEURON_LANES_INLINE V LanesMax(V a, V b) { return a > b ? a : b; }
+template <typename Op>
+NEURON_LANES_INLINE V Fold(V v, Op op) {
+  v = op(v,
+         __builtin_shuffle(v, VI{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+  v = op(v,
+         __builtin_shuffle(v, VI{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+  v = op(v,
+         __builtin_shuffle(v, VI{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+  return op(
+      v, __builtin_shuffle(v, VI{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+}
 
 // The sum of v's lanes.
 NEURON_LANES_INLINE float HorizontalSum(V v) {
-  NEURON_LANES_FOLD(v, LanesAdd);
-  return v[0];
+  return Fold(v, [](V a, V b) NEURON_LANES_INLINE_LAMBDA { return a + b; })[0];
 }
 
 // The largest of v's lanes (none NaN).
 NEURON_LANES_INLINE float HorizontalMax(V v) {
-  NEURON_LANES_FOLD(v, LanesMax);
-  return v[0];
+  return Fold(v, [](V a, V b) NEURON_LANES_INLINE_LAMBDA { return a > b ? a : b; })[0];
 }
-#undef NEURON_LANES_FOLD
 
 // out[i] = f(a[i]) for i < n, kLanes at a time.
 template <typename F>
