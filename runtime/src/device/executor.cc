@@ -801,14 +801,14 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
        !Overlap(a.data, n * sizeof(float), out[0].data, n * sizeof(float))) &&
       (in.size() == 1 ||
        !Overlap(b.data, b.size * sizeof(float), out[0].data, n * sizeof(float)));
-  std::vector<float> result(direct ? 0 : n);
+  std::vector<float, UninitializedAllocator<float>> result(direct ? 0 : n);  // all written
   float* y = direct ? reinterpret_cast<float*>(out[0].data) : result.data();
   const bool known =
       in.size() == 1 ? kernels::Unary(i.op(), a.data, n, i.scalar(), y)
                      : kernels::Binary(i.op(), a.data, b.data, b.size, i.scalar(), y, n);
   NEURON_CHECK(known, what, ": ", DeviceOpName(i.op()), " is not a ",
                in.size() == 1 ? "unary" : "binary", " op");
-  if (!direct) kernels::FromFloat(result, out[0].buffer->dtype(), out[0].data);
+  if (!direct) kernels::FromFloat(result.data(), n, out[0].buffer->dtype(), out[0].data);
 }
 
 using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
