@@ -116,6 +116,36 @@ void BindCompiler(py::module_& m) {
       "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS) or "
       "\"openblas\".");
   m.def(
+      "_run_sgemm",
+      [](const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool accumulate,
+         bool transpose_a, bool transpose_b) {
+        // c [batch, m, n] (+)= a x b, a stored [batch, k, m] when transpose_a,
+        // b [batch, n, k] when transpose_b; all contiguous float32 on the CPU.
+        for (const at::Tensor* t : {&a, &b, static_cast<const at::Tensor*>(&c)}) {
+          if (t->dim() != 3 || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
+              !t->device().is_cpu()) {
+            throw py::value_error(
+                "_run_sgemm takes contiguous [batch, rows, cols] float32 "
+                "CPU tensors, got " +
+                t->toString() + " of " + std::to_string(t->dim()) + " dims");
+          }
+        }
+        const std::int64_t batch = c.size(0), m = c.size(1), n = c.size(2),
+                           k = transpose_a ? a.size(1) : a.size(2);
+        const bool fits =
+            a.size(0) == batch && b.size(0) == batch &&
+            a.size(transpose_a ? 2 : 1) == m && b.size(transpose_b ? 2 : 1) == k &&
+            b.size(transpose_b ? 1 : 2) == n && batch > 0 && m > 0 && n > 0 && k > 0;
+        if (!fits) throw py::value_error("_run_sgemm: the operands' shapes do not fit");
+        py::gil_scoped_release release;
+        neuron::runtime::CurrentSgemm().run(a.data_ptr<float>(), b.data_ptr<float>(),
+                                            c.data_ptr<float>(), batch, m, k, n,
+                                            accumulate, transpose_a, transpose_b);
+      },
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("accumulate"),
+      py::arg("transpose_a"), py::arg("transpose_b"),
+      "Runs the executor's sgemm (_executor_sgemm()) on float32 tensors: c (+)= a x b.");
+  m.def(
       "_forget_compiled_in_memory", [] { CompiledGraph::Cache().ForgetMemory(); },
       "Drops the compile cache's in-memory entries (the disk cache keeps them).");
   m.def("_cache_counters", [] {

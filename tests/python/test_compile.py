@@ -556,7 +556,7 @@ def test_each_op_family_matches_eager_forward_and_backward(case):
 
 
 def test_compiled_matmuls_run_on_pytorchs_own_blas():
-    """Inside PyTorch the executor's sgemm is ATen's: a compiled matmul
+    """Inside PyTorch the executor's sgemm is ATen's BLAS: a compiled matmul
     (plain, with a transposed operand, batched) gives eager's exact bits."""
     assert torchneuron._C._executor_sgemm() == "aten"
     torch.manual_seed(0)
@@ -567,3 +567,35 @@ def test_compiled_matmuls_run_on_pytorchs_own_blas():
                              backend="neuron", fullgraph=True)
     for got, want in zip(compiled(a, b, w, qa, qb), (a @ b, a @ w.t(), torch.bmm(qa, qb))):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_executor_sgemm_matches_pytorchs_matmul(transpose_a, transpose_b, batch):
+    """The executor's sgemm (the BLAS's own sgemm_ for each product) gives
+    eager's matmul, with either operand stored transposed, and adds to the
+    result's old value when accumulating."""
+    torch.manual_seed(0)
+    m, k, n = 37, 19, 23  # odd sizes: no layout happens to line up
+    a = torch.randn(batch, k, m) if transpose_a else torch.randn(batch, m, k)
+    b = torch.randn(batch, n, k) if transpose_b else torch.randn(batch, k, n)
+    want = torch.bmm(a.transpose(1, 2) if transpose_a else a,
+                     b.transpose(1, 2) if transpose_b else b)
+    c = torch.full((batch, m, n), float("nan"))  # not read unless accumulating
+    torchneuron._C._run_sgemm(a, b, c, False, transpose_a, transpose_b)
+    torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-5)
+    old = torch.randn(batch, m, n)
+    c = old.clone()
+    torchneuron._C._run_sgemm(a, b, c, True, transpose_a, transpose_b)
+    torch.testing.assert_close(c, old + want, rtol=1e-5, atol=1e-5)
+
+
+def test_executor_sgemm_refuses_operands_that_do_not_fit():
+    c = torch.zeros(1, 4, 5)
+    with pytest.raises(ValueError, match="shapes do not fit"):
+        torchneuron._C._run_sgemm(torch.zeros(1, 4, 3), torch.zeros(1, 2, 5), c, False, False,
+                                  False)
+    with pytest.raises(ValueError, match="float32"):
+        torchneuron._C._run_sgemm(torch.zeros(1, 4, 3, dtype=torch.float64),
+                                  torch.zeros(1, 3, 5), c, False, False, False)

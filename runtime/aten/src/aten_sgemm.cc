@@ -1,19 +1,69 @@
-// The executor's sgemm inside PyTorch: ATen's own matmul over the plan's
-// memory (from_blob views, no copies), so a compiled graph's matmuls run
-// on the BLAS eager PyTorch uses, with its intra-op threads
-// (torch.set_num_threads). Installed when the device library loads.
+// The executor's sgemm inside PyTorch: the BLAS eager PyTorch's matmuls
+// run (MKL in its x86 wheels), so a compiled graph's products run as fast
+// as eager's on the same CPU. A single product calls that BLAS's sgemm_
+// directly (the symbol libtorch_cpu exports, found beside ATen's own mm),
+// as ATen's mm does after its dispatch; batches, and builds whose
+// libtorch_cpu exports no sgemm_, go through ATen's bmm / mm over the
+// plan's memory (from_blob views, no copies). Installed when the device
+// library loads.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <dlfcn.h>
+
+#include <limits>
 
 #include "neuron/runtime/device/sgemm.h"
 
 namespace neuron::aten {
 namespace {
 
+// Fortran BLAS: column-major, arguments by address, 32-bit integers (the
+// LP64 interface; sgemm_64_ is the ILP64 one).
+using FortranSgemm = void (*)(const char* transa, const char* transb, const int* m,
+                              const int* n, const int* k, const float* alpha,
+                              const float* a, const int* lda, const float* b,
+                              const int* ldb, const float* beta, float* c,
+                              const int* ldc);
+
+// The sgemm_ of the library that holds ATen's mm, or null.
+FortranSgemm TorchSgemm() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&at::_ops::mm::call), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return nullptr;
+  }
+  void* library = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return nullptr;
+  // Searches that library and what it loaded, not the process's first
+  // sgemm_ (this library's own OpenBLAS exports one too).
+  return reinterpret_cast<FortranSgemm>(dlsym(library, "sgemm_"));
+}
+
+// c[m,n] (+)= a[m,k] x b[k,n], row-major: in column-major terms
+// c^T = b^T x a^T, so b is BLAS's first operand.
+void DirectSgemm(FortranSgemm sgemm, const float* a, const float* b, float* c,
+                 std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+                 bool transpose_a, bool transpose_b) {
+  const int mi = static_cast<int>(m), ki = static_cast<int>(k), ni = static_cast<int>(n);
+  const char op_b = transpose_b ? 'T' : 'N', op_a = transpose_a ? 'T' : 'N';
+  const int ldb = transpose_b ? ki : ni, lda = transpose_a ? mi : ki;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // beta 0: c is not read
+  sgemm(&op_b, &op_a, &ni, &mi, &ki, &alpha, b, &ldb, a, &lda, &beta, c, &ni);
+}
+
 void AtenSgemm(const float* a, const float* b, float* c, std::int64_t batch,
                std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
                bool transpose_a, bool transpose_b) {
+  static const FortranSgemm direct = TorchSgemm();
+  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+  if (direct != nullptr && m <= kMaxInt && k <= kMaxInt && n <= kMaxInt) {
+    for (std::int64_t p = 0; p < batch; ++p) {
+      DirectSgemm(direct, a + p * m * k, b + p * k * n, c + p * m * n, m, k, n,
+                  accumulate, transpose_a, transpose_b);
+    }
+    return;
+  }
   c10::InferenceMode no_autograd;
   // The plan's own work: a Python dispatch mode (FlopCounterMode, say)
   // active around a compiled graph does not see it as torch ops.
