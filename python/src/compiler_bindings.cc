@@ -87,30 +87,8 @@ void BindCompiledGraph(py::module_& m) {
           "The graph's compile figures and its modelled time (a dict).");
 }
 
-}  // namespace
-
-void BindCompiler(py::module_& m) {
-  using neuron::compiler::CompiledGraph;
-  BindCompiledGraph(m);
-  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
-        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
-        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
-  m.def(
-      "_native_ops",
-      [] {
-        std::vector<std::string> names;
-        for (const auto& op : neuron::compiler::NativeOps()) names.push_back(op.name);
-        return names;
-      },
-      "The IR ops the device runs (compiler/src/native_ops.cc).");
-  m.def(
-      "_fallback_allowed",
-      [] {
-        return neuron::runtime::ConfigRegistry::Get()
-                   .Find(neuron::runtime::ConfigKey::kFallback)
-                   .value_or("1") != "0";
-      },
-      "NEURON_FALLBACK, read through the configuration registry.");
+// The executor's sgemm: which one runs, and running it on tensors.
+void BindSgemm(py::module_& m) {
   m.def(
       "_executor_sgemm", [] { return std::string(neuron::runtime::CurrentSgemm().name); },
       "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS) or "
@@ -145,6 +123,33 @@ void BindCompiler(py::module_& m) {
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("accumulate"),
       py::arg("transpose_a"), py::arg("transpose_b"),
       "Runs the executor's sgemm (_executor_sgemm()) on float32 tensors: c (+)= a x b.");
+}
+
+}  // namespace
+
+void BindCompiler(py::module_& m) {
+  using neuron::compiler::CompiledGraph;
+  BindCompiledGraph(m);
+  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
+        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
+        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+  m.def(
+      "_native_ops",
+      [] {
+        std::vector<std::string> names;
+        for (const auto& op : neuron::compiler::NativeOps()) names.push_back(op.name);
+        return names;
+      },
+      "The IR ops the device runs (compiler/src/native_ops.cc).");
+  m.def(
+      "_fallback_allowed",
+      [] {
+        return neuron::runtime::ConfigRegistry::Get()
+                   .Find(neuron::runtime::ConfigKey::kFallback)
+                   .value_or("1") != "0";
+      },
+      "NEURON_FALLBACK, read through the configuration registry.");
+  BindSgemm(m);
   m.def(
       "_forget_compiled_in_memory", [] { CompiledGraph::Cache().ForgetMemory(); },
       "Drops the compile cache's in-memory entries (the disk cache keeps them).");
