@@ -1,12 +1,14 @@
 // Lower(): a verified graph's nodes through their rows of the native op
-// table (native_ops.h) into device steps, then fusion (fusion.h) and
-// emission with spilling (emit.h), then the schedule (schedule.h).
+// table (native_ops.h) into device steps, then fusion (fusion.h), epilogue
+// tiles (epilogue_tiles.h) and emission with spilling (emit.h), then the
+// schedule (schedule.h).
 #include "neuron/compiler/lower.h"
 
 #include <string>
 #include <vector>
 
 #include "emit.h"
+#include "epilogue_tiles.h"
 #include "fusion.h"
 #include "lowering_context.h"
 #include "neuron/compiler/native_ops.h"
@@ -36,11 +38,10 @@ void LowerNode(LoweringContext& cx, int i, const proto::Node& n) {
   op->lower(cx, OpCall{n, in, where, source});
 }
 
-}  // namespace
-
-Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
-              const std::string& graph_id) {
-  VerifyGraph(graph);
+// The graph lowered, with its epilogues tiled when `tile_epilogues`;
+// `*tiled` counts the steps split.
+Lowered LowerSteps(const proto::Graph& graph, const runtime::DeviceSpec& device,
+                   const std::string& graph_id, bool tile_epilogues, int* tiled) {
   LoweringContext cx(graph, device);
   for (const auto& v : graph.inputs()) cx.AddHbm(v, "input");
   for (const auto& c : graph.constants()) cx.AddHbm(c.value(), "constant");
@@ -51,9 +52,26 @@ Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
     for (auto& w : step.writes) w = cx.Root(w);
   }
   FuseElementwise(cx);
+  if (tile_epilogues) *tiled = TileEpilogues(cx);
   Lowered out = Emit(cx, graph_id);
   out.schedule = ScheduleInstructions(out.executable, runtime::CostModel(device));
   return out;
+}
+
+}  // namespace
+
+Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
+              const std::string& graph_id) {
+  VerifyGraph(graph);
+  int tiled = 0;
+  try {
+    return LowerSteps(graph, device, graph_id, true, &tiled);
+  } catch (const InvalidUsage&) {
+    if (tiled == 0) throw;
+  }
+  // A tiled epilogue's result is written in parts, which spilling never
+  // moves: when SBUF cannot hold the plan with them, it is made without.
+  return LowerSteps(graph, device, graph_id, false, &tiled);
 }
 
 }  // namespace neuron::compiler

@@ -6,6 +6,7 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -722,6 +723,99 @@ TEST(Lower, AValueWithAnUnreadPartIsNotFusedAway) {
   for (float v : x) b.push_back(-(v + v));
   EXPECT_EQ(r.outputs.at("b").ToFloats(), b);
   EXPECT_EQ(r.outputs.at("z").ToFloats(), std::vector<float>(8, 0.0f));
+}
+
+// An elementwise epilogue of a tiled matmul (gelu of addmm's result, and
+// gelu's backward reading a loaded input by rows, fused with a scale
+// repeating along them) runs as one piece per tile, each reading its
+// tile's rows in place; a product of two tiled results waits for the
+// second's tiles.
+TEST(Lower, EpiloguesOfATiledMatmulRunTileByTile) {
+  const DeviceSpec device = SmallDevice(64);  // tiles of 64 rows of 8
+  const Lowered lowered = Lower(
+      ParseGraph(
+          R"(graph epilogue(%x: f32[256,12], %w: f32[12,8], %b: f32[8], %y: f32[256,8], %s: f32[8], %v: f32[12,8]) {
+    %h: f32[256,8] = aten.addmm(%b, %x, %w)
+    %g: f32[256,8] = aten.gelu(%h)
+    %m: f32[256,8] = aten.mm(%x, %w)
+    %d: f32[256,8] = aten.gelu_backward(%m, %y)
+    %e: f32[256,8] = aten.mul(%d, %s)
+    %z: f32[256,8] = aten.mm(%x, %v)
+    %f: f32[256,8] = aten.mul(%m, %z)
+    return %h, %g, %e, %f
+  })"),
+      device);
+  const auto& e = lowered.executable;
+  std::map<std::uint32_t, std::string> names;
+  for (const auto& b : e.buffers()) names[b.id()] = b.name();
+  int gelu = 0, backward = 0, products = 0;
+  for (const auto& i : e.instructions()) {
+    const bool is_gelu = i.op() == runtime::proto::OP_GELU_EXACT;
+    const bool is_backward = i.op() == runtime::proto::OP_FUSED;
+    products += i.op() == runtime::proto::OP_MUL && i.elements() == 64 * 8 ? 1 : 0;
+    if (!is_gelu && !is_backward) continue;
+    (is_gelu ? gelu : backward) += 1;
+    EXPECT_EQ(i.elements(), 64 * 8);
+    const std::string tile = is_gelu ? "h.tile" : "m.tile";
+    EXPECT_TRUE(
+        std::any_of(i.inputs().begin(), i.inputs().end(),
+                    [&](std::uint32_t b) { return names[b].rfind(tile, 0) == 0; }))
+        << "a piece reads its tile of " << tile;
+  }
+  EXPECT_EQ(gelu, 4);
+  EXPECT_EQ(backward, 4);  // gelu_backward and mul, fused
+  EXPECT_EQ(products, 4);
+
+  const auto x = Values(256 * 12, 1, 0.2f), w = Values(96, 0.4f, 0.7f),
+             b = Values(8, 0.3f, 0.1f), y = Values(256 * 8, 1.5f, 0.4f),
+             scale = Values(8, 2, 0.9f), v = Values(96, 0.5f, 0.3f);
+  using runtime::proto::F32;
+  const auto r =
+      runtime::Executor(device).Run(e, {{"x", HostTensor::FromFloats(F32, {256, 12}, x)},
+                                        {"w", HostTensor::FromFloats(F32, {12, 8}, w)},
+                                        {"b", HostTensor::FromFloats(F32, {8}, b)},
+                                        {"y", HostTensor::FromFloats(F32, {256, 8}, y)},
+                                        {"s", HostTensor::FromFloats(F32, {8}, scale)},
+                                        {"v", HostTensor::FromFloats(F32, {12, 8}, v)}});
+  const auto m = MatMul(x, w, 256, 12, 8), z = MatMul(x, v, 256, 12, 8);
+  std::vector<float> h(m.size()), g(m.size()), grad(m.size()), f(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    h[i] = m[i] + b[i % 8];
+    g[i] = static_cast<float>(0.5 * h[i] * (1 + std::erf(h[i] / std::sqrt(2.0))));
+    const double cdf = 0.5 * (1 + std::erf(y[i] / std::sqrt(2.0)));
+    const double pdf = std::exp(-0.5 * y[i] * y[i]) / std::sqrt(2 * M_PI);
+    grad[i] = static_cast<float>(m[i] * (cdf + y[i] * pdf) * scale[i % 8]);
+    f[i] = m[i] * z[i];
+  }
+  ExpectAllClose(r.outputs.at("h").ToFloats(), h, "h");
+  ExpectAllClose(r.outputs.at("g").ToFloats(), g, "g");
+  ExpectAllClose(r.outputs.at("e").ToFloats(), grad, "e");
+  ExpectAllClose(r.outputs.at("f").ToFloats(), f, "f");
+}
+
+// A tiled epilogue's result is written in parts, which spilling never
+// moves: when SBUF cannot hold the plan with it, the epilogue stays one
+// step and its result goes to HBM instead.
+TEST(Lower, AnEpilogueSbufCannotHoldInPiecesStaysWhole) {
+  const DeviceSpec device = SmallDevice(14);
+  const Lowered lowered =
+      Lower(ParseGraph(R"(graph whole(%x: f32[128,12], %w: f32[12,8], %y: f32[32,32]) {
+    %m: f32[128,8] = aten.mm(%x, %w)
+    %g: f32[128,8] = aten.gelu(%m)
+    %p: f32[32,32] = aten.tanh(%y)
+    %q: f32[32,32] = aten.exp(%y)
+    %t: f32[32,32] = aten.mul(%p, %q)
+    %u: f32[32,32] = aten.add(%t, %t)
+    return %u, %g
+  })"),
+            device);
+  int gelu = 0, spills = 0;
+  for (const auto& i : lowered.executable.instructions()) {
+    gelu += i.op() == runtime::proto::OP_GELU_EXACT ? 1 : 0;
+    spills += i.spill() ? 1 : 0;
+  }
+  EXPECT_EQ(gelu, 1);
+  EXPECT_GT(spills, 0);
 }
 
 }  // namespace
