@@ -142,9 +142,7 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
     for (std::size_t base = 0; base < n; base += nb) {
       lanes::Map2(a + base, b, out + base, std::min(nb, n - base),
                   [](V g, V x) NEURON_LANES_INLINE_LAMBDA {
-                    const V cdf = 0.5f * (1.0f + lanes::Erf(x * 0.7071067811865476f));
-                    const V pdf = 0.3989422804014327f * lanes::Exp(-0.5f * x * x);
-                    return g * (cdf + x * pdf);
+                    return g * lanes::GeluExactDerivative(x);
                   });
     }
     return true;

@@ -11,6 +11,8 @@
 //        clamped to [-4, 4], beyond which erf is +-1 in float), within
 //        3.7e-7 of erf, with no exponential (Abramowitz & Stegun 7.1.26,
 //        PyTorch's vectorized form, is within 1.5e-7 but takes one).
+//   GeluExactDerivative: exact GELU's derivative, erf by A&S 7.1.26 sharing
+//        its exponential with the normal density's.
 //
 // Every element goes through the same lanes code, the tail included (Map
 // pads it), so a result does not depend on an element's position.
@@ -91,6 +93,25 @@ NEURON_LANES_INLINE V Erf(V x) {
   V e = c * p / q;
   e = e > 1.0f ? Splat(1.0f) : e;
   return e < -1.0f ? Splat(-1.0f) : e;
+}
+
+// d/dx of x * Phi(x) (exact GELU): Phi(x) + x * phi(x), with erf by
+// Abramowitz & Stegun 7.1.26 (within 1.5e-7; PyTorch's vectorized erf),
+// whose exponential e^(-x^2 / 2) is phi's own: one exponential and one
+// division, where Erf and a separate Exp would take a division, two
+// polynomials and the exponential.
+NEURON_LANES_INLINE V GeluExactDerivative(V x) {
+  const V a = (x < 0.0f ? -x : x) * 0.7071067811865476f;  // |x| / sqrt(2)
+  const V t = 1.0f / (1.0f + 0.3275911f * a);
+  V p = Splat(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const V e = Exp(-0.5f * x * x);
+  const V erf_a = 1.0f - p * t * e;  // erf(|x| / sqrt(2))
+  const V cdf = 0.5f + 0.5f * (x < 0.0f ? -erf_a : erf_a);
+  return cdf + x * (0.3989422804014327f * e);
 }
 
 // Each lane combined with the one 8, 4, 2, then 1 lanes away: lane 0 ends
