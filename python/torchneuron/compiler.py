@@ -190,8 +190,9 @@ def _results(node, op, meta):
 class _Translation:
     """The state of one graph's translation to IR (to_ir)."""
 
-    def __init__(self, where):
+    def __init__(self, where, returned=None):
         self.where = where
+        self.returned = returned  # the values returned, when not the output node's
         self.inputs, self.lines, self.unsupported = [], [], []
         self.names, self.multi = {}, set()
         self.outputs = None
@@ -235,7 +236,7 @@ class _Translation:
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             self.call(node)
         elif node.op == "output":
-            returned = node.args[0]
+            returned = self.returned if self.returned is not None else node.args[0]
             if isinstance(returned, torch.fx.Node):  # a split segment's single result
                 returned = [returned]
             self.outputs = [self.names.get(a) if isinstance(a, torch.fx.Node) else None
@@ -244,7 +245,7 @@ class _Translation:
             self.unsupported.append((str(node.target), _source(node, self.where)))
 
 
-def to_ir(gm, name, where=""):
+def to_ir(gm, name, where="", returned=None):
     """Translates an FX graph of aten ops into the compiler's IR text.
 
     Returns (text, inputs, outputs, unsupported). The IR is canonical: its
@@ -255,8 +256,9 @@ def to_ir(gm, name, where=""):
     for the dropout seed, an input that is no placeholder);
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
-    cannot express (then text is None)."""
-    t = _Translation(where)
+    cannot express (then text is None). `returned`, when given, replaces
+    the output node's list (_view_outputs)."""
+    t = _Translation(where, returned)
     for node in gm.graph.nodes:
         t.node(node)
     if t.unsupported:
@@ -446,6 +448,61 @@ def _drop_unused_random_ops(gm):
         gm.recompile()
 
 
+# Views whose result is its input's bytes, contiguous as they are: an
+# output made by a chain of them from an input or another value is made
+# from that tensor in Python (a view, as eager's), not stored by the graph.
+_SAME_BYTES = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.detach",
+                         "aten.expand", "aten.squeeze", "aten.unsqueeze"})
+
+
+def _same_bytes_view(node):
+    """Whether `node` is a view of its first argument's bytes, in order."""
+    if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload)
+            or _op_name(node.target) not in _SAME_BYTES or not node.args
+            or not isinstance(node.args[0], torch.fx.Node)
+            or any(isinstance(a, torch.fx.Node) for a in node.args[1:])
+            or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values())):
+        return False
+    if _op_name(node.target) == "aten.expand":  # only to the same shape
+        source, meta = node.args[0].meta.get("tensor_meta"), node.meta.get("tensor_meta")
+        return source is not None and meta is not None and source.shape == meta.shape
+    return True
+
+
+def _view_outputs(gm):
+    """The graph's outputs with each chain of same-bytes views taken back
+    to its base: (returned, derived). `returned` is the output list for the
+    IR: a derived output's base in its place, None where that base is an
+    input (the graph does not return it); `derived` maps an output's index
+    to (base, views), the base an FX node (a placeholder: the input), the
+    views the nodes to replay on it, base first. Derived outputs are not
+    copies: they share the base's memory, as in eager."""
+    returned = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    if isinstance(returned, torch.fx.Node):
+        return None, {}
+    out, derived = list(returned), {}
+    for k, node in enumerate(returned):
+        if not isinstance(node, torch.fx.Node):
+            continue
+        views = []
+        while _same_bytes_view(node):
+            views.append(node)
+            node = node.args[0]
+        if views or node.op == "placeholder":
+            derived[k] = (node, views[::-1])
+            out[k] = None if node.op == "placeholder" else node
+    if all(o is None for o in out):  # the graph would return nothing
+        return None, {}
+    return out, derived
+
+
+def _replay(base, views):
+    """`base` through the view nodes `views` (their other arguments as recorded)."""
+    for v in views:
+        base = v.target(base, *v.args[1:], **v.kwargs)
+    return base
+
+
 def _compile_fx(gm, example_inputs, name, fullgraph, where):
     _drop_unused_random_ops(gm)
     collectives = any(_collective(n) for n in gm.graph.nodes if n.op == "call_function")
@@ -453,7 +510,8 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
         split = _split_by_device(gm, name, where, fullgraph)
         if split is not None:
             return split
-    text, order, outputs, unsupported = to_ir(gm, name, where)
+    returned, derived = _view_outputs(gm)
+    text, order, outputs, unsupported = to_ir(gm, name, where, returned)
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
     try:
@@ -477,13 +535,19 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
              "compiled_here": missed, "text": text}
     _record(entry)
 
-    returned = sorted({o for o in outputs if o is not None})
+    names = sorted({o for o in outputs if o is not None})
+    placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes
+                                               if n.op == "placeholder")}
 
     def run(args):
         inputs = [args[i] if i is not None  # None: the run's dropout seed
                   else torch.randint(0, 2 ** 62, (), dtype=torch.int64) for i in order]
-        results = dict(zip(returned, graph.run(inputs)))
-        return [results[o] if o is not None else None for o in outputs]
+        results = dict(zip(names, graph.run(inputs)))
+        values = [results[o] if o is not None else None for o in outputs]
+        for k, (base, views) in derived.items():
+            source = args[placeholders[base]] if base in placeholders else values[k]
+            values[k] = _replay(source, views)
+        return values
     run._boxed_call = True
     return run
 

@@ -599,3 +599,36 @@ def test_executor_sgemm_refuses_operands_that_do_not_fit():
     with pytest.raises(ValueError, match="float32"):
         torchneuron._C._run_sgemm(torch.zeros(1, 4, 3, dtype=torch.float64),
                                   torch.zeros(1, 3, 5), c, False, False, False)
+
+
+def test_outputs_that_are_views_share_their_bases_memory():
+    """An output that is an input, or a chain of views with its base's
+    bytes in order (view, alias, detach, an expand to the same shape) of an
+    input or of another value, is made from that tensor, sharing its memory
+    as in eager: the graph does not store a copy of it. Other outputs are
+    the graph's own."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+    aten = torch.ops.aten
+
+    def f(x, w):
+        y = aten.mm.default(x, w)
+        z = aten.view.default(aten.detach.default(y), [2, 3, 4])
+        return (x, aten.alias.default(x), y, z, aten.expand.default(y, [6, 4]),
+                aten.relu.default(y), aten.expand.default(aten.view.default(w, [1, 5, 4]),
+                                                         [2, 5, 4]))
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5), torch.randn(5, 4)
+    gm = make_fx(f)(x, w)
+    ShapeProp(gm).propagate(x, w)
+    out = torchneuron.compiler._compile_fx(gm, [x, w], "views", True, "")([x, w])
+    want = f(x, w)
+    for got, expected in zip(out, want):
+        torch.testing.assert_close(got, expected)
+    storage = [o.untyped_storage().data_ptr() for o in out]
+    assert storage[0] == storage[1] == x.untyped_storage().data_ptr()
+    assert storage[2] == storage[3] == storage[4]
+    assert storage[5] != storage[2]  # relu: a value of its own
+    assert storage[6] != w.untyped_storage().data_ptr()  # a real expand: the graph's copy
+    text = torchneuron.compiler._metrics[-1]["text"]
+    assert re.search(r"return %expand_1, %mm, %relu\n", text), text
