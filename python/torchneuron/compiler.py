@@ -472,25 +472,32 @@ def _same_bytes_view(node):
 def _view_outputs(gm):
     """The graph's outputs with each chain of same-bytes views taken back
     to its base: (returned, derived). `returned` is the output list for the
-    IR: a derived output's base in its place, None where that base is an
-    input (the graph does not return it); `derived` maps an output's index
-    to (base, views), the base an FX node (a placeholder: the input), the
-    views the nodes to replay on it, base first. Derived outputs are not
-    copies: they share the base's memory, as in eager."""
+    IR, None where an output is derived: from an input (the graph does not
+    return it), or from the one output the graph returns for a computed
+    base (the first of those sharing it, or the base itself when returned:
+    its own shape, so its store is the one the graph made before). `derived`
+    maps an output's index to ("input", placeholder, views to replay on it,
+    base first) or ("output", index, shape). Derived outputs are not copies:
+    they share their base's memory, as in eager."""
     returned = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
     if isinstance(returned, torch.fx.Node):
         return None, {}
     out, derived = list(returned), {}
+    kept = {n: k for k, n in reversed(list(enumerate(returned)))  # bases returned as they are
+            if isinstance(n, torch.fx.Node) and n.op != "placeholder"
+            and not _same_bytes_view(n)}
     for k, node in enumerate(returned):
         if not isinstance(node, torch.fx.Node):
             continue
-        views = []
-        while _same_bytes_view(node):
-            views.append(node)
-            node = node.args[0]
-        if views or node.op == "placeholder":
-            derived[k] = (node, views[::-1])
-            out[k] = None if node.op == "placeholder" else node
+        views, base = [], node
+        while _same_bytes_view(base):
+            views.append(base)
+            base = base.args[0]
+        if base.op == "placeholder":
+            derived[k], out[k] = ("input", base, views[::-1]), None
+        elif views and kept.setdefault(base, k) != k:
+            derived[k] = ("output", kept[base], tuple(node.meta["tensor_meta"].shape))
+            out[k] = None
     if all(o is None for o in out):  # the graph would return nothing
         return None, {}
     return out, derived
@@ -544,9 +551,9 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
                   else torch.randint(0, 2 ** 62, (), dtype=torch.int64) for i in order]
         results = dict(zip(names, graph.run(inputs)))
         values = [results[o] if o is not None else None for o in outputs]
-        for k, (base, views) in derived.items():
-            source = args[placeholders[base]] if base in placeholders else values[k]
-            values[k] = _replay(source, views)
+        for k, (kind, base, how) in derived.items():
+            values[k] = (_replay(args[placeholders[base]], how) if kind == "input"
+                         else values[base].view(how))
         return values
     run._boxed_call = True
     return run

@@ -614,9 +614,11 @@ def test_outputs_that_are_views_share_their_bases_memory():
     def f(x, w):
         y = aten.mm.default(x, w)
         z = aten.view.default(aten.detach.default(y), [2, 3, 4])
+        n = aten.neg.default(y)  # returned only through views
         return (x, aten.alias.default(x), y, z, aten.expand.default(y, [6, 4]),
                 aten.relu.default(y), aten.expand.default(aten.view.default(w, [1, 5, 4]),
-                                                         [2, 5, 4]))
+                                                         [2, 5, 4]),
+                aten.view.default(n, [24]), aten.detach.default(n))
     torch.manual_seed(0)
     x, w = torch.randn(6, 5), torch.randn(5, 4)
     gm = make_fx(f)(x, w)
@@ -630,5 +632,7 @@ def test_outputs_that_are_views_share_their_bases_memory():
     assert storage[2] == storage[3] == storage[4]
     assert storage[5] != storage[2]  # relu: a value of its own
     assert storage[6] != w.untyped_storage().data_ptr()  # a real expand: the graph's copy
+    assert storage[7] == storage[8] not in storage[:7]
     text = torchneuron.compiler._metrics[-1]["text"]
-    assert re.search(r"return %expand_1, %mm, %relu\n", text), text
+    # The first view of neg stands for it (its own shape), the other is made from it.
+    assert re.search(r"return %expand_1, %mm, %relu, %view_2\n", text), text
