@@ -62,16 +62,42 @@ Ranges AddBuffers(LoweringContext& cx, const Lowered& out, rp::Executable& e) {
   return range;
 }
 
+// A slot's bytes: its memory space and [begin, end) there.
+struct Span {
+  int space;
+  std::uint64_t begin, end;
+};
+
+bool Overlap(const Span& a, const Span& b) {
+  return a.space == b.space && a.begin < b.end && b.begin < a.end;
+}
+
 // Every step as an instruction with its buffers and its direct
 // dependencies: data (read-after-write) and reuse of the same bytes
 // (write-after-write, write-after-read).
 void AddInstructions(const LoweringContext& cx, const Ranges& range, rp::Executable& e) {
   const auto& slots = cx.slots();
   const auto& steps = cx.steps();
-  auto overlaps = [&](const std::string& a, const std::string& b) {
-    if (slots.at(a).space != slots.at(b).space) return false;
-    return range.at(a).first < range.at(b).second &&
-           range.at(b).first < range.at(a).second;
+  auto spans = [&](const std::vector<std::string>& names) {
+    std::vector<Span> out;
+    for (const auto& n : names) {
+      out.push_back(
+          {static_cast<int>(slots.at(n).space), range.at(n).first, range.at(n).second});
+    }
+    return out;
+  };
+  std::vector<std::vector<Span>> reads, writes;
+  for (const auto& step : steps) {
+    reads.push_back(spans(step.reads));
+    writes.push_back(spans(step.writes));
+  }
+  auto any_overlap = [](const std::vector<Span>& a, const std::vector<Span>& b) {
+    for (const auto& x : a) {
+      for (const auto& y : b) {
+        if (Overlap(x, y)) return true;
+      }
+    }
+    return false;
   };
   TransitiveReduction reduction;
   for (std::size_t s = 0; s < steps.size(); ++s) {
@@ -88,17 +114,11 @@ void AddInstructions(const LoweringContext& cx, const Ranges& range, rp::Executa
     }
     std::vector<std::uint32_t> deps;
     for (std::size_t p = 0; p < s; ++p) {
-      const auto after = [&](const std::vector<std::string>& earlier,
-                             const std::vector<std::string>& later) {
-        for (const auto& a : earlier) {
-          for (const auto& b : later) {
-            if (overlaps(a, b)) deps.push_back(static_cast<std::uint32_t>(p));
-          }
-        }
-      };
-      after(steps[p].writes, steps[s].reads);   // read-after-write
-      after(steps[p].writes, steps[s].writes);  // write-after-write
-      after(steps[p].reads, steps[s].writes);   // write-after-read
+      if (any_overlap(writes[p], reads[s]) ||   // read-after-write
+          any_overlap(writes[p], writes[s]) ||  // write-after-write
+          any_overlap(reads[p], writes[s])) {   // write-after-read
+        deps.push_back(static_cast<std::uint32_t>(p));
+      }
     }
     for (auto d : reduction.Direct(std::move(deps))) in->add_deps(d);
   }

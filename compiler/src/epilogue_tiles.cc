@@ -40,25 +40,47 @@ bool Touches(const LoweringContext& cx, const std::vector<std::string>& names,
                      [&](const std::string& n) { return cx.Planned(n) == whole; });
 }
 
+// The steps' writes by the memory they land in: for each whole (a part's
+// is its whole), (step, slot written) in step order.
+using Writes = std::unordered_map<std::string, std::vector<std::pair<int, std::string>>>;
+
+Writes WritesOf(const LoweringContext& cx) {
+  Writes writes;
+  for (int p = 0; p < static_cast<int>(cx.steps().size()); ++p) {
+    for (const auto& w : cx.steps()[static_cast<std::size_t>(p)].writes)
+      writes[cx.Planned(w)].emplace_back(p, w);
+  }
+  return writes;
+}
+
+// The writes of `whole` by steps before `e`.
+std::vector<std::pair<int, std::string>> WritesBefore(const Writes& writes,
+                                                      const std::string& whole, int e) {
+  auto it = writes.find(whole);
+  if (it == writes.end()) return {};
+  std::vector<std::pair<int, std::string>> before;
+  for (const auto& w : it->second) {
+    if (w.first >= e) break;
+    before.push_back(w);
+  }
+  return before;
+}
+
 // The tiles of `v` (an SBUF whole) the steps before `e` write, in order:
 // empty unless they write it in parts only, each once, adjacent and
 // covering it, at least two.
-std::vector<Tile> TilesOf(const LoweringContext& cx, const std::string& v, int e) {
+std::vector<Tile> TilesOf(const LoweringContext& cx, const Writes& writes,
+                          const std::string& v, int e) {
   std::vector<Tile> tiles;
-  for (int p = 0; p < e; ++p) {
-    for (const auto& w : cx.steps()[static_cast<std::size_t>(p)].writes) {
-      if (cx.Planned(w) != v) continue;
-      if (w == v) return {};  // written whole
-      const Slot& part = cx.slots().at(w);
-      const auto begin =
-          static_cast<std::int64_t>(part.part_offset / runtime::ElementBytes(part.dtype));
-      tiles.push_back({p, w, begin, begin + Elements(part.value.type())});
-    }
-  }
   std::int64_t next = 0;
-  for (const Tile& t : tiles) {
-    if (t.begin != next) return {};
-    next = t.end;
+  for (const auto& [p, w] : WritesBefore(writes, v, e)) {
+    if (w == v) return {};  // written whole
+    const Slot& part = cx.slots().at(w);
+    const auto begin =
+        static_cast<std::int64_t>(part.part_offset / runtime::ElementBytes(part.dtype));
+    if (begin != next) return {};
+    next = begin + Elements(part.value.type());
+    tiles.push_back({p, w, begin, next});
   }
   if (tiles.size() < 2 || next != Elements(cx.ValueOf(v).type())) return {};
   return tiles;
@@ -66,12 +88,10 @@ std::vector<Tile> TilesOf(const LoweringContext& cx, const std::string& v, int e
 
 // The last step before `e` that writes `name`'s memory (its whole, or any
 // part of it); -1 when none does.
-int LastWriter(const LoweringContext& cx, const std::string& name, int e) {
-  const std::string& whole = cx.Planned(name);
-  for (int p = e - 1; p >= 0; --p) {
-    if (Touches(cx, cx.steps()[static_cast<std::size_t>(p)].writes, whole)) return p;
-  }
-  return -1;
+int LastWriter(const LoweringContext& cx, const Writes& writes, const std::string& name,
+               int e) {
+  const auto before = WritesBefore(writes, cx.Planned(name), e);
+  return before.empty() ? -1 : before.back().first;
 }
 
 // A part of `of` holding `tile`'s elements, named `name`.
@@ -118,8 +138,8 @@ bool Hoistable(const LoweringContext& cx, int load, int to, const std::string& v
 }
 
 // `moved`: the steps an earlier split moved (a load moves once).
-bool PlanSplit(const LoweringContext& cx, int e, const std::vector<bool>& moved,
-               Plan* plan) {
+bool PlanSplit(const LoweringContext& cx, const Writes& writes, int e,
+               const std::vector<bool>& moved, Plan* plan) {
   const Step& step = cx.steps()[static_cast<std::size_t>(e)];
   if (!Elementwise(step)) return false;
   const std::int64_t n = step.instruction.elements();
@@ -133,7 +153,7 @@ bool PlanSplit(const LoweringContext& cx, int e, const std::vector<bool>& moved,
     const Slot& s = cx.slots().at(r);
     if (s.space != rp::SBUF || !s.part_of.empty() || Elements(s.value.type()) != n)
       continue;
-    plan->tiles = TilesOf(cx, r, e);
+    plan->tiles = TilesOf(cx, writes, r, e);
     if (!plan->tiles.empty()) {
       plan->tiled = r;
       break;
@@ -154,7 +174,7 @@ bool PlanSplit(const LoweringContext& cx, int e, const std::vector<bool>& moved,
     } else if (!repeats) {
       return false;
     }
-    const int writer = LastWriter(cx, r, e);
+    const int writer = LastWriter(cx, writes, r, e);
     if (writer > plan->tiles.front().writer && !moved[static_cast<std::size_t>(writer)] &&
         Hoistable(cx, writer, plan->tiles.front().writer, r)) {
       plan->hoisted.push_back(writer);
@@ -206,9 +226,11 @@ int TileEpilogues(LoweringContext& cx) {
   std::vector<std::vector<Step>> after(static_cast<std::size_t>(count));
   std::vector<bool> moved(static_cast<std::size_t>(count), false);  // split or hoisted
   int splits = 0;
+  const Writes writes =
+      WritesOf(cx);  // of the steps as they were: pieces go in at the end
   for (int e = 0; e < count; ++e) {
     Plan plan;
-    if (!PlanSplit(cx, e, moved, &plan)) continue;
+    if (!PlanSplit(cx, writes, e, moved, &plan)) continue;
     for (int load : plan.hoisted) {
       after[static_cast<std::size_t>(plan.tiles.front().writer)].push_back(
           cx.steps()[static_cast<std::size_t>(load)]);

@@ -4,6 +4,7 @@
 // schedule (schedule.h).
 #include "neuron/compiler/lower.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,14 +65,21 @@ Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
               const std::string& graph_id) {
   VerifyGraph(graph);
   int tiled = 0;
+  std::optional<Lowered> with_tiles;
   try {
-    return LowerSteps(graph, device, graph_id, true, &tiled);
+    with_tiles = LowerSteps(graph, device, graph_id, true, &tiled);
   } catch (const InvalidUsage&) {
     if (tiled == 0) throw;
   }
-  // A tiled epilogue's result is written in parts, which spilling never
-  // moves: when SBUF cannot hold the plan with them, it is made without.
-  return LowerSteps(graph, device, graph_id, false, &tiled);
+  if (tiled == 0) return std::move(*with_tiles);
+  // Tiled epilogues overlap the matmuls, but their results are written in
+  // parts, which spilling never moves, and their inputs are loaded
+  // earlier: where SBUF is tight the plan can be slower or not fit. The
+  // model decides.
+  Lowered without = LowerSteps(graph, device, graph_id, false, &tiled);
+  if (with_tiles && with_tiles->schedule.after_us < without.schedule.after_us)
+    return std::move(*with_tiles);
+  return without;
 }
 
 }  // namespace neuron::compiler

@@ -44,6 +44,43 @@ bool Touches(const LoweringContext& cx, const std::vector<std::string>& names,
                      [&](const std::string& n) { return cx.Planned(n) == name; });
 }
 
+// How the steps write a value (a whole: its parts' writes are its own):
+// how many steps write it, whether one writes it only in parts, whether
+// the step `peak` touches it.
+struct Use {
+  int writers = 0;
+  bool part_written = false, at_peak = false;
+};
+
+std::unordered_map<std::string, Use> UsesOf(const LoweringContext& cx, int peak) {
+  std::unordered_map<std::string, Use> uses;
+  std::vector<std::pair<std::string, bool>>
+      written;  // a step's wholes; whole itself written
+  for (std::size_t s = 0; s < cx.steps().size(); ++s) {
+    const Step& st = cx.steps()[s];
+    written.clear();
+    for (const auto& w : st.writes) {
+      const std::string& whole = cx.Planned(w);
+      auto it = std::find_if(written.begin(), written.end(),
+                             [&](const auto& x) { return x.first == whole; });
+      if (it == written.end()) {
+        written.emplace_back(whole, w == whole);
+      } else {
+        it->second = it->second || w == whole;
+      }
+    }
+    for (const auto& [whole, itself] : written) {
+      Use& u = uses[whole];
+      ++u.writers;
+      u.part_written = u.part_written || !itself;
+    }
+    if (static_cast<int>(s) != peak) continue;
+    for (const auto& w : st.writes) uses[cx.Planned(w)].at_peak = true;
+    for (const auto& r : st.reads) uses[cx.Planned(r)].at_peak = true;
+  }
+  return uses;
+}
+
 // The largest value alive across the step where most bytes are alive and
 // unused there, written once (as a whole, not in parts) and not a reload
 // itself; nullptr when there is none.
@@ -55,24 +92,16 @@ const Interval* Victim(const LoweringContext& cx, const std::vector<Interval>& s
   }
   const int peak =
       static_cast<int>(std::max_element(alive.begin(), alive.end()) - alive.begin());
+  const auto uses = UsesOf(cx, peak);
   const Interval* victim = nullptr;
   for (const auto& v : sbuf) {
     if (v.first >= peak || v.last <= peak ||
         v.name.rfind(".reload", std::string::npos) != std::string::npos) {
       continue;
     }
-    int writers = 0;
-    bool used_at_peak = false, part_written = false;
-    for (std::size_t s = 0; s < steps.size(); ++s) {
-      const auto& st = steps[s];
-      const bool writes = Touches(cx, st.writes, v.name);
-      writers += writes ? 1 : 0;
-      part_written = part_written || (writes && std::count(st.writes.begin(),
-                                                           st.writes.end(), v.name) == 0);
-      if (static_cast<int>(s) == peak)
-        used_at_peak = writes || Touches(cx, st.reads, v.name);
-    }
-    if (writers == 1 && !part_written && !used_at_peak &&
+    auto it = uses.find(v.name);
+    const Use u = it == uses.end() ? Use{} : it->second;
+    if (u.writers == 1 && !u.part_written && !u.at_peak &&
         (victim == nullptr || v.bytes > victim->bytes)) {
       victim = &v;
     }
