@@ -107,9 +107,10 @@ std::string TilePart(LoweringContext& cx, const std::string& of, const Tile& til
 
 // How step `e` splits: its tiled read, the tiles, which other reads are
 // read by rows (the rest repeat within a tile), the loads of other reads
-// that move up to before the first tile (as the lowering loads an input
-// where it is first read, after the tiles), and the step after which every
-// other read is ready. False when it does not qualify.
+// that move up to the first piece (the lowering loads an input where it is
+// first read, after the tiles), and the step after which every other read
+// is ready. False when it does not qualify, or when every piece would wait
+// for the last tile anyway.
 struct Plan {
   std::string tiled;
   std::vector<Tile> tiles;
@@ -163,6 +164,12 @@ bool PlanSplit(const LoweringContext& cx, const Writes& writes, int e,
   plan->by_rows.assign(step.reads.size(), false);
   for (std::size_t k = 0; k < step.reads.size(); ++k) {
     const std::string& r = step.reads[k];
+    const auto seen = std::find(step.reads.begin(), step.reads.begin() + k, r);
+    if (seen != step.reads.begin() + k) {  // read twice (a fused x * x): planned once
+      plan->by_rows[k] =
+          plan->by_rows[static_cast<std::size_t>(seen - step.reads.begin())];
+      continue;
+    }
     if (r == plan->tiled) continue;
     const Slot& s = cx.slots().at(r);
     const std::int64_t m = Elements(s.value.type());
@@ -182,6 +189,7 @@ bool PlanSplit(const LoweringContext& cx, const Writes& writes, int e,
       plan->ready = std::max(plan->ready, writer);
     }
   }
+  if (plan->ready >= plan->tiles.back().writer) return false;
   // Nothing between the first piece and the step touches its result.
   const int first = std::max(plan->tiles.front().writer, plan->ready);
   for (int p = first + 1; p < e; ++p) {
@@ -204,7 +212,8 @@ Step Piece(LoweringContext& cx, int e, const Plan& plan, std::size_t t) {
   std::unordered_map<std::string, std::string> to = {{plan.tiled, tile.part}};
   for (std::size_t k = 0; k < piece.reads.size(); ++k) {
     const std::string& r = piece.reads[k];
-    if (plan.by_rows[k]) to[r] = TilePart(cx, r, tile, StrCat(w, ".ep", t, ".in", k));
+    if (plan.by_rows[k] && !to.count(r))
+      to[r] = TilePart(cx, r, tile, StrCat(w, ".ep", t, ".in", k));
   }
   to[w] = TilePart(cx, w, tile, StrCat(w, ".ep", t));
   auto rename = [&](std::vector<std::string>& names) {
@@ -231,8 +240,12 @@ int TileEpilogues(LoweringContext& cx) {
   for (int e = 0; e < count; ++e) {
     Plan plan;
     if (!PlanSplit(cx, writes, e, moved, &plan)) continue;
+    // A load moves up to the first piece, no further (Hoistable checked
+    // the way from the first tile); where that is past it, it stays.
+    const int first = std::max(plan.tiles.front().writer, plan.ready);
     for (int load : plan.hoisted) {
-      after[static_cast<std::size_t>(plan.tiles.front().writer)].push_back(
+      if (load <= first) continue;
+      after[static_cast<std::size_t>(first)].push_back(
           cx.steps()[static_cast<std::size_t>(load)]);
       moved[static_cast<std::size_t>(load)] = true;
     }

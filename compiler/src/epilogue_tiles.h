@@ -14,8 +14,11 @@
 //   element in order (the tiles);
 // - every other read has its elements (read by the same rows) or repeats
 //   within each tile (a bias whose length divides every tile's start), and
-//   is not written after the step its piece follows.
-// Each piece reads and writes parts (AddPart) of the step's operands.
+//   is not written after the step its piece follows;
+// - its pieces do not all wait for the last tile.
+// Each piece reads and writes parts (AddPart) of the step's operands. An
+// input the lowering loads only where the step reads it (after the tiles)
+// is loaded just before the first piece instead.
 #pragma once
 
 #include "lowering_context.h"

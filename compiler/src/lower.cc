@@ -64,22 +64,29 @@ Lowered LowerSteps(const proto::Graph& graph, const runtime::DeviceSpec& device,
 Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
               const std::string& graph_id) {
   VerifyGraph(graph);
-  int tiled = 0;
+  int tiled = -1;  // unknown until the pass has run
   std::optional<Lowered> with_tiles;
   try {
     with_tiles = LowerSteps(graph, device, graph_id, true, &tiled);
   } catch (const InvalidUsage&) {
-    if (tiled == 0) throw;
+    if (tiled == 0) throw;  // the pass changed nothing: the error is the graph's
   }
   if (tiled == 0) return std::move(*with_tiles);
   // Tiled epilogues overlap the matmuls, but their results are written in
   // parts, which spilling never moves, and their inputs are loaded
   // earlier: where SBUF is tight the plan can be slower or not fit. The
-  // model decides.
-  Lowered without = LowerSteps(graph, device, graph_id, false, &tiled);
-  if (with_tiles && with_tiles->schedule.after_us < without.schedule.after_us)
+  // model decides; a plan that fails either way is the other's, and a
+  // graph that fails both ways fails as it does without the pass.
+  std::optional<Lowered> without;
+  try {
+    without = LowerSteps(graph, device, graph_id, false, &tiled);
+  } catch (const InvalidUsage&) {
+    if (!with_tiles) throw;
+  }
+  if (with_tiles &&
+      (!without || with_tiles->schedule.after_us < without->schedule.after_us))
     return std::move(*with_tiles);
-  return without;
+  return std::move(*without);
 }
 
 }  // namespace neuron::compiler

@@ -91,8 +91,8 @@ void BindCompiledGraph(py::module_& m) {
 void BindSgemm(py::module_& m) {
   m.def(
       "_executor_sgemm", [] { return std::string(neuron::runtime::CurrentSgemm().name); },
-      "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS) or "
-      "\"openblas\".");
+      "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS's sgemm_), "
+      "\"aten-dispatch\" (ATen's mm/bmm) or \"openblas\".");
   m.def(
       "_run_sgemm",
       [](const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool accumulate,

@@ -452,7 +452,8 @@ def _drop_unused_random_ops(gm):
 # output made by a chain of them from an input or another value is made
 # from that tensor in Python (a view, as eager's), not stored by the graph.
 _SAME_BYTES = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.detach",
-                         "aten.expand", "aten.squeeze", "aten.unsqueeze"})
+                         "aten.expand", "aten.squeeze", "aten.squeeze.dim",
+                         "aten.squeeze.dims", "aten.unsqueeze"})
 
 
 def _same_bytes_view(node):
@@ -495,7 +496,8 @@ def _view_outputs(gm):
             base = base.args[0]
         if base.op == "placeholder":
             derived[k], out[k] = ("input", base, views[::-1]), None
-        elif views and kept.setdefault(base, k) != k:
+        elif (views and node.meta.get("tensor_meta") is not None
+              and kept.setdefault(base, k) != k):
             derived[k] = ("output", kept[base], tuple(node.meta["tensor_meta"].shape))
             out[k] = None
     if all(o is None for o in out):  # the graph would return nothing
@@ -504,7 +506,12 @@ def _view_outputs(gm):
 
 
 def _replay(base, views):
-    """`base` through the view nodes `views` (their other arguments as recorded)."""
+    """`base` through the view nodes `views` (their other arguments as
+    recorded). A base that is not contiguous (a caller's strided input, of
+    a shape the graph was compiled for) is copied first, as the graph would
+    have read it, so a view never fails on strides the trace did not see."""
+    if views and not base.is_contiguous():
+        base = base.contiguous()
     for v in views:
         base = v.target(base, *v.args[1:], **v.kwargs)
     return base

@@ -728,8 +728,8 @@ TEST(Lower, AValueWithAnUnreadPartIsNotFusedAway) {
 // An elementwise epilogue of a tiled matmul (gelu of addmm's result, and
 // gelu's backward reading a loaded input by rows, fused with a scale
 // repeating along them) runs as one piece per tile, each reading its
-// tile's rows in place; a product of two tiled results waits for the
-// second's tiles.
+// tile's rows in place; a product of two tiled results, whose pieces
+// would all wait for the second's last tile, stays one step.
 TEST(Lower, EpiloguesOfATiledMatmulRunTileByTile) {
   const DeviceSpec device = SmallDevice(64);  // tiles of 64 rows of 8
   const Lowered lowered = Lower(
@@ -748,11 +748,12 @@ TEST(Lower, EpiloguesOfATiledMatmulRunTileByTile) {
   const auto& e = lowered.executable;
   std::map<std::uint32_t, std::string> names;
   for (const auto& b : e.buffers()) names[b.id()] = b.name();
-  int gelu = 0, backward = 0, products = 0;
+  int gelu = 0, backward = 0, products = 0, whole_products = 0;
   for (const auto& i : e.instructions()) {
     const bool is_gelu = i.op() == runtime::proto::OP_GELU_EXACT;
     const bool is_backward = i.op() == runtime::proto::OP_FUSED;
     products += i.op() == runtime::proto::OP_MUL && i.elements() == 64 * 8 ? 1 : 0;
+    whole_products += i.op() == runtime::proto::OP_MUL && i.elements() == 256 * 8 ? 1 : 0;
     if (!is_gelu && !is_backward) continue;
     (is_gelu ? gelu : backward) += 1;
     EXPECT_EQ(i.elements(), 64 * 8);
@@ -764,7 +765,8 @@ TEST(Lower, EpiloguesOfATiledMatmulRunTileByTile) {
   }
   EXPECT_EQ(gelu, 4);
   EXPECT_EQ(backward, 4);  // gelu_backward and mul, fused
-  EXPECT_EQ(products, 4);
+  EXPECT_EQ(products, 0);
+  EXPECT_EQ(whole_products, 1);
 
   const auto x = Values(256 * 12, 1, 0.2f), w = Values(96, 0.4f, 0.7f),
              b = Values(8, 0.3f, 0.1f), y = Values(256 * 8, 1.5f, 0.4f),
@@ -816,6 +818,38 @@ TEST(Lower, AnEpilogueSbufCannotHoldInPiecesStaysWhole) {
   }
   EXPECT_EQ(gelu, 1);
   EXPECT_GT(spills, 0);
+}
+
+// An epilogue that reads an input twice (a fused y * y) loads it once,
+// before the first piece.
+TEST(Lower, AnEpilogueReadingAnInputTwiceLoadsItOnce) {
+  const DeviceSpec device = SmallDevice(64);
+  const Lowered lowered =
+      Lower(ParseGraph(R"(graph twice(%x: f32[256,12], %w: f32[12,8], %y: f32[256,8]) {
+    %m: f32[256,8] = aten.mm(%x, %w)
+    %t: f32[256,8] = aten.mul(%y, %y)
+    %u: f32[256,8] = aten.mul(%m, %t)
+    return %u
+  })"),
+            device);
+  const int loads = CountOf(lowered, [](const runtime::proto::Instruction& i) {
+    return i.op() == runtime::proto::OP_LOAD;
+  });
+  const int pieces = CountOf(lowered, [](const runtime::proto::Instruction& i) {
+    return i.op() == runtime::proto::OP_FUSED && i.elements() == 64 * 8;
+  });
+  EXPECT_EQ(loads, 3);  // x, w, y
+  EXPECT_EQ(pieces, 4);
+  const auto x = Values(256 * 12, 1, 0.2f), w = Values(96, 0.4f, 0.7f),
+             y = Values(256 * 8, 1.5f, 0.4f);
+  using runtime::proto::F32;
+  const auto r = runtime::Executor(device).Run(
+      lowered.executable, {{"x", HostTensor::FromFloats(F32, {256, 12}, x)},
+                           {"w", HostTensor::FromFloats(F32, {12, 8}, w)},
+                           {"y", HostTensor::FromFloats(F32, {256, 8}, y)}});
+  auto u = MatMul(x, w, 256, 12, 8);
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] *= y[i] * y[i];
+  ExpectAllClose(r.outputs.at("u").ToFloats(), u, "u");
 }
 
 }  // namespace

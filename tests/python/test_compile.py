@@ -556,8 +556,9 @@ def test_each_op_family_matches_eager_forward_and_backward(case):
 
 
 def test_compiled_matmuls_run_on_pytorchs_own_blas():
-    """Inside PyTorch the executor's sgemm is ATen's BLAS: a compiled matmul
-    (plain, with a transposed operand, batched) gives eager's exact bits."""
+    """Inside PyTorch the executor's sgemm is the sgemm_ of ATen's BLAS
+    ("aten", not the dispatching fallback): a compiled matmul (plain, with a
+    transposed operand, batched) gives eager's exact bits."""
     assert torchneuron._C._executor_sgemm() == "aten"
     torch.manual_seed(0)
     a, b = torch.randn(96, 80), torch.randn(80, 72)
@@ -618,17 +619,18 @@ def test_outputs_that_are_views_share_their_bases_memory():
         return (x, aten.alias.default(x), y, z, aten.expand.default(y, [6, 4]),
                 aten.relu.default(y), aten.expand.default(aten.view.default(w, [1, 5, 4]),
                                                          [2, 5, 4]),
-                aten.view.default(n, [24]), aten.detach.default(n))
+                aten.view.default(n, [24]), aten.detach.default(n), aten.view.default(x, [30]))
     torch.manual_seed(0)
     x, w = torch.randn(6, 5), torch.randn(5, 4)
     gm = make_fx(f)(x, w)
     ShapeProp(gm).propagate(x, w)
-    out = torchneuron.compiler._compile_fx(gm, [x, w], "views", True, "")([x, w])
+    run = torchneuron.compiler._compile_fx(gm, [x, w], "views", True, "")
+    out = run([x, w])
     want = f(x, w)
     for got, expected in zip(out, want):
         torch.testing.assert_close(got, expected)
     storage = [o.untyped_storage().data_ptr() for o in out]
-    assert storage[0] == storage[1] == x.untyped_storage().data_ptr()
+    assert storage[0] == storage[1] == storage[9] == x.untyped_storage().data_ptr()
     assert storage[2] == storage[3] == storage[4]
     assert storage[5] != storage[2]  # relu: a value of its own
     assert storage[6] != w.untyped_storage().data_ptr()  # a real expand: the graph's copy
@@ -636,3 +638,8 @@ def test_outputs_that_are_views_share_their_bases_memory():
     text = torchneuron.compiler._metrics[-1]["text"]
     # The first view of neg stands for it (its own shape), the other is made from it.
     assert re.search(r"return %expand_1, %mm, %relu, %view_2\n", text), text
+    # An input of the same shape but other strides: its views are made of a
+    # contiguous copy, as the graph reads it.
+    xt = torch.randn(5, 6).t()
+    for got, expected in zip(run([xt, w]), f(xt.contiguous(), w)):
+        torch.testing.assert_close(got, expected)

@@ -1,17 +1,16 @@
 // The executor's sgemm inside PyTorch: the BLAS eager PyTorch's matmuls
 // run (MKL in its x86 wheels), so a compiled graph's products run as fast
-// as eager's on the same CPU. A single product calls that BLAS's sgemm_
-// directly (the symbol libtorch_cpu exports, found beside ATen's own mm),
-// as ATen's mm does after its dispatch; batches, and builds whose
-// libtorch_cpu exports no sgemm_, go through ATen's bmm / mm over the
-// plan's memory (from_blob views, no copies). Installed when the device
-// library loads.
+// as eager's on the same CPU. "aten": each product (of a batch, one after
+// another) calls that BLAS's sgemm_ directly (the symbol libtorch_cpu
+// exports, found beside ATen's own mm), as ATen's mm does after its
+// dispatch. "aten-dispatch", where libtorch_cpu exports no sgemm_: ATen's
+// mm / bmm over the plan's memory (from_blob views, no copies). Installed
+// when the device library loads.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 
-#include <limits>
 
 #include "neuron/runtime/device/sgemm.h"
 
@@ -52,18 +51,21 @@ void DirectSgemm(FortranSgemm sgemm, const float* a, const float* b, float* c,
   sgemm(&op_b, &op_a, &ni, &mi, &ki, &alpha, b, &ldb, a, &lda, &beta, c, &ni);
 }
 
-void AtenSgemm(const float* a, const float* b, float* c, std::int64_t batch,
-               std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
-               bool transpose_a, bool transpose_b) {
-  static const FortranSgemm direct = TorchSgemm();
-  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
-  if (direct != nullptr && m <= kMaxInt && k <= kMaxInt && n <= kMaxInt) {
-    for (std::int64_t p = 0; p < batch; ++p) {
-      DirectSgemm(direct, a + p * m * k, b + p * k * n, c + p * m * n, m, k, n,
-                  accumulate, transpose_a, transpose_b);
-    }
-    return;
+const FortranSgemm kDirect = TorchSgemm();
+
+// The executor checks m, k and n against 2^31 - 1 (RunMatmul).
+void DirectBatch(const float* a, const float* b, float* c, std::int64_t batch,
+                 std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+                 bool transpose_a, bool transpose_b) {
+  for (std::int64_t p = 0; p < batch; ++p) {
+    DirectSgemm(kDirect, a + p * m * k, b + p * k * n, c + p * m * n, m, k, n, accumulate,
+                transpose_a, transpose_b);
   }
+}
+
+void DispatchedSgemm(const float* a, const float* b, float* c, std::int64_t batch,
+                     std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
+                     bool transpose_a, bool transpose_b) {
   c10::InferenceMode no_autograd;
   // The plan's own work: a Python dispatch mode (FlopCounterMode, say)
   // active around a compiled graph does not see it as torch ops.
@@ -93,8 +95,10 @@ void AtenSgemm(const float* a, const float* b, float* c, std::int64_t batch,
   }
 }
 
-constexpr runtime::Sgemm kAten{"aten", &AtenSgemm};
-const bool kInstalled = (runtime::SetSgemm(&kAten), true);
+constexpr runtime::Sgemm kAten{"aten", &DirectBatch};
+constexpr runtime::Sgemm kAtenDispatch{"aten-dispatch", &DispatchedSgemm};
+const bool kInstalled =
+    (runtime::SetSgemm(kDirect != nullptr ? &kAten : &kAtenDispatch), true);
 
 }  // namespace
 }  // namespace neuron::aten

@@ -15,7 +15,7 @@ namespace neuron::runtime {
 // [n,k] when transpose_b; batch, m, n, k > 0 and c overlaps neither
 // operand.
 struct Sgemm {
-  const char* name;  // "openblas", "aten"
+  const char* name;  // "openblas", "aten", "aten-dispatch"
   void (*run)(const float* a, const float* b, float* c, std::int64_t batch,
               std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
               bool transpose_a, bool transpose_b);
