@@ -33,16 +33,10 @@ bool Elementwise(const Step& s) {
   return op != nullptr && op->fusible;
 }
 
-// Whether `names` holds `whole` or a part of it.
-bool Touches(const LoweringContext& cx, const std::vector<std::string>& names,
-             const std::string& whole) {
-  return std::any_of(names.begin(), names.end(),
-                     [&](const std::string& n) { return cx.Planned(n) == whole; });
-}
-
 // The steps' writes by the memory they land in: for each whole (a part's
 // is its whole), (step, slot written) in step order.
-using Writes = std::unordered_map<std::string, std::vector<std::pair<int, std::string>>>;
+using Write = std::pair<int, std::string>;
+using Writes = std::unordered_map<std::string, std::vector<Write>>;
 
 Writes WritesOf(const LoweringContext& cx) {
   Writes writes;
@@ -53,17 +47,15 @@ Writes WritesOf(const LoweringContext& cx) {
   return writes;
 }
 
-// The writes of `whole` by steps before `e`.
-std::vector<std::pair<int, std::string>> WritesBefore(const Writes& writes,
-                                                      const std::string& whole, int e) {
+// The writes of `whole` by steps before `e`: [first, last).
+std::pair<const Write*, const Write*> WritesBefore(const Writes& writes,
+                                                   const std::string& whole, int e) {
   auto it = writes.find(whole);
-  if (it == writes.end()) return {};
-  std::vector<std::pair<int, std::string>> before;
-  for (const auto& w : it->second) {
-    if (w.first >= e) break;
-    before.push_back(w);
-  }
-  return before;
+  if (it == writes.end()) return {nullptr, nullptr};
+  const std::vector<Write>& all = it->second;  // in step order
+  const auto end = std::lower_bound(
+      all.begin(), all.end(), e, [](const Write& w, int step) { return w.first < step; });
+  return {all.data(), all.data() + (end - all.begin())};
 }
 
 // The tiles of `v` (an SBUF whole) the steps before `e` write, in order:
@@ -73,7 +65,9 @@ std::vector<Tile> TilesOf(const LoweringContext& cx, const Writes& writes,
                           const std::string& v, int e) {
   std::vector<Tile> tiles;
   std::int64_t next = 0;
-  for (const auto& [p, w] : WritesBefore(writes, v, e)) {
+  const auto [first, last] = WritesBefore(writes, v, e);
+  for (const Write* it = first; it != last; ++it) {
+    const auto& [p, w] = *it;
     if (w == v) return {};  // written whole
     const Slot& part = cx.slots().at(w);
     const auto begin =
@@ -90,8 +84,8 @@ std::vector<Tile> TilesOf(const LoweringContext& cx, const Writes& writes,
 // part of it); -1 when none does.
 int LastWriter(const LoweringContext& cx, const Writes& writes, const std::string& name,
                int e) {
-  const auto before = WritesBefore(writes, cx.Planned(name), e);
-  return before.empty() ? -1 : before.back().first;
+  const auto [first, last] = WritesBefore(writes, cx.Planned(name), e);
+  return first == last ? -1 : (last - 1)->first;
 }
 
 // A part of `of` holding `tile`'s elements, named `name`.
@@ -129,9 +123,9 @@ bool Hoistable(const LoweringContext& cx, int load, int to, const std::string& v
   }
   for (int p = to + 1; p < load; ++p) {
     const Step& s = cx.steps()[static_cast<std::size_t>(p)];
-    if (Touches(cx, s.reads, cx.Planned(value)) ||
-        Touches(cx, s.writes, cx.Planned(value)) ||
-        Touches(cx, s.writes, cx.Planned(l.reads[0]))) {
+    if (cx.Touches(s.reads, cx.Planned(value)) ||
+        cx.Touches(s.writes, cx.Planned(value)) ||
+        cx.Touches(s.writes, cx.Planned(l.reads[0]))) {
       return false;
     }
   }
@@ -147,7 +141,7 @@ bool PlanSplit(const LoweringContext& cx, const Writes& writes, int e,
   const std::string& w = step.writes[0];
   const Slot& out = cx.slots().at(w);
   if (out.space != rp::SBUF || !out.part_of.empty() || Elements(out.value.type()) != n ||
-      Touches(cx, step.reads, w)) {
+      cx.Touches(step.reads, w)) {
     return false;
   }
   for (const auto& r : step.reads) {
@@ -194,7 +188,7 @@ bool PlanSplit(const LoweringContext& cx, const Writes& writes, int e,
   const int first = std::max(plan->tiles.front().writer, plan->ready);
   for (int p = first + 1; p < e; ++p) {
     const Step& s = cx.steps()[static_cast<std::size_t>(p)];
-    if (Touches(cx, s.reads, w) || Touches(cx, s.writes, w)) return false;
+    if (cx.Touches(s.reads, w) || cx.Touches(s.writes, w)) return false;
   }
   return true;
 }

@@ -68,6 +68,12 @@ const std::string& LoweringContext::Planned(const std::string& name) const {
   return s.part_of.empty() ? name : s.part_of;
 }
 
+bool LoweringContext::Touches(const std::vector<std::string>& names,
+                              const std::string& whole) const {
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return Planned(n) == whole; });
+}
+
 std::string LoweringContext::Root(const std::string& name) const {
   const std::string& of = slots_.at(name).alias_of;
   return of.empty() ? name : of;

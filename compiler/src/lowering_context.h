@@ -86,6 +86,8 @@ class LoweringContext {
                std::int64_t first, const std::string& where);
   // The slot that owns `name`'s bytes.
   std::string Root(const std::string& name) const;
+  // Whether `names` holds the planned slot `whole` or a part of it.
+  bool Touches(const std::vector<std::string>& names, const std::string& whole) const;
   // The slot memory planning sees for `name`: its Root, or the slot a part
   // lies in.
   const std::string& Planned(const std::string& name) const;

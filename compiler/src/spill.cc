@@ -37,13 +37,6 @@ void Lifetimes(const LoweringContext& cx, std::vector<Interval>* sbuf,
 
 namespace {
 
-// Whether `names` holds `name` itself or a part of it.
-bool Touches(const LoweringContext& cx, const std::vector<std::string>& names,
-             const std::string& name) {
-  return std::any_of(names.begin(), names.end(),
-                     [&](const std::string& n) { return cx.Planned(n) == name; });
-}
-
 // How the steps write a value (a whole: its parts' writes are its own):
 // how many steps write it, whether one writes it only in parts, whether
 // the step `peak` touches it.
@@ -54,8 +47,8 @@ struct Use {
 
 std::unordered_map<std::string, Use> UsesOf(const LoweringContext& cx, int peak) {
   std::unordered_map<std::string, Use> uses;
-  std::vector<std::pair<std::string, bool>>
-      written;  // a step's wholes; whole itself written
+  // A step's wholes, each with whether the step writes it itself (not a part).
+  std::vector<std::pair<std::string, bool>> written;
   for (std::size_t s = 0; s < cx.steps().size(); ++s) {
     const Step& st = cx.steps()[s];
     written.clear();
@@ -122,8 +115,8 @@ bool SpillOne(LoweringContext& cx, const std::vector<Interval>& sbuf) {
   int reloads = 0;
   for (std::size_t s = 0; s < steps.size(); ++s) {
     Step step = std::move(steps[s]);
-    const bool reads = Touches(cx, step.reads, name);
-    const bool writes = Touches(cx, step.writes, name);
+    const bool reads = cx.Touches(step.reads, name);
+    const bool writes = cx.Touches(step.writes, name);
     if (reads && !writes) {  // bring it back for this step
       const std::string copy = StrCat(name, ".reload", reloads++);
       proto::Value v = cx.ValueOf(name);

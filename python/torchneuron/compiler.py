@@ -475,8 +475,8 @@ def _view_outputs(gm):
     to its base: (returned, derived). `returned` is the output list for the
     IR, None where an output is derived: from an input (the graph does not
     return it), or from the one output the graph returns for a computed
-    base (the first of those sharing it, or the base itself when returned:
-    its own shape, so its store is the one the graph made before). `derived`
+    base (the base itself when returned, else the first of its views, whose
+    shape its store keeps). `derived`
     maps an output's index to ("input", placeholder, views to replay on it,
     base first) or ("output", index, shape). Derived outputs are not copies:
     they share their base's memory, as in eager."""

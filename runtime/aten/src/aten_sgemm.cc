@@ -11,7 +11,6 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 
-
 #include "neuron/runtime/device/sgemm.h"
 
 namespace neuron::aten {
