@@ -55,7 +55,9 @@ def test_a_rank_killed_at_a_random_point_ends_the_job_cleanly():
     for trial in range(4):
         delay = rng.uniform(0.5, 6.0)
         victim = rng.randrange(4)
-        job = subprocess.Popen([NEURONRUN, "-n", "4", EXAMPLE, "--steps", "400"],
+        # Far more steps than the job can take before the latest kill (about
+        # 100 a second on this machine): it is always killed mid-run.
+        job = subprocess.Popen([NEURONRUN, "-n", "4", EXAMPLE, "--steps", "4000"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         ranks = sorted(p for p in children(job.pid) if rank_of(p) is not None)
