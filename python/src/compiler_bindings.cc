@@ -94,6 +94,25 @@ void BindSgemm(py::module_& m) {
       "The sgemm compiled graphs' matmuls run: \"aten\" (PyTorch's own BLAS's sgemm_), "
       "\"aten-dispatch\" (ATen's mm/bmm) or \"openblas\".");
   m.def(
+      "_executor_sgemms", [] { return neuron::runtime::SgemmNames(); },
+      "The sgemms this process can run, by name (_set_executor_sgemm takes one).");
+  m.def(
+      "_set_executor_sgemm",
+      [](const std::string& name) {
+        const neuron::runtime::Sgemm* s = neuron::runtime::FindSgemm(name);
+        if (s == nullptr) {
+          std::string known;
+          for (const auto& n : neuron::runtime::SgemmNames())
+            known += (known.empty() ? "" : ", ") + n;
+          throw py::value_error("_set_executor_sgemm: no sgemm named '" + name +
+                                "' in this process (it has " + known + ")");
+        }
+        neuron::runtime::SetSgemm(s);
+      },
+      py::arg("name"),
+      "Makes the named sgemm (one of _executor_sgemms()) run compiled graphs' matmuls "
+      "in this process.");
+  m.def(
       "_run_sgemm",
       [](const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool accumulate,
          bool transpose_a, bool transpose_b) {

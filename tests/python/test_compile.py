@@ -570,13 +570,28 @@ def test_compiled_matmuls_run_on_pytorchs_own_blas():
         assert torch.equal(got, want)
 
 
+@pytest.fixture(params=["aten", "aten-dispatch", "openblas"])
+def executor_sgemm(request):
+    """Each sgemm the executor can run in this process, installed for the
+    test and the process's own restored after it."""
+    assert set(torchneuron._C._executor_sgemms()) == {"aten", "aten-dispatch", "openblas"}
+    before = torchneuron._C._executor_sgemm()
+    torchneuron._C._set_executor_sgemm(request.param)
+    try:
+        assert torchneuron._C._executor_sgemm() == request.param
+        yield request.param
+    finally:
+        torchneuron._C._set_executor_sgemm(before)
+
+
 @pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize("transpose_b", [False, True])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_executor_sgemm_matches_pytorchs_matmul(transpose_a, transpose_b, batch):
-    """The executor's sgemm (the BLAS's own sgemm_ for each product) gives
-    eager's matmul, with either operand stored transposed, and adds to the
-    result's old value when accumulating."""
+def test_executor_sgemm_matches_pytorchs_matmul(executor_sgemm, transpose_a, transpose_b,
+                                                batch):
+    """Each executor sgemm (the BLAS's own sgemm_ for each product, ATen's
+    mm/bmm, OpenBLAS's) gives eager's matmul, with either operand stored
+    transposed, and adds to the result's old value when accumulating."""
     torch.manual_seed(0)
     m, k, n = 37, 19, 23  # odd sizes: no layout happens to line up
     a = torch.randn(batch, k, m) if transpose_a else torch.randn(batch, m, k)
@@ -590,6 +605,33 @@ def test_executor_sgemm_matches_pytorchs_matmul(transpose_a, transpose_b, batch)
     c = old.clone()
     torchneuron._C._run_sgemm(a, b, c, True, transpose_a, transpose_b)
     torch.testing.assert_close(c, old + want, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_training_step_matches_eager_on_each_executor_sgemm(executor_sgemm):
+    """A compiled MLP's forward and backward (plain, transposed and
+    accumulating products) give eager's results whichever sgemm runs them."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 8))
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 8))
+    model.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()  # each sgemm runs its own freshly compiled graphs
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(12, 24)
+    for net in (eager, compiled):
+        net(x).square().sum().backward()
+    torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_set_executor_sgemm_names_the_ones_there_are():
+    before = torchneuron._C._executor_sgemm()
+    with pytest.raises(ValueError, match="no sgemm named 'mkl' in this process "
+                                         r"\(it has openblas, aten-dispatch, aten\)"):
+        torchneuron._C._set_executor_sgemm("mkl")
+    assert torchneuron._C._executor_sgemm() == before
 
 
 def test_executor_sgemm_refuses_operands_that_do_not_fit():

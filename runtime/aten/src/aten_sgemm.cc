@@ -4,8 +4,8 @@
 // another) calls that BLAS's sgemm_ directly (the symbol libtorch_cpu
 // exports, found beside ATen's own mm), as ATen's mm does after its
 // dispatch. "aten-dispatch", where libtorch_cpu exports no sgemm_: ATen's
-// mm / bmm over the plan's memory (from_blob views, no copies). Installed
-// when the device library loads.
+// mm / bmm over the plan's memory (from_blob views, no copies). Registered
+// and installed when the device library loads.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -96,8 +96,15 @@ void DispatchedSgemm(const float* a, const float* b, float* c, std::int64_t batc
 
 constexpr runtime::Sgemm kAten{"aten", &DirectBatch};
 constexpr runtime::Sgemm kAtenDispatch{"aten-dispatch", &DispatchedSgemm};
-const bool kInstalled =
-    (runtime::SetSgemm(kDirect != nullptr ? &kAten : &kAtenDispatch), true);
+// Both registered (torchneuron._C._set_executor_sgemm picks one), the
+// direct one installed where it exists.
+bool Install() {
+  runtime::RegisterSgemm(&kAtenDispatch);
+  if (kDirect != nullptr) runtime::RegisterSgemm(&kAten);
+  runtime::SetSgemm(kDirect != nullptr ? &kAten : &kAtenDispatch);
+  return true;
+}
+const bool kInstalled = Install();
 
 }  // namespace
 }  // namespace neuron::aten

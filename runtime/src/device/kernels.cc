@@ -1,9 +1,6 @@
 #include "kernels.h"
 
-#include <cblas.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "neuron/runtime/device/sgemm.h"
@@ -52,26 +49,6 @@ void FromFloat(const std::vector<float>& values, proto::ElementType type,
                std::uint8_t* out) {
   FromFloat(values.data(), values.size(), type, out);
 }
-
-namespace {
-
-void OpenBlasSgemm(const float* a, const float* b, float* c, std::int64_t batch,
-                   std::int64_t m, std::int64_t k, std::int64_t n, bool accumulate,
-                   bool transpose_a, bool transpose_b) {
-  for (std::int64_t p = 0; p < batch; ++p) {
-    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-                transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a + p * m * k,
-                static_cast<blasint>(transpose_a ? m : k), b + p * k * n,
-                static_cast<blasint>(transpose_b ? k : n), accumulate ? 1.0f : 0.0f,
-                c + p * m * n, static_cast<blasint>(n));
-  }
-}
-
-constexpr Sgemm kOpenBlas{"openblas", &OpenBlasSgemm};
-std::atomic<const Sgemm*> current_sgemm{&kOpenBlas};
-
-}  // namespace
 
 void Matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m,
             std::int64_t k, std::int64_t n, bool accumulate, bool transpose_a,
@@ -302,13 +279,3 @@ void LayerNormBackward(const float* g, const float* x, const float* mean,
 }
 
 }  // namespace neuron::runtime::kernels
-
-namespace neuron::runtime {
-
-const Sgemm& CurrentSgemm() { return *kernels::current_sgemm.load(); }
-
-void SetSgemm(const Sgemm* sgemm) {
-  kernels::current_sgemm.store(sgemm != nullptr ? sgemm : &kernels::kOpenBlas);
-}
-
-}  // namespace neuron::runtime

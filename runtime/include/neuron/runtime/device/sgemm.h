@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace neuron::runtime {
 
@@ -24,5 +27,15 @@ struct Sgemm {
 // The process's sgemm; thread-safe. SetSgemm(nullptr) restores OpenBLAS's.
 const Sgemm& CurrentSgemm();
 void SetSgemm(const Sgemm* sgemm);
+
+// The sgemms this process can run, by name: "openblas" always, and those a
+// library registers (neuron::aten: "aten" where libtorch_cpu exports
+// sgemm_, and "aten-dispatch"). `sgemm` must outlive the process (a
+// static); registering a name again replaces the entry. Thread-safe.
+void RegisterSgemm(const Sgemm* sgemm);
+// The registered sgemm named `name`, or null.
+const Sgemm* FindSgemm(std::string_view name);
+// The registered names, in the order they were first registered.
+std::vector<std::string> SgemmNames();
 
 }  // namespace neuron::runtime
