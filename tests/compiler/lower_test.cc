@@ -820,6 +820,63 @@ TEST(Lower, AnEpilogueSbufCannotHoldInPiecesStaysWhole) {
   EXPECT_GT(spills, 0);
 }
 
+// Lower keeps whichever plan the model times faster: the same two layers
+// with their epilogues in pieces at 40 KiB of SBUF, whole at 32 KiB, where
+// the pieces' parts (which spilling never moves) and their inputs loaded
+// early make the tiled plan spill five times as long.
+TEST(Lower, TheModelChoosesBetweenTiledAndWholeEpilogues) {
+  const std::string text =
+      R"(graph layers(%x: f32[128,16], %b: f32[16], %w0: f32[16,16], %y0: f32[128,16], %w1: f32[16,16], %y1: f32[128,16]) {
+    %h0: f32[128,16] = aten.addmm(%b, %x, %w0)
+    %g0: f32[128,16] = aten.gelu(%h0)
+    %e0: f32[128,16] = aten.mul(%g0, %y0)
+    %h1: f32[128,16] = aten.addmm(%b, %e0, %w1)
+    %g1: f32[128,16] = aten.gelu(%h1)
+    %e1: f32[128,16] = aten.mul(%g1, %y1)
+    return %e1
+  })";
+  const auto x = Values(128 * 16, 1, 0.2f), b = Values(16, 0.3f, 0.1f),
+             w0 = Values(256, 0.3f, 0.2f), w1 = Values(256, 0.2f, 0.4f),
+             y0 = Values(128 * 16, 1.5f, 0.4f), y1 = Values(128 * 16, 0.7f, 0.9f);
+  auto layer = [&](const std::vector<float>& in, const std::vector<float>& w,
+                   const std::vector<float>& y) {
+    std::vector<float> out = MatMul(in, w, 128, 16, 16);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const double h = out[i] + b[i % 16];
+      out[i] = static_cast<float>(0.5 * h * (1 + std::erf(h / std::sqrt(2.0))) * y[i]);
+    }
+    return out;
+  };
+  const auto want = layer(layer(x, w0, y0), w1, y1);
+  using runtime::proto::F32;
+  const std::map<std::string, HostTensor> inputs = {
+      {"x", HostTensor::FromFloats(F32, {128, 16}, x)},
+      {"b", HostTensor::FromFloats(F32, {16}, b)},
+      {"w0", HostTensor::FromFloats(F32, {16, 16}, w0)},
+      {"y0", HostTensor::FromFloats(F32, {128, 16}, y0)},
+      {"w1", HostTensor::FromFloats(F32, {16, 16}, w1)},
+      {"y1", HostTensor::FromFloats(F32, {128, 16}, y1)}};
+  double modelled_us[2] = {0, 0};
+  for (const int kib : {40, 32}) {
+    SCOPED_TRACE(StrCat(kib, " KiB of SBUF"));
+    const DeviceSpec device = SmallDevice(kib);
+    const Lowered lowered = Lower(ParseGraph(text), device);
+    int whole = 0, pieces = 0;
+    for (const auto& i : lowered.executable.instructions()) {
+      if (i.op() != runtime::proto::OP_FUSED) continue;  // gelu and mul
+      (i.elements() == 128 * 16 ? whole : pieces) += 1;
+    }
+    EXPECT_EQ(whole, kib == 40 ? 0 : 2);
+    EXPECT_EQ(pieces == 0, kib == 32);
+    modelled_us[kib == 40 ? 0 : 1] = lowered.schedule.after_us;
+    const auto r = runtime::Executor(device).Run(lowered.executable, inputs);
+    ExpectAllClose(r.outputs.at("e1").ToFloats(), want, "e1");
+  }
+  // The tiled plan overlaps the matmuls where it fits; where it spills the
+  // whole plan is the same at 32 KiB as at 40.
+  EXPECT_LT(modelled_us[0], modelled_us[1]);
+}
+
 // An epilogue that reads an input twice (a fused y * y) loads it once,
 // before the first piece.
 TEST(Lower, AnEpilogueReadingAnInputTwiceLoadsItOnce) {
