@@ -644,6 +644,45 @@ def test_executor_sgemm_refuses_operands_that_do_not_fit():
                                   torch.zeros(1, 3, 5), c, False, False, False)
 
 
+def test_view_outputs_of_neuron_tensors_are_neuron_views():
+    """Through torch.compile on "neuron" tensors: an output that views an
+    input shares the input's memory on the device, views of a computed
+    value share that value's, and all are "neuron" tensors with eager's
+    values, forward and backward."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+    aten = torch.ops.aten
+
+    def f(x, w):
+        y = aten.mm.default(x, w)
+        return (aten.view.default(x, [30]), y, aten.view.default(aten.detach.default(y), [24]),
+                aten.relu.default(y))
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5, device="neuron"), torch.randn(5, 4, device="neuron")
+    gm = make_fx(f)(x.cpu(), w.cpu())
+    ShapeProp(gm).propagate(x.cpu(), w.cpu())
+    out = torchneuron.compiler._compile_fx(gm, [x, w], "neuron_views", True, "")([x, w])
+    for got, expected in zip(out, f(x.cpu(), w.cpu())):
+        assert got.device.type == "neuron"
+        torch.testing.assert_close(got.cpu(), expected)
+    assert out[0].data_ptr() == x.data_ptr()
+    assert out[1].untyped_storage().data_ptr() == out[2].untyped_storage().data_ptr()
+    assert out[3].untyped_storage().data_ptr() != out[1].untyped_storage().data_ptr()
+
+    # The same through torch.compile, with autograd: AOTAutograd's own view
+    # handling and the backend's together.
+    xr = x.clone().requires_grad_()
+    compiled = torch.compile(lambda x, w: (x.view(30), (x @ w).view(24), (x @ w).relu()),
+                             backend="neuron", fullgraph=True)
+    got = compiled(xr, w)
+    assert all(t.device.type == "neuron" for t in got)
+    assert got[0].data_ptr() == xr.data_ptr()
+    sum(t.sum() for t in got).backward()
+    xc = x.cpu().requires_grad_()
+    sum(t.sum() for t in (xc.view(30), (xc @ w.cpu()).view(24), (xc @ w.cpu()).relu())).backward()
+    torch.testing.assert_close(xr.grad.cpu(), xc.grad)
+
+
 def test_outputs_that_are_views_share_their_bases_memory():
     """An output that is an input, or a chain of views with its base's
     bytes in order (view, alias, detach, an expand to the same shape) of an
