@@ -187,16 +187,58 @@ def _results(node, op, meta):
     return f"%{node.name}: {_type(meta, node.name)}", False
 
 
+def _stored_order(meta):
+    """For a tensor whose strides lay it out densely in another order than
+    its dims' (a transpose or permute of a contiguous tensor): its dims in
+    memory order, p, so that tensor.permute(p) is contiguous. None for a
+    contiguous tensor, one with a size-1 dim (whose stride says nothing),
+    and one that is not dense."""
+    shape, stride = getattr(meta, "shape", None), getattr(meta, "stride", None)
+    if (shape is None or stride is None or len(shape) < 2 or len(stride) != len(shape)
+            or any(int(d) < 2 for d in shape)):
+        return None
+    order = sorted(range(len(shape)), key=lambda d: -int(stride[d]))
+    expected = 1
+    for d in reversed(order):
+        if int(stride[d]) != expected:
+            return None
+        expected *= int(shape[d])
+    return order if order != list(range(len(shape))) else None
+
+
 class _Translation:
     """The state of one graph's translation to IR (to_ir)."""
 
-    def __init__(self, where, returned=None):
+    def __init__(self, where, returned=None, taken=()):
         self.where = where
+        self.taken = set(taken)  # the graph's names, which an input's stored name avoids
         self.returned = returned  # the values returned, when not the output node's
         self.inputs, self.lines, self.unsupported = [], [], []
+        self.stored = []  # per input: its dims in memory order when not its own (_stored_order)
         self.names, self.multi = {}, set()
         self.outputs = None
         self.streams = 0  # random ops so far: each draws its own stream of the seed
+
+    def placeholder(self, node, meta):
+        """An input. One traced with a permuted dense layout (a transpose of
+        a contiguous tensor: a saved weight's t(), say) is read as its bytes
+        lie, an input of its memory order's shape, and the graph permutes it
+        back: the passes fold that permute into the ops that read it, so the
+        run copies nothing where eager would have read the view."""
+        declared = _type(meta, node.name)
+        order = _stored_order(meta)
+        self.stored.append(order)
+        if order is None:
+            self.inputs.append((node.name, f"%{node.name}: {declared}"))
+            return
+        stored = node.name + "_stored"
+        while stored in self.taken:
+            stored += "_"
+        shape = [int(meta.shape[d]) for d in order]
+        inverse = [order.index(d) for d in range(len(order))]
+        self.inputs.append((stored, f"%{stored}: {_DTYPES[meta.dtype]}[{','.join(map(str, shape))}]"))
+        self.lines.append(f"  %{node.name}: {declared} = aten.permute(%{stored}) "
+                          f"{{dims = [{', '.join(map(str, inverse))}]}}  # input {node.name}")
 
     def call(self, node):
         """An aten op node as one IR line."""
@@ -206,6 +248,7 @@ class _Translation:
             if op in _RANDOM:  # its random bits: the run's seed, a stream each
                 if self.streams == 0:
                     self.inputs.append((_SEED, f"%{_SEED}: i64[]"))
+                    self.stored.append(None)
                 tensors.append("%" + _SEED)
                 attrs.append(f"stream = {self.streams}")
                 self.streams += 1
@@ -224,7 +267,7 @@ class _Translation:
         meta = node.meta.get("tensor_meta")
         if node.op == "placeholder":
             try:
-                self.inputs.append((node.name, f"%{node.name}: {_type(meta, node.name)}"))
+                self.placeholder(node, meta)
             except _Unsupported as e:
                 self.unsupported.append((f"input {node.name}", str(e)))
             self.names[node] = node.name
@@ -252,20 +295,23 @@ def to_ir(gm, name, where="", returned=None):
     inputs and returned values are sorted by name, because AOTAutograd's
     partitioner orders saved activations by Python's (per-process) hashing,
     and the compile cache key must be the same in every process and rank.
-    `inputs` lists the FX placeholders' positions in IR input order (None
-    for the dropout seed, an input that is no placeholder);
+    `inputs` lists, in IR input order, (the FX placeholder's position,
+    None or the order to permute it to: an input traced with a permuted
+    dense layout is read as stored, see _Translation.placeholder), or
+    (None, None) for the dropout seed, an input that is no placeholder;
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
     cannot express (then text is None). `returned`, when given, replaces
     the output node's list (_view_outputs)."""
-    t = _Translation(where, returned)
+    t = _Translation(where, returned, (n.name for n in gm.graph.nodes))
     for node in gm.graph.nodes:
         t.node(node)
     if t.unsupported:
         return None, None, t.outputs, t.unsupported
     inputs = t.inputs
     sorted_inputs = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
-    order = [i if inputs[i][0] != _SEED else None for i in sorted_inputs]
+    order = [(i, t.stored[i]) if inputs[i][0] != _SEED else (None, None)
+             for i in sorted_inputs]
     returned = sorted({o for o in t.outputs if o is not None})
     text = (f"graph {name}({', '.join(inputs[i][1] for i in sorted_inputs)}) {{\n" +
             "\n".join(t.lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
@@ -456,13 +502,26 @@ _SAME_BYTES = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.d
                          "aten.squeeze.dims", "aten.unsqueeze"})
 
 
+# Views that reorder their input's dims: an output made by a chain of
+# them and same-bytes views from an input is that input's view in Python
+# too (a saved weight's t(), as eager saves it); the next graph reads it as
+# its bytes lie (_Translation.placeholder).
+_LAYOUT = frozenset({"aten.t", "aten.permute", "aten.transpose.int"})
+
+
+def _view_of_first_arg(node, ops):
+    """Whether `node` is one of the view ops `ops` of its first argument,
+    its other arguments constants."""
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and _op_name(node.target) in ops and bool(node.args)
+            and isinstance(node.args[0], torch.fx.Node)
+            and not any(isinstance(a, torch.fx.Node) for a in node.args[1:])
+            and not any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()))
+
+
 def _same_bytes_view(node):
     """Whether `node` is a view of its first argument's bytes, in order."""
-    if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload)
-            or _op_name(node.target) not in _SAME_BYTES or not node.args
-            or not isinstance(node.args[0], torch.fx.Node)
-            or any(isinstance(a, torch.fx.Node) for a in node.args[1:])
-            or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values())):
+    if not _view_of_first_arg(node, _SAME_BYTES):
         return False
     if _op_name(node.target) == "aten.expand":  # only to the same shape
         source, meta = node.args[0].meta.get("tensor_meta"), node.meta.get("tensor_meta")
@@ -473,8 +532,9 @@ def _same_bytes_view(node):
 def _view_outputs(gm):
     """The graph's outputs with each chain of same-bytes views taken back
     to its base: (returned, derived). `returned` is the output list for the
-    IR, None where an output is derived: from an input (the graph does not
-    return it), or from the one output the graph returns for a computed
+    IR, None where an output is derived: from an input through same-bytes
+    and layout views (the graph does not return it), or through same-bytes
+    views from the one output the graph returns for a computed
     base (the base itself when returned, else the first of its views, whose
     shape its store keeps). `derived`
     maps an output's index to ("input", placeholder, views to replay on it,
@@ -491,12 +551,17 @@ def _view_outputs(gm):
         if not isinstance(node, torch.fx.Node):
             continue
         views, base = [], node
-        while _same_bytes_view(base):
+        while _same_bytes_view(base) or _view_of_first_arg(base, _LAYOUT):
             views.append(base)
             base = base.args[0]
         if base.op == "placeholder":
             derived[k], out[k] = ("input", base, views[::-1]), None
-        elif (views and node.meta.get("tensor_meta") is not None
+            continue
+        views, base = [], node
+        while _same_bytes_view(base):
+            views.append(base)
+            base = base.args[0]
+        if (views and node.meta.get("tensor_meta") is not None
               and kept.setdefault(base, k) != k):
             derived[k] = ("output", kept[base], tuple(node.meta["tensor_meta"].shape))
             out[k] = None
@@ -554,8 +619,10 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
                                                if n.op == "placeholder")}
 
     def run(args):
-        inputs = [args[i] if i is not None  # None: the run's dropout seed
-                  else torch.randint(0, 2 ** 62, (), dtype=torch.int64) for i in order]
+        # None: the run's dropout seed. A permuted input is passed in memory
+        # order: contiguous, read in place, when it has the traced strides.
+        inputs = [torch.randint(0, 2 ** 62, (), dtype=torch.int64) if i is None
+                  else args[i] if p is None else args[i].permute(p) for i, p in order]
         results = dict(zip(names, graph.run(inputs)))
         values = [results[o] if o is not None else None for o in outputs]
         for k, (kind, base, how) in derived.items():

@@ -2,6 +2,7 @@
 simulated NeuronCore, against eager PyTorch; CPU fallback reported and
 warned, or an error with fullgraph=True; the compile cache across processes.
 """
+import json
 import os
 import re
 import subprocess
@@ -642,6 +643,68 @@ def test_executor_sgemm_refuses_operands_that_do_not_fit():
     with pytest.raises(ValueError, match="float32"):
         torchneuron._C._run_sgemm(torch.zeros(1, 4, 3, dtype=torch.float64),
                                   torch.zeros(1, 3, 5), c, False, False, False)
+
+
+def _timeline_ops(name, tmp_path):
+    """The instructions of the last compiled graph named `name`, by op."""
+    path = tmp_path / f"{name}.json"
+    torchneuron.compiler.export_timeline(path, name)
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    return [e["name"].split(" #")[0] for e in events if e.get("ph") == "X"]
+
+
+def test_transposed_inputs_are_read_as_stored(tmp_path):
+    """An input traced as a transpose or permute of a contiguous tensor is
+    an input of its memory order's shape that the graph permutes back: a
+    matmul reads it in place (no strided copy), and an input of the same
+    shape with other strides at run time is copied into that order."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+    aten = torch.ops.aten
+
+    def f(a, b, c):
+        return aten.mm.default(a, b), aten.relu.default(c)
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 6).t(), torch.randn(5, 4)
+    c = torch.randn(2, 4, 3).permute(2, 0, 1)  # [3, 2, 4], dims stored in order 1, 2, 0
+    gm = make_fx(f)(a, b, c)
+    ShapeProp(gm).propagate(a, b, c)
+    run = torchneuron.compiler._compile_fx(gm, [a, b, c], "stored", True, "")
+    text = torchneuron.compiler._metrics[-1]["text"]
+    assert "%a_1_stored: f32[5,6]" in text and "%c_1_stored: f32[2,4,3]" in text, text
+    assert "aten.permute(%a_1_stored) {dims = [1, 0]}" in text, text
+    assert "aten.permute(%c_1_stored) {dims = [2, 0, 1]}" in text, text
+    assert "%b_1: f32[5,4]" in text  # contiguous: as it is
+    ops = _timeline_ops("stored", tmp_path)
+    assert ops.count("strided_copy") == 1, ops  # c into relu's order; a read in place
+    for args in ([a, b, c], [a.contiguous(), b, c.contiguous()]):
+        for got, want in zip(run(args), f(*args)):
+            torch.testing.assert_close(got, want)
+
+
+def test_saved_weight_transposes_are_views_read_as_stored(tmp_path):
+    """A linear layer's forward saves its weight's t() as a view of the
+    weight (as eager does), not a copy the graph makes; the backward reads
+    the weight in place through it; results and gradients are eager's."""
+    torch.manual_seed(0)
+    eager = torch.nn.Linear(6, 4)
+    model = torch.nn.Linear(6, 4)
+    model.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(3, 6, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    compiled(x).square().sum().backward()
+    eager(xe).square().sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+    forward, backward = (e for e in torchneuron.compiler._metrics[-2:])
+    assert "_forward" in forward["name"] and "_backward" in backward["name"]
+    assert re.search(r"return .*%t\b", forward["text"]) is None, forward["text"]
+    assert "strided_copy" not in _timeline_ops(forward["name"], tmp_path)
+    assert re.search(r"aten.permute\(%t_stored\) \{dims = \[1, 0\]\}", backward["text"]), \
+        backward["text"]
 
 
 def test_view_outputs_of_neuron_tensors_are_neuron_views():
