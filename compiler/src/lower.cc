@@ -1,5 +1,6 @@
 // Lower(): a verified graph's nodes through their rows of the native op
-// table (native_ops.h) into device steps, then fusion (fusion.h), epilogue
+// table (native_ops.h) into device steps, then composed strided copies
+// (compose_copies.h), fusion (fusion.h), epilogue
 // tiles (epilogue_tiles.h) and emission with spilling (emit.h), then the
 // schedule (schedule.h).
 #include "neuron/compiler/lower.h"
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compose_copies.h"
 #include "emit.h"
 #include "epilogue_tiles.h"
 #include "fusion.h"
@@ -52,6 +54,7 @@ Lowered LowerSteps(const proto::Graph& graph, const runtime::DeviceSpec& device,
     for (auto& r : step.reads) r = cx.Root(r);
     for (auto& w : step.writes) w = cx.Root(w);
   }
+  ComposeStridedCopies(cx);
   FuseElementwise(cx);
   if (tile_epilogues) *tiled = TileEpilogues(cx);
   Lowered out = Emit(cx, graph_id);

@@ -820,6 +820,68 @@ TEST(Lower, AnEpilogueSbufCannotHoldInPiecesStaysWhole) {
   EXPECT_GT(spills, 0);
 }
 
+// Attention's backward layout: a transpose stacked with two values, the
+// stack permuted. The stack and the transpose are never made: each input
+// is copied once, straight into the permuted result.
+constexpr const char* kStackedGraph =
+    R"(graph stacked(%a: f32[4,2,6], %b: f32[4,6,2], %c: f32[4,2,6]) {
+    %bt: f32[4,2,6] = aten.transpose.int(%b) {dim0 = 1, dim1 = 2}
+    %s: f32[3,4,2,6] = aten.stack(%a, %bt, %c) {dim = 0}
+    %p: f32[2,4,3,6] = aten.permute(%s) {dims = [2, 1, 0, 3]}
+    return %p%RETURNED
+  })";
+
+std::vector<float> RunStacked(const Lowered& lowered, bool also_s) {
+  using runtime::proto::F32;
+  const auto a = Values(48, 1, 0.1f), b = Values(48, 1, 0.5f), c = Values(48, 1, 0.9f);
+  const auto r =
+      runtime::Executor(DeviceSpec::Default())
+          .Run(lowered.executable, {{"a", HostTensor::FromFloats(F32, {4, 2, 6}, a)},
+                                    {"b", HostTensor::FromFloats(F32, {4, 6, 2}, b)},
+                                    {"c", HostTensor::FromFloats(F32, {4, 2, 6}, c)}});
+  // p[i][j][k][l] = s[k][j][i][l]; s = (a, b transposed, c).
+  std::vector<float> want(144);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 3; ++k)
+        for (int l = 0; l < 6; ++l) {
+          const float v = k == 0   ? a[static_cast<std::size_t>(j * 12 + i * 6 + l)]
+                          : k == 1 ? b[static_cast<std::size_t>(j * 12 + l * 2 + i)]
+                                   : c[static_cast<std::size_t>(j * 12 + i * 6 + l)];
+          want[static_cast<std::size_t>(((i * 4 + j) * 3 + k) * 6 + l)] = v;
+        }
+  EXPECT_EQ(r.outputs.at("p").ToFloats(), want);
+  if (also_s) EXPECT_EQ(r.outputs.at("s").ToFloats().size(), 144u);
+  return r.outputs.at("p").ToFloats();
+}
+
+TEST(Lower, AStackPermutedIsWrittenInItsPermutedPlaces) {
+  std::string text = kStackedGraph;
+  text.replace(text.find("%RETURNED"), 9, "");
+  const Lowered lowered = Lower(ParseGraph(text), DeviceSpec::Default());
+  std::set<std::string> names;
+  for (const auto& b : lowered.executable.buffers()) names.insert(b.name());
+  EXPECT_EQ(names.count("s"), 0u);
+  EXPECT_EQ(names.count("bt"), 0u);
+  const int copies = CountOf(lowered, [](const runtime::proto::Instruction& i) {
+    return i.op() == runtime::proto::OP_STRIDED_COPY;
+  });
+  EXPECT_EQ(copies, 3);  // a, b and c, each into p
+  RunStacked(lowered, false);
+}
+
+// A stack that is also returned is made: its permute stays a copy of it.
+TEST(Lower, AStackReadTwiceStays) {
+  std::string text = kStackedGraph;
+  text.replace(text.find("%RETURNED"), 9, ", %s");
+  const Lowered lowered = Lower(ParseGraph(text), DeviceSpec::Default());
+  const int copies = CountOf(lowered, [](const runtime::proto::Instruction& i) {
+    return i.op() == runtime::proto::OP_STRIDED_COPY;
+  });
+  EXPECT_EQ(copies, 4);  // b's transpose composed into the stack; a, c; the permute
+  RunStacked(lowered, true);
+}
+
 // Lower keeps whichever plan the model times faster: the same two layers
 // with their epilogues in pieces at 40 KiB of SBUF, whole at 32 KiB, where
 // the pieces' parts (which spilling never moves) and their inputs loaded
