@@ -10,6 +10,9 @@ fullgraph=True).
                                                   [--batch 32] [--hidden 256]
     .venv/bin/python benchmarks/compile_bench.py --model gpt-block [--dim 128]
                                                   [--seq 64] [--batch 8]
+    ... [--inductor]   also PyTorch's own compiler (torch.compile's default
+                       backend, C++ kernels built by the host compiler: tens
+                       of seconds the first time), the same step side by side
 
 Target (issue #20): the GPT block's compiled wall time <= 0.8x eager's
 (docs/performance.md).
@@ -31,6 +34,8 @@ def main():
     p.add_argument("--model", default="mlp", choices=["mlp", "gpt-block"])
     p.add_argument("--dim", type=int, default=128, help="gpt-block hidden size (4 heads)")
     p.add_argument("--seq", type=int, default=64, help="gpt-block sequence length")
+    p.add_argument("--inductor", action="store_true",
+                   help="also time torch.compile's default backend (inductor) as a peer")
     args = p.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     os.environ.setdefault("NEURON_CACHE_DIR", tempfile.mkdtemp(prefix="compile_bench."))
@@ -77,12 +82,20 @@ def main():
 
     compiled_ms = step_ms(compiled)
     eager_ms = step_ms(eager)
+    inductor_ms = None
+    if args.inductor:
+        peer = make()
+        peer.load_state_dict(eager.state_dict())
+        inductor_ms = step_ms(torch.compile(peer, backend="inductor", fullgraph=True))
     modelled = sum(r["modelled_us"] for r in torchneuron.compiler.metrics())
     print(f"{described}, fp32, 1 CPU thread; torch.compile; median of {args.steps} steps "
           f"(forward + backward)")
     print(f"eager PyTorch:   {eager_ms:8.3f} ms")
     print(f"compiled:        {compiled_ms:8.3f} ms   ratio compiled/eager {compiled_ms / eager_ms:.2f}"
           f" (target <= 0.8: {'met' if compiled_ms <= 0.8 * eager_ms else 'MISSED'})")
+    if inductor_ms is not None:
+        print(f"inductor:        {inductor_ms:8.3f} ms   ratio inductor/eager "
+              f"{inductor_ms / eager_ms:.2f}, compiled/inductor {compiled_ms / inductor_ms:.2f}")
     print(f"modelled on a NeuronCore-v3 (forward + backward graphs): {modelled:.2f} us")
     share = matmul_share(step_ms, eager)
     print(f"eager's matmuls (mm, addmm, bmm; torch.profiler): {100 * share:.0f}% of its step "
