@@ -56,16 +56,26 @@ void BindCompiledGraph(py::module_& m) {
       m, "_CompiledGraph", "A graph compiled for the simulated NeuronCore.")
       .def(
           "run",
-          [](CompiledGraph& g, const std::vector<at::Tensor>& inputs) {
+          [](CompiledGraph& g, const std::vector<at::Tensor>& inputs,
+             const std::vector<std::vector<std::int64_t>>& orders) {
+            if (!orders.empty() && orders.size() != inputs.size()) {
+              throw py::value_error("run: " + std::to_string(orders.size()) +
+                                    " orders for " + std::to_string(inputs.size()) +
+                                    " inputs");
+            }
             // The inputs' own bytes (contiguous ones are not copied),
             // held for the run; as for an eager op, a tensor must not be
             // resized or have its storage set by another thread meanwhile.
+            // An input with an order is read permuted to it: its bytes as
+            // they lie when its strides are the ones it was traced with.
             std::vector<at::Tensor> held(inputs.size());
             std::vector<neuron::runtime::HostView> views;
             // Results go where the inputs live: "neuron" when any does.
             c10::Device device("cpu");
             for (std::size_t i = 0; i < inputs.size(); ++i) {
-              views.push_back(ViewOf(inputs[i], &held[i]));
+              const bool permuted = !orders.empty() && !orders[i].empty();
+              views.push_back(
+                  ViewOf(permuted ? inputs[i].permute(orders[i]) : inputs[i], &held[i]));
               if (inputs[i].device().is_privateuseone()) device = inputs[i].device();
             }
             std::vector<neuron::runtime::HostTensor> out;
@@ -77,8 +87,10 @@ void BindCompiledGraph(py::module_& m) {
             for (auto& h : out) result.push_back(FromHost(std::move(h), device));
             return result;
           },
-          py::arg("inputs"),
-          "Runs the graph: real results, and the modelled time in info().")
+          py::arg("inputs"), py::arg("orders") = std::vector<std::vector<std::int64_t>>{},
+          "Runs the graph: real results, and the modelled time in info(). `orders`, "
+          "when given, has one list per input: empty, or the dims to permute it to "
+          "before reading it (an input declared in its memory order).")
       .def(
           "write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
           "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")

@@ -570,6 +570,24 @@ def _view_outputs(gm):
     return out, derived
 
 
+def _input_view(base, views):
+    """A function making the output that is input `base` (a placeholder)
+    through the view nodes `views`: one as_strided with the traced result's
+    sizes and strides when the input has its traced strides (what the views
+    give then), else the views replayed (_replay)."""
+    meta = [n.meta.get("tensor_meta") for n in [base] + list(views)]
+    if not views or any(m is None or getattr(m, "stride", None) is None for m in meta):
+        return lambda tensor: _replay(tensor, views)
+    traced = tuple(meta[0].stride)
+    size, stride = tuple(meta[-1].shape), tuple(meta[-1].stride)
+
+    def make(tensor):
+        if tensor.stride() == traced:
+            return tensor.as_strided(size, stride, tensor.storage_offset())
+        return _replay(tensor, views)
+    return make
+
+
 def _replay(base, views):
     """`base` through the view nodes `views` (their other arguments as
     recorded). A base that is not contiguous (a caller's strided input, of
@@ -615,19 +633,25 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
     _record(entry)
 
     names = sorted({o for o in outputs if o is not None})
+    results = [names.index(o) if o is not None else None for o in outputs]
     placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes
                                                if n.op == "placeholder")}
+    # A permuted input is passed with its memory order (graph.run permutes
+    # it: contiguous, read in place, when it has the traced strides).
+    positions = [i for i, _ in order]
+    orders = [list(p) if p else [] for _, p in order] if any(p for _, p in order) else []
+    made = [(k, kind, placeholders[base] if kind == "input" else base,
+             _input_view(base, how) if kind == "input" else how)
+            for k, (kind, base, how) in derived.items()]
 
     def run(args):
-        # None: the run's dropout seed. A permuted input is passed in memory
-        # order: contiguous, read in place, when it has the traced strides.
-        inputs = [torch.randint(0, 2 ** 62, (), dtype=torch.int64) if i is None
-                  else args[i] if p is None else args[i].permute(p) for i, p in order]
-        results = dict(zip(names, graph.run(inputs)))
-        values = [results[o] if o is not None else None for o in outputs]
-        for k, (kind, base, how) in derived.items():
-            values[k] = (_replay(args[placeholders[base]], how) if kind == "input"
-                         else values[base].view(how))
+        # None: the run's dropout seed.
+        inputs = [torch.randint(0, 2 ** 62, (), dtype=torch.int64) if i is None else args[i]
+                  for i in positions]
+        out = graph.run(inputs, orders)
+        values = [out[j] if j is not None else None for j in results]
+        for k, kind, base, how in made:
+            values[k] = how(args[base]) if kind == "input" else values[base].view(how)
         return values
     run._boxed_call = True
     return run

@@ -681,6 +681,9 @@ def test_transposed_inputs_are_read_as_stored(tmp_path):
     for args in ([a, b, c], [a.contiguous(), b, c.contiguous()]):
         for got, want in zip(run(args), f(*args)):
             torch.testing.assert_close(got, want)
+    graph = torchneuron.compiler._metrics[-1]["graph"]
+    with pytest.raises(ValueError, match="run: 1 orders for 3 inputs"):
+        graph.run([a, b, c], [[1, 0]])
 
 
 def test_saved_weight_transposes_are_views_read_as_stored(tmp_path):
