@@ -236,7 +236,8 @@ class _Translation:
             stored += "_"
         shape = [int(meta.shape[d]) for d in order]
         inverse = [order.index(d) for d in range(len(order))]
-        self.inputs.append((stored, f"%{stored}: {_DTYPES[meta.dtype]}[{','.join(map(str, shape))}]"))
+        dims = ",".join(map(str, shape))
+        self.inputs.append((stored, f"%{stored}: {_DTYPES[meta.dtype]}[{dims}]"))
         self.lines.append(f"  %{node.name}: {declared} = aten.permute(%{stored}) "
                           f"{{dims = [{', '.join(map(str, inverse))}]}}  # input {node.name}")
 
