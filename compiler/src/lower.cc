@@ -41,10 +41,16 @@ void LowerNode(LoweringContext& cx, int i, const proto::Node& n) {
   op->lower(cx, OpCall{n, in, where, source});
 }
 
-// The graph lowered, with its epilogues tiled when `tile_epilogues`;
-// `*tiled` counts the steps split.
+// How LowerSteps lowers: with copies composed, epilogues tiled; what the
+// passes did (-1 until they have run).
+struct Choices {
+  bool compose = true, tile_epilogues = true;
+  int composed = -1, tiled = -1;
+};
+
+// The graph lowered as `choices` say.
 Lowered LowerSteps(const proto::Graph& graph, const runtime::DeviceSpec& device,
-                   const std::string& graph_id, bool tile_epilogues, int* tiled) {
+                   const std::string& graph_id, Choices& choices) {
   LoweringContext cx(graph, device);
   for (const auto& v : graph.inputs()) cx.AddHbm(v, "input");
   for (const auto& c : graph.constants()) cx.AddHbm(c.value(), "constant");
@@ -54,35 +60,34 @@ Lowered LowerSteps(const proto::Graph& graph, const runtime::DeviceSpec& device,
     for (auto& r : step.reads) r = cx.Root(r);
     for (auto& w : step.writes) w = cx.Root(w);
   }
-  ComposeStridedCopies(cx);
+  if (choices.compose) choices.composed = ComposeStridedCopies(cx);
   FuseElementwise(cx);
-  if (tile_epilogues) *tiled = TileEpilogues(cx);
+  if (choices.tile_epilogues) choices.tiled = TileEpilogues(cx);
   Lowered out = Emit(cx, graph_id);
   out.schedule = ScheduleInstructions(out.executable, runtime::CostModel(device));
   return out;
 }
 
-}  // namespace
-
-Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
-              const std::string& graph_id) {
-  VerifyGraph(graph);
-  int tiled = -1;  // unknown until the pass has run
+// The graph lowered with epilogues tiled and not (when the pass tiles
+// any), the faster plan kept.
+Lowered LowerFaster(const proto::Graph& graph, const runtime::DeviceSpec& device,
+                    const std::string& graph_id, Choices& choices) {
   std::optional<Lowered> with_tiles;
   try {
-    with_tiles = LowerSteps(graph, device, graph_id, true, &tiled);
+    with_tiles = LowerSteps(graph, device, graph_id, choices);
   } catch (const InvalidUsage&) {
-    if (tiled == 0) throw;  // the pass changed nothing: the error is the graph's
+    if (choices.tiled == 0) throw;  // the pass changed nothing: the error is the graph's
   }
-  if (tiled == 0) return std::move(*with_tiles);
+  if (choices.tiled == 0) return std::move(*with_tiles);
   // Tiled epilogues overlap the matmuls, but their results are written in
   // parts, which spilling never moves, and their inputs are loaded
   // earlier: where SBUF is tight the plan can be slower or not fit. The
   // model decides; a plan that fails either way is the other's, and a
   // graph that fails both ways fails as it does without the pass.
   std::optional<Lowered> without;
+  choices.tile_epilogues = false;
   try {
-    without = LowerSteps(graph, device, graph_id, false, &tiled);
+    without = LowerSteps(graph, device, graph_id, choices);
   } catch (const InvalidUsage&) {
     if (!with_tiles) throw;
   }
@@ -90,6 +95,25 @@ Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
       (!without || with_tiles->schedule.after_us < without->schedule.after_us))
     return std::move(*with_tiles);
   return std::move(*without);
+}
+
+}  // namespace
+
+Lowered Lower(const proto::Graph& graph, const runtime::DeviceSpec& device,
+              const std::string& graph_id) {
+  VerifyGraph(graph);
+  Choices choices;
+  try {
+    return LowerFaster(graph, device, graph_id, choices);
+  } catch (const InvalidUsage&) {
+    // A composed value is written by several copies, which spilling never
+    // moves, from its first writer on: a graph that fits only by spilling
+    // it is lowered without composing.
+    if (choices.composed <= 0) throw;
+  }
+  Choices plain;
+  plain.compose = false;
+  return LowerFaster(graph, device, graph_id, plain);
 }
 
 }  // namespace neuron::compiler

@@ -209,9 +209,11 @@ def _stored_order(meta):
 class _Translation:
     """The state of one graph's translation to IR (to_ir)."""
 
-    def __init__(self, where, returned=None, taken=()):
+    def __init__(self, where, returned=None, taken=(), logical=()):
         self.where = where
-        self.taken = set(taken)  # the graph's names, which an input's stored name avoids
+        self.taken = set(taken)  # the graph's names, which a stored value's name avoids
+        self.logical = set(logical)  # returned nodes kept in their dims' order
+        self.back = {}  # a returned value stored in memory order -> the dims that undo it
         self.returned = returned  # the values returned, when not the output node's
         self.inputs, self.lines, self.unsupported = [], [], []
         self.stored = []  # per input: its dims in memory order when not its own (_stored_order)
@@ -223,8 +225,9 @@ class _Translation:
         """An input. One traced with a permuted dense layout (a transpose of
         a contiguous tensor: a saved weight's t(), say) is read as its bytes
         lie, an input of its memory order's shape, and the graph permutes it
-        back: the passes fold that permute into the ops that read it, so the
-        run copies nothing where eager would have read the view."""
+        back: the passes fold that permute into a matmul that reads it (no
+        copy where eager would have read the view; another reader takes a
+        strided copy, as it would of a transposed value)."""
         declared = _type(meta, node.name)
         order = _stored_order(meta)
         self.stored.append(order)
@@ -240,6 +243,33 @@ class _Translation:
         self.inputs.append((stored, f"%{stored}: {_DTYPES[meta.dtype]}[{dims}]"))
         self.lines.append(f"  %{node.name}: {declared} = aten.permute(%{stored}) "
                           f"{{dims = [{', '.join(map(str, inverse))}]}}  # input {node.name}")
+
+    def stored_output(self, node):
+        """The IR value returned for `node`. A t, transpose or permute traced
+        with a permuted dense layout (unless a derived view needs its dims'
+        order) is returned in its memory order: a permute the passes fold
+        into it (none left where its input is in order); the run makes the
+        traced layout back as a view, as eager's is, so the next graph
+        reads it as stored (placeholder) with no copy. Other values are
+        returned in their dims' order, as the graph computes them."""
+        name = self.names.get(node)
+        if (name is None or node in self.logical or node.op == "placeholder"
+                or not _view_of_first_arg(node, _LAYOUT)):
+            return name
+        order = _stored_order(node.meta.get("tensor_meta"))
+        if order is None:
+            return name
+        stored = name + "_stored"
+        while stored in self.taken:
+            stored += "_"
+        if stored not in self.back:
+            meta = node.meta["tensor_meta"]
+            dims = ",".join(str(int(meta.shape[d])) for d in order)
+            self.lines.append(f"  %{stored}: {_DTYPES[meta.dtype]}[{dims}] = aten.permute("
+                              f"%{name}) {{dims = [{', '.join(map(str, order))}]}}"
+                              f"  # returned as stored")
+            self.back[stored] = [order.index(d) for d in range(len(order))]
+        return stored
 
     def call(self, node):
         """An aten op node as one IR line."""
@@ -283,16 +313,16 @@ class _Translation:
             returned = self.returned if self.returned is not None else node.args[0]
             if isinstance(returned, torch.fx.Node):  # a split segment's single result
                 returned = [returned]
-            self.outputs = [self.names.get(a) if isinstance(a, torch.fx.Node) else None
+            self.outputs = [self.stored_output(a) if isinstance(a, torch.fx.Node) else None
                             for a in returned]
         else:
             self.unsupported.append((str(node.target), _source(node, self.where)))
 
 
-def to_ir(gm, name, where="", returned=None):
+def to_ir(gm, name, where="", returned=None, logical=()):
     """Translates an FX graph of aten ops into the compiler's IR text.
 
-    Returns (text, inputs, outputs, unsupported). The IR is canonical: its
+    Returns (text, inputs, outputs, unsupported, back). The IR is canonical: its
     inputs and returned values are sorted by name, because AOTAutograd's
     partitioner orders saved activations by Python's (per-process) hashing,
     and the compile cache key must be the same in every process and rank.
@@ -303,12 +333,15 @@ def to_ir(gm, name, where="", returned=None):
     `outputs` maps the FX output list to IR value names (None where the
     graph returns None); `unsupported` lists (op, source) of nodes the IR
     cannot express (then text is None). `returned`, when given, replaces
-    the output node's list (_view_outputs)."""
-    t = _Translation(where, returned, (n.name for n in gm.graph.nodes))
+    the output node's list (_view_outputs). A returned value traced with
+    a permuted dense layout is returned in memory order, `outputs` naming
+    it NAME_stored, unless it is in `logical` (_Translation.stored_output);
+    `back` maps such names to the dims that permute it back."""
+    t = _Translation(where, returned, (n.name for n in gm.graph.nodes), logical)
     for node in gm.graph.nodes:
         t.node(node)
     if t.unsupported:
-        return None, None, t.outputs, t.unsupported
+        return None, None, t.outputs, t.unsupported, {}
     inputs = t.inputs
     sorted_inputs = sorted(range(len(inputs)), key=lambda i: inputs[i][0])
     order = [(i, t.stored[i]) if inputs[i][0] != _SEED else (None, None)
@@ -316,7 +349,7 @@ def to_ir(gm, name, where="", returned=None):
     returned = sorted({o for o in t.outputs if o is not None})
     text = (f"graph {name}({', '.join(inputs[i][1] for i in sorted_inputs)}) {{\n" +
             "\n".join(t.lines) + f"\n  return {', '.join('%' + o for o in returned)}\n}}\n")
-    return text, order, t.outputs, []
+    return text, order, t.outputs, [], t.back
 
 
 def _record(entry):
@@ -574,18 +607,22 @@ def _view_outputs(gm):
 def _input_view(base, views):
     """A function making the output that is input `base` (a placeholder)
     through the view nodes `views`: one as_strided with the traced result's
-    sizes and strides when the input has its traced strides (what the views
-    give then), else the views replayed (_replay)."""
+    sizes and strides, of the input when it has its traced strides, else of
+    a copy of it laid out as traced (so every view the trace made applies).
+    Without traced strides, or through a detach (whose result autograd
+    sees apart from its base), the views are replayed (_replay)."""
     meta = [n.meta.get("tensor_meta") for n in [base] + list(views)]
-    if not views or any(m is None or getattr(m, "stride", None) is None for m in meta):
+    if (not views or any(m is None or getattr(m, "stride", None) is None for m in meta)
+            or any(_op_name(v.target) == "aten.detach" for v in views)):
         return lambda tensor: _replay(tensor, views)
     traced = tuple(meta[0].stride)
     size, stride = tuple(meta[-1].shape), tuple(meta[-1].stride)
 
     def make(tensor):
-        if tensor.stride() == traced:
-            return tensor.as_strided(size, stride, tensor.storage_offset())
-        return _replay(tensor, views)
+        if tensor.stride() != traced:
+            tensor = torch.empty_strided(tensor.shape, traced, dtype=tensor.dtype,
+                                         device=tensor.device).copy_(tensor)
+        return tensor.as_strided(size, stride, tensor.storage_offset())
     return make
 
 
@@ -609,7 +646,8 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
         if split is not None:
             return split
     returned, derived = _view_outputs(gm)
-    text, order, outputs, unsupported = to_ir(gm, name, where, returned)
+    logical = {returned[base] for kind, base, _ in derived.values() if kind == "output"}
+    text, order, outputs, unsupported, back = to_ir(gm, name, where, returned, logical)
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
     try:
@@ -619,13 +657,14 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
         seconds = time.perf_counter() - start
         missed = _C._cache_counters()["misses"] > before
     except _C.InvalidUsageError as e:
-        # "graph NAME: node I (OP) ...": the I-th op node of the FX graph.
+        # "graph NAME: node I (OP) ...": the I-th op node of the FX graph,
+        # after a permute node for each input read as stored.
         found = re.search(r"node (\d+) \(([^)]+)\)", str(e))
         ops = [(found.group(2), where)] if found else [("?", where)]
         if found:
             calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-            index = int(found.group(1))
-            if index < len(calls):
+            index = int(found.group(1)) - sum(1 for _, p in order if p)
+            if 0 <= index < len(calls):
                 ops = [(found.group(2), _source(calls[index], where))]
         return _fallback(gm, name, ops, fullgraph, str(e))
     entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
@@ -635,6 +674,7 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
 
     names = sorted({o for o in outputs if o is not None})
     results = [names.index(o) if o is not None else None for o in outputs]
+    permuted = [(k, back[o]) for k, o in enumerate(outputs) if o in back]
     placeholders = {n: k for k, n in enumerate(n for n in gm.graph.nodes
                                                if n.op == "placeholder")}
     # A permuted input is passed with its memory order (graph.run permutes
@@ -651,6 +691,8 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
                   for i in positions]
         out = graph.run(inputs, orders)
         values = [out[j] if j is not None else None for j in results]
+        for k, dims in permuted:  # returned in memory order: the traced layout, a view
+            values[k] = values[k].permute(dims)
         for k, kind, base, how in made:
             values[k] = how(args[base]) if kind == "input" else values[base].view(how)
         return values

@@ -574,8 +574,10 @@ def test_compiled_matmuls_run_on_pytorchs_own_blas():
 @pytest.fixture(params=["aten", "aten-dispatch", "openblas"])
 def executor_sgemm(request):
     """Each sgemm the executor can run in this process, installed for the
-    test and the process's own restored after it."""
-    assert set(torchneuron._C._executor_sgemms()) == {"aten", "aten-dispatch", "openblas"}
+    test and the process's own restored after it ("aten" only where
+    libtorch_cpu exports sgemm_, as this project's wheel does)."""
+    if request.param not in torchneuron._C._executor_sgemms():
+        pytest.skip(f"this PyTorch build has no {request.param} sgemm")
     before = torchneuron._C._executor_sgemm()
     torchneuron._C._set_executor_sgemm(request.param)
     try:
@@ -629,8 +631,10 @@ def test_compiled_training_step_matches_eager_on_each_executor_sgemm(executor_sg
 
 def test_set_executor_sgemm_names_the_ones_there_are():
     before = torchneuron._C._executor_sgemm()
-    with pytest.raises(ValueError, match="no sgemm named 'mkl' in this process "
-                                         r"\(it has openblas, aten-dispatch, aten\)"):
+    names = ", ".join(torchneuron._C._executor_sgemms())
+    assert names.startswith("openblas, aten-dispatch")
+    with pytest.raises(ValueError, match=re.escape(f"no sgemm named 'mkl' in this process "
+                                                   f"(it has {names})")):
         torchneuron._C._set_executor_sgemm("mkl")
     assert torchneuron._C._executor_sgemm() == before
 
@@ -663,8 +667,9 @@ def test_transposed_inputs_are_read_as_stored(tmp_path):
     from torch.fx.passes.shape_prop import ShapeProp
     aten = torch.ops.aten
 
-    def f(a, b, c):
-        return aten.mm.default(a, b), aten.relu.default(c)
+    def f(a, b, c):  # a.t() is contiguous as traced: its view(30) only works so
+        return (aten.mm.default(a, b), aten.relu.default(c),
+                aten.view.default(aten.t.default(a), [30]))
     torch.manual_seed(0)
     a, b = torch.randn(5, 6).t(), torch.randn(5, 4)
     c = torch.randn(2, 4, 3).permute(2, 0, 1)  # [3, 2, 4], dims stored in order 1, 2, 0
@@ -679,11 +684,37 @@ def test_transposed_inputs_are_read_as_stored(tmp_path):
     ops = _timeline_ops("stored", tmp_path)
     assert ops.count("strided_copy") == 1, ops  # c into relu's order; a read in place
     for args in ([a, b, c], [a.contiguous(), b, c.contiguous()]):
-        for got, want in zip(run(args), f(*args)):
+        for got, want in zip(run(args), f(a, b, c)):
             torch.testing.assert_close(got, want)
     graph = torchneuron.compiler._metrics[-1]["graph"]
     with pytest.raises(ValueError, match="run: 1 orders for 3 inputs"):
         graph.run([a, b, c], [[1, 0]])
+
+
+def test_outputs_traced_permuted_keep_their_layout(tmp_path):
+    """A computed output traced with a permuted dense layout (a permute of a
+    product, say) is returned in memory order and made a view with the
+    traced strides, as eager's is: the graph folds the permute away (no
+    strided copy) and the next graph reads it as stored."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+    aten = torch.ops.aten
+
+    def f(x, w):
+        y = aten.mm.default(x, w)
+        return aten.permute.default(y, [1, 0]), aten.relu.default(y)
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5), torch.randn(5, 4)
+    gm = make_fx(f)(x, w)
+    ShapeProp(gm).propagate(x, w)
+    out = torchneuron.compiler._compile_fx(gm, [x, w], "permuted_out", True, "")([x, w])
+    text = torchneuron.compiler._metrics[-1]["text"]
+    assert re.search(r"%permute_stored: f32\[6,4\] = aten.permute\(%permute\) "
+                     r"\{dims = \[1, 0\]\}", text), text
+    assert "strided_copy" not in _timeline_ops("permuted_out", tmp_path)
+    for got, want in zip(out, f(x, w)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
 
 
 def test_saved_weight_transposes_are_views_read_as_stored(tmp_path):

@@ -121,3 +121,56 @@ TEST(ExecutorCopy, StridedCopiesMoveEveryElementWhereTheViewSays) {
 
 }  // namespace
 }  // namespace neuron::runtime
+
+namespace neuron::runtime {
+namespace {
+
+// x's even elements (and with `odd`, its odd ones too) copied at output
+// strides into an SBUF value P, which is copied out: two interleaved
+// strided copies write all of P, one writes half.
+proto::Executable Interleaved(bool odd) {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("interleaved");
+  testing::AddBuffer(e, 0, 0, proto::F32, 16);     // x
+  testing::AddBuffer(e, 1, 4096, proto::F32, 16);  // P
+  testing::AddBuffer(e, 2, 8192, proto::F32, 16);  // y
+  for (int half = 0; half < (odd ? 2 : 1); ++half) {
+    auto* i = e.add_instructions();
+    i->set_id(static_cast<std::uint32_t>(half)), i->set_op(proto::OP_STRIDED_COPY);
+    i->set_engine(proto::VECTOR), i->add_inputs(0), i->add_outputs(1);
+    i->set_operand_count(1), i->set_elements(8);
+    i->add_view_sizes(8), i->add_in_strides(2), i->add_out_strides(2);
+    i->set_in_offset(half), i->set_out_offset(half);
+  }
+  auto* copy = e.add_instructions();
+  copy->set_id(2), copy->set_op(proto::OP_COPY), copy->set_engine(proto::VECTOR);
+  copy->add_inputs(1), copy->add_outputs(2), copy->set_operand_count(1);
+  copy->set_elements(16);
+  for (int k = 0; k < e.instructions_size() - 1; ++k)
+    copy->add_deps(static_cast<std::uint32_t>(k));
+  auto* in = e.add_inputs();
+  in->set_name("x"), in->set_buffer(0);
+  auto* out = e.add_outputs();
+  out->set_name("y"), out->set_buffer(2);
+  return e;
+}
+
+// The executor zeroes what a run reads before writing it: the elements a
+// strided copy writes at output strides count as written, those between
+// them do not, whatever an earlier run left there.
+TEST(ExecutorCopy, ElementsBetweenAStridedCopysWritesReadZero) {
+  Executor exec(DeviceSpec::Default());
+  std::vector<float> x(16);
+  for (int k = 0; k < 16; ++k) x[k] = static_cast<float>(k + 1);
+  const auto input = HostTensor::FromFloats(proto::F32, {16}, x);
+  for (int run = 0; run < 3; ++run) {
+    EXPECT_EQ(exec.Run(Interleaved(true), {{"x", input}}).outputs.at("y").ToFloats(), x);
+    const auto half =
+        exec.Run(Interleaved(false), {{"x", input}}).outputs.at("y").ToFloats();
+    for (int k = 0; k < 16; ++k)
+      EXPECT_EQ(half[k], k % 2 == 0 ? x[k] : 0.0f) << run << "," << k;
+  }
+}
+
+}  // namespace
+}  // namespace neuron::runtime

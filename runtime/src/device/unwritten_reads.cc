@@ -75,6 +75,47 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   return -1;
 }
 
+bool StridedWrites(const proto::Instruction& i, const proto::Buffer& b,
+                   const std::function<void(std::uint64_t, std::uint64_t)>& run) {
+  constexpr std::int64_t kMaxRuns = 1 << 20;
+  const int rank = i.view_sizes_size();
+  if (i.op() != proto::OP_STRIDED_COPY || i.out_strides_size() != rank ||
+      i.out_offset() < 0) {
+    return false;
+  }
+  // Dims of more than one element, outermost first; then the innermost
+  // ones that continue each other's elements merged into one run.
+  std::vector<std::int64_t> sizes, strides;
+  for (int d = 0; d < rank; ++d) {
+    if (i.view_sizes(d) == 0) return true;  // writes nothing
+    if (i.view_sizes(d) == 1) continue;
+    if (i.out_strides(d) < 0) return false;
+    sizes.push_back(i.view_sizes(d));
+    strides.push_back(i.out_strides(d));
+  }
+  std::int64_t run_elements = 1;
+  while (!sizes.empty() && strides.back() == run_elements) {
+    run_elements *= sizes.back();
+    sizes.pop_back(), strides.pop_back();
+  }
+  std::int64_t runs = 1;
+  for (auto n : sizes) runs *= n;
+  if (runs > kMaxRuns) return false;
+  const auto element = static_cast<std::uint64_t>(ElementBytes(b.dtype()));
+  std::vector<std::int64_t> index(sizes.size(), 0);
+  for (std::int64_t r = 0; r < runs; ++r) {
+    std::int64_t at = i.out_offset();
+    for (std::size_t d = 0; d < sizes.size(); ++d) at += index[d] * strides[d];
+    run(static_cast<std::uint64_t>(at) * element,
+        static_cast<std::uint64_t>(at + run_elements) * element);
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (++index[d] < sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+  return true;
+}
+
 std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
                                       const std::unordered_set<std::uint32_t>& direct,
                                       const Elisions& elided) {
@@ -124,6 +165,14 @@ std::vector<ByteRange> UnwrittenReads(const proto::Executable& e,
     for (auto id : i.inputs()) read(*buffers.at(id));
     for (auto id : i.outputs()) {
       const proto::Buffer& b = *buffers.at(id);
+      std::int64_t key;
+      std::uint64_t begin;
+      if (i.op() == proto::OP_STRIDED_COPY && locate(b.id(), key, begin) &&
+          StridedWrites(i, b, [&](std::uint64_t from, std::uint64_t to) {
+            Cover(written[key], begin + from, begin + std::min(to, b.bytes()));
+          })) {
+        continue;
+      }
       const std::int64_t bytes = WrittenBytes(i, b);
       if (bytes < 0) read(b);
       write(b, bytes < 0 ? b.bytes() : static_cast<std::uint64_t>(bytes));
