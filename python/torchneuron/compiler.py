@@ -206,6 +206,11 @@ def _stored_order(meta):
     return order if order != list(range(len(shape))) else None
 
 
+def _inverse(order):
+    """The permutation that undoes `order`."""
+    return [order.index(d) for d in range(len(order))]
+
+
 class _Translation:
     """The state of one graph's translation to IR (to_ir)."""
 
@@ -234,15 +239,20 @@ class _Translation:
         if order is None:
             self.inputs.append((node.name, f"%{node.name}: {declared}"))
             return
-        stored = node.name + "_stored"
+        stored, stored_type = self.in_memory_order(node.name, meta, order)
+        self.inputs.append((stored, f"%{stored}: {stored_type}"))
+        self.lines.append(f"  %{node.name}: {declared} = aten.permute(%{stored}) "
+                          f"{{dims = [{', '.join(map(str, _inverse(order)))}]}}"
+                          f"  # input {node.name}")
+
+    def in_memory_order(self, name, meta, order):
+        """The name and IR type of value `name` (`meta`) laid out in its
+        memory order `order`: NAME_stored, unless the graph has that name."""
+        stored = name + "_stored"
         while stored in self.taken:
             stored += "_"
-        shape = [int(meta.shape[d]) for d in order]
-        inverse = [order.index(d) for d in range(len(order))]
-        dims = ",".join(map(str, shape))
-        self.inputs.append((stored, f"%{stored}: {_DTYPES[meta.dtype]}[{dims}]"))
-        self.lines.append(f"  %{node.name}: {declared} = aten.permute(%{stored}) "
-                          f"{{dims = [{', '.join(map(str, inverse))}]}}  # input {node.name}")
+        dims = ",".join(str(int(meta.shape[d])) for d in order)
+        return stored, f"{_DTYPES[meta.dtype]}[{dims}]"
 
     def stored_output(self, node):
         """The IR value returned for `node`. A t, transpose or permute traced
@@ -259,16 +269,11 @@ class _Translation:
         order = _stored_order(node.meta.get("tensor_meta"))
         if order is None:
             return name
-        stored = name + "_stored"
-        while stored in self.taken:
-            stored += "_"
+        stored, stored_type = self.in_memory_order(name, node.meta["tensor_meta"], order)
         if stored not in self.back:
-            meta = node.meta["tensor_meta"]
-            dims = ",".join(str(int(meta.shape[d])) for d in order)
-            self.lines.append(f"  %{stored}: {_DTYPES[meta.dtype]}[{dims}] = aten.permute("
-                              f"%{name}) {{dims = [{', '.join(map(str, order))}]}}"
-                              f"  # returned as stored")
-            self.back[stored] = [order.index(d) for d in range(len(order))]
+            self.lines.append(f"  %{stored}: {stored_type} = aten.permute(%{name}) "
+                              f"{{dims = [{', '.join(map(str, order))}]}}  # returned as stored")
+            self.back[stored] = _inverse(order)
         return stored
 
     def call(self, node):
