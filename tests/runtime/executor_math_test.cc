@@ -3,7 +3,8 @@
 // backward, layer norm and its backward, and a repeating masked_fill, each
 // run as a one-instruction plan over values that include the edges
 // (infinities, NaN, underflow, values past erf's saturation, rows that are
-// not a whole number of lanes).
+// not a whole number of lanes), in each lane count the kernels run in
+// (lane_width.h: 4, 8 and 16 on any CPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,8 @@
 
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
+#include "neuron/runtime/device/lane_width.h"
+#include "neuron/runtime/error.h"
 #include "sbuf_buffer.h"
 
 namespace neuron::runtime {
@@ -65,13 +68,25 @@ std::vector<float> RunOp(proto::Op op, const std::vector<float>& a,
   return Executor(DeviceSpec::Default()).Run(e, inputs).outputs.at("y").ToFloats();
 }
 
+// Each test in each lane count; the CPU's count again afterwards.
+class ExecutorMath : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { SetLaneWidth(GetParam()); }
+  void TearDown() override { SetLaneWidth(0); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Lanes, ExecutorMath, ::testing::Values(4, 8, 16),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param);
+                         });
+
 std::vector<float> Grid(float from, float to, float step) {
   std::vector<float> x;
   for (float v = from; v <= to; v += step) x.push_back(v);
   return x;
 }
 
-TEST(ExecutorMath, ExpIsWithinAnUlpOfLibmAndKeepsItsEdges) {
+TEST_P(ExecutorMath, ExpIsWithinAnUlpOfLibmAndKeepsItsEdges) {
   std::vector<float> x = Grid(-100, 100, 0.0137f);
   for (float v : {0.0f, -0.0f, kInf, -kInf, std::nanf(""), 88.7f, -86.99f, 1e-8f, -1e-8f})
     x.push_back(v);
@@ -92,7 +107,7 @@ TEST(ExecutorMath, ExpIsWithinAnUlpOfLibmAndKeepsItsEdges) {
   EXPECT_EQ(y[x.size() - 6], 0.0f);  // e^-inf
 }
 
-TEST(ExecutorMath, ExactGeluAndItsBackwardFollowErf) {
+TEST_P(ExecutorMath, ExactGeluAndItsBackwardFollowErf) {
   std::vector<float> x = Grid(-12, 12, 0.0031f);
   for (float v : {30.0f, -30.0f, 1e-6f, -1e-6f}) x.push_back(v);
   const std::vector<float> y = RunOp(proto::OP_GELU_EXACT, x);
@@ -108,7 +123,7 @@ TEST(ExecutorMath, ExactGeluAndItsBackwardFollowErf) {
   }
 }
 
-TEST(ExecutorMath, SoftmaxOverCausallyMaskedRowsMatchesTheReference) {
+TEST_P(ExecutorMath, SoftmaxOverCausallyMaskedRowsMatchesTheReference) {
   // A row is not a whole number of lanes. Float rounds x - max, so a small
   // probability is good to a few ulp of the difference, not of itself.
   constexpr int kRows = 24, kCols = 19;
@@ -135,7 +150,7 @@ TEST(ExecutorMath, SoftmaxOverCausallyMaskedRowsMatchesTheReference) {
   }
 }
 
-TEST(ExecutorMath, MaskedFillRepeatsItsMaskOverTheTensor) {
+TEST_P(ExecutorMath, MaskedFillRepeatsItsMaskOverTheTensor) {
   const std::vector<float> x = Grid(0, 29, 1);
   const std::vector<std::uint8_t> mask = {1, 0, 0, 1, 0, 1, 0, 0, 0, 1};
   const std::vector<float> y = RunOp(proto::OP_MASKED_FILL, x, {}, mask, 0, -kInf);
@@ -153,7 +168,7 @@ std::vector<float> Wavy(std::size_t n, float phase) {
   return v;
 }
 
-TEST(ExecutorMath, TheSoftmaxesBackwardMatchTheReference) {
+TEST_P(ExecutorMath, TheSoftmaxesBackwardMatchTheReference) {
   constexpr int kRows = 5, kCols = 37;  // two lanes and a tail
   const std::vector<float> g = Wavy(kRows * kCols, 0.3f), x = Wavy(kRows * kCols, 1.1f);
   std::vector<float> prob(x.size()), logp(x.size());
@@ -229,7 +244,7 @@ std::map<std::string, std::vector<float>> LayerNormPlan(
   return got;
 }
 
-TEST(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
+TEST_P(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
   constexpr int kRows = 6, kCols = 37;
   std::map<std::string, std::vector<float>> v = {{"x", Wavy(kRows * kCols, 0.2f)},
                                                  {"w", Wavy(kCols, 0.9f)},
@@ -269,6 +284,29 @@ TEST(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
     EXPECT_NEAR(got.at("gw")[c], gw[c], 1e-5) << c;
     EXPECT_NEAR(got.at("gb")[c], gb[c], 1e-5) << c;
   }
+}
+
+TEST(LaneWidth, IsTheCpusUntilSetAndRefusesOtherCounts) {
+  const int cpu = LaneWidth();
+  EXPECT_TRUE(cpu == 4 || cpu == 8 || cpu == 16) << cpu;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  EXPECT_EQ(cpu, __builtin_cpu_supports("x86-64-v4")   ? 16
+                 : __builtin_cpu_supports("x86-64-v3") ? 8
+                                                       : 4);
+#endif
+  SetLaneWidth(4);
+  EXPECT_EQ(LaneWidth(), 4);
+  try {
+    SetLaneWidth(12);
+    ADD_FAILURE() << "12 lanes accepted";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("4, 8 or 16 lanes (0: the CPU's), not 12"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(LaneWidth(), 4);  // unchanged by the refused count
+  SetLaneWidth(0);
+  EXPECT_EQ(LaneWidth(), cpu);
 }
 
 }  // namespace

@@ -73,14 +73,20 @@ float Gelu(float x) {                   // torch.nn.functional.gelu(approximate=
 NEURON_KERNEL_CLONES
 bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* out) {
   const float s = static_cast<float>(scalar);
-  using lanes::V;
   if (op == proto::OP_EXP) {
-    lanes::Map(a, out, n, [](V x) NEURON_LANES_INLINE_LAMBDA { return lanes::Exp(x); });
+    lanes::Dispatch([&](auto width) NEURON_LANES_INLINE_LAMBDA {
+      using V = typename decltype(width)::V;
+      lanes::Map<V>(a, out, n,
+                    [](V x) NEURON_LANES_INLINE_LAMBDA { return lanes::Exp(x); });
+    });
     return true;
   }
   if (op == proto::OP_GELU_EXACT) {  // torch.nn.functional.gelu(approximate="none")
-    lanes::Map(a, out, n, [](V x) NEURON_LANES_INLINE_LAMBDA {
-      return 0.5f * x * (1.0f + lanes::Erf(x * 0.7071067811865476f));
+    lanes::Dispatch([&](auto width) NEURON_LANES_INLINE_LAMBDA {
+      using V = typename decltype(width)::V;
+      lanes::Map<V>(a, out, n, [](V x) NEURON_LANES_INLINE_LAMBDA {
+        return 0.5f * x * (1.0f + lanes::Erf(x * 0.7071067811865476f));
+      });
     });
     return true;
   }
@@ -115,13 +121,15 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
             float* out, std::size_t n) {
   if (nb == 0) return n == 0;
   if (op == proto::OP_GELU_EXACT_BACKWARD) {  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
-    using lanes::V;
-    for (std::size_t base = 0; base < n; base += nb) {
-      lanes::Map2(a + base, b, out + base, std::min(nb, n - base),
-                  [](V g, V x) NEURON_LANES_INLINE_LAMBDA {
-                    return g * lanes::GeluExactDerivative(x);
-                  });
-    }
+    lanes::Dispatch([&](auto width) NEURON_LANES_INLINE_LAMBDA {
+      using V = typename decltype(width)::V;
+      for (std::size_t base = 0; base < n; base += nb) {
+        lanes::Map2<V>(a + base, b, out + base, std::min(nb, n - base),
+                       [](V g, V x) NEURON_LANES_INLINE_LAMBDA {
+                         return g * lanes::GeluExactDerivative(x);
+                       });
+      }
+    });
     return true;
   }
   // b repeats every nb elements: blocks of nb, no index arithmetic per element.
@@ -168,6 +176,49 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
   return false;
 }
 
+namespace {
+
+// Shaped's row ops in lanes of V.
+template <typename V>
+NEURON_LANES_INLINE bool RowOps(proto::Op op, const std::vector<const float*>& in,
+                                std::int64_t rows, std::int64_t cols, float* out) {
+  const float* a = in[0];
+  const auto width = static_cast<std::size_t>(cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = a + r * cols;
+    float* y = out + r * cols;
+    if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
+      const float max = cols > 0 ? lanes::Max<V>(x, width) : 0.0f;
+      lanes::Map<V>(x, y, width, [max](V v) NEURON_LANES_INLINE_LAMBDA {
+        return lanes::Exp(v - max);
+      });
+      const float sum = lanes::Sum<V>(y, width);
+      if (op == proto::OP_SOFTMAX_ROWS) {
+        const float inverse = 1.0f / sum;
+        for (std::int64_t c = 0; c < cols; ++c) y[c] *= inverse;
+      } else {
+        const float shift = max + std::log(sum);
+        for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - shift;
+      }
+    } else if (op == proto::OP_SOFTMAX_BACKWARD_ROWS) {  // y = out * (g - sum(g * out))
+      const float* o = in[1] + r * cols;
+      const float dot = lanes::SumOf2<V>(
+          x, o, width, [](V g, V v) NEURON_LANES_INLINE_LAMBDA { return g * v; });
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
+    } else if (op == proto::OP_LOG_SOFTMAX_BACKWARD_ROWS) {  // y = g - exp(out) * sum(g)
+      const float sum = lanes::Sum<V>(x, width);
+      lanes::Map2<V>(x, in[1] + r * cols, y, width,
+                     [sum](V g, V v)
+                         NEURON_LANES_INLINE_LAMBDA { return g - lanes::Exp(v) * sum; });
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 NEURON_KERNEL_CLONES
 bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows,
             std::int64_t cols, float* out) {
@@ -185,38 +236,9 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
     }
     return true;
   }
-  using lanes::V;
-  const auto width = static_cast<std::size_t>(cols);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* x = a + r * cols;
-    float* y = out + r * cols;
-    if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
-      const float max = cols > 0 ? lanes::Max(x, width) : 0.0f;
-      lanes::Map(x, y, width,
-                 [max](V v) NEURON_LANES_INLINE_LAMBDA { return lanes::Exp(v - max); });
-      const float sum = lanes::Sum(y, width);
-      if (op == proto::OP_SOFTMAX_ROWS) {
-        const float inverse = 1.0f / sum;
-        for (std::int64_t c = 0; c < cols; ++c) y[c] *= inverse;
-      } else {
-        const float shift = max + std::log(sum);
-        for (std::int64_t c = 0; c < cols; ++c) y[c] = x[c] - shift;
-      }
-    } else if (op == proto::OP_SOFTMAX_BACKWARD_ROWS) {  // y = out * (g - sum(g * out))
-      const float* o = in[1] + r * cols;
-      const float dot = lanes::SumOf2(
-          x, o, width, [](V g, V v) NEURON_LANES_INLINE_LAMBDA { return g * v; });
-      for (std::int64_t c = 0; c < cols; ++c) y[c] = o[c] * (x[c] - dot);
-    } else if (op == proto::OP_LOG_SOFTMAX_BACKWARD_ROWS) {  // y = g - exp(out) * sum(g)
-      const float sum = lanes::Sum(x, width);
-      lanes::Map2(x, in[1] + r * cols, y, width,
-                  [sum](V g, V v)
-                      NEURON_LANES_INLINE_LAMBDA { return g - lanes::Exp(v) * sum; });
-    } else {
-      return false;
-    }
-  }
-  return true;
+  return lanes::Dispatch([&](auto lane_width) NEURON_LANES_INLINE_LAMBDA {
+    return RowOps<typename decltype(lane_width)::V>(op, in, rows, cols, out);
+  });
 }
 
 // The row loops below: reductions in lanes (a float sum in order would wait
@@ -224,58 +246,62 @@ bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows
 NEURON_KERNEL_CLONES
 void LayerNorm(const float* x, const float* w, const float* b, std::int64_t rows,
                std::int64_t cols, double eps, float* y, float* mean, float* rstd) {
-  using lanes::V;
   const auto width = static_cast<std::size_t>(cols);
   const float count = static_cast<float>(cols);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    const float m = lanes::Sum(xr, width) / count;
-    const float var = lanes::SumOf2(xr, xr, width,
-                                    [m](V u, V) NEURON_LANES_INLINE_LAMBDA {
-                                      return (u - m) * (u - m);
-                                    }) /
-                      count;
-    const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
-    mean[r] = m;
-    rstd[r] = inv;
-    for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * inv * w[c] + b[c];
-  }
+  lanes::Dispatch([&](auto lane_width) NEURON_LANES_INLINE_LAMBDA {
+    using V = typename decltype(lane_width)::V;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      const float m = lanes::Sum<V>(xr, width) / count;
+      const float var = lanes::SumOf2<V>(xr, xr, width,
+                                         [m](V u, V) NEURON_LANES_INLINE_LAMBDA {
+                                           return (u - m) * (u - m);
+                                         }) /
+                        count;
+      const float inv = 1.0f / std::sqrt(var + static_cast<float>(eps));
+      mean[r] = m;
+      rstd[r] = inv;
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * inv * w[c] + b[c];
+    }
+  });
 }
 
 NEURON_KERNEL_CLONES
 void LayerNormBackward(const float* g, const float* x, const float* mean,
                        const float* rstd, const float* w, std::int64_t rows,
                        std::int64_t cols, float* gx, float* gw, float* gb) {
-  using lanes::V;
   const auto width = static_cast<std::size_t>(cols);
   const float count = static_cast<float>(cols);
   std::fill(gw, gw + cols, 0.0f);
   std::fill(gb, gb + cols, 0.0f);
   std::vector<float> xhat_row(width), gxhat_row(width);
-  float* __restrict xhat = xhat_row.data();
-  float* __restrict gxhat = gxhat_row.data();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    const float* gr = g + r * cols;
-    const float mu = mean[r], s = rstd[r];
-    for (std::int64_t c = 0; c < cols; ++c) {
-      xhat[c] = (xr[c] - mu) * s;
-      gxhat[c] = gr[c] * w[c];
+  lanes::Dispatch([&](auto lane_width) NEURON_LANES_INLINE_LAMBDA {
+    using V = typename decltype(lane_width)::V;
+    float* __restrict xhat = xhat_row.data();
+    float* __restrict gxhat = gxhat_row.data();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      const float* gr = g + r * cols;
+      const float mu = mean[r], s = rstd[r];
+      for (std::int64_t c = 0; c < cols; ++c) {
+        xhat[c] = (xr[c] - mu) * s;
+        gxhat[c] = gr[c] * w[c];
+      }
+      for (std::int64_t c = 0; c < cols; ++c) {
+        gw[c] += gr[c] * xhat[c];
+        gb[c] += gr[c];
+      }
+      const float mean_gxhat = lanes::Sum<V>(gxhat, width) / count;
+      const float mean_gxhat_xhat =
+          lanes::SumOf2<V>(gxhat, xhat, width,
+                           [](V u, V v) NEURON_LANES_INLINE_LAMBDA { return u * v; }) /
+          count;
+      float* gxr = gx + r * cols;
+      for (std::int64_t c = 0; c < cols; ++c)
+        gxr[c] = s * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
     }
-    for (std::int64_t c = 0; c < cols; ++c) {
-      gw[c] += gr[c] * xhat[c];
-      gb[c] += gr[c];
-    }
-    const float mean_gxhat = lanes::Sum(gxhat, width) / count;
-    const float mean_gxhat_xhat =
-        lanes::SumOf2(gxhat, xhat, width,
-                      [](V u, V v) NEURON_LANES_INLINE_LAMBDA { return u * v; }) /
-        count;
-    float* gxr = gx + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c)
-      gxr[c] = s * (gxhat[c] - mean_gxhat - xhat[c] * mean_gxhat_xhat);
-  }
+  });
 }
 
 }  // namespace neuron::runtime::kernels

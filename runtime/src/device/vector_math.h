@@ -1,6 +1,7 @@
-// Float math over lanes of kLanes floats (GCC/Clang vector extensions),
-// for the executor's elementwise kernels: branch-free, so a loop over a
-// tensor runs kLanes elements per step instead of calling libm per element.
+// Float math over lanes of 4, 8 or 16 floats (GCC/Clang vector
+// extensions), for the executor's elementwise kernels: branch-free, so a
+// loop over a tensor runs a vector of elements per step instead of calling
+// libm per element.
 //
 //   Exp: e^x within 1 ulp of libm's expf over [-87, 88.7] (Cephes' range
 //        reduction and polynomial); 0 below (results under 1.7e-38: no
@@ -15,7 +16,15 @@
 //        its exponential with the normal density's.
 //
 // Every element goes through the same lanes code, the tail included (Map
-// pads it), so a result does not depend on an element's position.
+// pads it), so an elementwise result depends neither on an element's
+// position nor on the lane count; a row's sum or maximum adds in lanes, so
+// its rounding depends on the lane count.
+//
+// The lane count is the widest vector the running clone holds in one
+// register (`Dispatch`): GCC 12 turns every comparison and select on a
+// vector wider than the registers (16 floats under AVX2) into one scalar
+// compare and branch per lane, which made these kernels 10-30x slower than
+// the vector code on AVX2 CPUs.
 #pragma once
 
 #include <cstddef>
@@ -23,21 +32,30 @@
 #include <cstring>
 #include <limits>
 
+#include "neuron/runtime/device/lane_width.h"
+
 namespace neuron::runtime::kernels::lanes {
 
-constexpr std::size_t kLanes = 16;
-typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
-typedef std::int32_t VI __attribute__((vector_size(kLanes * sizeof(float))));
+// The vector of L floats, and the lane count of a vector type.
+template <std::size_t L>
+struct Width {
+  static_assert(L == 4 || L == 8 || L == 16, "lanes of 4, 8 or 16 floats");
+  typedef float V __attribute__((vector_size(L * sizeof(float))));
+};
+template <typename V>
+constexpr std::size_t kCount = sizeof(V) / sizeof(float);
+// The int32 vector of V's lanes (what comparing two Vs makes).
+template <typename V>
+using IntOf = decltype(V{} < V{});
 
 #define NEURON_LANES_INLINE __attribute__((always_inline)) inline
-// After a lambda's parameters, for the lambdas handed to Map and Map2:
-// inlined into each clone, a V never crosses a call (whose ABI for vector
-// arguments would depend on the clone's instruction set).
+// After a lambda's parameters, for the lambdas handed to Map, Map2 and
+// Dispatch: inlined into each clone, a V never crosses a call (whose ABI
+// for vector arguments would depend on the clone's instruction set).
 #define NEURON_LANES_INLINE_LAMBDA __attribute__((always_inline))
 
 // On a kernel function: also compiled for x86-64-v4 (AVX-512) and v3 (AVX2,
-// FMA), the best the CPU has chosen at load time: 16 lanes are then one
-// register or two.
+// FMA), the best the CPU has chosen at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define NEURON_KERNEL_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -45,20 +63,41 @@ typedef std::int32_t VI __attribute__((vector_size(kLanes * sizeof(float))));
 #define NEURON_KERNEL_CLONES
 #endif
 
-NEURON_LANES_INLINE V Splat(float f) { return V{} + f; }
+// f(Width<L>{}) for the lane count L the kernels use (lane_width.h): f's body, a generic
+// lambda marked NEURON_LANES_INLINE_LAMBDA, is compiled for each count inside the calling
+// clone.
+template <typename F>
+NEURON_LANES_INLINE auto Dispatch(F f) {
+  switch (LaneWidth()) {
+    case 16:
+      return f(Width<16>{});
+    case 8:
+      return f(Width<8>{});
+    default:
+      return f(Width<4>{});
+  }
+}
 
+template <typename V>
+NEURON_LANES_INLINE V Splat(float f) {
+  return V{} + f;
+}
+
+template <typename V>
 NEURON_LANES_INLINE V Exp(V x) {
-  const V hi = Splat(88.7228394f), lo = Splat(-87.0f);
-  V c = x != x ? Splat(0.0f) : x;  // NaN lanes: defined arithmetic, result set below
+  using VI = IntOf<V>;
+  const V hi = Splat<V>(88.7228394f), lo = Splat<V>(-87.0f);
+  V c = x != x ? Splat<V>(0.0f) : x;  // NaN lanes: defined arithmetic, result set below
   c = c < lo ? lo : c;
   c = c > hi ? hi : c;
   // x = n ln2 + r, |r| <= ln2 / 2; ln2 in two parts keeps r exact.
   const V t = c * 1.44269504088896341f;
-  const VI ni = __builtin_convertvector(t + (t >= 0 ? Splat(0.5f) : Splat(-0.5f)), VI);
+  const VI ni =
+      __builtin_convertvector(t + (t >= 0 ? Splat<V>(0.5f) : Splat<V>(-0.5f)), VI);
   const V n = __builtin_convertvector(ni, V);
   V r = c - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  V p = Splat(1.9875691500e-4f);
+  V p = Splat<V>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
@@ -69,30 +108,31 @@ NEURON_LANES_INLINE V Exp(V x) {
   const VI h = ni >> 1;
   V y = p * reinterpret_cast<V>((h + 127) << 23) *
         reinterpret_cast<V>((ni - h + 127) << 23);
-  y = x < lo ? Splat(0.0f) : y;
-  y = x > hi ? Splat(std::numeric_limits<float>::infinity()) : y;
+  y = x < lo ? Splat<V>(0.0f) : y;
+  y = x > hi ? Splat<V>(std::numeric_limits<float>::infinity()) : y;
   return x != x ? x : y;
 }
 
+template <typename V>
 NEURON_LANES_INLINE V Erf(V x) {
-  V c = x > 4.0f ? Splat(4.0f) : x;  // erf is +-1 in float beyond; NaN stays
-  c = c < -4.0f ? Splat(-4.0f) : c;
+  V c = x > 4.0f ? Splat<V>(4.0f) : x;  // erf is +-1 in float beyond; NaN stays
+  c = c < -4.0f ? Splat<V>(-4.0f) : c;
   const V c2 = c * c;
-  V p = Splat(-2.72614225801306e-10f);
+  V p = Splat<V>(-2.72614225801306e-10f);
   p = p * c2 + 2.77068142495902e-08f;
   p = p * c2 - 2.10102402082508e-06f;
   p = p * c2 - 5.69250639462346e-05f;
   p = p * c2 - 7.34990630326855e-04f;
   p = p * c2 - 2.95459980854025e-03f;
   p = p * c2 - 1.60960333262415e-02f;
-  V q = Splat(-1.45660718464996e-05f);
+  V q = Splat<V>(-1.45660718464996e-05f);
   q = q * c2 - 2.13374055278905e-04f;
   q = q * c2 - 1.68282697438203e-03f;
   q = q * c2 - 7.37332916720468e-03f;
   q = q * c2 - 1.42647390514189e-02f;
   V e = c * p / q;
-  e = e > 1.0f ? Splat(1.0f) : e;
-  return e < -1.0f ? Splat(-1.0f) : e;
+  e = e > 1.0f ? Splat<V>(1.0f) : e;
+  return e < -1.0f ? Splat<V>(-1.0f) : e;
 }
 
 // d/dx of x * Phi(x) (exact GELU): Phi(x) + x * phi(x), with erf by
@@ -100,10 +140,11 @@ NEURON_LANES_INLINE V Erf(V x) {
 // whose exponential e^(-x^2 / 2) is phi's own: one exponential and one
 // division, where Erf and a separate Exp would take a division, two
 // polynomials and the exponential.
+template <typename V>
 NEURON_LANES_INLINE V GeluExactDerivative(V x) {
   const V a = (x < 0.0f ? -x : x) * 0.7071067811865476f;  // |x| / sqrt(2)
   const V t = 1.0f / (1.0f + 0.3275911f * a);
-  V p = Splat(1.061405429f);
+  V p = Splat<V>(1.061405429f);
   p = p * t - 1.453152027f;
   p = p * t + 1.421413741f;
   p = p * t - 0.284496736f;
@@ -114,36 +155,47 @@ NEURON_LANES_INLINE V GeluExactDerivative(V x) {
   return cdf + x * (0.3989422804014327f * e);
 }
 
-// Each lane combined with the one 8, 4, 2, then 1 lanes away: lane 0 ends
-// with all 16 combined, in 4 dependent steps instead of 15.
-static_assert(kLanes == 16, "the shuffles below");
-template <typename Op>
+// Each lane combined with the one half the lanes away, then a quarter, ...,
+// then 1: lane 0 ends with all combined, in log2(lanes) dependent steps.
+template <typename V, typename Op>
 NEURON_LANES_INLINE V Fold(V v, Op op) {
-  v = op(v,
-         __builtin_shuffle(v, VI{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
-  v = op(v,
-         __builtin_shuffle(v, VI{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
-  v = op(v,
-         __builtin_shuffle(v, VI{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
-  return op(
-      v, __builtin_shuffle(v, VI{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+  using VI = IntOf<V>;
+  if constexpr (kCount<V> == 16) {
+    v = op(v, __builtin_shuffle(
+                  v, VI{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+    v = op(v, __builtin_shuffle(
+                  v, VI{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+    v = op(v, __builtin_shuffle(
+                  v, VI{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+    return op(v, __builtin_shuffle(
+                     v, VI{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+  } else if constexpr (kCount<V> == 8) {
+    v = op(v, __builtin_shuffle(v, VI{4, 5, 6, 7, 0, 1, 2, 3}));
+    v = op(v, __builtin_shuffle(v, VI{2, 3, 0, 1, 6, 7, 4, 5}));
+    return op(v, __builtin_shuffle(v, VI{1, 0, 3, 2, 5, 4, 7, 6}));
+  } else {
+    v = op(v, __builtin_shuffle(v, VI{2, 3, 0, 1}));
+    return op(v, __builtin_shuffle(v, VI{1, 0, 3, 2}));
+  }
 }
 
 // The sum of v's lanes.
+template <typename V>
 NEURON_LANES_INLINE float HorizontalSum(V v) {
   return Fold(v, [](V a, V b) NEURON_LANES_INLINE_LAMBDA { return a + b; })[0];
 }
 
 // The largest of v's lanes (none NaN).
+template <typename V>
 NEURON_LANES_INLINE float HorizontalMax(V v) {
   return Fold(v, [](V a, V b) NEURON_LANES_INLINE_LAMBDA { return a > b ? a : b; })[0];
 }
 
-// out[i] = f(a[i]) for i < n, kLanes at a time.
-template <typename F>
+// out[i] = f(a[i]) for i < n, a V at a time.
+template <typename V, typename F>
 NEURON_LANES_INLINE void Map(const float* a, float* out, std::size_t n, F f) {
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kCount<V> <= n; i += kCount<V>) {
     V v;
     std::memcpy(&v, a + i, sizeof(v));
     v = f(v);
@@ -157,11 +209,11 @@ NEURON_LANES_INLINE void Map(const float* a, float* out, std::size_t n, F f) {
 }
 
 // out[i] = f(a[i], b[i]) for i < n.
-template <typename F>
+template <typename V, typename F>
 NEURON_LANES_INLINE void Map2(const float* a, const float* b, float* out, std::size_t n,
                               F f) {
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kCount<V> <= n; i += kCount<V>) {
     V u, v;
     std::memcpy(&u, a + i, sizeof(u));
     std::memcpy(&v, b + i, sizeof(v));
@@ -177,10 +229,11 @@ NEURON_LANES_INLINE void Map2(const float* a, const float* b, float* out, std::s
 }
 
 // The sum of a[0..n), lane by lane then across the lanes.
+template <typename V>
 NEURON_LANES_INLINE float Sum(const float* a, std::size_t n) {
   V s{};
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kCount<V> <= n; i += kCount<V>) {
     V v;
     std::memcpy(&v, a + i, sizeof(v));
     s += v;
@@ -192,32 +245,33 @@ NEURON_LANES_INLINE float Sum(const float* a, std::size_t n) {
 
 // The sum of f(a[i], b[i]) for i < n, lane by lane then across the lanes
 // (the tail's padding lanes add nothing, whatever f makes of them).
-template <typename F>
+template <typename V, typename F>
 NEURON_LANES_INLINE float SumOf2(const float* a, const float* b, std::size_t n, F f) {
   V s{};
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kCount<V> <= n; i += kCount<V>) {
     V u, v;
     std::memcpy(&u, a + i, sizeof(u));
     std::memcpy(&v, b + i, sizeof(v));
     s += f(u, v);
   }
   if (i < n) {
-    static_assert(kLanes == 16, "the lane numbers below");
-    const VI lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    IntOf<V> lane{};
+    for (std::size_t k = 0; k < kCount<V>; ++k) lane[k] = static_cast<std::int32_t>(k);
     V u{}, v{};
     std::memcpy(&u, a + i, (n - i) * sizeof(float));
     std::memcpy(&v, b + i, (n - i) * sizeof(float));
-    s += lane < static_cast<std::int32_t>(n - i) ? f(u, v) : Splat(0.0f);
+    s += lane < static_cast<std::int32_t>(n - i) ? f(u, v) : Splat<V>(0.0f);
   }
   return HorizontalSum(s);
 }
 
 // The largest of a[0..n) (n > 0), NaNs skipped; -inf when every one is NaN.
+template <typename V>
 NEURON_LANES_INLINE float Max(const float* a, std::size_t n) {
-  V m = Splat(-std::numeric_limits<float>::infinity());
+  V m = Splat<V>(-std::numeric_limits<float>::infinity());
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kCount<V> <= n; i += kCount<V>) {
     V v;
     std::memcpy(&v, a + i, sizeof(v));
     m = v > m ? v : m;
@@ -226,7 +280,5 @@ NEURON_LANES_INLINE float Max(const float* a, std::size_t n) {
   for (; i < n; ++i) best = a[i] > best ? a[i] : best;
   return best;
 }
-
-#undef NEURON_LANES_INLINE
 
 }  // namespace neuron::runtime::kernels::lanes

@@ -1,0 +1,19 @@
+// The lane count of the executor's vector kernels (exp, exact GELU and its
+// backward, the softmaxes, layer norm and their backward): the widest float
+// vector the CPU holds in one register, 16 with AVX-512 (x86-64-v4), 8 with
+// AVX2 (x86-64-v3), else 4. Elementwise results do not depend on it; a
+// row's sums and maxima are added lane by lane, so their rounding does.
+#pragma once
+
+namespace neuron::runtime {
+
+// The lane count in use: the one SetLaneWidth set, else the CPU's.
+int LaneWidth();
+
+// Sets the lane count for the whole process: 4, 8 or 16, or 0 for the
+// CPU's own. Every count runs on every CPU (a vector wider than the
+// registers is correct and slow), so tests run each kernel at each count.
+// Throws InvalidUsage for any other value.
+void SetLaneWidth(int lanes);
+
+}  // namespace neuron::runtime
