@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "neuron/runtime/device/executable.h"
@@ -283,6 +284,83 @@ TEST_P(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
   for (int c = 0; c < kCols; ++c) {
     EXPECT_NEAR(got.at("gw")[c], gw[c], 1e-5) << c;
     EXPECT_NEAR(got.at("gb")[c], gb[c], 1e-5) << c;
+  }
+}
+
+// One fused instruction over x's elements: x + bias, masked_fill(-5) where
+// the mask is set (no masked_fill when the mask is empty), times 0.5, exact
+// GELU; the bias and the mask repeat over x.
+std::vector<float> RunChain(const std::vector<float>& x, const std::vector<float>& bias,
+                            const std::vector<std::uint8_t>& mask) {
+  proto::Executable e;
+  e.set_format_version(kExecutableFormatVersion), e.set_name("chain");
+  const auto n = static_cast<std::int64_t>(x.size());
+  const auto nb = static_cast<std::int64_t>(bias.size());
+  const auto nm = static_cast<std::int64_t>(mask.size());
+  AddBuffer(e, 0, 0, proto::F32, n);
+  AddBuffer(e, 1, 4 * n, proto::F32, n);
+  AddBuffer(e, 2, 8 * n, proto::F32, nb);
+  auto* i = e.add_instructions();
+  i->set_id(0), i->set_op(proto::OP_FUSED), i->set_elements(n);
+  i->set_engine(proto::SCALAR);
+  std::map<std::string, HostTensor> inputs;
+  auto bind = [&](const std::string& name, std::uint32_t id, HostTensor t) {
+    i->add_inputs(id);
+    auto* in = e.add_inputs();
+    in->set_name(name), in->set_buffer(id);
+    inputs[name] = std::move(t);
+  };
+  bind("x", 0, HostTensor::FromFloats(proto::F32, {n}, x));
+  bind("bias", 2, HostTensor::FromFloats(proto::F32, {nb}, bias));
+  auto sub = [&](proto::Op op, std::vector<std::uint32_t> ids, double scalar) {
+    auto* f = i->add_fused();
+    f->set_op(op), f->set_scalar(scalar), f->set_elements(n);
+    for (auto id : ids) f->add_inputs(id);
+  };
+  sub(proto::OP_ADD, {0, 2}, 0);
+  if (nm > 0) {
+    AddBuffer(e, 3, 8 * n + 4 * nb, proto::BOOL, nm);
+    HostTensor t;
+    t.dtype = proto::BOOL, t.shape = {nm}, t.data.assign(mask.begin(), mask.end());
+    bind("mask", 3, std::move(t));
+    sub(proto::OP_MASKED_FILL, {kFusedPrevious, 3}, -5);
+  }
+  sub(proto::OP_SCALE, {kFusedPrevious}, 0.5);
+  sub(proto::OP_GELU_EXACT, {kFusedPrevious}, 0);
+  i->set_operand_count(static_cast<std::uint32_t>(i->inputs_size()));
+  i->add_outputs(1);
+  auto* y = e.add_outputs();
+  y->set_name("y"), y->set_buffer(1);
+  return Executor(DeviceSpec::Default()).Run(e, inputs).outputs.at("y").ToFloats();
+}
+
+TEST_P(ExecutorMath, AFusedChainGivesTheSameElementsInBlocksAsOneByOne) {
+  // (n, bias period, mask period): blocks of 4096 with a partial last one,
+  // blocks of a multiple of a period that does not divide 4096, and
+  // periods no block length fits (the chain in one block).
+  for (const auto& [n, period, mask_period] :
+       std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>{{40960, 128, 8192},
+                                                                      {42624, 128, 0},
+                                                                      {21000, 3000, 0},
+                                                                      {36000, 3000, 9000},
+                                                                      {1000, 10, 100}}) {
+    const std::vector<float> x = Wavy(n, 0.3f), bias = Wavy(period, 1.1f);
+    std::vector<std::uint8_t> mask(mask_period);
+    for (std::size_t k = 0; k < mask_period; ++k) mask[k] = k % 7 == 3;
+    const std::vector<float> y = RunChain(x, bias, mask);
+    // The chain's value before GELU, exactly (add, select and halving
+    // round the same way anywhere), then GELU alone over it.
+    std::vector<float> pre(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      const bool masked = mask_period > 0 && mask[k % mask_period];
+      pre[k] = (masked ? -5.0f : x[k] + bias[k % period]) * 0.5f;
+    }
+    const std::vector<float> want = RunOp(proto::OP_GELU_EXACT, pre);
+    ASSERT_EQ(y.size(), n);
+    for (std::size_t k = 0; k < n; ++k) {
+      ASSERT_EQ(y[k], want[k]) << "n " << n << ", period " << period << ", mask period "
+                               << mask_period << ", element " << k;
+    }
   }
 }
 

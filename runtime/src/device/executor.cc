@@ -262,12 +262,51 @@ class FloatOut {
   std::vector<float, UninitializedAllocator<float>> result_;  // every element is written
 };
 
+// The elements a fused chain runs at a time: each sub-op over one block,
+// then the next, so the chain's value and its operands' blocks stay in
+// L1 and L2 between sub-ops and a chain of k ops reads and writes memory
+// once instead of k times.
+constexpr std::size_t kFusedBlock = 4096;
+
+// A block length for a chain over n elements whose operands repeat every
+// operands[k].size elements: each block then starts at the same place of
+// every shorter operand it reads whole (length a multiple of it), or lies
+// within one repeat of it (the operand a multiple of the length). n (one
+// block) when no length near kFusedBlock fits every operand.
+std::size_t FusedBlock(std::size_t n, const std::vector<FloatIn>& operands) {
+  if (n <= kFusedBlock) return n;
+  auto fits = [&](std::size_t block) {
+    for (const FloatIn& o : operands) {
+      if (o.size == n) continue;
+      if (o.size < block ? block % o.size != 0 : o.size % block != 0) return false;
+    }
+    return true;
+  };
+  if (fits(kFusedBlock)) return kFusedBlock;
+  for (const FloatIn& o : operands) {  // a multiple of a short operand's period
+    const std::size_t block = (kFusedBlock + o.size - 1) / o.size * o.size;
+    if (o.size < kFusedBlock && block < n && fits(block)) return block;
+  }
+  return n;
+}
+
+// The part of operand `o` a block [base, base + len) of a chain over n
+// elements reads (FusedBlock's length): its own elements when it is full
+// size or repeats no more often than a block, else the whole repeat.
+FloatIn BlockOf(const FloatIn& o, std::size_t base, std::size_t len, std::size_t n) {
+  if (o.size == n) return {o.data + base, len, {}};
+  if (o.size >= len && base % o.size + len <= o.size)
+    return {o.data + base % o.size, len, {}};
+  return {o.data, o.size, {}};
+}
+
 // fused: a chain of elementwise ops in float32 (executable.proto,
 // Instruction.fused). Every sub-op writes the chain's value in one place:
 // the output's own memory when it holds float32 and no operand shares it
 // (so no operand a later sub-op reads has been overwritten), else a float32
 // result converted into the output at the end. The kernels work element by
-// element, so a sub-op may read the value it overwrites.
+// element, so a sub-op may read the value it overwrites; the chain runs
+// block by block (FusedBlock), which gives the same elements.
 void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
               const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(out.size() == 1 && kernels::IsFloat(out[0].buffer->dtype()), what,
@@ -296,28 +335,36 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
     throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
   FloatOut value(out[0], n, operands);
+  const std::size_t block = FusedBlock(n, operands);
   bool started = false;  // whether `value` holds the chain's value so far
-  for (const auto& sub : i.fused()) {
-    std::vector<FloatIn> args;  // this sub-op's operands
-    for (auto id : sub.inputs()) {
-      if (id == kFusedPrevious) {
-        NEURON_CHECK(started, what, ": fused op ", DeviceOpName(sub.op()),
-                     " reads the chain's value before an op made it");
-        args.push_back({value.data(), n, {}});
-      } else {
-        const FloatIn& o = operand(id);
-        args.push_back({o.data, o.size, {}});
+  for (std::size_t base = 0; base < n; base += block) {
+    const std::size_t len = std::min(block, n - base);
+    started = false;
+    for (const auto& sub : i.fused()) {
+      std::vector<FloatIn> args;  // this sub-op's operands, over this block
+      bool first_full = false;
+      for (auto id : sub.inputs()) {
+        if (id == kFusedPrevious) {
+          NEURON_CHECK(started, what, ": fused op ", DeviceOpName(sub.op()),
+                       " reads the chain's value before an op made it");
+          args.push_back({value.data() + base, len, {}});
+        } else {
+          args.push_back(BlockOf(operand(id), base, len, n));
+        }
+        first_full = first_full || (args.size() == 1 &&
+                                    (id == kFusedPrevious || operand(id).size == n));
       }
+      NEURON_CHECK(first_full, what, ": fused op ", DeviceOpName(sub.op()),
+                   " needs its first operand at full size");
+      float* into = value.data() + base;
+      const bool known =
+          args.size() == 1
+              ? kernels::Unary(sub.op(), args[0].data, len, sub.scalar(), into)
+              : kernels::Binary(sub.op(), args[0].data, args[1].data, args[1].size,
+                                sub.scalar(), into, len);
+      NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
+      started = true;
     }
-    NEURON_CHECK(!args.empty() && args[0].size == n, what, ": fused op ",
-                 DeviceOpName(sub.op()), " needs its first operand at full size");
-    const bool known =
-        args.size() == 1
-            ? kernels::Unary(sub.op(), args[0].data, n, sub.scalar(), value.data())
-            : kernels::Binary(sub.op(), args[0].data, args[1].data, args[1].size,
-                              sub.scalar(), value.data(), n);
-    NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
-    started = true;
   }
   NEURON_CHECK(started, what, ": a fused chain of no ops");
   value.Finish();
