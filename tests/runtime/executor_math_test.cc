@@ -28,45 +28,71 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 using testing::AddBuffer;
 
+// A plan of one instruction `op` over n elements into "y" (buffer 1, at
+// byte 4n), its inputs bound by name into the buffers Bind places.
+class OneInstruction {
+ public:
+  OneInstruction(proto::Op op, std::int64_t n) {
+    e_.set_format_version(kExecutableFormatVersion), e_.set_name("math");
+    AddBuffer(e_, 1, 4 * n, proto::F32, n);  // y
+    i_ = e_.add_instructions();
+    i_->set_id(0), i_->set_op(op), i_->set_elements(n);
+  }
+  proto::Instruction& instruction() { return *i_; }
+
+  // Input `name` in buffer `id` at `offset`, the instruction's next operand.
+  void Bind(const std::string& name, std::uint32_t id, std::uint64_t offset,
+            const std::vector<float>& values) {
+    const auto n = static_cast<std::int64_t>(values.size());
+    AddBuffer(e_, id, offset, proto::F32, n);
+    Add(name, id, HostTensor::FromFloats(proto::F32, {n}, values));
+  }
+  void BindMask(const std::string& name, std::uint32_t id, std::uint64_t offset,
+                const std::vector<std::uint8_t>& mask) {
+    const auto m = static_cast<std::int64_t>(mask.size());
+    AddBuffer(e_, id, offset, proto::BOOL, m);
+    HostTensor t;
+    t.dtype = proto::BOOL, t.shape = {m}, t.data.assign(mask.begin(), mask.end());
+    Add(name, id, std::move(t));
+  }
+
+  std::vector<float> Run() {
+    i_->set_operand_count(static_cast<std::uint32_t>(i_->inputs_size()));
+    i_->add_outputs(1);
+    auto* y = e_.add_outputs();
+    y->set_name("y"), y->set_buffer(1);
+    return Executor(DeviceSpec::Default()).Run(e_, inputs_).outputs.at("y").ToFloats();
+  }
+
+ private:
+  void Add(const std::string& name, std::uint32_t id, HostTensor t) {
+    i_->add_inputs(id);
+    auto* in = e_.add_inputs();
+    in->set_name(name), in->set_buffer(id);
+    inputs_[name] = std::move(t);
+  }
+
+  proto::Executable e_;
+  proto::Instruction* i_;
+  std::map<std::string, HostTensor> inputs_;
+};
+
 // One instruction `op` over inputs "a" (and "b", "mask") into "y".
 std::vector<float> RunOp(proto::Op op, const std::vector<float>& a,
                          const std::vector<float>& b = {},
                          const std::vector<std::uint8_t>& mask = {},
                          std::int64_t rows = 0, double scalar = 0) {
-  proto::Executable e;
-  e.set_format_version(kExecutableFormatVersion), e.set_name("math");
   const auto n = static_cast<std::int64_t>(a.size());
-  AddBuffer(e, 0, 0, proto::F32, n);
-  AddBuffer(e, 1, 4 * n, proto::F32, n);
-  auto* i = e.add_instructions();
-  i->set_id(0), i->set_op(op), i->set_elements(n), i->set_scalar(scalar);
-  i->set_engine(op == proto::OP_SOFTMAX_ROWS || op == proto::OP_EXP ? proto::SCALAR
-                                                                    : proto::VECTOR);
-  std::map<std::string, HostTensor> inputs;
-  auto bind = [&](const std::string& name, std::uint32_t id, HostTensor t) {
-    i->add_inputs(id);
-    auto* in = e.add_inputs();
-    in->set_name(name), in->set_buffer(id);
-    inputs[name] = std::move(t);
-  };
-  bind("a", 0, HostTensor::FromFloats(proto::F32, {n}, a));
-  if (!b.empty()) {
-    AddBuffer(e, 2, 8 * n, proto::F32, n);
-    bind("b", 2, HostTensor::FromFloats(proto::F32, {n}, b));
-  }
-  if (!mask.empty()) {
-    const auto m = static_cast<std::int64_t>(mask.size());
-    AddBuffer(e, 3, 12 * n, proto::BOOL, m);
-    HostTensor t;
-    t.dtype = proto::BOOL, t.shape = {m}, t.data.assign(mask.begin(), mask.end());
-    bind("mask", 3, std::move(t));
-  }
-  if (rows > 0) i->set_m(rows), i->set_n(n / rows);
-  i->set_operand_count(static_cast<std::uint32_t>(i->inputs_size()));
-  i->add_outputs(1);
-  auto* y = e.add_outputs();
-  y->set_name("y"), y->set_buffer(1);
-  return Executor(DeviceSpec::Default()).Run(e, inputs).outputs.at("y").ToFloats();
+  OneInstruction plan(op, n);
+  proto::Instruction& i = plan.instruction();
+  i.set_scalar(scalar);
+  i.set_engine(op == proto::OP_SOFTMAX_ROWS || op == proto::OP_EXP ? proto::SCALAR
+                                                                   : proto::VECTOR);
+  plan.Bind("a", 0, 0, a);
+  if (!b.empty()) plan.Bind("b", 2, 8 * n, b);
+  if (!mask.empty()) plan.BindMask("mask", 3, 12 * n, mask);
+  if (rows > 0) i.set_m(rows), i.set_n(n / rows);
+  return plan.Run();
 }
 
 // Each test in each lane count; the CPU's count again afterwards.
@@ -287,63 +313,82 @@ TEST_P(ExecutorMath, LayerNormAndItsBackwardMatchTheReference) {
   }
 }
 
+TEST_P(ExecutorMath, ARowsSumAddsLaneByLaneInTheLaneCountSet) {
+  // 2^24 at 0 and -2^24 at 16 among ones: a lane holding both loses the
+  // ones it adds between them (2^24 + 1 rounds to 2^24), so the row's sum
+  // tells the lane count: 27 in 4 lanes, 29 in 8, 30 in 16 (15 in order).
+  constexpr int kCols = 32;
+  std::vector<float> x(kCols, 1.0f);
+  x[0] = 16777216.0f, x[16] = -16777216.0f;
+  const auto got = LayerNormPlan({{"x", x},
+                                  {"w", std::vector<float>(kCols, 1.0f)},
+                                  {"b", std::vector<float>(kCols, 0.0f)},
+                                  {"g", std::vector<float>(kCols, 1.0f)}},
+                                 1, kCols);
+  const std::map<int, float> sum = {{4, 27.0f}, {8, 29.0f}, {16, 30.0f}};
+  EXPECT_EQ(got.at("mean")[0], sum.at(GetParam()) / kCols);
+}
+
+TEST(LaneWidth, ElementwiseResultsAreTheSameInEveryLaneCount) {
+  std::vector<float> x = Grid(-20, 20, 0.0173f);
+  for (float v : {kInf, -kInf, std::nanf(""), 88.7f, -87.5f}) x.push_back(v);
+  const std::vector<float> g = Wavy(x.size(), 0.4f);
+  std::map<int, std::vector<std::vector<float>>> by_width;
+  for (int width : {4, 8, 16}) {
+    SetLaneWidth(width);
+    by_width[width] = {RunOp(proto::OP_EXP, x), RunOp(proto::OP_GELU_EXACT, x),
+                       RunOp(proto::OP_GELU_EXACT_BACKWARD, g, x)};
+  }
+  SetLaneWidth(0);
+  for (int width : {8, 16}) {
+    for (std::size_t op = 0; op < 3; ++op) {
+      const auto &want = by_width[4][op], &got = by_width[width][op];
+      ASSERT_EQ(got.size(), want.size());
+      // Bit for bit: NaN compares unequal to itself.
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "op " << op << " in " << width << " lanes differs from 4 lanes";
+    }
+  }
+}
+
 // One fused instruction over x's elements: x + bias, masked_fill(-5) where
 // the mask is set (no masked_fill when the mask is empty), times 0.5, exact
 // GELU; the bias and the mask repeat over x.
 std::vector<float> RunChain(const std::vector<float>& x, const std::vector<float>& bias,
                             const std::vector<std::uint8_t>& mask) {
-  proto::Executable e;
-  e.set_format_version(kExecutableFormatVersion), e.set_name("chain");
   const auto n = static_cast<std::int64_t>(x.size());
-  const auto nb = static_cast<std::int64_t>(bias.size());
-  const auto nm = static_cast<std::int64_t>(mask.size());
-  AddBuffer(e, 0, 0, proto::F32, n);
-  AddBuffer(e, 1, 4 * n, proto::F32, n);
-  AddBuffer(e, 2, 8 * n, proto::F32, nb);
-  auto* i = e.add_instructions();
-  i->set_id(0), i->set_op(proto::OP_FUSED), i->set_elements(n);
-  i->set_engine(proto::SCALAR);
-  std::map<std::string, HostTensor> inputs;
-  auto bind = [&](const std::string& name, std::uint32_t id, HostTensor t) {
-    i->add_inputs(id);
-    auto* in = e.add_inputs();
-    in->set_name(name), in->set_buffer(id);
-    inputs[name] = std::move(t);
-  };
-  bind("x", 0, HostTensor::FromFloats(proto::F32, {n}, x));
-  bind("bias", 2, HostTensor::FromFloats(proto::F32, {nb}, bias));
+  OneInstruction plan(proto::OP_FUSED, n);
+  proto::Instruction& i = plan.instruction();
+  i.set_engine(proto::SCALAR);
   auto sub = [&](proto::Op op, std::vector<std::uint32_t> ids, double scalar) {
-    auto* f = i->add_fused();
+    auto* f = i.add_fused();
     f->set_op(op), f->set_scalar(scalar), f->set_elements(n);
     for (auto id : ids) f->add_inputs(id);
   };
+  plan.Bind("x", 0, 0, x);
+  plan.Bind("bias", 2, 8 * n, bias);
   sub(proto::OP_ADD, {0, 2}, 0);
-  if (nm > 0) {
-    AddBuffer(e, 3, 8 * n + 4 * nb, proto::BOOL, nm);
-    HostTensor t;
-    t.dtype = proto::BOOL, t.shape = {nm}, t.data.assign(mask.begin(), mask.end());
-    bind("mask", 3, std::move(t));
+  if (!mask.empty()) {
+    plan.BindMask("mask", 3, 8 * n + 4 * bias.size(), mask);
     sub(proto::OP_MASKED_FILL, {kFusedPrevious, 3}, -5);
   }
   sub(proto::OP_SCALE, {kFusedPrevious}, 0.5);
   sub(proto::OP_GELU_EXACT, {kFusedPrevious}, 0);
-  i->set_operand_count(static_cast<std::uint32_t>(i->inputs_size()));
-  i->add_outputs(1);
-  auto* y = e.add_outputs();
-  y->set_name("y"), y->set_buffer(1);
-  return Executor(DeviceSpec::Default()).Run(e, inputs).outputs.at("y").ToFloats();
+  return plan.Run();
 }
 
 TEST_P(ExecutorMath, AFusedChainGivesTheSameElementsInBlocksAsOneByOne) {
   // (n, bias period, mask period): blocks of 4096 with a partial last one,
-  // blocks of a multiple of a period that does not divide 4096, and
-  // periods no block length fits (the chain in one block).
-  for (const auto& [n, period, mask_period] :
-       std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>{{40960, 128, 8192},
-                                                                      {42624, 128, 0},
-                                                                      {21000, 3000, 0},
-                                                                      {36000, 3000, 9000},
-                                                                      {1000, 10, 100}}) {
+  // of a multiple of a period that does not divide 4096, of a period longer
+  // than 4096, and periods no block length fits (the chain in one block);
+  // fused_blocks_test.cc checks which.
+  using Case = std::tuple<std::size_t, std::size_t, std::size_t>;
+  for (const auto& [n, period, mask_period] : std::vector<Case>{{40960, 128, 8192},
+                                                                {42624, 128, 0},
+                                                                {21000, 3000, 0},
+                                                                {36000, 3000, 9000},
+                                                                {36000, 3000, 7200},
+                                                                {1000, 10, 100}}) {
     const std::vector<float> x = Wavy(n, 0.3f), bias = Wavy(period, 1.1f);
     std::vector<std::uint8_t> mask(mask_period);
     for (std::size_t k = 0; k < mask_period; ++k) mask[k] = k % 7 == 3;
@@ -367,7 +412,7 @@ TEST_P(ExecutorMath, AFusedChainGivesTheSameElementsInBlocksAsOneByOne) {
 TEST(LaneWidth, IsTheCpusUntilSetAndRefusesOtherCounts) {
   const int cpu = LaneWidth();
   EXPECT_TRUE(cpu == 4 || cpu == 8 || cpu == 16) << cpu;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
   EXPECT_EQ(cpu, __builtin_cpu_supports("x86-64-v4")   ? 16
                  : __builtin_cpu_supports("x86-64-v3") ? 8
                                                        : 4);

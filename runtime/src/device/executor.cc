@@ -9,6 +9,7 @@
 
 #include "arena_pool.h"
 #include "elided_copies.h"
+#include "fused_blocks.h"
 #include "kernels.h"
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/device/executable.h"
@@ -262,42 +263,36 @@ class FloatOut {
   std::vector<float, UninitializedAllocator<float>> result_;  // every element is written
 };
 
-// The elements a fused chain runs at a time: each sub-op over one block,
-// then the next, so the chain's value and its operands' blocks stay in
-// L1 and L2 between sub-ops and a chain of k ops reads and writes memory
-// once instead of k times.
-constexpr std::size_t kFusedBlock = 4096;
-
-// A block length for a chain over n elements whose operands repeat every
-// operands[k].size elements: each block then starts at the same place of
-// every shorter operand it reads whole (length a multiple of it), or lies
-// within one repeat of it (the operand a multiple of the length). n (one
-// block) when no length near kFusedBlock fits every operand.
-std::size_t FusedBlock(std::size_t n, const std::vector<FloatIn>& operands) {
-  if (n <= kFusedBlock) return n;
-  auto fits = [&](std::size_t block) {
-    for (const FloatIn& o : operands) {
-      if (o.size == n) continue;
-      if (o.size < block ? block % o.size != 0 : o.size % block != 0) return false;
+// Where each sub-op of fused instruction `i` (over n elements) reads its
+// operands: kChainValue (the chain's value so far) or k, operands[k], the
+// value of i.inputs(k). Checked here, before any block runs.
+constexpr int kChainValue = -1;
+std::vector<std::vector<int>> FusedSources(const proto::Instruction& i,
+                                           const std::vector<FloatIn>& operands,
+                                           std::size_t n, const What& what) {
+  auto index_of = [&](std::uint32_t id) {
+    for (std::size_t k = 0; k < operands.size(); ++k) {
+      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id)
+        return static_cast<int>(k);
     }
-    return true;
+    throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
   };
-  if (fits(kFusedBlock)) return kFusedBlock;
-  for (const FloatIn& o : operands) {  // a multiple of a short operand's period
-    const std::size_t block = (kFusedBlock + o.size - 1) / o.size * o.size;
-    if (o.size < kFusedBlock && block < n && fits(block)) return block;
+  std::vector<std::vector<int>> sources;
+  for (const auto& sub : i.fused()) {
+    std::vector<int>& from = sources.emplace_back();
+    for (auto id : sub.inputs()) {
+      NEURON_CHECK(id != kFusedPrevious || sources.size() > 1, what, ": fused op ",
+                   DeviceOpName(sub.op()),
+                   " reads the chain's value before an op made it");
+      from.push_back(id == kFusedPrevious ? kChainValue : index_of(id));
+    }
+    NEURON_CHECK(!from.empty() && (from[0] == kChainValue ||
+                                   operands[static_cast<std::size_t>(from[0])].size == n),
+                 what, ": fused op ", DeviceOpName(sub.op()),
+                 " needs its first operand at full size");
   }
-  return n;
-}
-
-// The part of operand `o` a block [base, base + len) of a chain over n
-// elements reads (FusedBlock's length): its own elements when it is full
-// size or repeats no more often than a block, else the whole repeat.
-FloatIn BlockOf(const FloatIn& o, std::size_t base, std::size_t len, std::size_t n) {
-  if (o.size == n) return {o.data + base, len, {}};
-  if (o.size >= len && base % o.size + len <= o.size)
-    return {o.data + base % o.size, len, {}};
-  return {o.data, o.size, {}};
+  NEURON_CHECK(!sources.empty(), what, ": a fused chain of no ops");
+  return sources;
 }
 
 // fused: a chain of elementwise ops in float32 (executable.proto,
@@ -327,46 +322,35 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
         masks.count(static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))));
     operands.push_back(FloatOperandIn(in[k], n, what, mask));
   }
-  auto operand = [&](std::uint32_t id) -> const FloatIn& {
-    for (std::size_t k = 0; k < in.size(); ++k) {
-      if (static_cast<std::uint32_t>(i.inputs(static_cast<int>(k))) == id)
-        return operands[k];
-    }
-    throw InvalidUsage(StrCat(what, ": a fused op reads buffer ", id, ", not an input"));
-  };
+  const std::vector<std::vector<int>> sources = FusedSources(i, operands, n, what);
   FloatOut value(out[0], n, operands);
-  const std::size_t block = FusedBlock(n, operands);
-  bool started = false;  // whether `value` holds the chain's value so far
+  std::vector<std::size_t> periods;
+  for (const FloatIn& o : operands) periods.push_back(o.size);
+  const std::size_t block = detail::FusedBlock(n, periods);
+  std::vector<FloatIn> args;  // a sub-op's operands over one block
   for (std::size_t base = 0; base < n; base += block) {
     const std::size_t len = std::min(block, n - base);
-    started = false;
-    for (const auto& sub : i.fused()) {
-      std::vector<FloatIn> args;  // this sub-op's operands, over this block
-      bool first_full = false;
-      for (auto id : sub.inputs()) {
-        if (id == kFusedPrevious) {
-          NEURON_CHECK(started, what, ": fused op ", DeviceOpName(sub.op()),
-                       " reads the chain's value before an op made it");
-          args.push_back({value.data() + base, len, {}});
-        } else {
-          args.push_back(BlockOf(operand(id), base, len, n));
+    float* into = value.data() + base;
+    for (int s = 0; s < i.fused_size(); ++s) {
+      const proto::Instruction& sub = i.fused(s);
+      args.clear();
+      for (int k : sources[static_cast<std::size_t>(s)]) {
+        if (k == kChainValue) {
+          args.push_back({into, len, {}});
+          continue;
         }
-        first_full = first_full || (args.size() == 1 &&
-                                    (id == kFusedPrevious || operand(id).size == n));
+        const FloatIn& o = operands[static_cast<std::size_t>(k)];
+        const detail::OperandSpan span = detail::BlockOf(o.size, base, len, n);
+        args.push_back({o.data + span.offset, span.size, {}});
       }
-      NEURON_CHECK(first_full, what, ": fused op ", DeviceOpName(sub.op()),
-                   " needs its first operand at full size");
-      float* into = value.data() + base;
       const bool known =
           args.size() == 1
               ? kernels::Unary(sub.op(), args[0].data, len, sub.scalar(), into)
               : kernels::Binary(sub.op(), args[0].data, args[1].data, args[1].size,
                                 sub.scalar(), into, len);
       NEURON_CHECK(known, what, ": unknown fused op '", DeviceOpName(sub.op()), "'");
-      started = true;
     }
   }
-  NEURON_CHECK(started, what, ": a fused chain of no ops");
   value.Finish();
 }
 
