@@ -412,7 +412,7 @@ TEST_P(ExecutorMath, AFusedChainGivesTheSameElementsInBlocksAsOneByOne) {
 TEST(LaneWidth, IsTheCpusUntilSetAndRefusesOtherCounts) {
   const int cpu = LaneWidth();
   EXPECT_TRUE(cpu == 4 || cpu == 8 || cpu == 16) << cpu;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#if NEURON_KERNEL_CLONES_BUILT
   EXPECT_EQ(cpu, __builtin_cpu_supports("x86-64-v4")   ? 16
                  : __builtin_cpu_supports("x86-64-v3") ? 8
                                                        : 4);

@@ -10,7 +10,7 @@ namespace {
 // The count the kernels' clones are built for (vector_math.h): the v4
 // clone holds 16 floats in a register, the v3 clone 8, the default 4.
 int CpuLaneWidth() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#if NEURON_KERNEL_CLONES_BUILT
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v4")) return 16;
   if (__builtin_cpu_supports("x86-64-v3")) return 8;

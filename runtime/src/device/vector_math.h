@@ -56,7 +56,7 @@ using IntOf = decltype(V{} < V{});
 
 // On a kernel function: also compiled for x86-64-v4 (AVX-512) and v3 (AVX2,
 // FMA), the best the CPU has chosen at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#if NEURON_KERNEL_CLONES_BUILT
 #define NEURON_KERNEL_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -5,6 +5,14 @@
 // row's sums and maxima are added lane by lane, so their rounding does.
 #pragma once
 
+// 1 where the kernels are built as target clones for x86-64-v4, v3 and
+// the default (GCC on x86-64 Linux), whose CPU check picks the lane count.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define NEURON_KERNEL_CLONES_BUILT 1
+#else
+#define NEURON_KERNEL_CLONES_BUILT 0
+#endif
+
 namespace neuron::runtime {
 
 // The lane count in use: the one SetLaneWidth set, else the CPU's.
