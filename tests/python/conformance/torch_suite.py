@@ -3,17 +3,23 @@
 Runs ``torch.testing._internal.distributed.distributed_test`` (shipped in the
 torch wheel) the way PyTorch's test/distributed/test_distributed_spawn.py does
 for Gloo: one TestCase class deriving from ``TestDistBackend`` and
-``DistributedTest._DistTestBase``; every test spawns WORLD_SIZE fresh
-processes (multiprocessing "spawn"), each re-imports this file (so
-``import torchneuron`` registers the backend in every rank), runs
-``dist.init_process_group(BACKEND, init_method="file://...")`` and the test.
-``TestDistBackend.setUp`` makes a fresh TEMP_DIR (barrier files, init file)
-for each test.
+``DistributedTest._DistTestBase``; every test starts WORLD_SIZE fresh
+processes, which run ``dist.init_process_group(BACKEND,
+init_method="file://...")`` and the test. ``TestDistBackend.setUp`` makes a
+fresh TEMP_DIR (barrier files, init file) for each test.
+
+START_METHOD picks how the ranks start: "fork" (the default) forks this
+process as DataLoader forks its workers: it has imported torch, torchneuron
+and distributed_test and run no op or process group, and a test costs its
+own work (the suite about a minute); "spawn" is what test_distributed_spawn.py does, each rank a new
+interpreter that re-imports this file (``import torchneuron`` registers
+the backend in every rank), about 4 s of imports per rank per test, 285
+tests included those that skip inside the ranks (the suite 12-20 minutes).
 
 Run from the repository root (2 ranks on CPU; unittest arguments after the
 script, e.g. ``-k test_all_reduce``, ``-v``)::
 
-    BACKEND=neuron WORLD_SIZE=2 PYTHONPATH=build/python \\
+    BACKEND=neuron WORLD_SIZE=2 [START_METHOD=spawn] PYTHONPATH=build/python \\
         .venv/bin/python tests/python/conformance/torch_suite.py [-k PATTERN]
 
 BACKEND=gloo runs the same suite against Gloo, for comparison.
@@ -48,6 +54,8 @@ import functools
 import os
 import unittest
 
+import torch
+
 # torch's common_utils reads a non-empty CI as "PyTorch's own CI": run_tests
 # then writes JUnit XML through the xmlrunner module, which the project does
 # not install. The suite runs the same in and out of CI.
@@ -55,6 +63,9 @@ os.environ.pop("CI", None)
 os.environ.setdefault("BACKEND", "neuron")
 os.environ.setdefault("WORLD_SIZE", "2")
 BACKEND = os.environ["BACKEND"]
+START_METHOD = os.environ.get("START_METHOD", "fork")
+if START_METHOD not in ("fork", "spawn"):
+    raise SystemExit(f"torch_suite.py: START_METHOD={START_METHOD!r}; use fork or spawn")
 
 if BACKEND == "neuron":
     import torchneuron  # noqa: F401,E402  registers backend "neuron"
@@ -106,7 +117,10 @@ RUN_DESPITE_GLOO_GATE = {
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        if START_METHOD == "spawn":
+            self._spawn_processes()
+        else:
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
 
 
 def _rewrap(test, expect_failure=False):
