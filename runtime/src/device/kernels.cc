@@ -190,7 +190,8 @@ NEURON_LANES_INLINE bool RowOps(proto::Op op, const std::vector<const float*>& i
     if (op == proto::OP_SOFTMAX_ROWS || op == proto::OP_LOG_SOFTMAX_ROWS) {
       const float max = cols > 0 ? lanes::Max<V>(x, width) : 0.0f;
       lanes::Map<V>(x, y, width, [max](V v) NEURON_LANES_INLINE_LAMBDA {
-        return lanes::Exp(v - max);
+        // <= 0; a row holding a NaN sums to NaN, whatever its max.
+        return lanes::ExpOfNonPositive(v - max);
       });
       const float sum = lanes::Sum<V>(y, width);
       if (op == proto::OP_SOFTMAX_ROWS) {
