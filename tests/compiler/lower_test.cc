@@ -884,6 +884,69 @@ TEST(Lower, AStackReadTwiceStays) {
   RunStacked(lowered, true);
 }
 
+// A composed value is written by several copies and never spilled from
+// its first writer on: here b's transpose is composed into p before two
+// matmuls whose operands need the room. Where SBUF is that tight (36-47
+// KiB) Lower lowers the graph again without composing: the stack is made
+// (spilled at 36) and permuted, 5 copies; from 48 KiB the stack and the
+// transpose are never made, 3 copies. Either way p is the reference's.
+TEST(Lower, AGraphThatFitsOnlyUncomposedIsLoweredWithoutComposing) {
+  const std::string text =
+      R"(graph retry(%a: f32[4,32,8], %b: f32[4,8,32], %x: f32[32,32], %w1: f32[32,128], %w2: f32[128,32]) {
+    %bt: f32[4,32,8] = aten.transpose.int(%b) {dim0 = 1, dim1 = 2}
+    %h: f32[32,128] = aten.mm(%x, %w1)
+    %g: f32[32,128] = aten.gelu(%h)
+    %o: f32[32,32] = aten.mm(%g, %w2)
+    %c: f32[4,32,8] = aten.view(%o) {size = [4, 32, 8]}
+    %s: f32[3,4,32,8] = aten.stack(%a, %bt, %c) {dim = 0}
+    %p: f32[32,4,3,8] = aten.permute(%s) {dims = [2, 1, 0, 3]}
+    return %p
+  })";
+  const auto a = Values(1024, 1, 0.1f), b = Values(1024, 1, 0.5f),
+             x = Values(1024, 0.5f, 0.2f), w1 = Values(4096, 0.2f, 0.3f),
+             w2 = Values(4096, 0.1f, 0.7f);
+  std::vector<float> g = MatMul(x, w1, 32, 32, 128);
+  for (float& v : g) v = static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+  const std::vector<float> c = MatMul(g, w2, 32, 128, 32);
+  std::vector<float> want(3 * 1024);  // p[i][j][k][l] = s[k][j][i][l]
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 3; ++k)
+        for (int l = 0; l < 8; ++l) {
+          const auto at = static_cast<std::size_t>(j * 256 + i * 8 + l);
+          want[static_cast<std::size_t>(((i * 4 + j) * 3 + k) * 8 + l)] =
+              k == 0   ? a[at]
+              : k == 1 ? b[static_cast<std::size_t>(j * 256 + l * 32 + i)]
+                       : c[at];
+        }
+  using runtime::proto::F32;
+  const std::map<std::string, HostTensor> inputs = {
+      {"a", HostTensor::FromFloats(F32, {4, 32, 8}, a)},
+      {"b", HostTensor::FromFloats(F32, {4, 8, 32}, b)},
+      {"x", HostTensor::FromFloats(F32, {32, 32}, x)},
+      {"w1", HostTensor::FromFloats(F32, {32, 128}, w1)},
+      {"w2", HostTensor::FromFloats(F32, {128, 32}, w2)}};
+  for (const int kib : {36, 40, 47, 48}) {
+    SCOPED_TRACE(StrCat(kib, " KiB of SBUF"));
+    const DeviceSpec device = SmallDevice(kib);
+    const Lowered lowered = Lower(ParseGraph(text), device);
+    const bool composed = kib >= 48;
+    std::set<std::string> names;
+    for (const auto& buffer : lowered.executable.buffers()) names.insert(buffer.name());
+    EXPECT_EQ(names.count("s"), composed ? 0u : 1u);
+    EXPECT_EQ(CountOf(lowered,
+                      [](const runtime::proto::Instruction& i) {
+                        return i.op() == runtime::proto::OP_STRIDED_COPY;
+                      }),
+              composed ? 3 : 5);
+    EXPECT_EQ(CountOf(lowered,
+                      [](const runtime::proto::Instruction& i) { return i.spill(); }) > 0,
+              kib == 36);
+    const auto r = runtime::Executor(device).Run(lowered.executable, inputs);
+    ExpectAllClose(r.outputs.at("p").ToFloats(), want, "p");
+  }
+}
+
 // Lower keeps whichever plan the model times faster: the same two layers
 // with their epilogues in pieces at 40 KiB of SBUF, whole at 32 KiB, where
 // the pieces' parts (which spilling never moves) and their inputs loaded
