@@ -9,12 +9,14 @@ init_method="file://...")`` and the test. ``TestDistBackend.setUp`` makes a
 fresh TEMP_DIR (barrier files, init file) for each test.
 
 START_METHOD picks how the ranks start: "fork" (the default) forks this
-process as DataLoader forks its workers: it has imported torch, torchneuron
-and distributed_test and run no op or process group, and a test costs its
-own work (the suite about a minute); "spawn" is what test_distributed_spawn.py does, each rank a new
+process as DataLoader forks its workers: it has imported torch, the
+backend's package (torchneuron for neuron) and distributed_test and run no
+op or process group, so a test costs its own work (the suite about a
+minute); "spawn" is what test_distributed_spawn.py does, each rank a new
 interpreter that re-imports this file (``import torchneuron`` registers
-the backend in every rank), about 4 s of imports per rank per test, 285
-tests included those that skip inside the ranks (the suite 12-20 minutes).
+the backend in every rank): about 4 s of imports per rank per test, all
+285 tests including those that skip inside the ranks (the suite 12-21
+minutes).
 
 Run from the repository root (2 ranks on CPU; unittest arguments after the
 script, e.g. ``-k test_all_reduce``, ``-v``)::
