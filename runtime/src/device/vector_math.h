@@ -84,18 +84,11 @@ NEURON_LANES_INLINE V Splat(float f) {
   return V{} + f;
 }
 
+// e^c / 2^n for n the integer nearest c / ln2: c = n ln2 + r, |r| <= ln2 /
+// 2, ln2 in two parts keeping r exact, and e^r by Cephes' polynomial. Exp
+// and ExpOfNonPositive share it, so their values agree bit for bit.
 template <typename V>
-NEURON_LANES_INLINE V Exp(V x) {
-  using VI = IntOf<V>;
-  const V hi = Splat<V>(88.7228394f), lo = Splat<V>(-87.0f);
-  V c = x != x ? Splat<V>(0.0f) : x;  // NaN lanes: defined arithmetic, result set below
-  c = c < lo ? lo : c;
-  c = c > hi ? hi : c;
-  // x = n ln2 + r, |r| <= ln2 / 2; ln2 in two parts keeps r exact.
-  const V t = c * 1.44269504088896341f;
-  const VI ni =
-      __builtin_convertvector(t + (t >= 0 ? Splat<V>(0.5f) : Splat<V>(-0.5f)), VI);
-  const V n = __builtin_convertvector(ni, V);
+NEURON_LANES_INLINE V ExpOfReduced(V c, V n) {
   V r = c - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   V p = Splat<V>(1.9875691500e-4f);
@@ -104,7 +97,21 @@ NEURON_LANES_INLINE V Exp(V x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+template <typename V>
+NEURON_LANES_INLINE V Exp(V x) {
+  using VI = IntOf<V>;
+  const V hi = Splat<V>(88.7228394f), lo = Splat<V>(-87.0f);
+  V c = x != x ? Splat<V>(0.0f) : x;  // NaN lanes: defined arithmetic, result set below
+  c = c < lo ? lo : c;
+  c = c > hi ? hi : c;
+  const V t = c * 1.44269504088896341f;
+  const VI ni =
+      __builtin_convertvector(t + (t >= 0 ? Splat<V>(0.5f) : Splat<V>(-0.5f)), VI);
+  const V n = __builtin_convertvector(ni, V);
+  const V p = ExpOfReduced(c, n);
   // 2^n as two factors: n reaches 128 at the top of the range.
   const VI h = ni >> 1;
   V y = p * reinterpret_cast<V>((h + 127) << 23) *
@@ -128,15 +135,7 @@ NEURON_LANES_INLINE V ExpOfNonPositive(V x) {
   const V t = c * 1.44269504088896341f;
   const VI ni = __builtin_convertvector(t - 0.5f, VI);  // t <= 0: rounds to nearest
   const V n = __builtin_convertvector(ni, V);
-  V r = c - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  V p = Splat<V>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const V p = ExpOfReduced(c, n);
   const V y = p * reinterpret_cast<V>((ni + 127) << 23);
   return x >= lo ? y : (x != x ? x : Splat<V>(0.0f));
 }
