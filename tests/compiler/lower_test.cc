@@ -831,6 +831,30 @@ constexpr const char* kStackedGraph =
     return %p%RETURNED
   })";
 
+// The stack s[k][j][i][l] of a, b's transpose and c (a and c [batches,
+// rows, cols], b [batches, cols, rows]) and its permute p[i][j][k][l] =
+// s[k][j][i][l].
+struct Stacked {
+  std::vector<float> s, p;
+};
+Stacked StackedReference(const std::vector<float>& a, const std::vector<float>& b,
+                         const std::vector<float>& c, int batches, int rows, int cols) {
+  Stacked want{std::vector<float>(a.size() * 3), std::vector<float>(a.size() * 3)};
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < batches; ++j)
+      for (int k = 0; k < 3; ++k)
+        for (int l = 0; l < cols; ++l) {
+          const auto at = static_cast<std::size_t>((j * rows + i) * cols + l);
+          const float v = k == 0 ? a[at]
+                          : k == 1
+                              ? b[static_cast<std::size_t>((j * cols + l) * rows + i)]
+                              : c[at];
+          want.p[static_cast<std::size_t>(((i * batches + j) * 3 + k) * cols + l)] = v;
+          want.s[static_cast<std::size_t>(((k * batches + j) * rows + i) * cols + l)] = v;
+        }
+  return want;
+}
+
 void RunStacked(const Lowered& lowered, bool also_s) {
   using runtime::proto::F32;
   const auto a = Values(48, 1, 0.1f), b = Values(48, 1, 0.5f), c = Values(48, 1, 0.9f);
@@ -839,21 +863,10 @@ void RunStacked(const Lowered& lowered, bool also_s) {
           .Run(lowered.executable, {{"a", HostTensor::FromFloats(F32, {4, 2, 6}, a)},
                                     {"b", HostTensor::FromFloats(F32, {4, 6, 2}, b)},
                                     {"c", HostTensor::FromFloats(F32, {4, 2, 6}, c)}});
-  // s[k][j][i][l]: a, b transposed, c; p[i][j][k][l] = s[k][j][i][l].
-  std::vector<float> want_s(144), want_p(144);
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 4; ++j)
-      for (int k = 0; k < 3; ++k)
-        for (int l = 0; l < 6; ++l) {
-          const float v = k == 0   ? a[static_cast<std::size_t>(j * 12 + i * 6 + l)]
-                          : k == 1 ? b[static_cast<std::size_t>(j * 12 + l * 2 + i)]
-                                   : c[static_cast<std::size_t>(j * 12 + i * 6 + l)];
-          want_p[static_cast<std::size_t>(((i * 4 + j) * 3 + k) * 6 + l)] = v;
-          want_s[static_cast<std::size_t>(((k * 4 + j) * 2 + i) * 6 + l)] = v;
-        }
-  EXPECT_EQ(r.outputs.at("p").ToFloats(), want_p);
+  const Stacked want = StackedReference(a, b, c, 4, 2, 6);
+  EXPECT_EQ(r.outputs.at("p").ToFloats(), want.p);
   if (also_s) {
-    EXPECT_EQ(r.outputs.at("s").ToFloats(), want_s);
+    EXPECT_EQ(r.outputs.at("s").ToFloats(), want.s);
   }
 }
 
@@ -908,17 +921,7 @@ TEST(Lower, AGraphThatFitsOnlyUncomposedIsLoweredWithoutComposing) {
   std::vector<float> g = MatMul(x, w1, 32, 32, 128);
   for (float& v : g) v = static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
   const std::vector<float> c = MatMul(g, w2, 32, 128, 32);
-  std::vector<float> want(3 * 1024);  // p[i][j][k][l] = s[k][j][i][l]
-  for (int i = 0; i < 32; ++i)
-    for (int j = 0; j < 4; ++j)
-      for (int k = 0; k < 3; ++k)
-        for (int l = 0; l < 8; ++l) {
-          const auto at = static_cast<std::size_t>(j * 256 + i * 8 + l);
-          want[static_cast<std::size_t>(((i * 4 + j) * 3 + k) * 8 + l)] =
-              k == 0   ? a[at]
-              : k == 1 ? b[static_cast<std::size_t>(j * 256 + l * 32 + i)]
-                       : c[at];
-        }
+  const std::vector<float> want = StackedReference(a, b, c, 4, 32, 8).p;
   using runtime::proto::F32;
   const std::map<std::string, HostTensor> inputs = {
       {"a", HostTensor::FromFloats(F32, {4, 32, 8}, a)},
