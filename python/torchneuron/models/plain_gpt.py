@@ -92,7 +92,13 @@ class GPT(nn.Module):
         for layer in self.layers.values():
             h = layer(h)
         h = self.norm(h) if self.norm is not None else h
-        return self.head(h).float() if self.head is not None else h
+        if self.head is None:
+            return h
+        # float32 logits in a tensor of their own: under tensor parallelism the
+        # head's output is DTensor.to_local()'s view, and FSDP2 warns that a
+        # view returned by a wrapped module loses its pre-backward hook to an
+        # in-place op on it.
+        return self.head(h).to(torch.float32, copy=True)
 
 
 def loss_fn(logits, targets):
