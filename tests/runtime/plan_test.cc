@@ -180,12 +180,17 @@ TEST(Executable, FilesRoundTripAndDamageIsDetected) {
   write(bytes.substr(0, bytes.size() - 5));
   EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("truncated or padded"),
             std::string::npos);
-  std::string flipped = bytes;
-  flipped[flipped.size() - 3] ^= 0x40;
-  write(flipped);
-  EXPECT_NE(
-      ErrorOf([&] { LoadExecutable(path, device); }).find("corrupt (checksum mismatch)"),
-      std::string::npos);
+  // A bit flipped in any byte of the payload (after the 24-byte header), in
+  // any of the checksum's four lanes or its tail, is caught.
+  ASSERT_GT(bytes.size(), 24u + 4 * 32 + 7);
+  for (std::size_t i = 24; i < bytes.size(); ++i) {
+    std::string flipped = bytes;
+    flipped[i] ^= 0x40;
+    write(flipped);
+    const std::string error = ErrorOf([&] { LoadExecutable(path, device); });
+    EXPECT_NE(error.find("corrupt (checksum mismatch)"), std::string::npos)
+        << "byte " << i;
+  }
   write("plain text that is not an executable at all");
   EXPECT_NE(ErrorOf([&] { LoadExecutable(path, device); }).find("bad magic"),
             std::string::npos);

@@ -24,7 +24,7 @@
 namespace neuron::runtime {
 
 constexpr unsigned kExecutableFormatVersion = 4;  // of executable.proto's messages
-constexpr unsigned kExecutableFileVersion = 2;    // of the file around them (2: word-wise checksum)
+constexpr unsigned kExecutableFileVersion = 3;  // of the file around them (3: 4-lane sum)
 // In a fused instruction's sub-op, the input that is the previous sub-op's result.
 constexpr std::uint32_t kFusedPrevious = 0xffffffffu;
 
