@@ -116,7 +116,10 @@ CacheKey MakeCacheKey(const proto::Graph& graph, const std::string& options,
 CompileCache::Options CompileCache::Options::FromEnvironment() {
   Options o;
   const auto& registry = runtime::ConfigRegistry::Get();
-  if (auto dir = registry.Find(runtime::ConfigKey::kCacheDir)) {
+  const char* given = std::getenv(runtime::VariableName(runtime::ConfigKey::kCacheDir));
+  if (given != nullptr && given[0] == '\0') {
+    // NEURON_CACHE_DIR= (set, empty): memory only.
+  } else if (auto dir = registry.Find(runtime::ConfigKey::kCacheDir)) {
     o.dir = *dir;
   } else if (const char* home = std::getenv("HOME")) {
     o.dir = std::string(home) + "/.cache/torchneuron";
@@ -227,20 +230,44 @@ void CompileCache::ForgetMemory() {
   lru_.clear();
 }
 
+const char* CompileCache::Name(Lookup::Kind kind) {
+  switch (kind) {
+    case Lookup::kMemoryHit:
+      return "memory hit";
+    case Lookup::kDiskHit:
+      return "disk hit";
+    case Lookup::kCompiled:
+      return "compiled";
+  }
+  return "?";
+}
+
 std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
     const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
-    const runtime::DeviceSpec& device) {
+    const runtime::DeviceSpec& device, Lookup* lookup) {
   std::lock_guard<std::mutex> lock(mutex_);
   last_report_.clear();
+  Lookup::Kind kind = Lookup::kCompiled;
+  Entry entry = Find(key, compile, device, &kind);
+  if (lookup != nullptr) *lookup = {kind, last_report_};
+  return entry;
+}
+
+CompileCache::Entry CompileCache::Find(
+    const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
+    const runtime::DeviceSpec& device, Lookup::Kind* kind) {
   if (auto it = memory_.find(key.digest); it != memory_.end()) {
     ++counters_.memory_hits;
     lru_.splice(lru_.begin(), lru_, it->second.second);
+    *kind = Lookup::kMemoryHit;
     return it->second.first;
   }
+  *kind = Lookup::kCompiled;
   if (options_.dir.empty()) return Compile(key, compile, device, "");
   const std::string base = options_.dir + "/" + key.digest;
   // A hit needs no lock: entries appear whole (written aside, then renamed).
   bool damaged = false;
+  *kind = Lookup::kDiskHit;
   if (auto hit = LoadFromDisk(key, base, device, &damaged)) return hit;
   FileLock file_lock(base + ".lock");  // one compile per key across processes
   if (!damaged) {
@@ -248,6 +275,7 @@ std::shared_ptr<const runtime::proto::Executable> CompileCache::GetOrCompile(
     if (auto hit = LoadFromDisk(key, base, device, &damaged)) return hit;
     if (!damaged && options_.explain) last_report_ = Explain(key);
   }
+  *kind = Lookup::kCompiled;
   return Compile(key, compile, device, base);
 }
 

@@ -53,6 +53,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   info.outputs.assign(graph.outputs().begin(), graph.outputs().end());
   const CacheKey key = MakeCacheKey(graph, options, Device());
   info.cache_key = key.digest;
+  CompileCache::Lookup lookup;
   compiled->executable_ = Cache().GetOrCompile(
       key,
       [&] {
@@ -62,11 +63,13 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
             "lower", std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - start)
                          .count());
-        info.psum_lower_bound = lowered.psum.lower_bound_bytes;
-        info.sbuf_lower_bound = lowered.sbuf.lower_bound_bytes;
         return std::move(lowered.executable);
       },
-      Device());
+      Device(), &lookup);
+  info.cache_lookup = CompileCache::Name(lookup.kind);
+  info.cache_report = lookup.report;
+  info.sbuf_lower_bound = compiled->executable_->sbuf_lower_bound();
+  info.psum_lower_bound = compiled->executable_->psum_lower_bound();
   compiled->prepared_ = runtime::Executor::Prepare(*compiled->executable_);
   compiled->timing_ =
       runtime::TimePlan(*compiled->executable_, compiled->executor_.model());

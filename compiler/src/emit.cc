@@ -159,6 +159,8 @@ Lowered Emit(LoweringContext& cx, const std::string& graph_id) {
   const Ranges range = AddBuffers(cx, out, e);
   AddInstructions(cx, range, e);
   AddBindings(cx, e);
+  e.set_sbuf_lower_bound(out.sbuf.lower_bound_bytes);
+  e.set_psum_lower_bound(out.psum.lower_bound_bytes);
   return out;
 }
 

@@ -120,6 +120,7 @@ class Reader {
       while (Accept(","));
     }
     Expect(")");
+    const std::size_t after_inputs = p_;
     if (Accept("{")) {
       do {
         const std::string key = Identifier();
@@ -127,7 +128,25 @@ class Reader {
         (*n->mutable_attrs())[key] = Attribute();
       } while (Accept(","));
       Expect("}");
+    } else {
+      p_ = after_inputs;  // back before the line's comment, which Accept skipped
     }
+    n->set_source(TrailingComment());
+  }
+
+  // The comment that ends a node's line ("  # File "train.py", line 7"),
+  // trimmed: the node's source, which errors name. "" when there is none.
+  std::string TrailingComment() {
+    std::size_t q = p_;
+    while (q < t_.size() && (t_[q] == ' ' || t_[q] == '\t')) ++q;
+    if (q >= t_.size() || t_[q] != '#') return "";
+    std::size_t end = t_.find('\n', q);
+    if (end == std::string::npos) end = t_.size();
+    std::size_t first = q + 1, last = end;
+    while (first < last && std::isspace(static_cast<unsigned char>(t_[first]))) ++first;
+    while (last > first && std::isspace(static_cast<unsigned char>(t_[last - 1]))) --last;
+    p_ = end;
+    return t_.substr(first, last - first);
   }
 
   proto::Attribute Attribute() {
@@ -343,6 +362,7 @@ std::string PrintGraph(const proto::Graph& g) {
       }
       out << "}";
     }
+    if (!n.source().empty()) out << "  # " << n.source();
     out << "\n";
   }
   out << "  return";

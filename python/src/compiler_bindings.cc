@@ -25,6 +25,8 @@ py::dict InfoDict(const neuron::compiler::CompiledGraphInfo& i) {
   py::dict d;
   d["name"] = i.name;
   d["graph_id"] = i.cache_key;
+  d["cache"] = i.cache_lookup;
+  d["cache_report"] = i.cache_report;
   d["nodes_before"] = i.nodes_before;
   d["nodes_after"] = i.nodes_after;
   d["sbuf_bytes"] = i.sbuf_bytes;

@@ -107,13 +107,30 @@ def _implied(key, value):
     return key == "pin_memory" and value is False
 
 
-def _source(node, fallback=""):
-    """The user's source line of `node`: the FX stack trace's last frame, or
-    (where aot_autograd records none) `fallback`, the compiled
-    forward's definition."""
+def _stack_line(node):
+    """The last frame of `node`'s FX stack trace ('File "x.py", line 7, in
+    f'), or ""."""
     trace = node.meta.get("stack_trace") or ""
     lines = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
-    return lines[-1] if lines else fallback
+    return lines[-1] if lines else ""
+
+
+def _source(node, fallback=""):
+    """The user's source line of `node`: the FX stack trace's last frame;
+    where there is none (Dynamo records no frames inside torch.nn's own
+    modules), the module it ran in ("module layers.0.norm (LayerNorm)"),
+    then `fallback`, the captured graph's first source line."""
+    line = _stack_line(node)
+    if line:
+        return line
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return fallback
+    path, cls = list(stack.values())[-1]
+    path = re.sub(r"\['([^']*)'\]", r".\1", re.sub(r"^L\['[^']*'\]\.?", "", str(path)))
+    kind = cls.__name__ if isinstance(cls, type) else str(cls).rsplit(".", 1)[-1]
+    module = f"module {path.lstrip('.')} ({kind})" if path else f"module {kind}"
+    return f"{module}, {fallback}" if fallback else module
 
 
 def _arg_operands(node, names):
@@ -656,25 +673,23 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
     try:
-        before = _C._cache_counters()["misses"]
         start = time.perf_counter()
         graph = _C._compile_graph(text)
         seconds = time.perf_counter() - start
-        missed = _C._cache_counters()["misses"] > before
     except _C.InvalidUsageError as e:
-        # "graph NAME: node I (OP) ...": the I-th op node of the FX graph,
-        # after a permute node for each input read as stored.
-        found = re.search(r"node (\d+) \(([^)]+)\)", str(e))
-        ops = [(found.group(2), where)] if found else [("?", where)]
-        if found:
-            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-            index = int(found.group(1)) - sum(1 for _, p in order if p)
-            if 0 <= index < len(calls):
-                ops = [(found.group(2), _source(calls[index], where))]
+        # "graph NAME: node I (OP) from SOURCE: ...": SOURCE is the IR
+        # node's, the line to_ir wrote for it (node numbers count the nodes
+        # left after the passes, not the FX graph's).
+        found = re.search(r"node \d+ \(([^)]+)\)(?: from (.*?))?: ", str(e))
+        ops = [(found.group(1), found.group(2) or where)] if found else [("?", where)]
         return _fallback(gm, name, ops, fullgraph, str(e))
+    info = graph.info()
+    if info["cache_report"]:  # an explained miss (NEURON_CACHE_EXPLAIN=1), a damaged entry
+        warnings.warn(f"torchneuron.compile: graph {name}: {info['cache_report']}",
+                      stacklevel=2)
     entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
              "fallback_us": 0.0, "fallback_bytes": 0, "compile_s": seconds,
-             "compiled_here": missed, "text": text}
+             "compiled_here": info["cache"] == "compiled", "text": text}
     _record(entry)
 
     names = sorted({o for o in outputs if o is not None})
@@ -753,9 +768,12 @@ def pad_to_bucket(tensor, buckets, dim=-1, value=0):
 
 def metrics():
     """Per compiled graph: name, graph_id (the compile cache key), compiled
-    (False: it runs on the CPU), node counts before and after the passes,
-    planned SBUF bytes and the lower bound, modelled time and MFU of the last
-    run, runs, and for CPU graphs the fallback ops, time and bytes; a split
+    (False: it runs on the CPU), how the compile cache served it ("cache":
+    "memory hit", "disk hit" or "compiled"; "cache_report": why it compiled
+    under NEURON_CACHE_EXPLAIN=1, or the damaged entry it replaced), node
+    counts before and after the passes, planned SBUF bytes and the lower
+    bound, modelled time and MFU of the last run, runs, and for CPU graphs
+    the fallback ops, time and bytes; a split
     graph's row also counts its segments and the collectives run between
     them ("collectives")."""
     out = []

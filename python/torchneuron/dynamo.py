@@ -106,7 +106,7 @@ def _where(gm):
     """The user's source line of the captured graph's first operation."""
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            found = _compiler._source(node)
+            found = _compiler._stack_line(node)
             if found:
                 return found
     return ""

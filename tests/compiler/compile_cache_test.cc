@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -116,6 +117,49 @@ TEST_F(CompileCacheTest, DiskEntriesServeOtherInstancesAndDamageIsRecompiled) {
   CompileCache fourth(Disk());
   fourth.GetOrCompile(key, Compiler(Graph(4)), device_);
   EXPECT_EQ(fourth.counters().disk_hits, 1u);
+}
+
+TEST_F(CompileCacheTest, EachLookupSaysHowItWasServedAndWhatItReported) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  CompileCache::Lookup lookup;
+  CompileCache first(Disk());
+  first.GetOrCompile(key, Compiler(Graph(4)), device_, &lookup);
+  EXPECT_EQ(lookup.kind, CompileCache::Lookup::kCompiled);
+  first.GetOrCompile(key, Compiler(Graph(4)), device_, &lookup);
+  EXPECT_EQ(lookup.kind, CompileCache::Lookup::kMemoryHit);
+  EXPECT_STREQ(CompileCache::Name(lookup.kind), "memory hit");
+  CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_, &lookup);
+  EXPECT_EQ(lookup.kind, CompileCache::Lookup::kDiskHit);
+  EXPECT_EQ(lookup.report, "");
+  const std::string path = dir_ + "/" + key.digest + ".nexe";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);
+  CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_, &lookup);
+  EXPECT_EQ(lookup.kind, CompileCache::Lookup::kCompiled);
+  EXPECT_NE(lookup.report.find("damaged entry recompiled"), std::string::npos)
+      << lookup.report;
+  CompileCache explaining(Disk(/*explain=*/true));
+  explaining.GetOrCompile(MakeCacheKey(Graph(4), "O1", device_), Compiler(Graph(4)),
+                          device_, &lookup);
+  EXPECT_EQ(lookup.kind, CompileCache::Lookup::kCompiled);
+  EXPECT_NE(lookup.report.find("differs in: options"), std::string::npos)
+      << lookup.report;
+  EXPECT_EQ(compiles_, 3);
+}
+
+TEST_F(CompileCacheTest, AnEmptyCacheDirectoryVariableMeansMemoryOnly) {
+  const char* saved = std::getenv("NEURON_CACHE_DIR");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("NEURON_CACHE_DIR", "", 1);
+  EXPECT_EQ(CompileCache::Options::FromEnvironment().dir, "");
+  ::setenv("NEURON_CACHE_DIR", dir_.c_str(), 1);
+  EXPECT_EQ(CompileCache::Options::FromEnvironment().dir, dir_);
+  ::unsetenv("NEURON_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  if (home != nullptr) {
+    EXPECT_EQ(CompileCache::Options::FromEnvironment().dir,
+              std::string(home) + "/.cache/torchneuron");
+  }
+  if (saved != nullptr) ::setenv("NEURON_CACHE_DIR", restore.c_str(), 1);
 }
 
 TEST_F(CompileCacheTest, AMissExplainsWhichComponentDiffers) {

@@ -27,12 +27,25 @@ TEST(GraphText, PrintAndParseRoundTrip) {
   const %b: f32[2] = [0.5, -1]
   const %m: bool[3] = 0x010001
   %0: f32[4,16] = aten.mm(%x, %w)
-  %1: f32[4,16] = aten.add(%0, %b) {alpha = 1}
+  %1: f32[4,16] = aten.add(%0, %b) {alpha = 1}  # File "train.py", line 7, in forward
   %2: f32[4,16], %3: i64[4] = aten.max.dim(%1) {dim = 1, eps = 1e-05, name = "m", perm = [1, 0]}
   return %2, %3
 }
 )";
   EXPECT_EQ(PrintGraph(ParseGraph(text)), text);
+  const proto::Graph g = ParseGraph(text);
+  EXPECT_EQ(g.nodes(0).source(), "");
+  EXPECT_EQ(g.nodes(1).source(), "File \"train.py\", line 7, in forward");
+}
+
+TEST(GraphText, OnlyACommentEndingANodesLineIsItsSource) {
+  const proto::Graph g = ParseGraph(
+      "# a graph\ngraph g(%x: f32[2]) {  # its inputs\n"
+      "  # the first node\n  %0: f32[2] = aten.neg(%x)\t#  train.py:3  \n"
+      "  %1: f32[2] = aten.neg(%0)\n  # not %1's\n  return %1\n}\n");
+  ASSERT_EQ(g.nodes_size(), 2);
+  EXPECT_EQ(g.nodes(0).source(), "train.py:3");
+  EXPECT_EQ(g.nodes(1).source(), "");
 }
 
 TEST(GraphText, ParseErrorsNameLineAndColumn) {
@@ -59,6 +72,10 @@ TEST(Verify, NamesTheNodeAndTheProblem) {
   };
   EXPECT_NE(message("graph g(%x: f32[2]) {\n %0: f32[2] = aten.neg(%y)\n return %0\n}")
                 .find("graph g: node 0 (aten.neg): uses %y before it is defined"),
+            std::string::npos);
+  EXPECT_NE(message("graph g(%x: f32[2]) {\n %0: f32[2] = aten.neg(%y)  # train.py:3\n"
+                    " return %0\n}")
+                .find("graph g: node 0 (aten.neg) from train.py:3: uses %y"),
             std::string::npos);
   EXPECT_NE(message("graph g(%x: f32[2]) {\n %x: f32[2] = aten.neg(%x)\n return %x\n}")
                 .find("%x is defined twice"),

@@ -119,19 +119,46 @@ def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeyp
 
 
 def test_the_compile_cache_serves_a_second_process(tmp_path):
-    script = ("import sys, torch, torch.nn as nn, torchneuron\n"
+    script = ("import sys, warnings, torch, torch.nn as nn, torchneuron\n"
+              "warnings.simplefilter('always')\n"
               "torch.manual_seed(0)\n"
               "m = torchneuron.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))\n"
-              "m(torch.randn(2, 8)).sum().backward()\n"
-              "print(torchneuron.compiler.cache_counters())\n")
-    env = dict(os.environ, NEURON_CACHE_DIR=str(tmp_path), PYTHONPATH=PACKAGE)
-    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                           text=True, timeout=120) for _ in range(2)]
-    for r in runs:
+              "m(torch.randn(int(sys.argv[1]), 8)).sum().backward()\n"
+              "print(torchneuron.compiler.cache_counters())\n"
+              "for r in torchneuron.compiler.metrics():\n"
+              "    print('row', r['cache'], r['sbuf_lower_bound'], r['psum_lower_bound'])\n"
+              "print('warm', torchneuron.compiler.measure_warm_compile())\n")
+
+    def run(batch, **env):
+        r = subprocess.run([sys.executable, "-c", script, str(batch)], capture_output=True,
+                           text=True, timeout=120,
+                           env=dict(os.environ, NEURON_CACHE_DIR=str(tmp_path),
+                                    PYTHONPATH=PACKAGE, **env))
         assert r.returncode == 0, r.stderr
+        return r
+    runs = [run(2), run(2)]
     assert "'misses': 2" in runs[0].stdout and "'disk_hits': 0" in runs[0].stdout
     assert "'misses': 0" in runs[1].stdout and "'disk_hits': 2" in runs[1].stdout
     assert len(list(tmp_path.glob("*.nexe"))) == 2
+    # Each graph's row says how the cache served it, and a plan read from
+    # the disk reports the memory plan's bounds as the compiled one did.
+    rows = [re.findall(r"^row (.+) (\d+) (\d+)$", r.stdout, re.M) for r in runs]
+    assert [kind for kind, _, _ in rows[0]] == ["compiled", "compiled"], runs[0].stdout
+    assert [kind for kind, _, _ in rows[1]] == ["disk hit", "disk hit"], runs[1].stdout
+    assert [b for _, *b in rows[1]] == [b for _, *b in rows[0]]
+    assert all(int(sbuf) > 0 for _, sbuf, _ in rows[1]), runs[1].stdout
+    # NEURON_CACHE_EXPLAIN=1: a miss warns with the components that differ.
+    explained = run(3, NEURON_CACHE_EXPLAIN="1")
+    assert "compile cache miss: the nearest entry" in explained.stderr, explained.stderr
+    assert "differs in: graph, inputs" in explained.stderr, explained.stderr
+    # NEURON_CACHE_DIR set but empty: memory only, nothing to load warm.
+    memory_only = subprocess.run([sys.executable, "-c", script, "5"], capture_output=True,
+                                 text=True, timeout=120,
+                                 env=dict(os.environ, NEURON_CACHE_DIR="", HOME=str(tmp_path),
+                                          PYTHONPATH=PACKAGE))
+    assert memory_only.returncode == 0, memory_only.stderr
+    assert "warm None" in memory_only.stdout, memory_only.stdout
+    assert not (tmp_path / ".cache").exists()
 
 
 def test_example_03_trains_compiled_like_eager(tmp_path):

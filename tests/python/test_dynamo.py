@@ -203,6 +203,23 @@ def test_strict_compilation_refuses_the_operator_by_name(how):
         torch.compile(batch_norm_cnn(), backend="neuron", **args)(torch.randn(2, 3, 8, 8))
     text = str(raised.value)
     assert "cannot run on the device" in text and f"({label})" in text, text
+    # The op the device refuses first is batch norm's step counter (an i64
+    # add); torch.nn's modules have no user source line, so the module.
+    assert "aten.add (module 1 (BatchNorm2d))" in text, text
+
+
+def test_a_refused_operator_is_named_with_its_own_source_line():
+    weight = torch.ones(8)
+
+    def f(x):
+        a = torch.nn.functional.layer_norm(x, (8,), weight, weight)
+        b = torch.nn.functional.layer_norm(a, (8,), weight, weight)
+        return torch.cumsum(torch.relu(b), 0)  # the line the error names
+    line = f.__code__.co_firstlineno + 3
+    with torch.no_grad(), pytest.raises(Exception) as raised:
+        torch.compile(f, backend="neuron", fullgraph=True)(torch.randn(4, 8))
+    text = str(raised.value)
+    assert f'aten.cumsum (File "{__file__}", line {line}, in f)' in text, text
 
 
 def test_mode_and_unknown_options_warn_and_compile_the_default():

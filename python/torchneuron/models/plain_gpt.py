@@ -98,7 +98,7 @@ class GPT(nn.Module):
         # head's output is DTensor.to_local()'s view, and FSDP2 warns that a
         # view returned by a wrapped module loses its pre-backward hook to an
         # in-place op on it.
-        return self.head(h).to(torch.float32, copy=True)
+        return self.head(h).float().clone()
 
 
 def loss_fn(logits, targets):

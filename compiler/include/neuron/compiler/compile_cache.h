@@ -53,7 +53,8 @@ class CompileCache {
     std::string dir;  // empty: memory only
     std::size_t memory_entries = 64;
     bool explain = false;
-    // NEURON_CACHE_DIR (default ~/.cache/torchneuron), NEURON_CACHE_EXPLAIN.
+    // NEURON_CACHE_DIR (default ~/.cache/torchneuron; set but empty: no
+    // disk cache), NEURON_CACHE_EXPLAIN.
     static Options FromEnvironment();
   };
   struct Counters {
@@ -64,12 +65,21 @@ class CompileCache {
     std::uint64_t corrupt = 0;  // entries found damaged and recompiled
   };
 
+  // How one lookup was served, and what it reported.
+  struct Lookup {
+    enum Kind { kMemoryHit, kDiskHit, kCompiled } kind = kCompiled;
+    std::string report;  // last_report() of this lookup
+  };
+  static const char* Name(Lookup::Kind kind);  // "memory hit", "disk hit", "compiled"
+
   explicit CompileCache(Options options);
 
-  // Shared, never copied: executables carry their constants.
+  // Shared, never copied: executables carry their constants. `lookup`, when
+  // given, says how this call was served (other threads' lookups cannot
+  // change it, as they can last_report()).
   std::shared_ptr<const runtime::proto::Executable> GetOrCompile(
       const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
-      const runtime::DeviceSpec& device);
+      const runtime::DeviceSpec& device, Lookup* lookup = nullptr);
 
   Counters counters() const;
   // Drops the in-memory entries (the disk keeps them): the next lookups
@@ -90,6 +100,10 @@ class CompileCache {
   Entry Compile(const CacheKey& key, const std::function<runtime::proto::Executable()>& compile,
                 const runtime::DeviceSpec& device, const std::string& base);
   std::string Explain(const CacheKey& key) const;
+  // GetOrCompile under mutex_; sets *kind.
+  Entry Find(const CacheKey& key,
+             const std::function<runtime::proto::Executable()>& compile,
+             const runtime::DeviceSpec& device, Lookup::Kind* kind);
 
   Options options_;
   mutable std::mutex mutex_;

@@ -27,12 +27,16 @@ namespace neuron::compiler {
 struct CompiledGraphInfo {
   std::string name;
   std::string cache_key;
+  std::string cache_lookup;  // "memory hit", "disk hit" or "compiled"
+  // Why the cache compiled (NEURON_CACHE_EXPLAIN=1: the key components that
+  // differ from the nearest entry) or what it found damaged; "" otherwise.
+  std::string cache_report;
   int nodes_before = 0;          // as captured
   int nodes_after = 0;           // after the passes
   std::uint64_t sbuf_bytes = 0;  // the plan's SBUF extent
-  std::uint64_t sbuf_lower_bound = 0;  // 0 when the plan came from the cache
+  std::uint64_t sbuf_lower_bound = 0;  // the memory plan's bound (kept in the executable)
   std::uint64_t psum_bytes = 0;        // the plan's PSUM extent ...
-  std::uint64_t psum_lower_bound = 0;  // ... and its lower bound (0 from the cache)
+  std::uint64_t psum_lower_bound = 0;  // ... and its lower bound
   std::uint64_t hbm_bytes = 0;         // inputs, constants, outputs in HBM
   // Wall microseconds of each pass of this compile, in order ("lower" only
   // on a cache miss).

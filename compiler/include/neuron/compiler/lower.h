@@ -29,7 +29,7 @@
 
 namespace neuron::compiler {
 
-constexpr const char* kCompilerVersion = "0.19.0";
+constexpr const char* kCompilerVersion = "0.20.0";
 
 struct Lowered {
   runtime::proto::Executable executable;  // in the scheduled order (schedule.h)
