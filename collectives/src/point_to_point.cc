@@ -125,7 +125,10 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
                                   " (tag ", tag, ")");
   auto& t = *p2p_->transport;
   // 1. A message with this tag that arrived while waiting for another.
+  //    incoming[p] is never written here: a header receive an earlier
+  //    any-source receive posted may still be landing in it.
   int source = -1;
+  double send_us = 0;
   for (int p = 0; p < size_ && source < 0; ++p) {
     if (peer != kAnySource && p != peer) continue;
     auto& queue = p2p_->unexpected[p];
@@ -135,7 +138,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
     NEURON_CHECK(it->header.bytes == bytes, what, ": rank ", p, " sent ", it->header.bytes,
                  " bytes but the receive expects ", bytes);
     if (bytes > 0) std::memcpy(data, it->payload.data(), bytes);
-    p2p_->incoming[p] = it->header;  // for the timing below
+    send_us = it->header.send_us;  // for the timing below
     queue.erase(it);
     source = p;
   }
@@ -159,6 +162,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
     if (h.tag == tag && h.bytes == bytes) {
       if (bytes > 0) t.Wait({t.Irecv(p, data, bytes)}, NewDeadline(), what);
       source = p;
+      send_us = h.send_us;
       break;
     }
     Message m{h, std::vector<char>(h.bytes)};
@@ -168,7 +172,7 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
     p2p_->unexpected[p].push_back(std::move(m));
   }
   // Simulated time: max(posted, sent + the modelled transfer).
-  accounting_->FinishReceive(source, bytes, posted_us, p2p_->incoming[source].send_us);
+  accounting_->FinishReceive(source, bytes, posted_us, send_us);
   accounting_->TraceMessage(false, source, bytes, tag);
   return source;
 }

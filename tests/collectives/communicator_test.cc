@@ -635,6 +635,46 @@ TEST_P(CommunicatorSweep, PointToPointKeepsOrderTagsAndSources) {
   });
 }
 
+// A receive from any rank leaves header receives posted for the ranks that
+// did not match; one may land while a later receive takes an earlier,
+// stashed message from the same rank. Both messages keep their own header.
+TEST_P(CommunicatorSweep, AStashedMessageDoesNotDisturbAHeaderStillLanding) {
+  const auto options = Options();
+  RunRanks(3, [&](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 3, options);
+    auto send = [&](int to, int value, std::uint64_t tag) {
+      comm.Send(to, &value, sizeof(value), tag);
+    };
+    auto recv = [&](int from, std::uint64_t tag) {
+      int value = -1;
+      EXPECT_EQ(comm.Recv(from, &value, sizeof(value), tag),
+                from == Communicator::kAnySource ? 1 : from);
+      return value;
+    };
+    if (rank == 2) {
+      send(0, 60, 6);
+      send(0, 70, 7);
+      recv(0, 1);      // rank 0 is in its receive from any rank
+      send(0, 80, 8);  // lands in the header receive left posted for rank 2
+      send(1, 0, 99);
+    } else if (rank == 1) {
+      recv(0, 1);
+      send(0, 50, 5);
+      recv(2, 99);  // rank 2's tag 8 has left
+      send(0, 90, 9);
+    } else {
+      EXPECT_EQ(recv(2, 7), 70);  // stashes tag 6
+      send(1, 0, 1);
+      send(2, 0, 1);
+      EXPECT_EQ(recv(Communicator::kAnySource, 5), 50);
+      EXPECT_EQ(recv(1, 9), 90);  // by now rank 2's tag 8 header has landed
+      EXPECT_EQ(recv(2, 6), 60);  // from the stash
+      EXPECT_EQ(recv(2, 8), 80);
+    }
+    comm.Barrier();
+  });
+}
+
 TEST_P(CommunicatorSweep, PointToPointSizeMismatchNamesBothSizes) {
   const auto options = Options();
   RunRanks(2, [&](int rank, Store& store) {
