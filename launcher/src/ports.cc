@@ -14,9 +14,13 @@ namespace neuron::launcher {
 namespace {
 
 // Binds a TCP socket on INADDR_ANY:port; returns the bound port, 0 on failure.
+// With SO_REUSEADDR, as PyTorch's TCPStore binds: a port whose connections
+// of a previous attempt linger in TIME_WAIT is free, one with a listener is not.
 std::uint16_t TryBind(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw IoError(StrCat("socket failed: ", std::strerror(errno)));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);

@@ -11,7 +11,9 @@
   default mapping). The port is MASTER_PORT when set, else derived from the
   job id, so every rank computes the same one.
 * Slurm (``srun python train.py``): SLURM_PROCID, SLURM_NTASKS,
-  SLURM_LOCALID, SLURM_NTASKS_PER_NODE; the host is the first node of
+  SLURM_LOCALID; the ranks on this node from SLURM_STEP_TASKS_PER_NODE or
+  SLURM_TASKS_PER_NODE ("8(x2)", "4,3": one count per node, this node's by
+  SLURM_NODEID), else SLURM_NTASKS_PER_NODE (set by --ntasks-per-node); the host is the first node of
   SLURM_JOB_NODELIST (or MASTER_ADDR), the port MASTER_PORT or one derived
   from SLURM_JOB_ID.
 * Nothing: one process, rank 0 of 1, on a free local port.
@@ -88,10 +90,29 @@ def _openmpi(env):
                              addr, port, "openmpi")
 
 
+def slurm_tasks_on_node(spec, node):
+    """The task count of node `node` in a Slurm per-node list such as
+    "8(x2)" or "4(x2),3" (counts, each repeated x times); None when `spec`
+    does not list that node."""
+    counts = []
+    for part in spec.split(","):
+        found = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not found:
+            return None
+        counts += [int(found.group(1))] * int(found.group(2) or 1)
+    return counts[node] if 0 <= node < len(counts) else None
+
+
 def _slurm(env):
     rank = _int(env, "SLURM_PROCID")
     size = _int(env, "SLURM_NTASKS")
-    local_size = int(re.match(r"\d+", env.get("SLURM_NTASKS_PER_NODE", str(size))).group(0))
+    node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
+    local_size = None
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        if local_size is None and env.get(name):
+            local_size = slurm_tasks_on_node(env[name], node)
+    if local_size is None:
+        local_size = int(re.match(r"\d+", env.get("SLURM_NTASKS_PER_NODE", str(size))).group(0))
     nodelist = env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "127.0.0.1"))
     addr = env.get("MASTER_ADDR") or first_slurm_host(nodelist)
     port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT") else _port_from_job(

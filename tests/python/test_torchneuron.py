@@ -169,6 +169,16 @@ def test_launch_environment_detection_for_every_launcher():
     env = detect_environment(slurm)
     assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.master_addr,
             env.master_port, env.launcher) == (9, 16, 1, 8, "trn03", 20777, "slurm")
+    # Without --ntasks-per-node Slurm sets only SLURM_TASKS_PER_NODE (and the
+    # step's): this node's count, by SLURM_NODEID.
+    uneven = {"SLURM_PROCID": "5", "SLURM_NTASKS": "7", "SLURM_LOCALID": "1",
+              "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "4,3",
+              "SLURM_JOB_NODELIST": "trn[03-04]", "SLURM_JOB_ID": "777"}
+    assert detect_environment(uneven).local_world_size == 3
+    assert detect_environment(dict(uneven, SLURM_STEP_TASKS_PER_NODE="2(x2),3",
+                                   SLURM_NODEID="2")).local_world_size == 3
+    assert detect_environment(dict(uneven, SLURM_TASKS_PER_NODE="8(x2)",
+                                   SLURM_NODEID="0")).local_world_size == 8
     assert first_slurm_host("a1,b[2-3]") == "a1"
     assert first_slurm_host("node[07,09-11]") == "node07"
     with pytest.raises(ValueError, match="WORLD_SIZE=.x"):
