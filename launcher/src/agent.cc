@@ -25,6 +25,7 @@ struct Agent::Attempt {
   std::optional<proto::JobFailure> local_failure;
   std::optional<RoundEnd> end;
   int interrupt_signal = 0;
+  int signal_while_stopping = 0;  // SIGINT/SIGTERM after a failure
   bool stopping = false;
   bool success_reported = false;
   bool done = false;
@@ -80,6 +81,7 @@ Agent::Agent(JobConfig config)
   r.master_addr = multi_node ? o.rdzv_host : "127.0.0.1";
   r.master_port = o.master_port;
   r.timeout = o.rdzv_timeout;
+  r.grace_period = o.grace_period;
   rendezvous_ = std::make_unique<Rendezvous>(store_, r);
 }
 
@@ -125,7 +127,10 @@ int Agent::Run() {
     const proto::JobFailure& failure =
         attempt.local_failure ? *attempt.local_failure : attempt.end->failure;
     std::cerr << FormatFailure(failure);
-    if (round < o.max_restarts && !failure.final()) {
+    if (attempt.signal_while_stopping != 0) {
+      std::cerr << "neuronrun: " << SignalName(attempt.signal_while_stopping)
+                << " while stopping: the ranks killed, no restart" << std::endl;
+    } else if (round < o.max_restarts && !failure.final()) {
       std::cerr << "neuronrun: restarting the job (restart " << round + 1 << " of "
                 << o.max_restarts << ")" << std::endl;
       continue;
@@ -267,6 +272,13 @@ void Agent::OnSignal(Attempt& attempt, int sig) {
   }
   if (attempt.interrupt_signal != 0) {
     if (sig == SIGINT) attempt.group->Kill();  // a second Ctrl-C: at once
+    return;
+  }
+  if (attempt.stopping) {
+    // Already stopping for a rank's failure, which stays what is reported:
+    // the signal ends the grace period, and the job is not restarted.
+    attempt.signal_while_stopping = sig;
+    attempt.group->Kill();
     return;
   }
   attempt.interrupt_signal = sig;

@@ -104,7 +104,7 @@ void Rendezvous::WaitOrRefused(std::uint32_t round, const std::vector<std::strin
       return;
     } catch (const TimeoutError& e) {
       if (store_->Check({refused})) {
-        throw InvalidUsage(StrCat("rendezvous of run '", options_.run_id, "' refused by node 0: ",
+        throw InvalidUsage(StrCat("rendezvous of run '", options_.run_id, "' ",
                                   store_->Get(refused, std::chrono::seconds(1))));
       }
       if (left <= kRefusalPoll) {
@@ -117,7 +117,9 @@ void Rendezvous::WaitOrRefused(std::uint32_t round, const std::vector<std::strin
 }
 
 void Rendezvous::Refuse(std::uint32_t round, const std::string& reason) {
-  store_->CompareSet(Key(round, "refused"), "", reason);
+  // "refused by node N: why", N the node that found it (any node may).
+  store_->CompareSet(Key(round, "refused"), "",
+                     StrCat("refused by node ", options_.node_rank, ": ", reason));
   // Node 0 hosts the store: it stays until the waiting agents had a slice
   // to read the reason.
   if (options_.node_rank == 0) std::this_thread::sleep_for(2 * kRefusalPoll);
@@ -159,15 +161,23 @@ RoundEnd Rendezvous::AwaitEnd(std::uint32_t round, collectives::TcpStore& watch,
 }
 
 void Rendezvous::Leave(std::uint32_t round) {
+  if (options_.node_rank != 0) {
+    try {
+      store_->ClearOnClose();
+      store_->Set(Key(round, "left/" + std::to_string(options_.node_rank)), "");
+    } catch (const Error&) {
+      // Node 0's server is gone: the job's end is already decided.
+    }
+    return;
+  }
   store_->ClearOnClose();
-  store_->Set(Key(round, "left/" + std::to_string(options_.node_rank)), "");
-  if (options_.node_rank != 0) return;
+  store_->Set(Key(round, "left/0"), "");
   std::vector<std::string> keys;
   for (std::uint32_t n = 0; n < options_.nnodes; ++n) {
     keys.push_back(Key(round, "left/" + std::to_string(n)));
   }
   try {
-    store_->Wait(keys, std::chrono::seconds(10));
+    store_->Wait(keys, options_.grace_period + std::chrono::seconds(10));
   } catch (const TimeoutError&) {
     // An agent that never reads the end has failed on its own; stop serving.
   }

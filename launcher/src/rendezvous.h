@@ -35,6 +35,9 @@ struct RendezvousOptions {
   std::string master_addr;                   // what node 0 advertises
   std::optional<std::uint16_t> master_port;  // node 0: fixed port, else free
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // How long another node may take to stop its ranks (--grace-period):
+  // node 0 serves that much longer, for their Leave.
+  std::chrono::milliseconds grace_period{5000};
 };
 
 struct World {
@@ -70,7 +73,9 @@ class Rendezvous {
   RoundEnd AwaitEnd(std::uint32_t round, collectives::TcpStore& watch,
                     const std::atomic<bool>& stop);
   // Done with the job: clears this agent's set-on-close actions; node 0
-  // waits briefly for every agent to leave before its server goes away.
+  // waits for every agent to leave (up to the grace period and 10 s) before
+  // its server goes away. Best effort on the other nodes: a store already
+  // gone has nothing left to be told, and is not an error.
   void Leave(std::uint32_t round);
 
  private:

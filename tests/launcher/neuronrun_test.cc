@@ -192,6 +192,32 @@ TEST(Neuronrun, FailingRankEndsTheJobWithItsCodeWithinGrace) {
   EXPECT_TRUE(WaitNoProcessesOfJob(id, 2s).empty());
 }
 
+TEST(Neuronrun, ASignalDuringTheGracePeriodKeepsTheFailureAndDoesNotRestart) {
+  const std::string id = UniqueRunId("graceint");
+  LauncherProcess job({"-n", "2", "--grace-period", "30", "--max-restarts", "2",
+                       "--run-id", id, kHelper, "stubborn", "1", "3"});
+  // Both ranks up, then rank 1 gone: rank 0, ignoring SIGTERM, is in its grace.
+  for (int i = 0; i < 400 && ProcessesOfJob(id).size() < 2; ++i) {
+    std::this_thread::sleep_for(25ms);
+  }
+  for (int i = 0; i < 400 && ProcessesOfJob(id).size() != 1; ++i) {
+    std::this_thread::sleep_for(25ms);
+  }
+  ASSERT_EQ(ProcessesOfJob(id).size(), 1u);
+  std::this_thread::sleep_for(300ms);
+  job.Signal(SIGINT);
+  EXPECT_EQ(job.Wait(10s), 3);
+  EXPECT_LT(job.ElapsedSeconds(), 10.0) << "not the 30 s grace";
+  const std::string err = job.Stderr();
+  EXPECT_NE(err.find("job failed: rank 1 (node 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("SIGINT while stopping: the ranks killed, no restart"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("restarting the job"), std::string::npos) << err;
+  EXPECT_EQ(err.find("interrupted by"), std::string::npos) << err;
+  EXPECT_TRUE(WaitNoProcessesOfJob(id, 2s).empty());
+}
+
 TEST(Neuronrun, FirstRankToExitIsTheRootCauseEvenIfItsPipesDrainLast) {
   // Rank 1 fails first but a grandchild keeps its pipes open; the ranks that
   // fail after it, as ranks that lose a peer do, drain at once.
@@ -361,6 +387,25 @@ TEST(NeuronrunMultiNode, MismatchedNnodesIsRefusedWithNodeZerosReason) {
       << node1.Stderr();
 }
 
+// The other way round node 1 finds the mismatch, and node 0 names it.
+TEST(NeuronrunMultiNode, MismatchedNnodesNamesTheNodeThatFoundIt) {
+  const int port = FreePort();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  LauncherProcess node0({"--nnodes", "3", "--node-rank", "0", "--rdzv-endpoint", endpoint,
+                         "--rdzv-timeout", "30", "-n", "1", kHelper, "env"},
+                        kSharedSecret);
+  LauncherProcess node1({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint,
+                         "--rdzv-timeout", "30", "-n", "1", kHelper, "env"},
+                        kSharedSecret);
+  EXPECT_NE(node0.Wait(30s), 0);
+  EXPECT_NE(node1.Wait(30s), 0);
+  EXPECT_NE(node0.Stderr().find("refused by node 1: node 0 ("), std::string::npos)
+      << node0.Stderr();
+  EXPECT_NE(node0.Stderr().find("was started with --nnodes 3 but node 1 with --nnodes 2"),
+            std::string::npos)
+      << node0.Stderr();
+}
+
 TEST(NeuronrunMultiNode, FailureOnOneNodeEndsBoth) {
   const int port = FreePort();
   const std::string id = UniqueRunId("mnfail");
@@ -385,6 +430,23 @@ TEST(NeuronrunMultiNode, LostAgentEndsTheJobOnTheOtherNode) {
   EXPECT_NE(node0.Stderr().find("the neuronrun agent of node 1"), std::string::npos)
       << node0.Stderr();
   node1.Wait(5s);
+  EXPECT_TRUE(WaitNoProcessesOfJob(id, 5s).empty());
+}
+
+TEST(NeuronrunMultiNode, LostNodeZeroEndsTheJobWithOneReport) {
+  const int port = FreePort();
+  const std::string id = UniqueRunId("mnlost0");
+  LauncherProcess node0(NodeArgs(0, port, id, {kHelper, "sleep", "60"}), kSharedSecret);
+  LauncherProcess node1(NodeArgs(1, port, id, {kHelper, "sleep", "60"}), kSharedSecret);
+  ASSERT_TRUE(node1.WaitForOutput("sleeping", 3, 20s));
+  node0.Signal(SIGKILL);
+  EXPECT_EQ(node1.Wait(20s), 1);
+  const std::string err = node1.Stderr();
+  EXPECT_NE(err.find("lost contact with the job's store on node 0"), std::string::npos)
+      << err;
+  // Leaving a store that is gone is not a second error.
+  EXPECT_EQ(err.find("neuronrun: error:"), std::string::npos) << err;
+  node0.Wait(5s);
   EXPECT_TRUE(WaitNoProcessesOfJob(id, 5s).empty());
 }
 
@@ -516,10 +578,17 @@ TEST(NeuronrunBadInput, PortsAlreadyInUse) {
 TEST(Neuronrun, HelpDocumentsEveryOption) {
   LauncherProcess job({"--help"});
   EXPECT_EQ(job.Wait(), 0);
-  for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint",
-                           "--rdzv-timeout", "--rdzv-secret-file", "--master-port",
-                           "--max-restarts", "--log-dir", "--tee", "--topology", "--device", "--run-id",
-                           "--python", "--grace-period"}) {
+  for (const char* flag : {"--nproc-per-node", "--nnodes",
+                           "--node-rank",      "--rdzv-endpoint",
+                           "--rdzv-timeout",   "--rdzv-secret-file",
+                           "--master-port",    "--max-restarts",
+                           "--log-dir",        "--tee",
+                           "--topology",       "--device",
+                           "--run-id",         "--rdzv-id",
+                           "--rdzv-backend",   "--standalone",
+                           "--bind-to",        "--module",
+                           "--no-python",      "--python",
+                           "--grace-period"}) {
     EXPECT_NE(job.Stdout().find(flag), std::string::npos) << flag;
   }
 }
