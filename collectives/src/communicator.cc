@@ -163,6 +163,7 @@ const runtime::FabricModel& Communicator::fabric() const {
 
 void Communicator::Abort(const std::string& reason) {
   transport_->Abort(reason);
+  if (hierarchy_ != nullptr) hierarchy_->Abort(reason);
   AbortPointToPoint(reason);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,8 +39,17 @@ class Hierarchy {
   // not hold consecutive ranks).
   void AllGather(char* out, const void* in, std::size_t count, DataType dtype);
 
+  // Makes both levels' pending and future waits fail with `reason` (the
+  // parent's Abort).
+  void Abort(const std::string& reason);
+
  private:
   Hierarchy() = default;
+  // Runs a collective's steps; when one fails (a rank aborted, lost or timed
+  // out), aborts both levels with the error before rethrowing, so the ranks
+  // waiting on this one in either level fail now, naming why, instead of at
+  // their timeout.
+  void Guarded(const std::function<void()>& step);
 
   int rank_ = 0;
   int size_ = 0;

@@ -98,13 +98,20 @@ TEST(Neuronrun, RanksArePinnedToCpusWhenTheyFitOrWhenAsked) {
   for (const auto& [rank, list] : pinned) {
     EXPECT_EQ(list.find_first_of(",-"), std::string::npos) << rank << " runs on " << list;
   }
-  if (cpus >= 2) EXPECT_NE(pinned.at("[rank 0]"), pinned.at("[rank 1]"));
-  const auto free = allowed({"-n", std::to_string(cpus + 1), "--bind-to", "auto"});
-  for (const auto& [rank, list] : free) {
-    if (cpus > 1) EXPECT_NE(list.find_first_of(",-"), std::string::npos) << rank << ": " << list;
+  if (cpus >= 2) {
+    EXPECT_NE(pinned.at("[rank 0]"), pinned.at("[rank 1]"));
   }
-  for (const auto& [rank, list] : allowed({"-n", "1", "--bind-to", "none"})) {
-    if (cpus > 1) EXPECT_NE(list.find_first_of(",-"), std::string::npos) << rank << ": " << list;
+  // More ranks than CPUs (auto) and no binding: every rank may run anywhere.
+  const auto free = allowed({"-n", std::to_string(cpus + 1), "--bind-to", "auto"});
+  EXPECT_EQ(free.size(), cpus + 1);
+  const auto unbound = allowed({"-n", "1", "--bind-to", "none"});
+  EXPECT_EQ(unbound.size(), 1u);
+  for (const auto* ranks : {&free, &unbound}) {
+    for (const auto& [rank, list] : *ranks) {
+      if (cpus > 1) {
+        EXPECT_NE(list.find_first_of(",-"), std::string::npos) << rank << ": " << list;
+      }
+    }
   }
 }
 
