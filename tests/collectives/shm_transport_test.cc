@@ -1,13 +1,13 @@
 #include "neuron/collectives/transport/shm_transport.h"
 
+#include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <mutex>
-
 #include <numeric>
+#include <thread>
 
 #include "neuron/collectives/store/file_store.h"
 #include "neuron/runtime/error.h"
@@ -195,6 +195,85 @@ TEST(ShmTransport, DeadPeerIsNamedWithinTheCheckInterval) {
         << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  ::waitpid(child, nullptr, 0);
+  const std::string uid = store.Get("shm/uid", 5s);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+  EXPECT_EQ(ShmSegments({uid}), 0);
+}
+
+// A store through which a rank dies as it is about to say it has mapped
+// every segment: the setup's last step.
+class DiesBeforeSayingMapped : public FileStore {
+ public:
+  using FileStore::FileStore;
+  void Set(const std::string& key, const std::string& value) override {
+    if (key.rfind("shm/mapped/", 0) == 0) ::_exit(7);
+    FileStore::Set(key, value);
+  }
+};
+
+// A peer that dies in the setup is named at once (not at the 30 s setup
+// timeout), and its segment, whose name only a finished setup unlinks, is
+// removed with the survivor's own.
+TEST(ShmTransport, APeerDyingInTheSetupIsNamedAndLeavesNoSegment) {
+  char tmpl[] = "/tmp/neuron_shm_test_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  ShmOptions options;
+  options.setup_timeout = 30s;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    DiesBeforeSayingMapped store(path);
+    ShmTransport t(store, 1, 2, options);
+    ::_exit(0);
+  }
+  FileStore store(path);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ShmTransport t(store, 0, 2, options);
+    FAIL() << "the setup ended without rank 1";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) +
+                                         ") died before it had mapped every segment"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  const std::string uid = store.Get("shm/uid", 5s);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+  EXPECT_EQ(ShmSegments({uid}), 0);
+}
+
+// Rank 2 never comes, so ranks 0 and 1 wait in the setup with their
+// segments made; rank 1 is killed there. Rank 0 fails at its setup timeout
+// and removes the dead rank's segment with its own: nothing stays in
+// /dev/shm (only a finished setup unlinks the names).
+TEST(ShmTransport, ARankKilledInTheSetupLeavesNoSegment) {
+  char tmpl[] = "/tmp/neuron_shm_test_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  ShmOptions options;
+  options.setup_timeout = 3s;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    FileStore store(path);
+    ShmTransport t(store, 1, 3, options);
+    ::_exit(0);
+  }
+  FileStore store(path);
+  std::thread killer([&] {
+    FileStore watcher(path);
+    watcher.Wait({"shm/ready/1"}, 30s);  // its segment is made and carries its pid
+    ::kill(child, SIGKILL);
+  });
+  try {
+    ShmTransport t(store, 0, 3, options);
+    ADD_FAILURE() << "the setup ended without rank 2";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("shm/ready/2"), std::string::npos) << e.what();
+  }
+  killer.join();
   ::waitpid(child, nullptr, 0);
   const std::string uid = store.Get("shm/uid", 5s);
   std::system(("rm -rf " + std::string(tmpl)).c_str());

@@ -2,13 +2,15 @@
 // what only the TCP store has: authentication, set-on-close, bad input.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <mutex>
-#include <limits>
 #include <thread>
 
 #include "neuron/collectives/store/file_store.h"
@@ -219,6 +221,93 @@ TEST(FileStore, CorruptFileIsReportedNotTrusted) {
     EXPECT_NE(std::string(e.what()).find("truncated or corrupt"), std::string::npos)
         << e.what();
   }
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+// A value no reader would accept is refused before anything is written:
+// the file stays readable for every other process.
+TEST(FileStore, AnOversizedValueIsRefusedNotWritten) {
+  char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  FileStore store(path, /*max_record_bytes=*/1024);
+  store.Set("k", "value");
+  struct stat before{};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  try {
+    store.Set("big", std::string(1025, 'x'));
+    FAIL() << "a value over the limit was stored";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the 1025-byte value of 'big' exceeds the record "
+                                   "limit of 1024 bytes"),
+        std::string::npos)
+        << e.what();
+  }
+  try {
+    store.Add(std::string(1025, 'k'), 1);
+    FAIL() << "a key over the limit was stored";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("a 1025-byte key"), std::string::npos)
+        << e.what();
+  }
+  struct stat after{};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);
+  FileStore other(path, 1024);
+  EXPECT_EQ(other.Get("k", 1s), "value");
+  EXPECT_FALSE(other.Check({"big"}));
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+// A record claiming more than a reader's limit is corruption, reported
+// before anything that large is allocated.
+TEST(FileStore, ARecordOverTheLimitIsCorruption) {
+  char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  FileStore(path).Set("k", std::string(2048, 'v'));
+  try {
+    FileStore(path, 1024).Check({"k"});
+    FAIL() << "a record over the limit was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is corrupt"), std::string::npos) << e.what();
+  }
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+// A write that fails half way (here: the file size limit) leaves no partial
+// record, and the writer's cache forgets what it did not write.
+TEST(FileStore, AFailedWriteLeavesTheFileWhole) {
+  char tmpl[] = "/tmp/neuron_file_store_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  {
+    FileStore(path).Set("k", "value");
+  }
+  struct stat before{};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // exit code: 1 the write passed, 2 the file is cut, 3 the cache lies
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlim_t limit = static_cast<rlim_t>(before.st_size) + 16;
+    const rlimit fsize{limit, limit};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    FileStore store(path);
+    try {
+      store.Set("long", std::string(100, 'x'));
+      ::_exit(1);
+    } catch (const IoError&) {
+    }
+    struct stat now{};
+    if (::stat(path.c_str(), &now) != 0 || now.st_size != before.st_size) ::_exit(2);
+    ::_exit(store.Check({"long"}) || !store.Check({"k"}) ? 3 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  FileStore store(path);
+  EXPECT_EQ(store.Get("k", 1s), "value");
+  store.Set("after", "fine");
+  EXPECT_EQ(FileStore(path).Get("after", 1s), "fine");
   std::system(("rm -rf " + std::string(tmpl)).c_str());
 }
 

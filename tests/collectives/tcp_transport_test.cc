@@ -58,6 +58,38 @@ TEST(TcpTransport, StrangersCannotJoinAStream) {
   });
 }
 
+// A connection that never says hello holds up nobody: rank 0 reads the
+// hellos side by side, so rank 1, connecting after it, is in at once (not
+// after the 30 s setup timeout) while the silent one stays open.
+TEST(TcpTransport, ASilentConnectionDoesNotStallTheSetup) {
+  int silent = -1;
+  RunRanks(2, [&silent](int rank, Store& store) {
+    TcpOptions options;
+    options.setup_timeout = 30s;
+    if (rank == 1) {
+      const std::string endpoint = store.Get("tcp/addr/0", 10s);
+      const auto colon = endpoint.rfind(':');
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port =
+          htons(static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+      ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &addr.sin_addr);
+      silent = ::socket(AF_INET, SOCK_STREAM, 0);
+      ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+      std::this_thread::sleep_for(100ms);  // rank 0 has accepted it
+    }
+    const auto start = std::chrono::steady_clock::now();
+    TcpTransport t(store, rank, 2, options);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "rank " << rank;
+    int value = rank == 0 ? 42 : 0;
+    const auto id =
+        rank == 0 ? t.Isend(1, &value, sizeof(value)) : t.Irecv(0, &value, sizeof(value));
+    t.Wait({id}, Deadline::After(10s), "silent connection test");
+    EXPECT_EQ(value, 42);
+  });
+  ::close(silent);
+}
+
 TEST(TcpTransport, DeadPeerIsNamed) {
   char tmpl[] = "/tmp/neuron_tcp_test_XXXXXX";
   const std::string path = std::string(::mkdtemp(tmpl)) + "/store";

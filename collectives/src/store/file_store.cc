@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -19,8 +20,6 @@ namespace {
 // Record: u32 key length, key, i64 value length (-1: deleted), value.
 // Little-endian as written by this host; the file is host-local scratch.
 constexpr std::int64_t kDeleted = -1;
-// A record claims at most this much, or the file is corrupt.
-constexpr std::uint64_t kMaxRecordBytes = 1ull << 30;
 
 void WriteAll(int fd, const std::string& data, const std::string& path) {
   std::size_t done = 0;
@@ -52,7 +51,8 @@ class FileStore::Locked {
   std::lock_guard<std::mutex> lock_;
 };
 
-FileStore::FileStore(std::string path) : path_(std::move(path)) {
+FileStore::FileStore(std::string path, std::uint64_t max_record_bytes)
+    : path_(std::move(path)), max_record_bytes_(max_record_bytes) {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) {
     throw IoError(StrCat("cannot open store file ", path_, ": ", std::strerror(errno)));
@@ -75,41 +75,51 @@ void FileStore::Refresh() {
     throw IoError(StrCat("cannot stat store file ", path_, ": ", std::strerror(errno)));
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (size <= offset_) return;
-  std::string data(size - offset_, '\0');
-  if (::pread(fd_, data.data(), data.size(), static_cast<off_t>(offset_)) !=
-      static_cast<ssize_t>(data.size())) {
-    throw IoError(StrCat("cannot read store file ", path_));
-  }
-  std::size_t pos = 0;
-  auto take = [&](void* out, std::size_t n) {
-    if (pos + n > data.size()) {
-      throw IoError(StrCat("store file ", path_, " is truncated or corrupt at byte ",
-                           offset_ + pos));
+  // One record at a time: nothing is allocated for a length the file does
+  // not hold, so a corrupt length is an error, not a huge allocation.
+  std::uint64_t pos = offset_;
+  auto take = [&](void* out, std::uint64_t n) {
+    if (n > size - pos ||
+        ::pread(fd_, out, n, static_cast<off_t>(pos)) != static_cast<ssize_t>(n)) {
+      throw IoError(
+          StrCat("store file ", path_, " is truncated or corrupt at byte ", pos));
     }
-    std::memcpy(out, data.data() + pos, n);
     pos += n;
   };
-  while (pos < data.size()) {
+  while (pos < size) {
     std::uint32_t key_len = 0;
     std::int64_t value_len = 0;
     take(&key_len, sizeof(key_len));
-    if (key_len > kMaxRecordBytes) throw IoError("store file " + path_ + " is corrupt");
-    std::string key(key_len, '\0');
+    if (key_len > max_record_bytes_) throw IoError("store file " + path_ + " is corrupt");
+    std::string key(std::min<std::uint64_t>(key_len, size - pos), '\0');
     take(key.data(), key_len);
     take(&value_len, sizeof(value_len));
     if (value_len == kDeleted) {
       table_.Delete(key);
       continue;
     }
-    if (value_len < 0 || static_cast<std::uint64_t>(value_len) > kMaxRecordBytes) {
+    if (value_len < 0 || static_cast<std::uint64_t>(value_len) > max_record_bytes_) {
       throw IoError("store file " + path_ + " is corrupt");
     }
-    std::string value(static_cast<std::size_t>(value_len), '\0');
-    take(value.data(), value.size());
+    std::string value(std::min<std::uint64_t>(value_len, size - pos), '\0');
+    take(value.data(), static_cast<std::uint64_t>(value_len));
     table_.Set(key, value);
   }
-  offset_ = size;
+  offset_ = std::max(offset_, size);
+}
+
+void FileStore::CheckRecord(const std::string& key, std::size_t value_bytes) const {
+  if (key.size() > max_record_bytes_) {
+    throw InvalidUsage(StrCat("store file ", path_, ": a ", key.size(), "-byte key ('",
+                              key.substr(0, 64), "...') exceeds the record limit of ",
+                              max_record_bytes_, " bytes"));
+  }
+  if (value_bytes > max_record_bytes_) {
+    throw InvalidUsage(StrCat("store file ", path_, ": the ", value_bytes,
+                              "-byte value of '", key.substr(0, 64),
+                              "' exceeds the record limit of ", max_record_bytes_,
+                              " bytes"));
+  }
 }
 
 void FileStore::AppendRecord(const std::string& key, const std::string* value) {
@@ -121,19 +131,34 @@ void FileStore::AppendRecord(const std::string& key, const std::string* value) {
   record.append(key);
   record.append(reinterpret_cast<const char*>(&value_len), sizeof(value_len));
   if (value) record.append(*value);
-  ::lseek(fd_, 0, SEEK_END);
-  WriteAll(fd_, record, path_);
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  try {
+    if (end < 0)
+      throw IoError(StrCat("cannot seek store file ", path_, ": ", std::strerror(errno)));
+    WriteAll(fd_, record, path_);
+  } catch (...) {
+    // No partial record stays for others to read as corrupt, and the cache
+    // (which the caller already changed) is replayed from the file next time.
+    if (end >= 0 && ::ftruncate(fd_, end) != 0) {
+      // The partial record stays; readers report the file as corrupt.
+    }
+    table_ = KeyValueTable();
+    offset_ = 0;
+    throw;
+  }
   // Our own record is already applied to the table by the caller.
-  offset_ += record.size();
+  offset_ = static_cast<std::uint64_t>(end) + record.size();
 }
 
 void FileStore::Set(const std::string& key, const std::string& value) {
+  CheckRecord(key, value.size());
   Locked lock(*this);
   table_.Set(key, value);
   AppendRecord(key, &value);
 }
 
 std::int64_t FileStore::Add(const std::string& key, std::int64_t delta) {
+  CheckRecord(key, 0);
   Locked lock(*this);
   const std::int64_t result = table_.Add(key, delta);
   const std::string text = std::to_string(result);
@@ -143,6 +168,7 @@ std::int64_t FileStore::Add(const std::string& key, std::int64_t delta) {
 
 std::string FileStore::CompareSet(const std::string& key, const std::string& expected,
                                   const std::string& desired) {
+  CheckRecord(key, desired.size());
   Locked lock(*this);
   const auto before = table_.Find(key);
   const std::string result = table_.CompareSet(key, expected, desired);
@@ -151,6 +177,7 @@ std::string FileStore::CompareSet(const std::string& key, const std::string& exp
 }
 
 bool FileStore::Delete(const std::string& key) {
+  CheckRecord(key, 0);
   Locked lock(*this);
   if (!table_.Delete(key)) return false;
   AppendRecord(key, nullptr);

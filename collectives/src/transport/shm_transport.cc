@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,9 +15,9 @@
 #include <thread>
 
 #include "futex.h"
-#include "request_table.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/error.h"
+#include "request_table.h"
 
 namespace neuron::collectives::transport {
 
@@ -29,7 +30,9 @@ constexpr std::chrono::microseconds kPurePoll(5);
 // Polls before the first clock read, when every rank has a core: ~100 ns
 // (the time a flag takes to cross between cores on this kind of machine).
 constexpr int kClocklessPolls = 64;
-
+// How often a rank waiting for its peers to finish the setup checks that
+// they are alive.
+constexpr std::chrono::milliseconds kSetupSlice(100);
 
 std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -150,11 +153,11 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
       segments_[p] = static_cast<Segment*>(m);
     }
     store.Set("shm/mapped/" + std::to_string(rank), "");
-    for (int p = 0; p < size; ++p) {
-      store.Wait({"shm/mapped/" + std::to_string(p)}, options_.setup_timeout);
-    }
+    const auto give_up = std::chrono::steady_clock::now() + options_.setup_timeout;
+    for (int p = 0; p < size; ++p) WaitMapped(store, p, give_up);
   } catch (...) {
     ::shm_unlink(own_name.c_str());
+    UnlinkDeadPeers(uid);
     for (auto* s : segments_) if (s) ::munmap(s, segment_bytes_);
     throw;
   }
@@ -243,6 +246,52 @@ bool ShmTransport::Progress() {
     if (!requests_->recvs(p).empty()) moved |= ProgressRecv(p);
   }
   return moved;
+}
+
+void ShmTransport::WaitMapped(Store& store, int peer,
+                              std::chrono::steady_clock::time_point give_up) {
+  const std::string key = "shm/mapped/" + std::to_string(peer);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        give_up - std::chrono::steady_clock::now());
+    try {
+      store.Wait({key}, std::clamp(left, std::chrono::milliseconds(1), kSetupSlice));
+      return;
+    } catch (const TimeoutError&) {
+      if (left <= kSetupSlice) {
+        throw TimeoutError(StrCat("shm transport setup: rank ", rank_, " waited ",
+                                  options_.setup_timeout.count(), " ms for rank ", peer,
+                                  " to map every segment (", key, ")"));
+      }
+    }
+    const pid_t pid = segments_[peer]->owner_pid;
+    if (!ProcessAlive(pid)) {
+      throw IoError(StrCat("shm transport setup: rank ", peer, " (pid ", pid,
+                           ") died before it had mapped every segment; rank ", rank_,
+                           " was waiting for it"));
+    }
+  }
+}
+
+void ShmTransport::UnlinkDeadPeers(const std::string& uid) const {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string name = SegmentName(uid, p);
+    const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0600);
+    if (fd < 0) continue;  // unlinked already, or never made
+    struct stat st{};
+    void* m = MAP_FAILED;
+    if (::fstat(fd, &st) == 0 &&
+        static_cast<std::size_t>(st.st_size) >= sizeof(Segment)) {
+      m = ::mmap(nullptr, sizeof(Segment), PROT_READ, MAP_SHARED, fd, 0);
+    }
+    ::close(fd);
+    if (m == MAP_FAILED) continue;
+    const pid_t pid = static_cast<const Segment*>(m)->owner_pid;
+    ::munmap(m, sizeof(Segment));
+    // 0: its owner is still writing the header (alive, or killed right then).
+    if (pid != 0 && !ProcessAlive(pid)) ::shm_unlink(name.c_str());
+  }
 }
 
 void ShmTransport::CheckAlive(int peer, const Label& what, const std::string& pending) {

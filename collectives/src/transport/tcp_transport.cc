@@ -17,6 +17,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "request_table.h"
+#include "tcp_hello.h"
 
 namespace neuron::collectives::transport {
 
@@ -34,19 +35,7 @@ void Tune(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
 }
 
-// Blocking exact read/write for the setup handshake (before non-blocking).
-bool ReadExact(int fd, void* data, std::size_t n) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
+// Blocking exact write for the setup handshake (before non-blocking).
 bool WriteExact(int fd, const void* data, std::size_t n) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -115,11 +104,6 @@ std::string HostAddress(const TcpOptions& o) {
   return text;
 }
 
-struct Hello {
-  std::int32_t rank;
-  char token[32];
-};
-
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, int rank, int size, TcpOptions options)
@@ -172,7 +156,7 @@ void TcpTransport::Connect(const std::string& token) {
                            " at ", endpoint, ": ", std::strerror(e)));
     }
     Tune(fd);
-    Hello hello{rank_, {}};
+    detail::Hello hello{rank_, {}};
     std::memcpy(hello.token, token.data(), std::min(token.size(), sizeof(hello.token)));
     if (!WriteExact(fd, &hello, sizeof(hello))) {
       ::close(fd);
@@ -180,38 +164,9 @@ void TcpTransport::Connect(const std::string& token) {
     }
     sockets_[peer] = fd;
   }
-  int expected = size_ - 1 - rank_;
-  const auto give_up = Clock::now() + options_.setup_timeout;
-  auto left_ms = [&] {
-    return static_cast<int>(std::max<long>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()).count()));
-  };
-  while (expected > 0) {
-    pollfd pfd{listener_, POLLIN, 0};
-    if (::poll(&pfd, 1, left_ms()) <= 0) {
-      throw TimeoutError(StrCat("tcp transport: rank ", rank_, " still waits for ", expected,
-                                " higher ranks to connect"));
-    }
-    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // A connection that never says hello must not stall the setup.
-    timeval tv{std::max(1, left_ms() / 1000), 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    Hello hello{};
-    const bool ok = ReadExact(fd, &hello, sizeof(hello)) &&
-                    auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)),
-                                            token + std::string(sizeof(hello.token) - token.size(), '\0')) &&
-                    hello.rank > rank_ && hello.rank < size_ && sockets_[hello.rank] < 0;
-    if (!ok) {  // a stranger, or garbage: not one of ours
-      ::close(fd);
-      continue;
-    }
-    Tune(fd);
-    timeval none{0, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-    sockets_[hello.rank] = fd;
-    --expected;
-  }
+  detail::AcceptPeers(listener_, rank_, token, Clock::now() + options_.setup_timeout,
+                      sockets_);
+  for (int peer = rank_ + 1; peer < size_; ++peer) Tune(sockets_[peer]);
   ::close(listener_);
   listener_ = -1;
 }

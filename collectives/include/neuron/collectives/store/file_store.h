@@ -6,7 +6,9 @@
 // applies itself (appending a record when it changes something), and
 // unlocks. Waiting blocks on inotify for changes of the file (with a short
 // poll as a fallback for file systems that do not report them), never
-// spinning a core.
+// spinning a core. A key or a value is at most 1 GiB: larger ones are
+// refused before they are written, and a record in the file claiming more
+// is reported as corruption.
 //
 // Usage:
 //   FileStore store("/tmp/job42.store");
@@ -14,6 +16,7 @@
 //   store.Wait({"addr/1"}, std::chrono::seconds(30));
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -27,8 +30,12 @@ class FileStore : public Store {
   using Store::Get;
   using Store::Wait;
 
+  // A key or value is at most this long (records claiming more are corrupt).
+  static constexpr std::uint64_t kMaxRecordBytes = std::uint64_t{1} << 30;
+
   // Creates the file when missing. Throws IoError naming the path.
-  explicit FileStore(std::string path);
+  // `max_record_bytes` (tests) lowers the limit of a key or value.
+  explicit FileStore(std::string path, std::uint64_t max_record_bytes = kMaxRecordBytes);
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;
@@ -47,6 +54,11 @@ class FileStore : public Store {
 
  private:
   class Locked;  // RAII: flock + refresh of the cache
+  // Throws InvalidUsage when a key or value exceeds what a reader of the
+  // file accepts (max_record_bytes_), before anything is written.
+  void CheckRecord(const std::string& key, std::size_t value_bytes) const;
+  // Appends under the lock. On a failed write the partial record is cut
+  // off and the cache reset, so the next operation replays the file.
   void AppendRecord(const std::string& key, const std::string* value);
   void Refresh();
 
@@ -56,6 +68,7 @@ class FileStore : public Store {
   std::mutex mutex_;        // one operation at a time in this process
   KeyValueTable table_;     // the log replayed up to offset_
   std::uint64_t offset_ = 0;
+  std::uint64_t max_record_bytes_ = kMaxRecordBytes;
 };
 
 }  // namespace neuron::collectives

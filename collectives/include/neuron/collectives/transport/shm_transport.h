@@ -16,7 +16,9 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "neuron/collectives/store/store.h"
@@ -103,6 +105,13 @@ class ShmTransport final : public Transport, public SharedWindows {
   template <typename Flag>
   void Sync(Flag flag, std::uint64_t value, Deadline deadline, const Label& what);
   void CheckAlive(int peer, const Label& what, const std::string& pending);
+  // Waits for `peer` to have mapped every segment (the setup's last step),
+  // failing fast with an IoError naming it when its process dies.
+  void WaitMapped(Store& store, int peer, std::chrono::steady_clock::time_point give_up);
+  // On a failed setup: unlinks the segments of peers whose process died
+  // before the setup ended (only a finished setup unlinks the names, so
+  // theirs would stay in /dev/shm).
+  void UnlinkDeadPeers(const std::string& uid) const;
 
   int rank_;
   int size_;
