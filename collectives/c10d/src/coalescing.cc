@@ -4,14 +4,51 @@
 // every receive. Sends are buffered (up to Communicator::kMaxBufferedBytes),
 // so two ranks that each list "receive, then send" do not wait on each other
 // as they would on one in-order lane. Collectives issued in the window run
-// as usual; the work endCoalescing returns completes after all of them.
+// as usual on their lane; the work endCoalescing returns completes after
+// them too (after a marker queued behind them).
 #include "coalescing.h"
+
+#include <exception>
+#include <memory>
+#include <mutex>
 
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::c10d {
+
+namespace {
+
+// A work that ends when `a` and `b` have both ended, with the first error
+// either had; waiting on it waits on both (joining their clocks).
+std::shared_ptr<collectives::Work> BothDone(std::shared_ptr<collectives::Work> a,
+                                            std::shared_ptr<collectives::Work> b) {
+  struct State {
+    std::mutex mutex;
+    int left = 2;
+    std::exception_ptr error;
+  };
+  auto both =
+      std::make_shared<collectives::Work>(a->description() + " and " + b->description());
+  auto state = std::make_shared<State>();
+  auto one_done = [both, state, a, b](std::exception_ptr error) {
+    std::unique_lock<std::mutex> lock(state->mutex);
+    if (error != nullptr && state->error == nullptr) state->error = error;
+    if (--state->left > 0) return;
+    const std::exception_ptr first = state->error;
+    lock.unlock();
+    both->Finish(first, [a, b] {
+      a->Wait();
+      b->Wait();
+    });
+  };
+  a->OnDone(one_done);
+  b->OnDone(one_done);
+  return both;
+}
+
+}  // namespace
 
 BackendNeuron::Coalescing& BackendNeuron::coalescing() { return *coalescing_; }
 
@@ -21,6 +58,7 @@ void BackendNeuron::startCoalescing() {
   NEURON_CHECK(!state.active, *prefix_,
                "startCoalescing: a coalescing window is already open (call endCoalescing)");
   state.active = true;
+  state.collectives_before = sequence_.load();
 }
 
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::Hold(bool send, at::Tensor& tensor, int peer,
@@ -53,11 +91,13 @@ bool BackendNeuron::CoalescingActive() {
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::endCoalescing() {
   Coalescing& state = coalescing();
   std::vector<Coalescing::Held> held;
+  bool collectives_in_window = false;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     NEURON_CHECK(state.active, *prefix_, "endCoalescing without startCoalescing");
     state.active = false;
     held.swap(state.held);
+    collectives_in_window = sequence_.load() != state.collectives_before;
   }
   if (held.empty()) {  // collectives only: a marker behind them on their lane
     return Enqueue(::c10d::OpType::COALESCED, "coalesced", [](collectives::Communicator&) {},
@@ -82,10 +122,19 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::endCoalescing() {
     }
   };
   auto batch = Enqueue(::c10d::OpType::COALESCED, "coalesced send/recv", std::move(body),
-                       std::move(outputs), ::c10d::kUnsetTimeout, true);
+                       outputs, ::c10d::kUnsetTimeout, true);
   const auto inner = static_cast<NeuronWork&>(*batch).inner();
   for (auto& h : held) h.work->Attach(inner);
-  return batch;
+  if (!collectives_in_window) return batch;
+  // Collectives in the window too: the work ends after the batch and after a
+  // marker behind them on their lane (neither lane waits for the other).
+  auto marker = Enqueue(
+      ::c10d::OpType::COALESCED, "coalesced", [](collectives::Communicator&) {}, {},
+      ::c10d::kUnsetTimeout);
+  auto work = c10::make_intrusive<NeuronWork>(rank_, ::c10d::OpType::COALESCED,
+                                              "coalesced", std::move(outputs), nullptr);
+  work->Attach(BothDone(inner, static_cast<NeuronWork&>(*marker).inner()));
+  return work;
 }
 
 }  // namespace neuron::c10d

@@ -1,6 +1,7 @@
 // The state of a backend's coalescing window (coalescing.cc).
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct BackendNeuron::Coalescing {
   std::mutex mutex;
   bool active = false;
   std::vector<Held> held;
+  std::uint64_t collectives_before = 0;  // the collectives' sequence at start
 };
 
 }  // namespace neuron::c10d

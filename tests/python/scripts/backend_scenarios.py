@@ -170,6 +170,23 @@ def newer_ops():
     for k, shard in enumerate(shards):
         want = (torch.arange(2.0 * size) * total + k * size)[2 * rank:2 * rank + 2]
         assert torch.equal(shard, want), (k, shard, want)
+    # A window with a collective the manager does not capture and a send /
+    # receive pair: its work completes after both, though the pair is done
+    # long before the collective (rank 2 joins it 2 s late).
+    exchange = torch.full((4,), float(rank))
+    if rank == 2:
+        time.sleep(2)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        a2a_out = torch.empty(size)
+        a2a = dist.all_to_all_single(a2a_out, torch.full((size,), float(rank)), async_op=True)
+        if rank < 2:
+            dist.isend(exchange.clone(), 1 - rank)
+            dist.irecv(exchange, 1 - rank)
+    cm.wait()
+    assert a2a.is_completed(), "the window's work completed before its all_to_all"
+    assert torch.equal(a2a_out, torch.arange(float(size))), a2a_out
+    if rank < 2:
+        assert torch.equal(exchange, torch.full((4,), float(1 - rank))), exchange
     # Sparse allreduce (sparse gradients): the sum of every rank's COO
     # tensor, duplicates across ranks added; a dense reference.
     def sparse_of(r):
