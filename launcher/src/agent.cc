@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <set>
 
 #include "exit_status.h"
 #include "failure_report.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "rank_env.h"
+#include "strays.h"
 
 namespace neuron::launcher {
 
@@ -113,7 +115,13 @@ int Agent::Run() {
                          per_node);
     Attempt attempt;
     attempt.round = round;
-    const Result result = RunAttempt(round, world, attempt);
+    Result result;
+    try {
+      result = RunAttempt(round, world, attempt);
+    } catch (...) {
+      EndAttempt(attempt);
+      throw;
+    }
     if (result == Result::kSucceeded) {
       rendezvous_->Leave(round);
       return 0;
@@ -195,6 +203,16 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
   return launches;
 }
 
+void Agent::EndAttempt(Attempt& attempt) {
+  std::set<pid_t> groups;
+  if (attempt.group != nullptr) groups = attempt.group->process_groups();
+  attempt.group.reset();  // kills what is left of every rank's group
+  for (const Stray& s : KillStrayDescendants(guard_.watchdog(), groups)) {
+    std::cerr << "neuronrun: killed pid " << s.pid << " (" << s.name
+              << "), left running by the ranks outside their process groups" << std::endl;
+  }
+}
+
 Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
                                 Attempt& attempt) {
   const auto& o = config_.options;
@@ -247,7 +265,7 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
   signals_->cancel();
   io_.restart();
   io_.poll();  // let the cancelled signal wait and leftover timers finish
-  attempt.group.reset();
+  EndAttempt(attempt);
   signals_.reset();  // back to the default actions
 
   if (attempt.interrupt_signal != 0) return Result::kInterrupted;

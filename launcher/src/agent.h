@@ -63,6 +63,9 @@ class Agent {
 
   void AgreeOnRunId();
   Result RunAttempt(std::uint32_t round, const World& world, Attempt& attempt);
+  // Ends the attempt's ranks, then kills (and names) the processes they
+  // left outside their process groups (strays.h).
+  void EndAttempt(Attempt& attempt);
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
   // The CPU local rank `local` is pinned to (--bind-to), or -1.
   int CpuFor(std::uint32_t local) const;

@@ -22,6 +22,7 @@ class ProcessGuard {
   void Register(pid_t process_group);
   // The group is gone (its rank finished and was reaped).
   void Unregister(pid_t process_group);
+  pid_t watchdog() const { return watchdog_; }
 
  private:
   int pipe_ = -1;

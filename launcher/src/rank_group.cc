@@ -208,6 +208,14 @@ void RankGroup::Reap() {
   }
 }
 
+std::set<pid_t> RankGroup::process_groups() const {
+  std::set<pid_t> groups;
+  for (const auto& rank : ranks_) {
+    if (rank->pid > 0) groups.insert(rank->pid);
+  }
+  return groups;
+}
+
 void RankGroup::MaybeFinish(Rank& rank) {
   if (rank.finished || !rank.exited || rank.out.is_open() || rank.err.is_open()) {
     return;

@@ -10,15 +10,15 @@
 
 #include <sys/types.h>
 
+#include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <boost/asio.hpp>
 
 #include "child_process.h"
 #include "line_splitter.h"
@@ -73,6 +73,8 @@ class RankGroup {
   // Every rank has finished (exited and drained).
   bool Finished() const;
   std::size_t running() const;
+  // The process group of every rank started (its pid).
+  std::set<pid_t> process_groups() const;
 
  private:
   struct Rank;

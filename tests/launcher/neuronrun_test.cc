@@ -275,6 +275,23 @@ TEST(Neuronrun, SigkillToNeuronrunLeavesNoProcess) {
   EXPECT_TRUE(WaitNoProcessesOfJob(id, 5s).empty());
 }
 
+// A process that leaves its rank's process group (setsid) is missed by the
+// kill of the group; neuronrun (a child subreaper, so still its ancestor)
+// kills it when the job ends, and says so.
+TEST(Neuronrun, AProcessThatLeftItsRanksGroupEndsWithTheJob) {
+  const std::string id = UniqueRunId("setsid");
+  LauncherProcess job(
+      {"-n", "1", "--run-id", id, "/bin/sh", "-c",
+       "setsid sleep 300 </dev/null >/dev/null 2>&1 & sleep 1; echo started"});
+  EXPECT_EQ(job.Wait(30s), 0) << job.Stderr();
+  const auto left = WaitNoProcessesOfJob(id, 5s);
+  for (pid_t pid : left) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the job outlived neuronrun";
+  EXPECT_NE(job.Stderr().find("left running by the ranks outside their process groups"),
+            std::string::npos)
+      << job.Stderr();
+}
+
 TEST(Neuronrun, SecondSigintKillsAtOnce) {
   const std::string id = UniqueRunId("int");
   LauncherProcess job({"-n", "2", "--grace-period", "30", "--run-id", id, kHelper,

@@ -1,0 +1,28 @@
+// Processes a job leaves behind outside its ranks' process groups: a rank's
+// child that called setsid() or setpgid() (a daemon, `setsid cmd &`) is
+// missed by the kill of the rank's group. neuronrun is a child subreaper, so
+// every such process is still its descendant (orphans are re-parented to
+// it); KillStrayDescendants finds them through /proc and ends them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace neuron::launcher {
+
+struct Stray {
+  pid_t pid;
+  std::string name;  // the command name (/proc/PID/comm)
+};
+
+// SIGKILLs every descendant of this process but `keep` (the watchdog) and
+// the members of `skip_groups` (the ranks' process groups, killed as a
+// whole already and maybe still exiting), rescanning for ones forked
+// meanwhile, and reaps those that are its children; returns them. Call
+// once the ranks have finished.
+std::vector<Stray> KillStrayDescendants(pid_t keep, const std::set<pid_t>& skip_groups);
+
+}  // namespace neuron::launcher
