@@ -157,7 +157,7 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
     for (int p = 0; p < size; ++p) WaitMapped(store, p, give_up);
   } catch (...) {
     ::shm_unlink(own_name.c_str());
-    UnlinkDeadPeers(uid);
+    UnlinkPeers(uid);
     for (auto* s : segments_) if (s) ::munmap(s, segment_bytes_);
     throw;
   }
@@ -273,24 +273,9 @@ void ShmTransport::WaitMapped(Store& store, int peer,
   }
 }
 
-void ShmTransport::UnlinkDeadPeers(const std::string& uid) const {
+void ShmTransport::UnlinkPeers(const std::string& uid) const {
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const std::string name = SegmentName(uid, p);
-    const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0600);
-    if (fd < 0) continue;  // unlinked already, or never made
-    struct stat st{};
-    void* m = MAP_FAILED;
-    if (::fstat(fd, &st) == 0 &&
-        static_cast<std::size_t>(st.st_size) >= sizeof(Segment)) {
-      m = ::mmap(nullptr, sizeof(Segment), PROT_READ, MAP_SHARED, fd, 0);
-    }
-    ::close(fd);
-    if (m == MAP_FAILED) continue;
-    const pid_t pid = static_cast<const Segment*>(m)->owner_pid;
-    ::munmap(m, sizeof(Segment));
-    // 0: its owner is still writing the header (alive, or killed right then).
-    if (pid != 0 && !ProcessAlive(pid)) ::shm_unlink(name.c_str());
+    if (p != rank_) ::shm_unlink(SegmentName(uid, p).c_str());  // ENOENT: gone already
   }
 }
 

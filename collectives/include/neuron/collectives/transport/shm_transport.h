@@ -108,10 +108,11 @@ class ShmTransport final : public Transport, public SharedWindows {
   // Waits for `peer` to have mapped every segment (the setup's last step),
   // failing fast with an IoError naming it when its process dies.
   void WaitMapped(Store& store, int peer, std::chrono::steady_clock::time_point give_up);
-  // On a failed setup: unlinks the segments of peers whose process died
-  // before the setup ended (only a finished setup unlinks the names, so
-  // theirs would stay in /dev/shm).
-  void UnlinkDeadPeers(const std::string& uid) const;
+  // On a failed setup (the group cannot finish it without this rank):
+  // unlinks every peer's segment name, so those of peers killed in the
+  // setup do not stay in /dev/shm (only a finished setup unlinks them; a
+  // live peer fails its setup too and keeps what it mapped).
+  void UnlinkPeers(const std::string& uid) const;
 
   int rank_;
   int size_;
