@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,58 @@ TEST(TcpHello, OutOfFileDescriptorsIsAnErrorNotABusyLoop) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   ::close(peer);
   ::close(listener);
+}
+
+// A connected client socket to `port` on loopback.
+int Connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+std::size_t OpenDescriptors() {
+  return static_cast<std::size_t>(
+      std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                    std::filesystem::directory_iterator{}));
+}
+
+// More silent connections than a rank keeps waiting (64), queued before
+// or after its peer's: the peer is taken, the strangers are all closed,
+// and the setup ends at once.
+TEST(TcpHello, APeerAmongAFloodOfSilentConnectionsIsTaken) {
+  for (const bool peer_first : {true, false}) {
+    SCOPED_TRACE(peer_first ? "the peer before the flood" : "the peer after the flood");
+    std::uint16_t port = 0;
+    const int listener = Listen(&port);
+    ASSERT_EQ(::listen(listener, 512), 0);  // room for the whole flood in the queue
+    std::vector<int> clients;
+    auto peer = [&] {
+      const int fd = Connect(port);
+      Hello hello{};
+      hello.rank = 1;
+      std::memcpy(hello.token, "token", 5);
+      ASSERT_EQ(::send(fd, &hello, sizeof(hello), 0),
+                static_cast<ssize_t>(sizeof(hello)));
+      clients.push_back(fd);
+    };
+    if (peer_first) peer();
+    for (int i = 0; i < 150; ++i) clients.push_back(Connect(port));
+    if (!peer_first) peer();
+    const std::size_t before = OpenDescriptors();
+    std::vector<int> sockets(2, -1);
+    const auto start = std::chrono::steady_clock::now();
+    AcceptPeers(listener, 0, "token", start + 5s, sockets);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    ASSERT_GE(sockets[1], 0);
+    EXPECT_EQ(OpenDescriptors(), before + 1);  // the peer's socket; no stranger's
+    ::close(sockets[1]);
+    for (int fd : clients) ::close(fd);
+    ::close(listener);
+  }
 }
 
 }  // namespace

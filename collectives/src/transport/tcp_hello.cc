@@ -41,83 +41,108 @@ bool ReadSome(Pending& p) {
   return true;
 }
 
-bool Valid(const Hello& hello, const std::string& token, int rank,
-           const std::vector<int>& sockets) {
-  std::string padded = token;
-  padded.resize(sizeof(hello.token), '\0');
-  return auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)), padded) &&
-         hello.rank > rank && hello.rank < static_cast<int>(sockets.size()) &&
-         sockets[hello.rank] < 0;
-}
+// The connections of one AcceptPeers call: accepted ones waiting for their
+// hello, and the peers' sockets as hellos arrive.
+class Handshakes {
+ public:
+  Handshakes(int listener, int rank, const std::string& token, std::vector<int>& sockets)
+      : listener_(listener), rank_(rank), token_(token), sockets_(sockets) {
+    expected_ = static_cast<int>(sockets.size()) - 1 - rank;
+  }
+  ~Handshakes() {
+    for (const Pending& p : pending_) ::close(p.fd);
+  }
+  Handshakes(const Handshakes&) = delete;
+  Handshakes& operator=(const Handshakes&) = delete;
 
-// Accepts one connection into `pending`; false when there was none.
-bool AcceptOne(int listener, int rank, std::vector<Pending>& pending) {
-  const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-      throw IoError(
-          StrCat("tcp transport: rank ", rank,
-                 " cannot accept its peers' connections: ", std::strerror(errno)));
+  int expected() const { return expected_; }
+  const std::vector<Pending>& pending() const { return pending_; }
+
+  // Reads pending[i]'s hello; once it is whole (a peer's socket taken) or
+  // can no longer be (closed), the entry leaves `pending`: true then.
+  bool Settle(std::size_t i) {
+    Pending& p = pending_[i];
+    const bool alive = ReadSome(p);
+    if (alive && p.got < sizeof(Hello)) return false;
+    if (alive && Valid(p.hello)) {
+      sockets_[p.hello.rank] = p.fd;
+      --expected_;
+    } else {
+      ::close(p.fd);  // a stranger, garbage, or a peer that hung up
     }
-    return false;  // EAGAIN, EINTR, ECONNABORTED, a network error: try again
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    return true;
   }
-  if (pending.size() == kMaxPending) {
-    ::close(pending.front().fd);
-    pending.erase(pending.begin());
+
+  // Accepts one connection into `pending`; false when there was none.
+  // With kMaxPending waiting, the oldest is read a last time (its hello
+  // may have arrived since the last poll) and dropped if still incomplete.
+  bool AcceptOne() {
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        throw IoError(
+            StrCat("tcp transport: rank ", rank_,
+                   " cannot accept its peers' connections: ", std::strerror(errno)));
+      }
+      return false;  // EAGAIN, EINTR, ECONNABORTED, a network error: try again
+    }
+    if (pending_.size() == kMaxPending && !Settle(0)) {
+      ::close(pending_.front().fd);
+      pending_.erase(pending_.begin());
+    }
+    pending_.push_back({fd, Hello{}, 0});
+    return true;
   }
-  pending.push_back({fd, Hello{}, 0});
-  return true;
-}
+
+ private:
+  bool Valid(const Hello& hello) const {
+    std::string padded = token_;
+    padded.resize(sizeof(hello.token), '\0');
+    return auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)),
+                                   padded) &&
+           hello.rank > rank_ && hello.rank < static_cast<int>(sockets_.size()) &&
+           sockets_[hello.rank] < 0;
+  }
+
+  int listener_, rank_;
+  const std::string& token_;
+  std::vector<int>& sockets_;
+  int expected_;
+  std::vector<Pending> pending_;
+};
 
 }  // namespace
 
 void AcceptPeers(int listener, int rank, const std::string& token,
                  Clock::time_point give_up, std::vector<int>& sockets) {
-  int expected = static_cast<int>(sockets.size()) - 1 - rank;
   ::fcntl(listener, F_SETFL, ::fcntl(listener, F_GETFL) | O_NONBLOCK);
-  std::vector<Pending> pending;
-  auto close_pending = [&] {
-    for (const Pending& p : pending) ::close(p.fd);
-  };
-  try {
-    while (expected > 0) {
-      std::vector<pollfd> fds{{listener, POLLIN, 0}};
-      for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
-      if (left.count() <= 0) {
-        throw TimeoutError(StrCat("tcp transport: rank ", rank, " still waits for ",
-                                  expected, " higher ranks to connect"));
-      }
-      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) < 0) {
-        if (errno == EINTR) continue;
-        throw IoError(StrCat("tcp transport: rank ", rank,
-                             " cannot wait for its peers: ", std::strerror(errno)));
-      }
-      // Hellos first (indices shift once a connection is accepted).
-      for (std::size_t i = fds.size() - 1; i >= 1; --i) {
-        if (fds[i].revents == 0) continue;
-        Pending& p = pending[i - 1];
-        const bool alive = ReadSome(p);
-        if (alive && p.got < sizeof(Hello)) continue;
-        if (alive && Valid(p.hello, token, rank, sockets)) {
-          sockets[p.hello.rank] = p.fd;
-          --expected;
-        } else {
-          ::close(p.fd);  // a stranger, garbage, or a peer that hung up
-        }
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      }
-      if (fds[0].revents != 0) {
-        while (AcceptOne(listener, rank, pending)) {
-        }
+  Handshakes shakes(listener, rank, token, sockets);  // closes what is left pending
+  while (shakes.expected() > 0) {
+    std::vector<pollfd> fds{{listener, POLLIN, 0}};
+    for (const Pending& p : shakes.pending()) fds.push_back({p.fd, POLLIN, 0});
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError(StrCat("tcp transport: rank ", rank, " still waits for ",
+                                shakes.expected(), " higher ranks to connect"));
+    }
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(StrCat("tcp transport: rank ", rank,
+                           " cannot wait for its peers: ", std::strerror(errno)));
+    }
+    // Hellos first, from the back (a settled entry leaves `pending`).
+    for (std::size_t i = fds.size() - 1; i >= 1; --i) {
+      if (fds[i].revents != 0) shakes.Settle(i - 1);
+    }
+    // A bounded burst: a listener flooded without end cannot keep the loop
+    // from the hellos and the deadline.
+    if (fds[0].revents != 0) {
+      for (std::size_t n = 0; n < kMaxPending && shakes.AcceptOne(); ++n) {
       }
     }
-  } catch (...) {
-    close_pending();
-    throw;
   }
-  close_pending();
 }
 
 }  // namespace neuron::collectives::transport::detail
