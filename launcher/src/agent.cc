@@ -190,6 +190,7 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
     id.device_file = config_.device_file;
     id.store_endpoint = store_endpoint_;
     id.job_secret = config_.secret;
+    id.agent_id = guard_.agent_id();
     id.python_path = config_.python_path;
     RankLaunch launch;
     launch.global_rank = id.global_rank;

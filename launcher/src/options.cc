@@ -296,7 +296,9 @@ the rank, its exit code or signal and the last 20 lines of its stderr, and
 exits with that rank's code (128+signal for a signal). SIGINT or SIGTERM to
 neuronrun goes to every rank; a second SIGINT kills them at once. When an
 attempt ends, processes the ranks left running are killed, those that left
-their rank's process group (setsid) too, named on stderr.
+their rank's process group (setsid) too, named on stderr. If neuronrun
+itself is killed, its watchdog kills the ranks' process groups and every
+process whose environment holds the ranks' NEURON_AGENT_ID.
 
 Exit status: 0 when every rank succeeded; the failing rank's status; 2 for
 bad usage or a job that cannot start (unknown option, missing program,

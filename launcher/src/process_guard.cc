@@ -1,8 +1,9 @@
 #include "process_guard.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/close_range.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,15 +11,18 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <string>
 
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
+#include "strays.h"
 
 namespace neuron::launcher {
 
 namespace {
 
 // The watchdog: a plain loop over the pipe, then the kills.
-[[noreturn]] void Watch(int read_fd) {
+[[noreturn]] void Watch(int read_fd, const std::string& marker) {
   // Detach from the terminal's Ctrl-C and from neuronrun's output.
   ::setpgid(0, 0);
   const int devnull = ::open("/dev/null", O_RDWR);
@@ -37,12 +41,31 @@ namespace {
     }
   }
   for (pid_t group : groups) ::kill(-group, SIGKILL);
+  KillProcessesCarrying(marker);
   ::_exit(0);
+}
+
+// 16 random bytes as hex.
+std::string RandomId() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(StrCat("getrandom failed: ", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) id += {hex[b >> 4], hex[b & 15]};
+  return id;
 }
 
 }  // namespace
 
-ProcessGuard::ProcessGuard() {
+ProcessGuard::ProcessGuard() : agent_id_(RandomId()) {
+  const std::string marker =
+      StrCat(runtime::VariableName(runtime::ConfigKey::kAgentId), "=", agent_id_);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw IoError(StrCat("pipe2 failed: ", std::strerror(errno)));
@@ -53,7 +76,7 @@ ProcessGuard::ProcessGuard() {
     ::close(fds[1]);
     const int keep = ::dup2(fds[0], 3) < 0 ? fds[0] : 3;
     if (keep == 3 && fds[0] != 3) ::close(fds[0]);
-    Watch(keep);
+    Watch(keep, marker);
   }
   ::close(fds[0]);
   pipe_ = fds[1];

@@ -60,6 +60,7 @@ Environment RankEnvironment(Environment env, const RankIdentity& id) {
   if (!id.device_file.empty()) set(VariableName(ConfigKey::kDeviceFile), id.device_file);
   set(VariableName(ConfigKey::kStoreEndpoint), id.store_endpoint);
   set(VariableName(ConfigKey::kJobSecret), id.job_secret);
+  set(VariableName(ConfigKey::kAgentId), id.agent_id);
   env.erase(VariableName(ConfigKey::kRdzvSecret));
   if (!id.python_path.empty()) {
     auto it = env.find("PYTHONPATH");

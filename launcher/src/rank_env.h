@@ -30,6 +30,7 @@ struct RankIdentity {
   std::string device_file;     // absolute; empty = as the environment has it
   std::string store_endpoint;  // HOST:PORT of the job's store server
   std::string job_secret;
+  std::string agent_id;        // NEURON_AGENT_ID (ProcessGuard::agent_id)
   std::string python_path;     // prepended to PYTHONPATH when not empty
 };
 

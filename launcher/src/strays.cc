@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -105,7 +106,44 @@ std::vector<Stray> KillRound(pid_t keep, const std::set<pid_t>& skip_groups) {
   return killed;
 }
 
+// Whether `pid`'s initial environment holds `entry`, read in pieces up to
+// kMaxEnvironBytes (an entry is NUL-terminated; the first follows nothing).
+bool Carries(pid_t pid, const std::string& entry) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/environ").c_str(), "r");
+  if (f == nullptr) return false;  // gone, or another user's
+  const std::string needle = std::string(1, '\0') + entry + std::string(1, '\0');
+  std::string window(1, '\0');  // as if a NUL came before the first entry
+  char piece[16384];
+  std::size_t total = 0;
+  bool found = false;
+  while (!found && total < kMaxEnvironBytes) {
+    const std::size_t n =
+        std::fread(piece, 1, std::min(sizeof(piece), kMaxEnvironBytes - total), f);
+    if (n == 0) break;
+    total += n;
+    window.append(piece, n);
+    found = window.find(needle) != std::string::npos;
+    // Keep what a match across the next piece's start may begin with.
+    if (window.size() > needle.size()) window.erase(0, window.size() - needle.size());
+  }
+  std::fclose(f);
+  return found;
+}
+
 }  // namespace
+
+int KillProcessesCarrying(const std::string& entry) {
+  int killed = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    int now = 0;
+    for (const auto& [pid, status] : LiveProcesses()) {
+      if (pid != ::getpid() && Carries(pid, entry) && KillIfSame(pid, status)) ++now;
+    }
+    killed += now;
+    if (now == 0) break;
+  }
+  return killed;
+}
 
 std::vector<Stray> KillStrayDescendants(pid_t keep, const std::set<pid_t>& skip_groups) {
   std::vector<Stray> strays;

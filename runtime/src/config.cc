@@ -94,6 +94,10 @@ const ConfigEntry kEntries[] = {
      "physical NeuronCores per logical core (LNC, 1 or 2); default: the topology's "
      "logical_nc_config (2 on Trainium2)",
      false},
+    {ConfigKey::kAgentId, "NEURON_AGENT_ID", "",
+     "set by neuronrun for its ranks: the agent that started them (if neuronrun is "
+     "killed, its watchdog kills every process whose environment holds it)",
+     false},
 };
 
 }  // namespace

@@ -292,6 +292,26 @@ TEST(Neuronrun, AProcessThatLeftItsRanksGroupEndsWithTheJob) {
       << job.Stderr();
 }
 
+// neuronrun SIGKILLed: a process that left its rank's group is no longer
+// its descendant, but it carries the rank's NEURON_AGENT_ID, by which the
+// watchdog finds and kills it.
+TEST(Neuronrun, AProcessThatLeftItsRanksGroupEndsWhenNeuronrunIsKilled) {
+  const std::string id = UniqueRunId("setsidkill");
+  LauncherProcess job({"-n", "1", "--run-id", id, "/bin/sh", "-c",
+                       "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo started; "
+                       "sleep 300"});
+  ASSERT_TRUE(job.WaitForOutput("started", 1, 20s)) << job.Stderr();
+  for (int i = 0; i < 200 && ProcessesOfJob(id).size() < 3; ++i) {
+    std::this_thread::sleep_for(25ms);
+  }
+  ASSERT_GE(ProcessesOfJob(id).size(), 3u) << "the rank, its sleep and the setsid'd one";
+  job.Signal(SIGKILL);
+  EXPECT_EQ(job.Wait(20s), 128 + SIGKILL);
+  const auto left = WaitNoProcessesOfJob(id, 5s);
+  for (pid_t pid : left) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the job outlived neuronrun";
+}
+
 TEST(Neuronrun, SecondSigintKillsAtOnce) {
   const std::string id = UniqueRunId("int");
   LauncherProcess job({"-n", "2", "--grace-period", "30", "--run-id", id, kHelper,

@@ -26,6 +26,7 @@ RankIdentity Identity() {
   id.placement = {1, 17, 0};
   id.store_endpoint = "10.0.0.1:29400";
   id.job_secret = "s3cret";
+  id.agent_id = "0123abcd";
   id.python_path = "/src/python";
   return id;
 }
@@ -48,6 +49,7 @@ TEST(RankEnvironment, CarriesTheTorchrunContract) {
   EXPECT_EQ(env.at("NEURON_CHIP_INDEX"), "17");
   EXPECT_EQ(env.at("NEURON_NODE_INDEX"), "1");
   EXPECT_EQ(env.at("NEURON_JOB_SECRET"), "s3cret");
+  EXPECT_EQ(env.at("NEURON_AGENT_ID"), "0123abcd");
   EXPECT_EQ(env.at("PATH"), "/bin");
   EXPECT_EQ(env.at("PYTHONPATH"), "/src/python");
 }

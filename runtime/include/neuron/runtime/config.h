@@ -21,15 +21,15 @@
 namespace neuron::runtime {
 
 enum class ConfigKey {
-  kPython,           // NEURON_PYTHON
-  kTopologyFile,     // NEURON_TOPOLOGY_FILE
-  kNodeIndex,        // NEURON_NODE_INDEX
-  kChipIndex,        // NEURON_CHIP_INDEX
-  kCoreIndex,        // NEURON_CORE_INDEX
-  kRanksPerChip,     // NEURON_RANKS_PER_CHIP
-  kStoreEndpoint,    // NEURON_STORE_ENDPOINT
-  kJobSecret,        // NEURON_JOB_SECRET
-  kRdzvSecret,       // NEURON_RDZV_SECRET
+  kPython,               // NEURON_PYTHON
+  kTopologyFile,         // NEURON_TOPOLOGY_FILE
+  kNodeIndex,            // NEURON_NODE_INDEX
+  kChipIndex,            // NEURON_CHIP_INDEX
+  kCoreIndex,            // NEURON_CORE_INDEX
+  kRanksPerChip,         // NEURON_RANKS_PER_CHIP
+  kStoreEndpoint,        // NEURON_STORE_ENDPOINT
+  kJobSecret,            // NEURON_JOB_SECRET
+  kRdzvSecret,           // NEURON_RDZV_SECRET
   kCollectiveAlgorithm,  // NEURON_CC_ALGO
   kFabricAlgorithm,      // NEURON_FABRIC_ALGO
   kLocalWorldSize,       // LOCAL_WORLD_SIZE (torchrun contract)
@@ -44,6 +44,7 @@ enum class ConfigKey {
   kLocalRank,            // LOCAL_RANK (torchrun contract)
   kVisibleCores,         // NEURON_RT_VISIBLE_CORES
   kLogicalCoreConfig,    // NEURON_LOGICAL_NC_CONFIG
+  kAgentId,              // NEURON_AGENT_ID
 };
 
 struct ConfigEntry {
