@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -133,16 +134,20 @@ bool Carries(pid_t pid, const std::string& entry) {
 }  // namespace
 
 int KillProcessesCarrying(const std::string& entry) {
-  int killed = 0;
+  // Each process once: one killed may still be on its way out next round.
+  std::set<std::pair<pid_t, unsigned long long>> killed;
   for (int round = 0; round < kRounds; ++round) {
-    int now = 0;
+    bool more = false;
     for (const auto& [pid, status] : LiveProcesses()) {
-      if (pid != ::getpid() && Carries(pid, entry) && KillIfSame(pid, status)) ++now;
+      if (pid == ::getpid() || killed.count({pid, status.start}) != 0 ||
+          !Carries(pid, entry) || !KillIfSame(pid, status))
+        continue;
+      killed.insert({pid, status.start});
+      more = true;
     }
-    killed += now;
-    if (now == 0) break;
+    if (!more) break;
   }
-  return killed;
+  return static_cast<int>(killed.size());
 }
 
 std::vector<Stray> KillStrayDescendants(pid_t keep, const std::set<pid_t>& skip_groups) {

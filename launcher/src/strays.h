@@ -30,8 +30,8 @@ std::vector<Stray> KillStrayDescendants(pid_t keep, const std::set<pid_t>& skip_
 
 // SIGKILLs every live process but this one whose initial environment
 // (/proc/PID/environ, read up to kMaxEnvironBytes) holds the entry
-// `entry` ("NAME=value") exactly, rescanning for ones forked meanwhile;
-// returns how many it killed. For the watchdog, once neuronrun is gone:
+// `entry` ("NAME=value") exactly, rescanning (up to 5 rounds) for ones
+// forked meanwhile; returns how many it killed. For the watchdog, once neuronrun is gone:
 // its strays are no longer its descendants then (they were re-parented
 // away), but they still carry the variable neuronrun gave their rank. A
 // process of another user, or one that cleared its environment or

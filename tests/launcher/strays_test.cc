@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,17 @@ pid_t SleepWith(std::vector<std::string> env) {
     ::_exit(127);
   }
   return pid;
+}
+
+// Whether `pid` runs /bin/sleep within a few seconds.
+bool Execed(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "sleep") return true;
+    ::usleep(10000);
+  }
+  return false;
 }
 
 // Whether `pid` ended by SIGKILL within a few seconds (else it is killed).
@@ -61,7 +73,9 @@ TEST(Strays, ProcessesCarryingAnEntryExactlyAreKilled) {
       SleepWith({"X" + entry}),
       SleepWith({big}),
   };
-  ::usleep(100000);  // the children have exec'ed: /proc shows their environment
+  // /proc shows a child's own environment once it has exec'ed.
+  for (pid_t pid : carriers) ASSERT_TRUE(Execed(pid)) << pid;
+  for (pid_t pid : others) ASSERT_TRUE(Execed(pid)) << pid;
   EXPECT_EQ(KillProcessesCarrying(entry), static_cast<int>(carriers.size()));
   for (pid_t pid : carriers) EXPECT_TRUE(KilledBySigkill(pid)) << pid;
   for (pid_t pid : others) {

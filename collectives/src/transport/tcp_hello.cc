@@ -18,15 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Connections that have not said hello yet; beyond this many the oldest is
-// dropped (a flood of strangers cannot exhaust the file descriptors).
-constexpr std::size_t kMaxPending = 64;
-
-struct Pending {
-  int fd;
-  Hello hello;
-  std::size_t got;
-};
+using Pending = Handshakes::Pending;
 
 // Reads what `p` has sent; true while it may still complete its hello.
 bool ReadSome(Pending& p) {
@@ -41,78 +33,59 @@ bool ReadSome(Pending& p) {
   return true;
 }
 
-// The connections of one AcceptPeers call: accepted ones waiting for their
-// hello, and the peers' sockets as hellos arrive.
-class Handshakes {
- public:
-  Handshakes(int listener, int rank, const std::string& token, std::vector<int>& sockets)
-      : listener_(listener), rank_(rank), token_(token), sockets_(sockets) {
-    expected_ = static_cast<int>(sockets.size()) - 1 - rank;
-  }
-  ~Handshakes() {
-    for (const Pending& p : pending_) ::close(p.fd);
-  }
-  Handshakes(const Handshakes&) = delete;
-  Handshakes& operator=(const Handshakes&) = delete;
-
-  int expected() const { return expected_; }
-  const std::vector<Pending>& pending() const { return pending_; }
-
-  // Reads pending[i]'s hello; once it is whole (a peer's socket taken) or
-  // can no longer be (closed), the entry leaves `pending`: true then.
-  bool Settle(std::size_t i) {
-    Pending& p = pending_[i];
-    const bool alive = ReadSome(p);
-    if (alive && p.got < sizeof(Hello)) return false;
-    if (alive && Valid(p.hello)) {
-      sockets_[p.hello.rank] = p.fd;
-      --expected_;
-    } else {
-      ::close(p.fd);  // a stranger, garbage, or a peer that hung up
-    }
-    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
-    return true;
-  }
-
-  // Accepts one connection into `pending`; false when there was none.
-  // With kMaxPending waiting, the oldest is read a last time (its hello
-  // may have arrived since the last poll) and dropped if still incomplete.
-  bool AcceptOne() {
-    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        throw IoError(
-            StrCat("tcp transport: rank ", rank_,
-                   " cannot accept its peers' connections: ", std::strerror(errno)));
-      }
-      return false;  // EAGAIN, EINTR, ECONNABORTED, a network error: try again
-    }
-    if (pending_.size() == kMaxPending && !Settle(0)) {
-      ::close(pending_.front().fd);
-      pending_.erase(pending_.begin());
-    }
-    pending_.push_back({fd, Hello{}, 0});
-    return true;
-  }
-
- private:
-  bool Valid(const Hello& hello) const {
-    std::string padded = token_;
-    padded.resize(sizeof(hello.token), '\0');
-    return auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)),
-                                   padded) &&
-           hello.rank > rank_ && hello.rank < static_cast<int>(sockets_.size()) &&
-           sockets_[hello.rank] < 0;
-  }
-
-  int listener_, rank_;
-  const std::string& token_;
-  std::vector<int>& sockets_;
-  int expected_;
-  std::vector<Pending> pending_;
-};
-
 }  // namespace
+
+Handshakes::Handshakes(int listener, int rank, const std::string& token,
+                       std::vector<int>& sockets)
+    : listener_(listener),
+      rank_(rank),
+      token_(token),
+      sockets_(sockets),
+      expected_(static_cast<int>(sockets.size()) - 1 - rank) {}
+
+Handshakes::~Handshakes() {
+  for (const Pending& p : pending_) ::close(p.fd);
+}
+
+bool Handshakes::Settle(std::size_t i) {
+  Pending& p = pending_[i];
+  const bool alive = ReadSome(p);
+  if (alive && p.got < sizeof(Hello)) return false;
+  if (alive && Valid(p.hello)) {
+    sockets_[p.hello.rank] = p.fd;
+    --expected_;
+  } else {
+    ::close(p.fd);  // a stranger, garbage, or a peer that hung up
+  }
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  return true;
+}
+
+bool Handshakes::AcceptOne() {
+  const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      throw IoError(
+          StrCat("tcp transport: rank ", rank_,
+                 " cannot accept its peers' connections: ", std::strerror(errno)));
+    }
+    return false;  // EAGAIN, EINTR, ECONNABORTED, a network error: try again
+  }
+  if (pending_.size() == kMaxPending && !Settle(0)) {
+    ::close(pending_.front().fd);
+    pending_.erase(pending_.begin());
+  }
+  pending_.push_back({fd, Hello{}, 0});
+  return true;
+}
+
+bool Handshakes::Valid(const Hello& hello) const {
+  std::string padded = token_;
+  padded.resize(sizeof(hello.token), '\0');
+  return auth::ConstantTimeEqual(std::string(hello.token, sizeof(hello.token)), padded) &&
+         hello.rank > rank_ && hello.rank < static_cast<int>(sockets_.size()) &&
+         sockets_[hello.rank] < 0;
+}
 
 void AcceptPeers(int listener, int rank, const std::string& token,
                  Clock::time_point give_up, std::vector<int>& sockets) {
@@ -139,7 +112,7 @@ void AcceptPeers(int listener, int rank, const std::string& token,
     // A bounded burst: a listener flooded without end cannot keep the loop
     // from the hellos and the deadline.
     if (fds[0].revents != 0) {
-      for (std::size_t n = 0; n < kMaxPending && shakes.AcceptOne(); ++n) {
+      for (std::size_t n = 0; n < Handshakes::kMaxPending && shakes.AcceptOne(); ++n) {
       }
     }
   }
