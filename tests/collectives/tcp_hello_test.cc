@@ -39,18 +39,24 @@ int Listen(std::uint16_t* port) {
   return fd;
 }
 
+// A connected client socket to `port` on loopback.
+int Connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
 // Out of file descriptors, a rank cannot accept its peers: an IoError that
 // says so at once, not a loop over the ever-readable listener until the
 // setup timeout. (In a child: the descriptor limit is the process's.)
 TEST(TcpHello, OutOfFileDescriptorsIsAnErrorNotABusyLoop) {
   std::uint16_t port = 0;
   const int listener = Listen(&port);
-  const int peer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(peer, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int peer = Connect(port);
   const pid_t child = ::fork();
   if (child == 0) {  // exit code: 0 the error, 1 no error, 2 another error
     const rlimit few{64, 64};
@@ -77,17 +83,6 @@ TEST(TcpHello, OutOfFileDescriptorsIsAnErrorNotABusyLoop) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   ::close(peer);
   ::close(listener);
-}
-
-// A connected client socket to `port` on loopback.
-int Connect(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  return fd;
 }
 
 std::size_t OpenDescriptors() {
