@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "strays.h"
@@ -45,25 +45,10 @@ namespace {
   ::_exit(0);
 }
 
-// 16 random bytes as hex.
-std::string RandomId() {
-  unsigned char bytes[16];
-  std::size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(StrCat("getrandom failed: ", std::strerror(errno)));
-    got += static_cast<std::size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string id;
-  for (unsigned char b : bytes) id += {hex[b >> 4], hex[b & 15]};
-  return id;
-}
-
 }  // namespace
 
-ProcessGuard::ProcessGuard() : agent_id_(RandomId()) {
+ProcessGuard::ProcessGuard()
+    : agent_id_(collectives::auth::GenerateSecret().substr(0, 32)) {
   const std::string marker =
       StrCat(runtime::VariableName(runtime::ConfigKey::kAgentId), "=", agent_id_);
   int fds[2];
