@@ -14,6 +14,7 @@
 #include "child_process.h"
 #include "flag_values.h"
 #include "matrix_replay.h"
+#include "predict.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
@@ -238,6 +239,7 @@ int ReplayMain(int argc, char** argv) {
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "matrix") return MatrixMain(argc - 2, argv + 2);
   if (argc >= 2 && std::string(argv[1]) == "replay") return ReplayMain(argc - 2, argv + 2);
+  if (argc >= 2 && std::string(argv[1]) == "predict") return PredictMain(argc - 2, argv + 2);
   LaunchOptions options;
   std::unique_ptr<Agent> agent;
   try {

@@ -13,6 +13,7 @@ void BindDataParallel(pybind11::module_& m);    // DDP's reducer, ZeRO's units
 void BindTensorParallel(pybind11::module_& m);  // tensor / sequence parallel collectives
 void BindCheckpoint(pybind11::module_& m);      // sharded checkpoint files and manifests
 void BindPipeline(pybind11::module_& m);        // pipeline schedules and engine
+void BindPredict(pybind11::module_& m);         // cost descriptions for captured steps
 
 // A process group Python holds, as the intrusive_ptr neuron::parallel takes:
 // the C++ object gains a reference, Python keeps its own.

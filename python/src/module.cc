@@ -49,4 +49,5 @@ PYBIND11_MODULE(_C, m) {
   BindTensorParallel(m);
   BindCheckpoint(m);
   BindPipeline(m);
+  BindPredict(m);
 }

@@ -42,7 +42,19 @@ def _size_rank(group):
     import torch.distributed as dist
     if group is None or group is False:
         return 1, 0
+    if isinstance(group, CapturedGroup):
+        return group.size, group.rank
     return dist.get_world_size(group), dist.get_rank(group)
+
+
+class CapturedGroup:
+    """A tensor-parallel group of `size` ranks that exists only in a capture
+    (torchneuron.predict): the layers split their weights for it as for a
+    real group, and each collective goes to `recorder.collective(kind, x,
+    dim)`, which returns its result's shape without moving data."""
+
+    def __init__(self, size, recorder, rank=0):
+        self.size, self.rank, self.recorder = size, rank, recorder
 
 
 # -- autograd collectives (no-ops without a group of several ranks) ------------
@@ -61,12 +73,23 @@ def _outside_graphs(fn):
     return call
 
 
-_copy_to_group = _outside_graphs(_C._copy_to_group)
-_reduce_from_group = _outside_graphs(_C._reduce_from_group)
-_gather_from_group = _outside_graphs(_C._gather_from_group)
-_scatter_to_group = _outside_graphs(_C._scatter_to_group)
-_reduce_scatter_sequence = _outside_graphs(_C._reduce_scatter_sequence)
-_gather_sequence = _outside_graphs(_C._gather_sequence)
+def _or_captured(kind, fn):
+    """`fn` (a C++ autograd collective), or for a CapturedGroup its recorder's
+    stand-in of the same kind (the same shapes forward and backward)."""
+    def call(x, group, *args):
+        if isinstance(group, CapturedGroup):
+            return group.recorder.collective(kind, x, group, *args)
+        return fn(x, group, *args)
+    return call
+
+
+_copy_to_group = _or_captured("copy_to", _outside_graphs(_C._copy_to_group))
+_reduce_from_group = _or_captured("reduce_from", _outside_graphs(_C._reduce_from_group))
+_gather_from_group = _or_captured("gather_from", _outside_graphs(_C._gather_from_group))
+_scatter_to_group = _or_captured("scatter_to", _outside_graphs(_C._scatter_to_group))
+_reduce_scatter_sequence = _or_captured("reduce_scatter_sequence",
+                                        _outside_graphs(_C._reduce_scatter_sequence))
+_gather_sequence = _or_captured("gather_sequence", _outside_graphs(_C._gather_sequence))
 
 
 def copy_to_tensor_parallel(x, group=None):
@@ -106,6 +129,8 @@ def vocab_parallel_cross_entropy(logits, target, vocab_size, group=None):
     if _size_rank(group)[0] == 1:
         return F.cross_entropy(logits[..., :vocab_size].reshape(-1, vocab_size).float(),
                                target.reshape(-1), reduction="none").view(target.shape)
+    if isinstance(group, CapturedGroup):
+        return group.recorder.vocab_parallel_cross_entropy(logits, target, group)
     return _C._vocab_parallel_cross_entropy(logits, target, group, vocab_size)
 
 

@@ -1,0 +1,304 @@
+#include "predict.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include "child_process.h"
+#include "neuron/parallel/predicted_job.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/fabric/collective_cost.h"
+#include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/text_proto.h"
+#include "neuron/runtime/topology.h"
+#include "rank_env.h"
+
+namespace neuron::launcher {
+
+namespace fs = std::filesystem;
+namespace pp = neuron::parallel;
+
+namespace {
+
+constexpr int kMaxWorld = 65536;
+
+double ActivationBytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
+// What the layout asks of the model and the cluster; InvalidUsage names it.
+void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int world) {
+  NEURON_CHECK(o.seq >= 1 && o.seq <= (1 << 22), "--seq must be between 1 and 4194304, got ",
+               o.seq);
+  NEURON_CHECK(o.micro_batch >= 1 && o.global_batch >= 1,
+               "--micro-batch and --global-batch must be at least 1");
+  NEURON_CHECK(o.tp >= 1 && o.pp >= 1 && o.dp >= 0, "--tp, --pp and --dp must be at least 1");
+  NEURON_CHECK(o.zero >= 0 && o.zero <= 3, "--zero must be 0, 1, 2 or 3, got ", o.zero);
+  NEURON_CHECK(o.checkpointing == "none" || o.checkpointing == "selective" ||
+                   o.checkpointing == "full",
+               "--activation-checkpointing must be none, selective or full, got '",
+               o.checkpointing, "'");
+  NEURON_CHECK(o.attention == "flash" || o.attention == "core",
+               "--attention must be flash or core, got '", o.attention, "'");
+  NEURON_CHECK(o.dtype == "bf16-mixed" || o.dtype == "bf16" || o.dtype == "fp32",
+               "--dtype must be bf16-mixed, bf16 or fp32, got '", o.dtype, "'");
+  NEURON_CHECK(world >= 1 && world <= kMaxWorld, "the job has ", world,
+               " ranks; predict models 1 to ", kMaxWorld);
+  NEURON_CHECK(world % (o.tp * o.pp) == 0, "tp ", o.tp, " x pp ", o.pp, " does not divide the ",
+               world, " ranks of the cluster");
+  NEURON_CHECK(m.heads() % o.tp == 0, "tp ", o.tp, " does not divide the model's ", m.heads(),
+               " attention heads");
+  NEURON_CHECK(m.kv_heads() % o.tp == 0 || o.tp % m.kv_heads() == 0, "tp ", o.tp,
+               " and the model's ", m.kv_heads(), " kv heads must divide one another");
+  NEURON_CHECK(m.ffn_hidden() % o.tp == 0, "tp ", o.tp, " does not divide ffn_hidden ",
+               m.ffn_hidden());
+  NEURON_CHECK(o.pp <= m.layers(), "pp ", o.pp, " is more than the model's ", m.layers(),
+               " layers");
+  NEURON_CHECK(!o.sequence_parallel || o.seq % o.tp == 0, "--sequence-parallel needs tp ", o.tp,
+               " to divide --seq ", o.seq);
+  const int dp = world / (o.tp * o.pp);
+  NEURON_CHECK(o.global_batch % (o.micro_batch * dp) == 0, "--global-batch ", o.global_batch,
+               " is not a multiple of micro-batch ", o.micro_batch, " x dp ", dp);
+  NEURON_CHECK(m.position() != "learned" || m.max_seq() == 0 || o.seq <= m.max_seq(), "--seq ",
+               o.seq, " is longer than the model's ", m.max_seq(), " learned positions");
+}
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::vector<std::string> CaptureArgs(const PredictOptions& o, const pp::proto::DecoderModel& m,
+                                     int dp, const std::vector<int>& stages,
+                                     const std::string& out) {
+  std::vector<std::string> a = {
+      "--layers", std::to_string(m.layers()), "--hidden", std::to_string(m.hidden()),
+      "--heads", std::to_string(m.heads()), "--kv-heads", std::to_string(m.kv_heads()),
+      "--ffn-hidden", std::to_string(m.ffn_hidden()), "--vocab", std::to_string(m.vocab()),
+      "--activation", m.activation(), "--norm", m.norm(), "--position", m.position(),
+      "--max-seq", std::to_string(m.max_seq()), "--tp", std::to_string(o.tp),
+      "--dp", std::to_string(dp), "--zero", std::to_string(o.zero),
+      "--seq", std::to_string(o.seq), "--micro-batch", std::to_string(o.micro_batch),
+      "--checkpointing", o.checkpointing, "--attention", o.attention, "--dtype", o.dtype,
+      "--stage-layers", Join(stages), "--out", out};
+  if (m.rope_theta() > 0) {
+    a.push_back("--rope-theta");
+    a.push_back(std::to_string(m.rope_theta()));
+  }
+  if (o.sequence_parallel) a.push_back("--sequence-parallel");
+  if (o.recompute_mlp) a.push_back("--recompute-mlp");
+  return a;
+}
+
+// Runs python -m torchneuron.predict; IoError with the end of its stderr.
+void RunCapture(const PredictOptions& o, const std::vector<std::string>& args,
+                const fs::path& dir) {
+  const std::string name =
+      o.python.empty() ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)
+                       : o.python;
+  const std::string python = ResolveProgram(name);
+  NEURON_CHECK(!python.empty(), "python interpreter '", name,
+               "' not found (set --python or NEURON_PYTHON)");
+  SpawnRequest r;
+  r.path = python;
+  r.argv = {python, "-m", "torchneuron.predict"};
+  r.argv.insert(r.argv.end(), args.begin(), args.end());
+  Environment env = CurrentEnvironment();
+  env["PYTHONPATH"] = NEURON_PYTHON_PACKAGE_DIR +
+                      (env.count("PYTHONPATH") ? ":" + env["PYTHONPATH"] : std::string());
+  env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0";
+  for (const auto& [k, v] : env) r.env.push_back(k + "=" + v);
+  r.output_file = (dir / "capture.log").string();
+  const SpawnedChild child = Spawn(r);
+  int status = 0;
+  ::waitpid(child.pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  std::string log = runtime::ReadTextFile(r.output_file, "capture log");
+  if (log.size() > 4000) log = "..." + log.substr(log.size() - 4000);
+  const bool usage = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+  const std::string message = StrCat("capturing the step failed: ", log);
+  if (usage) throw InvalidUsage(message);
+  throw IoError(message);
+}
+
+pp::proto::StepCapture LoadCapture(const std::string& path) {
+  pp::proto::StepCapture capture;
+  runtime::ParseTextProto(runtime::ReadTextFile(path, "step capture"), path, "step capture",
+                          &capture);
+  return capture;
+}
+
+pp::proto::StepCapture Capture(const PredictOptions& o, const pp::proto::DecoderModel& m,
+                               int dp, const std::vector<int>& stages) {
+  if (!o.capture_file.empty()) return LoadCapture(o.capture_file);
+  std::string tmpl = (fs::temp_directory_path() / "neuron-predict-XXXXXX").string();
+  NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
+  const fs::path dir = tmpl;
+  const std::string out = o.capture_out.empty() ? (dir / "step.textproto").string()
+                                                : o.capture_out;
+  try {
+    RunCapture(o, CaptureArgs(o, m, dp, stages, out), dir);
+    pp::proto::StepCapture capture = LoadCapture(out);
+    fs::remove_all(dir);
+    return capture;
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    throw;
+  }
+}
+
+// The tensor-parallel collectives' times on the target fabric, for the
+// group of ranks 0..tp-1 (every group sits alike), memoized.
+class TensorParallelPricer {
+ public:
+  TensorParallelPricer(const runtime::FabricModel& model, int tp) : model_(model) {
+    for (int r = 0; r < tp; ++r) group_.push_back(r);
+  }
+  double operator()(const std::string& kind, double bytes, const std::string& axis) {
+    NEURON_CHECK(axis == "tp", "captured collective on axis '", axis, "'");
+    if (group_.size() == 1) return 0;
+    auto key = std::make_pair(kind, bytes);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      const double us = runtime::ModelCollective(model_, kind, bytes, group_, 0,
+                                                 runtime::ConfiguredFabricAlgorithm()).micros;
+      it = cache_.emplace(key, us).first;
+    }
+    return it->second;
+  }
+
+ private:
+  const runtime::FabricModel& model_;
+  std::vector<int> group_;
+  std::map<std::pair<std::string, double>, double> cache_;
+};
+
+// The slowest stage's breakdown from its phases (the replay gives the step).
+Breakdown StageBreakdown(const pp::StepCosts& costs, const pp::proto::StepCapture& capture,
+                         const std::vector<int>& stages, int microbatches) {
+  Breakdown worst;
+  double worst_total = -1;
+  const int last = static_cast<int>(stages.size()) - 1;
+  for (int s = 0; s <= last; ++s) {
+    Breakdown b;
+    auto add = [&](const char* phase, double times) {
+      const pp::PhaseCost& c = costs.at(phase);
+      b.compute_us += c.compute_us * times;
+      b.tp_comm_us += c.tp_collective_us * times;
+      for (const auto& [engine, us] : c.engine_us) b.engine_us[engine] += us * times;
+    };
+    for (const char* dir : {"forward", "backward"}) {
+      add((std::string("layer_") + dir).c_str(), double(stages[s]) * microbatches);
+      if (s == 0) add((std::string("embed_") + dir).c_str(), microbatches);
+      if (s == last) add((std::string("head_") + dir).c_str(), microbatches);
+    }
+    const pp::PhaseCost& opt = costs.at(pp::OptimizerPhase(capture.stage_parameters(s)));
+    b.optimizer_us = opt.total_us();
+    const double total = b.compute_us + b.tp_comm_us + b.optimizer_us;
+    if (total > worst_total) {
+      worst_total = total;
+      worst = b;
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+bool Prediction::fits() const {
+  for (const auto& m : memory) {
+    if (m.total() > hbm_capacity) return false;
+  }
+  return true;
+}
+
+Prediction Predict(const PredictOptions& o) {
+  NEURON_CHECK(!o.model_file.empty(), "--model is required");
+  Prediction p;
+  p.options = o;
+  p.model = pp::LoadDecoderModel(o.model_file);
+  const runtime::Topology topology = o.topology_file.empty()
+                                         ? runtime::Topology::Default()
+                                         : runtime::Topology::FromFile(o.topology_file);
+  const int per_node = o.ranks_per_node > 0
+                           ? o.ranks_per_node
+                           : static_cast<int>(topology.spec().chips_per_node() *
+                                              std::max(1u, topology.spec().ranks_per_chip()));
+  NEURON_CHECK(o.nodes >= 1 && o.nodes <= 4096, "--nodes must be between 1 and 4096");
+  p.world = o.nodes * per_node;
+  PredictOptions checked = o;
+  CheckLayout(checked, p.model, p.world);
+  p.dp = p.world / (o.tp * o.pp);
+  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", o.nodes, " nodes x ", per_node,
+               " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", p.dp);
+  p.microbatches = o.global_batch / (o.micro_batch * p.dp);
+  topology.CheckFits(static_cast<std::uint32_t>(o.nodes),
+                     std::vector<std::uint32_t>(static_cast<std::size_t>(o.nodes), per_node));
+  const runtime::DeviceSpec device = o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
+                                                           : runtime::DeviceSpec::FromFile(o.device_file);
+  const std::vector<int> stages = pp::StageLayers(p.model, o.pp);
+  const pp::proto::StepCapture capture = Capture(o, p.model, p.dp, stages);
+
+  const runtime::FabricModel fabric(
+      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(
+                                                  static_cast<std::size_t>(o.nodes), per_node)),
+      device);
+  TensorParallelPricer tp_pricer(fabric, o.tp);
+  const pp::StepCosts costs = pp::PriceStep(
+      capture, runtime::CostModel(device), o.pricing,
+      [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
+
+  const double act = ActivationBytes(o.dtype);
+  pp::PredictedLayout layout;
+  layout.tp = o.tp;
+  layout.pp = o.pp;
+  layout.dp = p.dp;
+  layout.microbatches = p.microbatches;
+  layout.zero = o.zero;
+  layout.gradient_bytes = o.dtype == "bf16" ? 2 : 4;
+  layout.parameter_bytes = act;
+  layout.message_bytes =
+      double(o.sequence_parallel ? o.seq / o.tp : o.seq) * o.micro_batch * p.model.hidden() * act;
+  layout.stage_layers = stages;
+  const auto traces = pp::PredictedTraces(costs, capture, layout);
+  const auto start = std::chrono::steady_clock::now();
+  const runtime::ReplayResult r = runtime::ReplayTraces(traces, fabric);
+  p.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  NEURON_ASSERT(r.steps.size() == 1, "one predicted step, replayed as ", r.steps.size());
+  const runtime::ReplayedStep& step = r.steps[0];
+  p.step_us = step.modelled_us;
+  p.breakdown = StageBreakdown(costs, capture, stages, p.microbatches);
+  p.breakdown.dp_comm_us = step.collective_wait_us;
+  p.breakdown.pipeline_us = step.message_wait_us;
+
+  p.seq_per_s = o.global_batch / (p.step_us * 1e-6);
+  p.tokens_per_s = p.seq_per_s * o.seq;
+  const auto& t = device.spec().tensor();
+  const double peak = 2.0 * t.pe_rows() * t.pe_columns() * t.clock_ghz() * 1e9 *
+                      (o.dtype == "fp32" ? 1.0 / t.fp32_slowdown() : 1.0);
+  p.mfu = 3 * pp::ForwardFlopsPerToken(p.model, o.seq) * p.tokens_per_s / (p.world * peak);
+  p.model_parameters = pp::DecoderParameters(p.model);
+  p.hbm_capacity = static_cast<double>(device.spec().hbm().capacity_bytes());
+  for (int s = 0; s < o.pp; ++s) {
+    pp::MemoryLayout m;
+    m.dtype = o.dtype;
+    m.pp = o.pp;
+    m.dp = p.dp;
+    m.zero = o.zero;
+    m.microbatches = p.microbatches;
+    m.stage_layers = stages[static_cast<std::size_t>(s)];
+    m.message_bytes = layout.message_bytes;
+    m.bucket_bytes = layout.bucket_bytes;
+    p.memory.push_back(pp::EstimateStepMemory(capture, m, s));
+  }
+  return p;
+}
+
+}  // namespace neuron::launcher

@@ -1,0 +1,80 @@
+// `neuronrun predict`: a full-size training step predicted on a Trainium
+// cluster without running it (docs/scaling.md, "Predicting a full-size
+// job"). The step's operations are captured with their real shapes on fake
+// tensors (python -m torchneuron.predict), priced by the device model
+// (parallel::PriceStep), laid out as the job's ranks run them
+// (parallel::PredictedTraces) and composed over the whole cluster by the
+// trace replay (runtime::ReplayTraces) on the topology's fabric model.
+//
+// Usage:
+//   PredictOptions o;  o.model_file = "configs/models/llama2-7b.textproto"; ...
+//   Prediction p = Predict(o);
+//   PrintPrediction(p, std::cout);
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "neuron/parallel/decoder_model.h"
+#include "neuron/parallel/step_memory.h"
+#include "neuron/parallel/step_pricing.h"
+
+namespace neuron::launcher {
+
+struct PredictOptions {
+  std::string model_file;
+  int seq = 0, micro_batch = 1, global_batch = 0;
+  int tp = 1, pp = 1, dp = 0;  // dp 0: the world over tp x pp
+  int zero = 0;
+  bool sequence_parallel = false;
+  std::string checkpointing = "none";  // none | selective | full
+  bool recompute_mlp = false;
+  std::string attention = "flash";     // flash | core
+  std::string dtype = "bf16-mixed";    // bf16-mixed | bf16 | fp32
+  std::string topology_file;           // "" : the embedded trn2 node
+  int nodes = 1;
+  int ranks_per_node = 0;              // 0: the topology's chips x ranks per chip
+  std::string device_file;             // "" : NEURON_DEVICE_FILE or the embedded v3
+  parallel::PricingOptions pricing;
+  std::string python;                  // "" : NEURON_PYTHON's
+  std::string capture_file;            // a capture to price (no Python run)
+  std::string capture_out;             // keep the capture here
+};
+
+struct Breakdown {
+  double compute_us = 0;               // the operations, per engine below
+  std::map<std::string, double> engine_us;
+  double tp_comm_us = 0;               // blocking tensor-parallel collectives
+  double dp_comm_us = 0;               // exposed data-parallel collectives
+  double pipeline_us = 0;              // bubble and pipeline messages
+  double optimizer_us = 0;             // the optimizer update (in compute)
+};
+
+struct Prediction {
+  PredictOptions options;
+  parallel::proto::DecoderModel model;
+  int world = 0, dp = 0, microbatches = 0;
+  double step_us = 0;
+  Breakdown breakdown;
+  double seq_per_s = 0, tokens_per_s = 0, mfu = 0;
+  double model_parameters = 0;
+  std::vector<parallel::StepMemory> memory;  // per pipeline stage
+  double hbm_capacity = 0;                    // bytes per NeuronCore
+  double replay_s = 0;                        // wall time of the replay
+  bool fits() const;
+};
+
+// InvalidUsage names what is wrong with the model file or the layout (tp
+// not dividing heads, pp above the layers, a global batch the layout does
+// not divide, more ranks than the nodes hold, ...); IoError says why the
+// capture failed.
+Prediction Predict(const PredictOptions& options);
+
+void PrintPrediction(const Prediction& p, std::ostream& out);
+
+// neuronrun predict [flags]: 0, or 2 for bad input or a layout that does
+// not fit HBM (its numbers printed).
+int PredictMain(int argc, char** argv);
+
+}  // namespace neuron::launcher

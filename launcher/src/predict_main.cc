@@ -1,0 +1,212 @@
+// neuronrun predict: flags, help and the printed prediction (predict.h).
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "flag_values.h"
+#include "neuron/runtime/error.h"
+#include "predict.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+constexpr const char* kPredictHelp =
+    "usage: neuronrun predict --model FILE --seq N --global-batch N [options]\n"
+    "Predicts one training step of a full-size decoder on a Trainium cluster without\n"
+    "running it: the step's operations are captured with their real shapes on fake\n"
+    "tensors (python -m torchneuron.predict), priced by the device model, and composed\n"
+    "over every rank by the trace replay on the topology's fabric (docs/scaling.md,\n"
+    "\"Predicting a full-size job\"). Prints where the step goes, a line 'seq/s: N',\n"
+    "tokens/s, MFU and the peak HBM per NeuronCore by what it holds.\n"
+    "  --model FILE                 a decoder (configs/models/*.textproto)\n"
+    "  --seq N                      sequence length\n"
+    "  --micro-batch N              sequences per microbatch (default 1)\n"
+    "  --global-batch N             sequences per step, over every replica\n"
+    "  --tp N, --pp N               tensor- and pipeline-parallel sizes (default 1)\n"
+    "  --dp N                       data-parallel size (default: the ranks over tp x pp;\n"
+    "                               given, it must be that)\n"
+    "  --zero N                     ZeRO stage 0-3 (default 0)\n"
+    "  --sequence-parallel          split activations along the sequence outside the\n"
+    "                               tensor-parallel regions\n"
+    "  --activation-checkpointing M none | selective | full (default none)\n"
+    "  --recompute-mlp              selective checkpointing recomputes the whole MLP\n"
+    "  --attention A                flash (one kernel, default) | core (scores in memory)\n"
+    "  --dtype D                    bf16-mixed (bf16 compute, fp32 master weights and\n"
+    "                               gradient accumulation, as NxD trains; default) |\n"
+    "                               bf16 (pure bf16) | fp32\n"
+    "  --topology FILE              the node (default: the embedded trn2 node)\n"
+    "  --nodes N                    nodes (default 1)\n"
+    "  --ranks-per-node N           default: the node's chips x ranks per chip\n"
+    "  --device FILE                the NeuronCore (default: NEURON_DEVICE_FILE or the\n"
+    "                               embedded NeuronCore-v3)\n"
+    "  --pricing P                  compiled (default) | eager: how each op is priced\n"
+    "  --matmul-overhead-cycles C   compiled pricing's cycles per matmul instruction\n"
+    "                               beyond its issue interval (default: the fitted value)\n"
+    "  --python PATH                the Python that captures (default NEURON_PYTHON)\n"
+    "  --capture FILE               price this capture instead of capturing\n"
+    "  --capture-out FILE           keep the capture\n"
+    "Exit status: 0; 2 for a bad model file or layout, or a layout that does not fit\n"
+    "HBM (the numbers that do not fit are printed).\n";
+
+// The compiled pricing's fitted constant (docs/scaling.md, "What is fitted").
+constexpr double kFittedMatmulOverheadCycles = 0;
+
+std::string Seconds(double us) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(us >= 1e6 ? 3 : 1)
+    << (us >= 1e6 ? us * 1e-6 : us * 1e-3) << (us >= 1e6 ? " s" : " ms");
+  return s.str();
+}
+
+std::string GiB(double bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2) << bytes / (1ull << 30) << " GiB";
+  return s.str();
+}
+
+PredictOptions ParsePredict(int argc, char** argv, bool* help) {
+  PredictOptions o;
+  o.pricing.matmul_overhead_cycles = kFittedMatmulOverheadCycles;
+  auto number = [&](int& i, const std::string& flag, std::uint64_t min, std::uint64_t max) {
+    NEURON_CHECK(i + 1 < argc, flag, " needs a value");
+    return static_cast<int>(ParseUnsigned(flag, argv[++i], min, max));
+  };
+  auto text = [&](int& i, const std::string& flag) -> std::string {
+    NEURON_CHECK(i + 1 < argc, flag, " needs a value");
+    return argv[++i];
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      *help = true;
+    } else if (a == "--model") {
+      o.model_file = text(i, a);
+    } else if (a == "--seq") {
+      o.seq = number(i, a, 1, 1 << 22);
+    } else if (a == "--micro-batch") {
+      o.micro_batch = number(i, a, 1, 1 << 20);
+    } else if (a == "--global-batch") {
+      o.global_batch = number(i, a, 1, 1 << 26);
+    } else if (a == "--tp") {
+      o.tp = number(i, a, 1, 65536);
+    } else if (a == "--pp") {
+      o.pp = number(i, a, 1, 65536);
+    } else if (a == "--dp") {
+      o.dp = number(i, a, 1, 65536);
+    } else if (a == "--zero") {
+      o.zero = number(i, a, 0, 3);
+    } else if (a == "--sequence-parallel") {
+      o.sequence_parallel = true;
+    } else if (a == "--activation-checkpointing") {
+      o.checkpointing = text(i, a);
+    } else if (a == "--recompute-mlp") {
+      o.recompute_mlp = true;
+    } else if (a == "--attention") {
+      o.attention = text(i, a);
+    } else if (a == "--dtype") {
+      o.dtype = text(i, a);
+    } else if (a == "--topology") {
+      o.topology_file = text(i, a);
+    } else if (a == "--nodes") {
+      o.nodes = number(i, a, 1, 4096);
+    } else if (a == "--ranks-per-node") {
+      o.ranks_per_node = number(i, a, 1, 65536);
+    } else if (a == "--device") {
+      o.device_file = text(i, a);
+    } else if (a == "--pricing") {
+      o.pricing.pricing = parallel::ParsePricing(text(i, a));
+    } else if (a == "--matmul-overhead-cycles") {
+      o.pricing.matmul_overhead_cycles = ParseFinite(a, text(i, a), 0, 1e6);
+    } else if (a == "--python") {
+      o.python = text(i, a);
+    } else if (a == "--capture") {
+      o.capture_file = text(i, a);
+    } else if (a == "--capture-out") {
+      o.capture_out = text(i, a);
+    } else {
+      throw InvalidUsage(StrCat("unexpected argument '", a, "'"));
+    }
+  }
+  if (*help) return o;
+  NEURON_CHECK(!o.model_file.empty(), "--model is required");
+  NEURON_CHECK(o.seq > 0, "--seq is required");
+  NEURON_CHECK(o.global_batch > 0, "--global-batch is required");
+  return o;
+}
+
+void PrintMemory(const Prediction& p, std::ostream& out) {
+  int fullest = 0;
+  for (int s = 0; s < static_cast<int>(p.memory.size()); ++s) {
+    if (p.memory[s].total() > p.memory[fullest].total()) fullest = s;
+  }
+  const parallel::StepMemory& m = p.memory[static_cast<std::size_t>(fullest)];
+  out << "HBM per NeuronCore (peak, stage " << fullest << " of " << p.memory.size()
+      << "), of " << GiB(p.hbm_capacity) << ":\n"
+      << "  weights and optimizer state  " << GiB(m.weights_and_optimizer) << "\n"
+      << "  activations                  " << GiB(m.activations) << "\n"
+      << "  gradients                    " << GiB(m.gradients) << "\n"
+      << "  communication buffers        " << GiB(m.communication) << "\n"
+      << "  total                        " << GiB(m.total())
+      << (p.fits() ? "" : "  DOES NOT FIT") << "\n";
+}
+
+}  // namespace
+
+void PrintPrediction(const Prediction& p, std::ostream& out) {
+  const PredictOptions& o = p.options;
+  const Breakdown& b = p.breakdown;
+  out << "predict: " << p.model.name() << " (" << std::setprecision(3)
+      << p.model_parameters / 1e9 << "B parameters), " << p.world << " ranks: tp " << o.tp
+      << " x pp " << o.pp << " x dp " << p.dp << ", ZeRO-" << o.zero << ", seq " << o.seq
+      << ", micro-batch " << o.micro_batch << ", global batch " << o.global_batch << " ("
+      << p.microbatches << " microbatches per replica), " << o.dtype << ", "
+      << parallel::Name(o.pricing.pricing) << "\n";
+  out << "step: " << Seconds(p.step_us) << "\n";
+  out << "  compute                      " << Seconds(b.compute_us) << " (";
+  bool first = true;
+  for (const auto& [engine, us] : b.engine_us) {
+    out << (first ? "" : ", ") << engine << " " << Seconds(us);
+    first = false;
+  }
+  out << ")\n"
+      << "  tensor-parallel comm         " << Seconds(b.tp_comm_us) << "\n"
+      << "  optimizer                    " << Seconds(b.optimizer_us) << "\n"
+      << "  data-parallel comm (exposed) " << Seconds(b.dp_comm_us) << "\n"
+      << "  pipeline bubble and messages " << Seconds(b.pipeline_us) << "\n";
+  out << std::fixed << std::setprecision(2) << "seq/s: " << p.seq_per_s << "\n"
+      << "tokens/s: " << std::setprecision(0) << p.tokens_per_s << "\n"
+      << "MFU: " << std::setprecision(1) << p.mfu * 100
+      << "% (model FLOPs: 3 x forward, attention in full)\n";
+  out.unsetf(std::ios::fixed);
+  PrintMemory(p, out);
+}
+
+int PredictMain(int argc, char** argv) {
+  bool help = false;
+  try {
+    const PredictOptions o = ParsePredict(argc, argv, &help);
+    if (help) {
+      std::cout << kPredictHelp;
+      return 0;
+    }
+    const Prediction p = Predict(o);
+    PrintPrediction(p, std::cout);
+    if (!p.fits()) {
+      std::cerr << "neuronrun predict: error: the layout does not fit the "
+                << GiB(p.hbm_capacity) << " of HBM per NeuronCore (above)\n";
+      return kUsageError;
+    }
+    return 0;
+  } catch (const InvalidUsage& e) {
+    std::cerr << "neuronrun predict: error: " << e.what() << "\n";
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::cerr << "neuronrun predict: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace neuron::launcher

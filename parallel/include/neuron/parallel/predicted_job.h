@@ -1,0 +1,57 @@
+// The operation traces of a predicted training step (docs/scaling.md,
+// "Predicting a full-size job"): the priced phases of a captured step
+// (step_pricing.h) laid out as the ranks of a tp x pp x dp job run them,
+// for runtime::ReplayTraces to compose over the whole cluster.
+//
+// Each rank runs its pipeline stage's 1F1B order (parallel::MakeSchedule)
+// over the step's microbatches: a forward receives its input from the
+// previous stage, runs the stage's phases (the embedding on the first
+// stage, its decoder layers, the head and loss on the last) and sends its
+// output on; a backward does the reverse. The tensor-parallel collectives
+// inside a phase block the compute stream of every member alike (the
+// members run the same program), so each is charged to the phase's compute
+// at the fabric model's time for the group's placement (PhaseCost's
+// tp_collective_us). After the last backward the gradients are reduced over
+// the data-parallel group in buckets (all-reduce; reduce-scatter under
+// ZeRO), the gradient norm is all-reduced, the optimizer phase runs on the
+// rank's shard, and ZeRO all-gathers the updated parameters.
+//
+// The traces hold min(dp, 2) replicas: ReplayTraces runs the recorded
+// replicas' programs on every replica of the target.
+//
+// Usage:
+//   PredictedLayout layout{.tp = 8, .pp = 1, .dp = 64, .microbatches = 16, ...};
+//   auto traces = PredictedTraces(costs, capture, layout);
+//   ReplayResult r = ReplayTraces(traces, fabric);
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "neuron/parallel/step_capture.pb.h"
+#include "neuron/parallel/step_pricing.h"
+#include "neuron/runtime/op_trace.pb.h"
+
+namespace neuron::parallel {
+
+struct PredictedLayout {
+  int tp = 1, pp = 1, dp = 1;
+  int microbatches = 1;           // per step, per data-parallel replica
+  int zero = 0;                   // ZeRO stage: 0 all-reduces the gradients
+  double gradient_bytes = 4;      // per parameter, as reduced (fp32: 4)
+  double parameter_bytes = 2;     // per parameter, as ZeRO all-gathers them
+  double message_bytes = 0;       // a pipeline stage's activations (and their gradients)
+  double bucket_bytes = 512e6;    // data-parallel reduction buckets
+  std::vector<int> stage_layers;  // decoder layers per stage (pp entries)
+};
+
+// InvalidUsage names a layout the costs cannot run: a missing phase, sizes
+// < 1, or stage_layers not of pp entries.
+std::vector<runtime::proto::RankTrace> PredictedTraces(const StepCosts& costs,
+                                                       const proto::StepCapture& capture,
+                                                       const PredictedLayout& layout);
+
+// The optimizer phase of a stage holding `parameters` (its captured name).
+std::string OptimizerPhase(std::int64_t parameters);
+
+}  // namespace neuron::parallel

@@ -1,0 +1,186 @@
+#include "neuron/parallel/predicted_job.h"
+
+#include <cmath>
+
+#include "neuron/parallel/pipeline_schedule.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+namespace rp = runtime::proto;
+
+struct Coordinates {
+  int t, d, p;
+};
+
+// One rank's trace as it is written, op by op.
+class TraceWriter {
+ public:
+  TraceWriter(rp::RankTrace* trace) : trace_(trace) {}
+
+  void Compute(double us) {
+    if (us <= 0) return;
+    if (trace_->ops_size() > 0 && trace_->ops(trace_->ops_size() - 1).has_compute()) {
+      auto* last = trace_->mutable_ops(trace_->ops_size() - 1)->mutable_compute();
+      last->set_us(last->us() + us);  // consecutive charges are one
+      return;
+    }
+    trace_->add_ops()->mutable_compute()->set_us(us);
+  }
+
+  void Mark(const char* name) { trace_->add_ops()->mutable_mark()->set_name(name); }
+
+  // A message to or from `peer`; a receive blocks the compute stream.
+  void Message(bool send, int peer, double bytes) {
+    auto* issue = trace_->add_ops()->mutable_issue();
+    issue->set_messages_lane(true);
+    issue->set_waited_at_issue(!send);
+    auto* m = issue->add_messages();
+    m->set_send(send);
+    m->set_peer(peer);
+    m->set_bytes(bytes);
+    m->set_communicator("pp");
+  }
+
+  // A collective on the data-parallel group; returns its op index.
+  std::uint64_t Collective(const char* kind, const std::vector<int>& group, double bytes,
+                           bool wait) {
+    auto* issue = trace_->add_ops()->mutable_issue();
+    issue->set_waited_at_issue(wait);
+    auto* c = issue->add_collectives();
+    c->set_kind(kind);
+    for (int r : group) c->add_group(r);
+    c->set_communicator("dp");
+    c->set_sequence(++dp_sequence_);
+    c->set_bytes(bytes);
+    return static_cast<std::uint64_t>(trace_->ops_size() - 1);
+  }
+
+  void Wait(std::uint64_t issue) { trace_->add_ops()->mutable_wait()->set_issue(issue); }
+
+ private:
+  rp::RankTrace* trace_;
+  std::uint64_t dp_sequence_ = 0;
+};
+
+const PhaseCost& Phase(const StepCosts& costs, const std::string& name) {
+  auto it = costs.find(name);
+  NEURON_CHECK(it != costs.end(), "the captured step has no phase ", name);
+  return it->second;
+}
+
+class JobBuilder {
+ public:
+  JobBuilder(const StepCosts& costs, const proto::StepCapture& capture,
+             const PredictedLayout& layout, int replicas)
+      : costs_(costs), capture_(capture), layout_(layout), dp_(replicas),
+        plan_(MakeSchedule(ScheduleKind::kOneForwardOneBackward, layout.pp,
+                           layout.microbatches)) {}
+
+  int Rank(Coordinates c) const { return c.p * (dp_ * layout_.tp) + c.d * layout_.tp + c.t; }
+
+  rp::RankTrace Build(Coordinates c) const {
+    rp::RankTrace trace;
+    trace.set_rank(Rank(c));
+    trace.set_world_size(layout_.tp * layout_.pp * dp_);
+    trace.mutable_layout()->set_tp(layout_.tp);
+    trace.mutable_layout()->set_pp(layout_.pp);
+    trace.mutable_layout()->set_dp(dp_);
+    TraceWriter w(&trace);
+    w.Mark("step_begin");
+    for (const PipelineTask& task : plan_.order[static_cast<std::size_t>(c.p)]) {
+      if (task.forward) {
+        Forward(c, w);
+      } else {
+        Backward(c, w);
+      }
+    }
+    Update(c, w);
+    w.Mark("step_end");
+    return trace;
+  }
+
+ private:
+  bool First(Coordinates c) const { return c.p == 0; }
+  bool Last(Coordinates c) const { return c.p == layout_.pp - 1; }
+  int Layers(Coordinates c) const { return layout_.stage_layers[static_cast<std::size_t>(c.p)]; }
+  double Us(const char* phase) const { return Phase(costs_, phase).total_us(); }
+
+  void Forward(Coordinates c, TraceWriter& w) const {
+    if (!First(c)) w.Message(false, Rank({c.t, c.d, c.p - 1}), layout_.message_bytes);
+    w.Compute((First(c) ? Us("embed_forward") : 0) + Layers(c) * Us("layer_forward") +
+              (Last(c) ? Us("head_forward") : 0));
+    if (!Last(c)) w.Message(true, Rank({c.t, c.d, c.p + 1}), layout_.message_bytes);
+  }
+
+  void Backward(Coordinates c, TraceWriter& w) const {
+    if (!Last(c)) w.Message(false, Rank({c.t, c.d, c.p + 1}), layout_.message_bytes);
+    w.Compute((Last(c) ? Us("head_backward") : 0) + Layers(c) * Us("layer_backward") +
+              (First(c) ? Us("embed_backward") : 0));
+    if (!First(c)) w.Message(true, Rank({c.t, c.d, c.p - 1}), layout_.message_bytes);
+  }
+
+  // The data-parallel reduction, the optimizer and ZeRO's all-gather.
+  void Update(Coordinates c, TraceWriter& w) const {
+    const std::int64_t parameters =
+        capture_.stage_parameters(static_cast<int>(c.p));
+    std::vector<int> group;
+    for (int d = 0; d < dp_; ++d) group.push_back(Rank({c.t, d, c.p}));
+    if (dp_ > 1) {
+      const double total = parameters * layout_.gradient_bytes;
+      const int buckets = std::max(1, static_cast<int>(std::ceil(total / layout_.bucket_bytes)));
+      std::vector<std::uint64_t> issued;
+      for (int b = 0; b < buckets; ++b) {
+        issued.push_back(w.Collective(layout_.zero >= 1 ? "reducescatter" : "allreduce", group,
+                                      total / buckets, false));
+      }
+      for (auto i : issued) w.Wait(i);
+      w.Collective("allreduce", group, 4, true);  // the gradient norm
+    }
+    w.Compute(Us(OptimizerPhase(parameters).c_str()));
+    if (dp_ > 1 && layout_.zero >= 1) {
+      w.Collective("allgather", group, parameters * layout_.parameter_bytes, true);
+    }
+  }
+
+  const StepCosts& costs_;
+  const proto::StepCapture& capture_;
+  const PredictedLayout& layout_;
+  const int dp_;
+  const PipelinePlan plan_;
+};
+
+}  // namespace
+
+std::string OptimizerPhase(std::int64_t parameters) {
+  return "optimizer_" + std::to_string(parameters);
+}
+
+std::vector<rp::RankTrace> PredictedTraces(const StepCosts& costs,
+                                           const proto::StepCapture& capture,
+                                           const PredictedLayout& layout) {
+  NEURON_CHECK(layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1 && layout.microbatches >= 1,
+               "predicted job: tp, pp, dp and microbatches must be at least 1 (got ", layout.tp,
+               ", ", layout.pp, ", ", layout.dp, ", ", layout.microbatches, ")");
+  NEURON_CHECK(static_cast<int>(layout.stage_layers.size()) == layout.pp &&
+                   capture.stage_parameters_size() == layout.pp,
+               "predicted job: ", layout.stage_layers.size(), " stage layer counts and ",
+               capture.stage_parameters_size(), " captured stages for pp ", layout.pp);
+  NEURON_CHECK(layout.bucket_bytes > 0, "predicted job: bucket_bytes must be positive");
+  const int replicas = std::min(layout.dp, 2);
+  JobBuilder builder(costs, capture, layout, replicas);
+  std::vector<rp::RankTrace> traces(static_cast<std::size_t>(layout.tp * layout.pp * replicas));
+  for (int p = 0; p < layout.pp; ++p) {
+    for (int d = 0; d < replicas; ++d) {
+      for (int t = 0; t < layout.tp; ++t) {
+        const Coordinates c{t, d, p};
+        traces[static_cast<std::size_t>(builder.Rank(c))] = builder.Build(c);
+      }
+    }
+  }
+  return traces;
+}
+
+}  // namespace neuron::parallel

@@ -1,0 +1,49 @@
+#include "neuron/parallel/step_memory.h"
+
+#include <algorithm>
+
+#include "neuron/runtime/error.h"
+
+namespace neuron::parallel {
+
+namespace {
+
+// Bytes per parameter: the weights as the model computes with them, the
+// optimizer's state (master weights and Adam moments), the gradients.
+struct PerParameter {
+  double weights, optimizer, gradients;
+};
+
+PerParameter BytesPerParameter(const std::string& dtype) {
+  if (dtype == "bf16-mixed") return {2, 12, 4};  // fp32 master, m, v; fp32 accumulation
+  if (dtype == "bf16") return {2, 4, 2};         // pure bf16 (stochastic rounding)
+  if (dtype == "fp32") return {4, 8, 4};
+  throw InvalidUsage(StrCat("dtype must be bf16-mixed, bf16 or fp32, got \"", dtype, "\""));
+}
+
+}  // namespace
+
+StepMemory EstimateStepMemory(const proto::StepCapture& capture, const MemoryLayout& layout,
+                              int stage) {
+  NEURON_CHECK(stage >= 0 && stage < capture.stage_parameters_size(), "memory: stage ", stage,
+               " of ", capture.stage_parameters_size());
+  const PerParameter b = BytesPerParameter(layout.dtype);
+  const double p = static_cast<double>(capture.stage_parameters(stage));
+  const double dp = std::max(1, layout.dp);
+  StepMemory m;
+  m.weights_and_optimizer = p * b.weights / (layout.zero >= 3 ? dp : 1) +
+                            p * b.optimizer / (layout.zero >= 1 ? dp : 1);
+  m.gradients = p * b.gradients / (layout.zero >= 2 ? dp : 1);
+  const bool first = stage == 0, last = stage == layout.pp - 1;
+  const double per_microbatch =
+      layout.stage_layers * static_cast<double>(capture.layer_activation_bytes()) +
+      (first ? capture.embed_activation_bytes() : 0) +
+      (last ? capture.head_activation_bytes() : 0);
+  const int in_flight = std::min(layout.microbatches, layout.pp - stage);
+  m.activations = per_microbatch * in_flight;
+  m.communication = (layout.dp > 1 ? 2 * std::min(layout.bucket_bytes, p * b.gradients) : 0) +
+                    (layout.pp > 1 ? 2 * layout.message_bytes : 0);
+  return m;
+}
+
+}  // namespace neuron::parallel

@@ -1,0 +1,169 @@
+#include "neuron/parallel/step_pricing.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "neuron/runtime/device/eager_cost.h"
+#include "neuron/runtime/error.h"
+
+namespace neuron::parallel {
+
+using runtime::CostModel;
+using runtime::EagerKind;
+using runtime::Engine;
+
+namespace {
+
+EagerKind KindOf(const proto::CapturedOp& op) {
+  static const std::map<std::string, EagerKind> kinds = {
+      {"view", EagerKind::kView},     {"matmul", EagerKind::kMatmul},
+      {"vector", EagerKind::kVector}, {"scalar", EagerKind::kScalar},
+      {"copy", EagerKind::kCopy},     {"unknown", EagerKind::kUnknown}};
+  auto it = kinds.find(op.kind());
+  NEURON_CHECK(it != kinds.end(), "captured op ", op.name(), ": unknown kind \"", op.kind(),
+               "\"");
+  NEURON_CHECK(op.batch() >= 0 && op.m() >= 0 && op.k() >= 0 && op.n() >= 0 &&
+                   op.elements() >= 0,
+               "captured op ", op.name(), ": negative sizes");
+  return it->second;
+}
+
+runtime::EagerOp AsEager(const proto::CapturedOp& op, EagerKind kind) {
+  runtime::EagerOp e;
+  e.kind = kind;
+  e.matmul = {op.batch(), op.m(), op.k(), op.n()};
+  e.fp32 = op.fp32();
+  e.elements = op.elements();
+  e.inputs = std::clamp(op.inputs(), 1, 3);
+  e.bytes_in = op.bytes_in();
+  e.bytes_out = op.bytes_out();
+  return e;
+}
+
+const char* EngineOf(EagerKind kind) {
+  switch (kind) {
+    case EagerKind::kView:
+      return "";
+    case EagerKind::kMatmul:
+      return "tensor";
+    case EagerKind::kScalar:
+      return "scalar";
+    case EagerKind::kCopy:
+      return "dma";
+    default:
+      return "vector";
+  }
+}
+
+// One [m, k] x [k, n] product on the tensor engine in a compiled graph.
+double CompiledMatmulUs(const CostModel& model, std::int64_t m, std::int64_t k,
+                        std::int64_t n, bool fp32, const PricingOptions& options) {
+  const runtime::MatmulCost mm = model.Matmul(m, k, n, fp32);
+  const double ghz = model.device().spec().tensor().clock_ghz();
+  return mm.time.count() + mm.instructions * options.matmul_overhead_cycles / (ghz * 1e3);
+}
+
+// Flash attention (Neuron's kernel): per head, Q K^T and P V on the tensor
+// engine over the causal half of the key blocks (plus the diagonal), the
+// exponentials on the scalar engine, row maxima and rescaling on the
+// vector engine; the engines overlap, so the slowest sets the time, plus
+// streaming Q, K, V and O (and their gradients) through HBM. Backward:
+// five products (S again, dV, dP, dQ, dK), the exponentials again and two
+// vector passes.
+double AttentionUs(const proto::CapturedOp& op, const CostModel& model,
+                   const PricingOptions& options, double* flops) {
+  const auto& a = op.attention();
+  const double blocks = std::ceil(static_cast<double>(a.key()) / 128.0);
+  const double fraction = a.causal() ? (blocks + 1) / (2 * blocks) : 1.0;
+  const double products = a.backward() ? 5 : 2;
+  const double one = CompiledMatmulUs(model, a.query(), a.head_dim(), a.key(), op.fp32(),
+                                      options);  // one product's time for one head
+  const double tensor = one * products * fraction * a.batch_heads();
+  const auto elements = static_cast<std::int64_t>(a.query() * a.key() * fraction);
+  const double scalar = model.Elementwise(Engine::kScalar, elements, 1, false).count() *
+                        a.batch_heads();
+  const double vector = model.Elementwise(Engine::kVector, elements, 1, false).count() *
+                        a.batch_heads() * (a.backward() ? 2 : 1);
+  *flops = 2.0 * a.query() * a.key() * a.head_dim() * products * fraction * a.batch_heads();
+  const double hbm = model.Hbm(op.bytes_in() + op.bytes_out()).count();
+  return std::max({tensor, scalar, vector}) + hbm;
+}
+
+double CompiledUs(const proto::CapturedOp& op, EagerKind kind, const CostModel& model,
+                  const PricingOptions& options, double* flops) {
+  const double hbm = model.Hbm(op.bytes_in() + op.bytes_out()).count();
+  const auto inputs = std::clamp(op.inputs(), 1, 3);
+  switch (kind) {
+    case EagerKind::kView:
+      return 0;
+    case EagerKind::kCopy:
+      return hbm;
+    case EagerKind::kMatmul: {
+      const double batch = static_cast<double>(std::max<std::int64_t>(op.batch(), 1));
+      *flops = 2.0 * batch * op.m() * op.k() * op.n();
+      return std::max(batch * CompiledMatmulUs(model, op.m(), op.k(), op.n(), op.fp32(),
+                                               options),
+                      hbm);
+    }
+    case EagerKind::kScalar:
+      return std::max(model.Elementwise(Engine::kScalar, op.elements(), inputs, false).count(),
+                      hbm);
+    default:
+      return std::max(model.Elementwise(Engine::kVector, op.elements(), inputs, false).count(),
+                      hbm);
+  }
+}
+
+}  // namespace
+
+Pricing ParsePricing(const std::string& name) {
+  if (name == "compiled") return Pricing::kCompiled;
+  if (name == "eager") return Pricing::kEager;
+  throw InvalidUsage(StrCat("pricing must be \"compiled\" or \"eager\", got \"", name, "\""));
+}
+
+const char* Name(Pricing pricing) {
+  return pricing == Pricing::kEager ? "eager" : "compiled";
+}
+
+OpPrice PriceOp(const proto::CapturedOp& op, const CostModel& model,
+                const PricingOptions& options) {
+  const EagerKind kind = KindOf(op);
+  OpPrice price;
+  price.engine = op.has_attention() ? "tensor" : EngineOf(kind);
+  if (op.has_attention()) {
+    price.us = AttentionUs(op, model, options, &price.flops);
+  } else {
+    price.us = CompiledUs(op, kind, model, options, &price.flops);
+  }
+  if (options.pricing == Pricing::kEager) {
+    price.us = runtime::EagerCost(model, AsEager(op, kind)).count();
+  }
+  return price;
+}
+
+StepCosts PriceStep(const proto::StepCapture& capture, const CostModel& model,
+                    const PricingOptions& options, const CollectivePricer& collective) {
+  StepCosts costs;
+  for (const auto& phase : capture.phases()) {
+    PhaseCost& cost = costs[phase.name()];
+    for (const auto& step : phase.steps()) {
+      if (step.has_collective()) {
+        const auto& c = step.collective();
+        NEURON_CHECK(c.bytes() >= 0 && std::isfinite(c.bytes()), "phase ", phase.name(),
+                     ": a ", c.kind(), " of ", c.bytes(), " bytes");
+        cost.tp_collective_us += collective(c.kind(), c.bytes(), c.axis());
+        ++cost.collectives;
+        continue;
+      }
+      const OpPrice price = PriceOp(step.op(), model, options);
+      cost.flops += price.flops;
+      cost.compute_us += price.us;
+      if (!price.engine.empty()) cost.engine_us[price.engine] += price.us;
+      ++cost.ops;
+    }
+  }
+  return costs;
+}
+
+}  // namespace neuron::parallel

@@ -1,0 +1,258 @@
+"""One training step's operations, captured at full size without doing the
+model's arithmetic (docs/scaling.md, "Predicting a full-size job").
+
+The model code is the decoder a real job trains (torchneuron.models.decoder)
+with the project's tensor-parallel layers; it runs on fake tensors
+(torch._subclasses.FakeTensorMode: shapes and dtypes, no storage), under
+BF16 autocast when asked, with a CapturedGroup of the tensor-parallel size
+in place of a process group. Every ATen operation the step dispatches is
+described as the "neuron" device describes it for its cost model (the
+kind, matmul dimensions, elements and bytes: torchneuron._C._describe_op,
+the eager device's own description); every tensor-parallel collective is
+recorded with its kind and bytes; scaled dot-product attention is one
+flash-attention kernel, forward and backward.
+
+A step is captured in phases, each one rank's operations in program order:
+  embed_forward / embed_backward     the first pipeline stage's embedding
+  layer_forward / layer_backward     one decoder layer (every layer is alike);
+                                     the backward includes the recomputation
+                                     that activation checkpointing asks for
+  head_forward / head_backward       the last stage's norm, LM head and loss
+  optimizer_<s>                      stage s's AdamW update of its shard
+                                     (ZeRO-1 and up: 1/dp of its parameters),
+                                     with gradient-norm clipping
+Backwards are captured with the gradients already allocated (a later
+microbatch of gradient accumulation), so they include the accumulation.
+"""
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .. import _C
+from ..models.decoder import Decoder
+from ..parallel import tensor_parallel as tp
+
+# Operations that allocate without writing, or reinterpret without copying
+# (the device registers them natively, free).
+_FREE = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided",
+         "_unsafe_view", "lift_fresh"}
+
+# The eager device's name for attention (runtime/aten op_info: kAttention).
+_ATTENTION = ("aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def _tensors(tree):
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _is_view(func):
+    """An op whose results alias its arguments without writing them."""
+    returns = func._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in returns)
+
+
+def describe(name, overload, inputs, outputs):
+    """The device's cost description of one operation: a dict of op_info's
+    fields, from the tensors' shapes and dtypes only."""
+    shapes = lambda ts: [(list(t.shape), t.dtype) for t in ts]  # noqa: E731
+    return _C._describe_op(name, overload, shapes(inputs), shapes(outputs))
+
+
+class Recorder(TorchDispatchMode):
+    """Records the operations dispatched inside `phase(name)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.phases = {}
+        self._current = None
+        self._paused = 0
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        self._current = self.phases.setdefault(name, [])
+        try:
+            yield
+        finally:
+            self._current = None
+
+    @contextlib.contextmanager
+    def paused(self):
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def _recording(self):
+        return self._current is not None and not self._paused
+
+    def add(self, entry):
+        if self._recording():
+            self._current.append(entry)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self._recording() or _is_view(func):
+            return out
+        namespace, _, base = func._schema.name.partition("::")
+        if namespace != "aten" or base in _FREE:  # prim:: ops are metadata
+            return out
+        op = describe(func._schema.name, func._schema.overload_name,
+                      _tensors((args, kwargs)), _tensors(out))
+        op["name"] = f"{func._schema.name}.{func._schema.overload_name or 'default'}"
+        self.add({"op": op})
+        return out
+
+    # -- stand-ins for the tensor-parallel collectives (CapturedGroup) ------
+    def collective(self, kind, x, group, *args):
+        return _Collective.apply(x, self, kind, group.size, args[0] if args else -1)
+
+    def record_collective(self, kind, nbytes):
+        self.add({"collective": {"kind": kind, "axis": "tp", "bytes": float(nbytes)}})
+
+    def vocab_parallel_cross_entropy(self, logits, target, group):
+        return _VocabParallelCrossEntropy.apply(logits, target, self)
+
+
+def _nbytes(shape, dtype):
+    n = 1
+    for s in shape:
+        n *= s
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+# Each stand-in: (forward collective, backward collective) and the output's
+# shape; sizes as collective_schedules.h counts them (the per-rank buffer
+# for all-reduce, the gathered total for all-gather and reduce-scatter).
+class _Collective(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, recorder, kind, size, dim):
+        ctx.recorder, ctx.kind, ctx.size, ctx.dim = recorder, kind, size, dim
+        shape = list(x.shape)
+        if kind == "reduce_from":
+            recorder.record_collective("allreduce", _nbytes(shape, x.dtype))
+        elif kind == "gather_sequence":
+            shape[0] *= size
+            recorder.record_collective("allgather", _nbytes(shape, x.dtype))
+        elif kind == "reduce_scatter_sequence":
+            recorder.record_collective("reducescatter", _nbytes(shape, x.dtype))
+            shape[0] //= size
+        elif kind == "gather_from":
+            shape[dim] *= size
+            recorder.record_collective("allgather", _nbytes(shape, x.dtype))
+        elif kind == "scatter_to":
+            shape[dim] //= size
+        with recorder.paused():
+            return x.new_empty(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        recorder, kind, size, dim = ctx.recorder, ctx.kind, ctx.size, ctx.dim
+        shape = list(grad.shape)
+        if kind == "copy_to":
+            recorder.record_collective("allreduce", _nbytes(shape, grad.dtype))
+        elif kind == "gather_sequence":
+            recorder.record_collective("reducescatter", _nbytes(shape, grad.dtype))
+            shape[0] //= size
+        elif kind == "reduce_scatter_sequence":
+            shape[0] *= size
+            recorder.record_collective("allgather", _nbytes(shape, grad.dtype))
+        elif kind == "gather_from":
+            shape[dim] //= size
+        elif kind == "scatter_to":
+            shape[dim] *= size
+            recorder.record_collective("allgather", _nbytes(shape, grad.dtype))
+        with recorder.paused():
+            return grad.new_empty(shape), None, None, None, None
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """The operations and collectives of the vocab-parallel cross-entropy
+    (neuron::parallel's): the max, the sum of exponentials and the target's
+    logit all-reduced over the group; backward is local."""
+
+    @staticmethod
+    def forward(ctx, logits, target, recorder):
+        x = logits.float()
+        m = x.max(-1)[0]
+        recorder.record_collective("allreduce", m.numel() * 4)
+        x = x - m.unsqueeze(-1)
+        index = target.clamp(0, x.shape[-1] - 1)
+        predicted = x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        e = x.exp()
+        total = e.sum(-1)
+        recorder.record_collective("allreduce", predicted.numel() * 4)
+        recorder.record_collective("allreduce", total.numel() * 4)
+        softmax = e / total.unsqueeze(-1)
+        ctx.save_for_backward(softmax, index)
+        ctx.dtype = logits.dtype
+        return (total.log() - predicted).to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, index = ctx.saved_tensors
+        g = softmax.clone()
+        g.scatter_add_(-1, index.unsqueeze(-1), torch.full_like(index, -1.0,
+                                                                dtype=g.dtype).unsqueeze(-1))
+        return (g * grad.unsqueeze(-1)).to(ctx.dtype), None, None
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Causal attention as one kernel (Neuron's flash attention): recorded
+    with the eager device's description and the dimensions its tiles run."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, recorder):
+        ctx.recorder = recorder
+        with recorder.paused():
+            out = q.new_empty(q.shape)
+            lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+        _record_attention(recorder, False, [q, k, v], [out, lse])
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse = ctx.saved_tensors
+        with ctx.recorder.paused():
+            grads = [t.new_empty(t.shape) for t in (q, k, v)]
+        _record_attention(ctx.recorder, True, [grad, q, k, v, out, lse], grads)
+        return grads[0], grads[1], grads[2], None
+
+
+def _record_attention(recorder, backward, inputs, outputs):
+    name = _ATTENTION[1 if backward else 0]
+    op = describe(name, "", inputs, outputs)
+    q = inputs[1] if backward else inputs[0]
+    k = inputs[2] if backward else inputs[1]
+    b, h, s, d = q.shape
+    op["name"] = name
+    op["attention"] = {"batch_heads": b * h, "query": s, "key": k.shape[2], "head_dim": d,
+                       "causal": True, "backward": backward}
+    recorder.add({"op": op})
+
+
+@contextlib.contextmanager
+def _flash_attention(recorder):
+    """F.scaled_dot_product_attention as _FlashAttention (grouped-query
+    attention's kv heads read in place, as the kernel reads them)."""
+    original = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        if attn_mask is not None or dropout_p or not is_causal:
+            raise ValueError("predict: the captured attention is causal, without a mask "
+                             "or dropout")
+        return _FlashAttention.apply(q, k, v, recorder)
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
