@@ -15,21 +15,45 @@ namespace na = neuron::aten;
 
 namespace {
 
+// torch.accelerator.memory_stats()'s flat names ("allocated_bytes.all.peak",
+// "num_ooms", ...) for the same DeviceStats, plus the device's own
+// num_cache_hits and capacity_bytes.
 py::dict MemoryStats(c10::DeviceIndex index) {
-  const na::DeviceMemoryStats s =
-      na::CachingAllocator::Get().Stats(na::CheckIndex(index, "memory_stats"));
+  using c10::CachingAllocator::Stat;
+  using c10::CachingAllocator::StatArray;
+  na::CachingAllocator& allocator = na::CachingAllocator::Get();
+  const auto stats = allocator.getDeviceStats(na::CheckIndex(index, "memory_stats"));
+  const na::DeviceMemoryStats own = allocator.Stats(index);
   py::dict d;
-  d["allocated_bytes.all.current"] = s.allocated;
-  d["allocated_bytes.all.peak"] = s.peak_allocated;
-  d["reserved_bytes.all.current"] = s.reserved;
-  d["reserved_bytes.all.peak"] = s.peak_reserved;
-  d["active_bytes.all.current"] = s.allocated;
-  d["active_bytes.all.peak"] = s.peak_allocated;
-  d["allocation.all.allocated"] = s.allocations;
-  d["allocation.all.freed"] = s.frees;
-  d["num_cache_hits"] = s.cache_hits;
-  d["num_ooms"] = s.ooms;
-  d["capacity_bytes"] = s.capacity;
+  auto stat = [&d](const std::string& name, const Stat& s) {
+    d[py::str(name + ".current")] = s.current;
+    d[py::str(name + ".peak")] = s.peak;
+    d[py::str(name + ".allocated")] = s.allocated;
+    d[py::str(name + ".freed")] = s.freed;
+  };
+  auto array = [&stat](const std::string& name, const StatArray& a) {
+    const char* pools[] = {"all", "small_pool", "large_pool"};
+    for (std::size_t i = 0; i < a.size(); ++i) stat(name + "." + pools[i], a[i]);
+  };
+  array("allocation", stats.allocation);
+  array("segment", stats.segment);
+  array("active", stats.active);
+  array("inactive_split", stats.inactive_split);
+  array("allocated_bytes", stats.allocated_bytes);
+  array("reserved_bytes", stats.reserved_bytes);
+  array("active_bytes", stats.active_bytes);
+  array("inactive_split_bytes", stats.inactive_split_bytes);
+  array("requested_bytes", stats.requested_bytes);
+  stat("oversize_allocations", stats.oversize_allocations);
+  stat("oversize_segments", stats.oversize_segments);
+  d["num_alloc_retries"] = stats.num_alloc_retries;
+  d["num_ooms"] = stats.num_ooms;
+  d["num_sync_all_streams"] = stats.num_sync_all_streams;
+  d["num_device_alloc"] = stats.num_device_alloc;
+  d["num_device_free"] = stats.num_device_free;
+  d["max_split_size"] = stats.max_split_size;  // 0: blocks are never split
+  d["num_cache_hits"] = own.cache_hits;
+  d["capacity_bytes"] = own.capacity;
   return d;
 }
 
@@ -79,6 +103,12 @@ void BindDevice(py::module_& m) {
   m.def("_reset_peak_memory_stats", [](int index) {
     na::CachingAllocator::Get().ResetPeaks(
         na::CheckIndex(static_cast<c10::DeviceIndex>(index), "reset_peak_memory_stats"));
+  });
+  m.def("_reset_accumulated_memory_stats", [](int index) {
+    na::CachingAllocator::Get().resetAccumulatedStats(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_mem_get_info", [](int index) {
+    return na::CachingAllocator::Get().getMemoryInfo(static_cast<c10::DeviceIndex>(index));
   });
   m.def("_empty_cache", [] { na::CachingAllocator::Get().EmptyCache(); });
   m.def("_eager_records", &EagerRecords);

@@ -18,6 +18,7 @@ event records the simulated compute clock, so ``elapsed_time`` gives
 modelled milliseconds.
 """
 
+import collections
 import contextlib
 
 import torch
@@ -30,7 +31,8 @@ __all__ = [
     "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
     "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
     "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
-    "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
+    "mem_get_info", "memory_reserved", "memory_stats", "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats", "seed", "seed_all",
     "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
     "synchronize",
 ]
@@ -181,10 +183,15 @@ def stream(stream):
         torch.accelerator.set_stream(previous)
 
 
-# Memory: the caching allocator's counters (CUDA's meaning).
+# Memory: the caching allocator's counters (CUDA's meaning), the same that
+# torch.accelerator's memory calls read (the allocator is the device's
+# c10::DeviceAllocator).
 
 def memory_stats(device=None):
-    return dict(_C._memory_stats(_index(device, "memory_stats")))
+    """torch.accelerator.memory_stats()'s figures under its names, sorted,
+    plus num_cache_hits and capacity_bytes."""
+    stats = _C._memory_stats(_index(device, "memory_stats"))
+    return collections.OrderedDict(sorted(stats.items()))
 
 
 def memory_allocated(device=None):
@@ -207,12 +214,24 @@ def reset_peak_memory_stats(device=None):
     _C._reset_peak_memory_stats(_index(device, "reset_peak_memory_stats"))
 
 
+def reset_accumulated_memory_stats(device=None):
+    """Zeroes the cumulative counters (allocated, freed, device allocs...)."""
+    _C._reset_accumulated_memory_stats(_index(device, "reset_accumulated_memory_stats"))
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes: the capacity less what the allocator reserves."""
+    return tuple(_C._mem_get_info(_index(device, "mem_get_info")))
+
+
 def empty_cache():
     """Returns the cached blocks of every device to the system."""
     _C._empty_cache()
 
 
-# Random numbers: one generator per device, with the CPU's algorithm.
+# Random numbers: one generator per device, with the CPU's algorithm; its
+# state is a seed and an offset (16 bytes, as CUDA's), which DTensor's RNG
+# tracker and torch.random.fork_rng(device_type="neuron") move.
 
 def _generators():
     global default_generators

@@ -52,7 +52,8 @@ class CpuViews {
     bool written;
   };
 
-  c10::IValue Argument(const c10::IValue& value, bool written);
+  // `cpu_scalar`: a one-element CPU tensor may stand here (OpInfo::cpu_scalar).
+  c10::IValue Argument(const c10::IValue& value, bool written, bool cpu_scalar);
   at::Tensor Wrap(const at::Tensor& t, bool written);
   at::Tensor Unwrap(const at::Tensor& t);
   c10::Storage CpuStorage(const c10::Storage& neuron);
@@ -104,11 +105,13 @@ at::Tensor CpuViews::Wrap(const at::Tensor& t, bool written) {
   return cpu;
 }
 
-c10::IValue CpuViews::Argument(const c10::IValue& value, bool written) {
+c10::IValue CpuViews::Argument(const c10::IValue& value, bool written, bool cpu_scalar) {
   if (value.isTensor()) {
     const at::Tensor& t = value.toTensor();
     if (IsNeuron(t)) return Wrap(t, written);
-    if (t.defined() && t.device().is_cpu() && t.dim() > 0) cpu_tensor_ = true;
+    if (t.defined() && t.device().is_cpu() && t.dim() > 0 && !(cpu_scalar && t.numel() == 1)) {
+      cpu_tensor_ = true;
+    }
     if (t.defined()) inputs_.push_back(t);
     return value;
   }
@@ -142,7 +145,8 @@ c10::IValue CpuViews::Argument(const c10::IValue& value, bool written) {
 void CpuViews::Arguments(torch::jit::Stack* stack, std::size_t count) {
   auto args = stack->end() - static_cast<std::ptrdiff_t>(count);
   for (std::size_t i = 0; i < count; ++i) {
-    args[i] = Argument(args[i], i < info_.written.size() && info_.written[i]);
+    args[i] = Argument(args[i], i < info_.written.size() && info_.written[i],
+                       i < info_.cpu_scalar.size() && info_.cpu_scalar[i]);
   }
   if (other_device_) {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "

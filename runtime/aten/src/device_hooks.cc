@@ -1,9 +1,9 @@
 // PyTorch's hooks for the PrivateUse1 ("neuron") device: availability, the
 // device count and current device (torch.accelerator), generators, pinned
 // memory, and resizing storages.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <cstring>
 #include <mutex>
@@ -11,6 +11,7 @@
 
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
+#include "neuron/aten/generator.h"
 #include "neuron/aten/pinned_allocator.h"
 #include "neuron/aten/registration.h"
 
@@ -22,7 +23,7 @@ const at::Generator& DefaultGenerator(c10::DeviceIndex index) {
   std::call_once(once, [] {
     generators = new std::vector<at::Generator>();
     for (int i = 0; i < Inventory().count; ++i) {
-      generators->push_back(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val));
+      generators->push_back(at::make_generator<NeuronGenerator>(c10::default_rng_seed_val));
     }
   });
   return (*generators)[static_cast<std::size_t>(CheckIndex(index, "generator"))];
@@ -52,7 +53,7 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     return DefaultGenerator(index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex) const override {
-    return at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val);
+    return at::make_generator<NeuronGenerator>(c10::default_rng_seed_val);
   }
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, CurrentDevice());
@@ -60,8 +61,14 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   // Device memory is host memory: pinning is a CPU allocation, remembered.
   bool isPinnedPtr(const void* ptr) const override { return IsPinned(ptr); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return PinnedAllocator(); }
+  // Storage.resize_ on "neuron" (torch.UntypedStorage): new memory from the
+  // storage's allocator on the storage's device, the bytes that fit kept.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t bytes) const override {
-    c10::DataPtr fresh = storage.allocator()->allocate(bytes);
+    TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+    c10::Allocator* allocator = storage.allocator();
+    TORCH_CHECK(allocator != nullptr, "Trying to resize storage without an allocator");
+    c10::DeviceGuard guard(storage.device());
+    c10::DataPtr fresh = allocator->allocate(bytes);
     const std::size_t keep = std::min(bytes, storage.nbytes());
     if (keep > 0) std::memcpy(fresh.get(), storage.data(), keep);
     auto* impl = storage.unsafeGetStorageImpl();

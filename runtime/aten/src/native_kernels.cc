@@ -1,13 +1,11 @@
 // The kernels the "neuron" device registers itself, where running the CPU's
 // would be wrong: allocation (the caching allocator), views and storage
 // changes (on the neuron storage itself), copies between devices (a DMA on
-// the device model), attention's kernel choice (the CPU's), and convolution
-// (PyTorch routes a PrivateUse1 convolution to convolution_overrideable,
-// which has no CPU kernel).
+// the device model), dropout (the CPU's draws from the CPU's generator),
+// and convolution (PyTorch routes a PrivateUse1 convolution to
+// convolution_overrideable, which has no CPU kernel).
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
-#include <ATen/native/transformers/attention.h>
-#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -123,6 +121,23 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 
 void RecordStream(at::Tensor&, c10::Stream) {}  // operations are synchronous
 
+// The CPU's native_dropout, step by step on the device: the CPU kernel
+// takes no generator and would draw from the CPU's default one, so DTensor's
+// RNG tracker and fork_rng on "neuron" would not reach dropout. Here the
+// mask's bernoulli_ draws from the device's generator (the same numbers as
+// the CPU's after the same seed).
+std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double p,
+                                                 std::optional<bool> train) {
+  if (input.numel() == 0) return {input, at::empty_like(input)};
+  const auto bool_options = input.options().dtype(at::kBool);
+  if (train.has_value() && !*train) return {input.clone(), at::ones_like(input, bool_options)};
+  const double keep = 1. - p;
+  const double scale = keep == 0 ? 0. : 1. / keep;  // p == 1: zeros, not NaN
+  at::Tensor mask = at::empty_like(input, bool_options);
+  mask.bernoulli_(keep);
+  return {input.mul(mask).mul_(scale), mask};
+}
+
 // convolution_overrideable has aten::convolution's arguments.
 void ConvolutionOverrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const auto target =
@@ -143,16 +158,6 @@ void ConvolutionBackwardOverrideable(const c10::OperatorHandle& op, torch::jit::
   const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
   stack->insert(args + 3, c10::IValue(std::vector<int64_t>{channels}));
   RunOnCpu(target, InfoOf(target), stack);
-}
-
-// scaled_dot_product_attention picks its kernel through this stub per
-// device; on "neuron" it picks what the CPU would, so the CPU's kernel runs.
-int64_t FusedSdpChoice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                       const std::optional<at::Tensor>& attn_mask, double dropout_p,
-                       bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                 query, key, value, attn_mask, dropout_p,
-                                                 is_causal, scale, enable_gqa);
 }
 
 // `param.data = param.to("neuron")` (FSDP2 moving CPU-initialised or
@@ -186,6 +191,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(CopyFrom));
   m.impl("_copy_from_and_resize", TORCH_FN(CopyFromAndResize));
   m.impl("record_stream", TORCH_FN(RecordStream));
+  m.impl("native_dropout", TORCH_FN(NativeDropout));
   m.impl("convolution_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&ConvolutionOverrideable>());
   m.impl("convolution_backward_overrideable",
@@ -193,7 +199,3 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace neuron::aten
-
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron::aten::FusedSdpChoice)
-}  // namespace at::native

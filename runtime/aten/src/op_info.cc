@@ -106,8 +106,11 @@ OpInfo Build(const c10::OperatorHandle& op) {
   info.cpu_arguments_ok = info.base == "index" || info.base == "index_put" ||
                           info.base == "_index_put_impl" || info.base == "_copy_from" ||
                           info.base == "_copy_from_and_resize";
+  const bool fused_optimizer = info.base == "_fused_adam" || info.base == "_fused_adamw" ||
+                               info.base == "_fused_sgd" || info.base == "_fused_adagrad";
   for (const auto& arg : schema.arguments()) {
     info.generator.push_back(IsOptionalGenerator(arg.type()));
+    info.cpu_scalar.push_back(fused_optimizer && arg.name() == "lr");
     info.written.push_back(arg.alias_info() != nullptr && arg.alias_info()->isWrite());
     info.writes |= info.written.back();
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/cpu_fallback.h"
 
 namespace neuron::aten {
@@ -45,6 +46,10 @@ void RegisterNeuronDevice() {
   static std::once_flag once;
   std::call_once(once, [] {
     c10::register_privateuse1_backend("neuron");
+    // PyTorch's allocator of the device: storages made on "neuron"
+    // (torch.UntypedStorage, torch.load, deepcopy) and torch.accelerator's
+    // memory calls reach it.
+    c10::SetAllocator(c10::DeviceType::PrivateUse1, &CachingAllocator::Get());
     RegisterHooks();
     RegisterCpuKernelsOverComposites();
   });

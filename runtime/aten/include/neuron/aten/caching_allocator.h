@@ -16,9 +16,16 @@
 // would take reserved past the capacity first empties the cache, then throws
 // c10::OutOfMemoryError naming the request, the capacity, what is free, and
 // the allocated and reserved bytes. Thread-safe.
+//
+// It is PyTorch's allocator of the device (c10::GetAllocator(PrivateUse1):
+// storages made on "neuron", torch.UntypedStorage, torch.load) and a
+// c10::DeviceAllocator, so torch.accelerator's memory calls read the same
+// counters as torch.neuron's (getDeviceStats: CUDA's statistics, with the
+// small pool holding blocks under 1 MiB and the large pool the rest).
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
 #include <cstdint>
@@ -42,12 +49,24 @@ struct DeviceMemoryStats {
   std::uint64_t capacity = 0;
 };
 
-class CachingAllocator final : public c10::Allocator {
+class CachingAllocator final : public c10::DeviceAllocator {
  public:
   static CachingAllocator& Get();
 
   c10::DataPtr allocate(std::size_t bytes) override;
   void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  // c10::DeviceAllocator (torch.accelerator): always initialized; streams
+  // are synchronous, so recording one changes nothing; the statistics are
+  // torch.neuron.memory_stats()'s.
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override { EmptyCache(); }
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  // (free, total): the capacity less what the allocator reserves.
+  std::pair<std::size_t, std::size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
   // Takes over a CPU storage's memory as memory of device `device`, without
   // copying: the returned DataPtr keeps `storage` alive, and its bytes count
@@ -70,17 +89,18 @@ class CachingAllocator final : public c10::Allocator {
   struct Block;
   struct Device {
     DeviceMemoryStats stats;
+    c10::CachingDeviceAllocator::DeviceStats torch_stats;  // PyTorch's form of the same
     std::atomic<std::uint64_t> allocated{0};  // stats.allocated, readable without the lock
     std::multimap<std::uint64_t, Block*> cache;  // rounded size -> free block
   };
 
   CachingAllocator();  // one Device per device of the Inventory
   Device& device(c10::DeviceIndex index) const;
-  Block* Take(c10::DeviceIndex index, std::uint64_t size);
+  Block* Take(c10::DeviceIndex index, std::uint64_t size, std::uint64_t requested);
   // Counts `size` more reserved bytes, emptying the cache or throwing
   // OutOfMemoryError when they would pass the capacity.
   void ReserveLocked(Device& d, c10::DeviceIndex index, std::uint64_t size);
-  void CountAllocationLocked(Device& d, std::uint64_t size);
+  void CountAllocationLocked(Device& d, std::uint64_t size, std::uint64_t requested);
   void Release(Block* block);
   void FreeCachedLocked(Device& d);
   static void Delete(void* context);

@@ -26,6 +26,9 @@ struct OpInfo {
   bool cpu_kernel = false;          // the CPU can run it
   bool cpu_arguments_ok = false;    // takes CPU tensors beside device ones (indices)
   std::vector<bool> generator;      // per argument: a Generator? argument
+  // Per argument: a one-element CPU tensor is a number here, as on CUDA
+  // (the fused optimizers' lr: CUDA's kernels read a CPU lr with item()).
+  std::vector<bool> cpu_scalar;
   std::vector<bool> written;        // per argument: mutated (in place, out=)
   bool writes = false;              // any argument is
   const void* schema = nullptr;     // the operator's schema (its identity)

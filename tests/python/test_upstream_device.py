@@ -1,0 +1,256 @@
+"""What PyTorch's own distributed tests and scripts ask of the "neuron"
+device beyond operators (issue 45): storages made on the device (no crash:
+made, cloned, resized, saved, loaded, deep-copied), fused optimizers with a
+CPU learning-rate tensor, torch.accelerator's memory calls, a generator
+with CUDA's seed-and-offset state (fork_rng, DTensor's tracker), and
+scaled_dot_product_attention through an op DTensor shards; one process
+each, then one 2-rank job for DTensor random, meta-device FSDP2 and
+attention under tensor parallel.
+"""
+import copy
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+NEURONRUN = os.environ["NEURONRUN"]
+SOURCE = os.environ["NEURON_SOURCE_DIR"]
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python")
+sys.path.insert(0, PACKAGE)
+os.environ.pop("LOCAL_RANK", None)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import torchneuron  # noqa: E402,F401
+
+NEURON = torch.device("neuron", 0)
+
+
+def run_in_child(code):
+    """`code` in a fresh interpreter: a crash there is a failed test here."""
+    env = dict(os.environ, PYTHONPATH=PACKAGE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+# --- storages ------------------------------------------------------------------
+
+def test_untyped_storage_made_cloned_and_resized_on_the_device():
+    # A child process: before the fix each of these ended the process (SIGSEGV).
+    out = run_in_child("""
+import torch, torchneuron
+s = torch.UntypedStorage(64, device="neuron")
+assert s.device == torch.device("neuron", 0) and s.nbytes() == 64
+s.fill_(7)
+c = s.clone()
+assert c.device.type == "neuron" and c.data_ptr() != s.data_ptr()
+assert bytes(c.cpu()) == bytes([7] * 64)
+t = torch.arange(6.0, device="neuron")
+u = t.untyped_storage().clone()
+assert torch.equal(torch.tensor([], device="neuron").set_(u).view(torch.float32).cpu(),
+                   torch.arange(6.0))
+u.resize_(48)
+assert u.nbytes() == 48 and bytes(u.cpu())[:24] == bytes(t.untyped_storage().cpu())
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
+def test_save_and_load_of_neuron_tensors_and_deepcopy_of_a_model():
+    t = torch.randn(3, 5).to(NEURON)
+    buffer = io.BytesIO()
+    torch.save({"t": t, "view": t[1:]}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert loaded["t"].device == NEURON and torch.equal(loaded["t"].cpu(), t.cpu())
+    assert loaded["view"].untyped_storage().data_ptr() == loaded["t"].untyped_storage().data_ptr()
+    buffer.seek(0)
+    on_cpu = torch.load(buffer, map_location="cpu")
+    assert on_cpu["t"].device.type == "cpu" and torch.equal(on_cpu["t"], t.cpu())
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).to(NEURON)
+    twin = copy.deepcopy(model)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert q.device == NEURON and torch.equal(p.cpu(), q.cpu())
+        assert p.data_ptr() != q.data_ptr()
+
+
+# --- fused optimizers ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_fused_optimizers_take_a_one_element_cpu_lr_tensor(name):
+    torch.manual_seed(0)
+    cpu_model = nn.Linear(6, 3)
+    model = copy.deepcopy(cpu_model).to(NEURON)
+    kinds = [(model, NEURON, True), (cpu_model, "cpu", False)]
+    for m, device, fused in kinds:
+        opt = getattr(torch.optim, name)(m.parameters(), lr=torch.tensor([0.1]), fused=fused)
+        for step in range(3):
+            x = torch.full((2, 6), float(step + 1), device=device)
+            m(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.cpu(), q.detach())
+
+
+def test_a_cpu_tensor_of_more_elements_is_still_refused():
+    p = torch.zeros(3, device=NEURON)
+    with pytest.raises(RuntimeError, match=r"neuron:0 and cpu! \(when running "
+                                           r"aten::_fused_adam_.tensor_lr\)"):
+        torch._fused_adam_([p], [torch.ones(3, device=NEURON)], [torch.zeros(3, device=NEURON)],
+                           [torch.zeros(3, device=NEURON)], [],
+                           [torch.zeros((), device=NEURON)], lr=torch.tensor([0.1, 0.2]),
+                           beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                           maximize=False)
+
+
+# --- torch.accelerator's memory calls ---------------------------------------------
+
+def test_torch_accelerator_memory_calls_read_the_devices_figures():
+    torch.accelerator.empty_cache()
+    base = torch.accelerator.memory_allocated()
+    assert base == torch.neuron.memory_allocated()
+    x = torch.empty(1000, dtype=torch.uint8, device="neuron")  # 1024 B in the small pool
+    y = torch.empty(3 << 20, dtype=torch.uint8, device="neuron")  # 4 MiB in the large pool
+    assert torch.accelerator.memory_allocated() == base + 1024 + (4 << 20)
+    stats = torch.accelerator.memory_stats()
+    mine = torch.neuron.memory_stats()
+    assert stats and all(mine[k] == v for k, v in stats.items()), \
+        {k: (v, mine.get(k)) for k, v in stats.items() if mine.get(k) != v}
+    assert stats["allocated_bytes.small_pool.current"] >= 1024
+    assert stats["allocated_bytes.large_pool.current"] >= 4 << 20
+    assert stats["requested_bytes.all.current"] - torch.neuron.memory_stats()[
+        "allocated_bytes.all.current"] <= 0
+    del x, y
+    assert torch.accelerator.memory_allocated() == base
+    assert torch.accelerator.memory_reserved() >= base + 1024 + (4 << 20)  # cached
+    peak = torch.accelerator.max_memory_allocated()
+    assert peak == torch.neuron.max_memory_allocated() >= base + 1024 + (4 << 20)
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.neuron.max_memory_allocated() == base
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_reserved() == torch.neuron.memory_reserved() == base
+    torch.accelerator.reset_accumulated_memory_stats()
+    assert torch.accelerator.memory_stats()["num_device_alloc"] == 0
+    free, total = torch.accelerator.get_memory_info()
+    assert total == torch.neuron.get_device_properties().total_memory
+    assert free == total - torch.neuron.memory_reserved()
+
+
+# --- the generator: seed and offset ------------------------------------------------
+
+def test_the_rng_state_is_a_seed_and_an_offset_as_on_cuda():
+    torch.manual_seed(11)
+    state = torch.neuron.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    assert state[:8].view(torch.int64).item() == 11 and state[8:].view(torch.int64).item() == 0
+    torch.randn(48, device="neuron")  # a float32 normal_ of 16k elements: 16k words
+    assert torch.neuron.get_rng_state()[8:].view(torch.int64).item() == 48
+    torch.rand(5, device="neuron")  # uniform_: a word each
+    assert torch.neuron.get_rng_state()[8:].view(torch.int64).item() == 53
+
+
+def test_a_state_draws_the_same_numbers_again_and_offsets_name_positions():
+    torch.manual_seed(3)
+    cpu = torch.rand(100)
+    torch.manual_seed(3)
+    first = torch.neuron.get_rng_state()
+    a = torch.rand(100, device="neuron").cpu()
+    assert torch.equal(a, cpu)  # still the CPU's numbers
+    torch.neuron.set_rng_state(first)
+    assert torch.equal(torch.rand(100, device="neuron").cpu(), a)
+    # An offset never seen: the engine moved there from the seed.
+    jump = first.clone()
+    jump[8:] = torch.tensor([60], dtype=torch.int64).view(torch.uint8)
+    torch.neuron.set_rng_state(jump)
+    assert torch.equal(torch.rand(40, device="neuron").cpu(), cpu[60:])
+    # The same state in another process (no history) draws the same.
+    out = run_in_child(f"""
+import torch, torchneuron
+torch.neuron.set_rng_state(torch.tensor({jump.tolist()}, dtype=torch.uint8))
+print(torch.rand(3, device="neuron").tolist())
+""")
+    assert eval(out) == cpu[60:63].tolist()
+
+
+def test_fork_rng_on_the_device_restores_its_state():
+    torch.manual_seed(5)
+    with torch.random.fork_rng(devices=[0], device_type="neuron"):
+        inside = torch.randn(8, device="neuron").cpu()
+    after = torch.randn(8, device="neuron").cpu()
+    assert torch.equal(inside, after)
+
+
+def test_dropout_draws_from_the_devices_generator():
+    x = torch.ones(256, device="neuron")
+    torch.default_generator.manual_seed(1)
+    torch.neuron.manual_seed(4)
+    a = F.dropout(x, 0.5)
+    torch.default_generator.manual_seed(2)  # the CPU's generator plays no part
+    torch.neuron.manual_seed(4)
+    assert torch.equal(F.dropout(x, 0.5).cpu(), a.cpu())
+    with torch.random.fork_rng(devices=[0], device_type="neuron"):
+        inside = F.dropout(x, 0.5)
+    assert torch.equal(F.dropout(x, 0.5).cpu(), inside.cpu())
+
+
+# --- scaled_dot_product_attention -------------------------------------------------
+
+class Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("causal,mask", [(True, False), (False, True)])
+def test_attention_runs_efficient_attention_with_the_cpus_numbers(causal, mask):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8, generator=g) for _ in range(3))
+    bias = torch.randn(6, 6, generator=g) if mask else None
+    grad = torch.randn(2, 4, 6, 8, generator=g)
+    results = []
+    for device in ("cpu", NEURON):
+        leaves = [t.detach().to(device).requires_grad_() for t in (q, k, v)]
+        with Ops() as ops:
+            out = F.scaled_dot_product_attention(
+                *leaves, attn_mask=None if bias is None else bias.to(device), is_causal=causal)
+            out.backward(grad.to(device))
+        results.append((out, [t.grad for t in leaves], ops.names))
+    (cpu_out, cpu_grads, cpu_ops), (out, grads, ops) = results
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in cpu_ops
+    assert "aten._scaled_dot_product_efficient_attention.default" in ops, ops
+    assert "aten._scaled_dot_product_efficient_attention_backward.default" in ops, ops
+    assert torch.equal(out.cpu(), cpu_out)  # the CPU's flash kernel, bit for bit
+    for a, b in zip(grads, cpu_grads):
+        assert torch.equal(a.cpu(), b)
+
+
+def test_attention_with_dropout_decomposes_as_on_the_cpu():
+    q = torch.randn(1, 2, 4, 8, device=NEURON)
+    with Ops() as ops:
+        F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    assert not any("efficient" in n or "flash" in n for n in ops.names), ops.names
+
+
+# --- 2 ranks: DTensor random, meta-device FSDP2, attention under TP ------------
+
+def test_dtensor_random_meta_init_fsdp2_and_tp_attention_on_two_ranks():
+    script = os.path.join(SOURCE, "tests/python/scripts/dtensor_device_parity.py")
+    done = subprocess.run([NEURONRUN, "-n", "2", script], capture_output=True, text=True,
+                          timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "[rank 0]: dtensor device parity: 3 cases ok" in out, out
+    assert "sharded init equals one device's" in out and "equals the CPU init" in out, out
+    assert "No backend of type" not in out, out
