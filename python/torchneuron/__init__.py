@@ -107,6 +107,33 @@ def _shutdown_at_exit():
             backend._shutdown()
 
 
+def _default_to_the_backend_held(helper):
+    """Wraps torch.distributed's group constructor (_new_process_group_helper).
+
+    A group made with no backend named (``init_process_group()``, which
+    ``init_device_mesh`` calls) gets Gloo as its default backend type
+    whenever NCCL is not in the device map, even when the group holds only
+    a "neuron" backend (the accelerator's) and no Gloo;
+    destroy_process_group() then warns "No backend of type 1 found for
+    Process Group with name gloo". Such a group's default becomes the
+    backend it holds (CUSTOM, as for a group made with "neuron")."""
+    def make(*args, **kwargs):
+        pg, store = helper(*args, **kwargs)
+        try:
+            held = pg._get_backend(_torch.device("neuron"))
+        except RuntimeError:
+            return pg, store
+        if isinstance(held, BackendNeuron) and pg.name() == "gloo":
+            pg._set_default_backend(_dist.ProcessGroup.BackendType.CUSTOM)
+        return pg, store
+    make._neuron_wrapped = helper
+    return make
+
+
+if not hasattr(_dist.distributed_c10d._new_process_group_helper, "_neuron_wrapped"):
+    _dist.distributed_c10d._new_process_group_helper = _default_to_the_backend_held(
+        _dist.distributed_c10d._new_process_group_helper)
+
 rendezvous.install()  # env:// through the job's authenticated store under neuronrun
 _monitored_barrier.install()  # dist.monitored_barrier serves neuron groups
 
