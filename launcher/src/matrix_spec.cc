@@ -13,6 +13,7 @@
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/topology.h"
+#include "source_path.h"
 
 namespace neuron::launcher {
 
@@ -75,16 +76,9 @@ void CheckRange(std::int64_t value, std::int64_t lo, std::int64_t hi, const std:
   NEURON_CHECK(value >= lo && value <= hi, where, ": must be ", lo, " to ", hi, ", got ", value);
 }
 
-// A relative path from a matrix file: next to the file, else in the current
-// directory, else in the source tree neuronrun was built from.
+// A relative path from a matrix file (source_path.h).
 fs::path Resolve(const std::string& name, const std::string& matrix_path) {
-  const fs::path p(name);
-  if (p.is_absolute()) return p;
-  for (const fs::path& base : {fs::absolute(matrix_path).parent_path(), fs::current_path(),
-                               fs::path(NEURON_SOURCE_DIR)}) {
-    if (fs::exists(base / p)) return fs::absolute(base / p);
-  }
-  return p;
+  return ResolveNear(name, matrix_path);
 }
 
 std::string Slug(const std::string& s) {

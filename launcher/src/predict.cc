@@ -154,6 +154,24 @@ pp::proto::StepCapture Capture(const PredictOptions& o, const pp::proto::Decoder
   }
 }
 
+// The device's calibration (configs/predict/calibration.textproto): its
+// fitted or assumed constants, and where they come from.
+parallel::proto::DeviceCalibration Calibration(const std::string& file,
+                                               const std::string& device) {
+  const std::string path =
+      file.empty() ? std::string(NEURON_SOURCE_DIR) + "/configs/predict/calibration.textproto"
+                   : file;
+  pp::proto::PredictCalibration all;
+  runtime::ParseTextProto(runtime::ReadTextFile(path, "calibration"), path, "calibration", &all);
+  for (const auto& d : all.devices()) {
+    NEURON_CHECK(d.matmul_overhead_cycles() >= 0 && std::isfinite(d.matmul_overhead_cycles()),
+                 path, ": ", d.device(), "'s matmul_overhead_cycles must be finite and >= 0");
+    if (d.device() == device) return d;
+  }
+  throw InvalidUsage(StrCat(path, " has no calibration for the device \"", device,
+                            "\" (give --matmul-overhead-cycles)"));
+}
+
 // The tensor-parallel collectives' times on the target fabric, for the
 // group of ranks 0..tp-1 (every group sits alike), memoized.
 class TensorParallelPricer {
@@ -251,8 +269,17 @@ Prediction Predict(const PredictOptions& o) {
                                                   static_cast<std::size_t>(o.nodes), per_node)),
       device);
   TensorParallelPricer tp_pricer(fabric, o.tp);
+  pp::PricingOptions pricing = o.pricing;
+  if (pricing.matmul_overhead_cycles < 0) {
+    const auto calibration = Calibration(o.calibration_file, device.spec().name());
+    pricing.matmul_overhead_cycles = calibration.matmul_overhead_cycles();
+    p.calibration_source = calibration.source();
+  } else {
+    p.calibration_source = "--matmul-overhead-cycles";
+  }
+  p.matmul_overhead_cycles = pricing.matmul_overhead_cycles;
   const pp::StepCosts costs = pp::PriceStep(
-      capture, runtime::CostModel(device), o.pricing,
+      capture, runtime::CostModel(device), pricing,
       [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
 
   const double act = ActivationBytes(o.dtype);

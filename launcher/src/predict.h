@@ -36,7 +36,8 @@ struct PredictOptions {
   int nodes = 1;
   int ranks_per_node = 0;              // 0: the topology's chips x ranks per chip
   std::string device_file;             // "" : NEURON_DEVICE_FILE or the embedded v3
-  parallel::PricingOptions pricing;
+  parallel::PricingOptions pricing;    // matmul_overhead_cycles < 0: the calibration's
+  std::string calibration_file;        // "" : configs/predict/calibration.textproto
   std::string python;                  // "" : NEURON_PYTHON's
   std::string capture_file;            // a capture to price (no Python run)
   std::string capture_out;             // keep the capture here
@@ -62,6 +63,8 @@ struct Prediction {
   std::vector<parallel::StepMemory> memory;  // per pipeline stage
   double hbm_capacity = 0;                    // bytes per NeuronCore
   double replay_s = 0;                        // wall time of the replay
+  double matmul_overhead_cycles = 0;          // as priced
+  std::string calibration_source;             // where that figure comes from
   bool fits() const;
 };
 

@@ -5,7 +5,11 @@
 
 #include "flag_values.h"
 #include "neuron/runtime/error.h"
+#include <filesystem>
+#include <fstream>
+
 #include "predict.h"
+#include "prediction_table.h"
 
 namespace neuron::launcher {
 
@@ -15,6 +19,7 @@ constexpr int kUsageError = 2;
 
 constexpr const char* kPredictHelp =
     "usage: neuronrun predict --model FILE --seq N --global-batch N [options]\n"
+    "       neuronrun predict --table FILE [--out DIR] [--check]\n"
     "Predicts one training step of a full-size decoder on a Trainium cluster without\n"
     "running it: the step's operations are captured with their real shapes on fake\n"
     "tensors (python -m torchneuron.predict), priced by the device model, and composed\n"
@@ -44,15 +49,21 @@ constexpr const char* kPredictHelp =
     "                               embedded NeuronCore-v3)\n"
     "  --pricing P                  compiled (default) | eager: how each op is priced\n"
     "  --matmul-overhead-cycles C   compiled pricing's cycles per matmul instruction\n"
-    "                               beyond its issue interval (default: the fitted value)\n"
+    "                               beyond its issue interval (default: the device's in\n"
+    "                               the calibration file)\n"
+    "  --calibration FILE           fitted constants per device (default:\n"
+    "                               configs/predict/calibration.textproto)\n"
     "  --python PATH                the Python that captures (default NEURON_PYTHON)\n"
     "  --capture FILE               price this capture instead of capturing\n"
     "  --capture-out FILE           keep the capture\n"
-    "Exit status: 0; 2 for a bad model file or layout, or a layout that does not fit\n"
-    "HBM (the numbers that do not fit are printed).\n";
-
-// The compiled pricing's fitted constant (docs/scaling.md, "What is fitted").
-constexpr double kFittedMatmulOverheadCycles = 0;
+    "  --table FILE                 predict every row of a prediction table\n"
+    "                               (configs/scaling/published-trn1.textproto) and print a\n"
+    "                               report: prediction, published figure, error\n"
+    "  --out DIR                    with --table: also write DIR/report.md\n"
+    "  --check                      with --table: exit 1 when a published row's error\n"
+    "                               moved more than 5 points from its recorded_error_pct\n"
+    "Exit status: 0; 2 for a bad model file, layout or table, or a layout that does not\n"
+    "fit HBM (the numbers that do not fit are printed); 1 for a failed --check.\n";
 
 std::string Seconds(double us) {
   std::ostringstream s;
@@ -67,9 +78,14 @@ std::string GiB(double bytes) {
   return s.str();
 }
 
-PredictOptions ParsePredict(int argc, char** argv, bool* help) {
+struct TableFlags {
+  std::string table, out;
+  bool check = false;
+};
+
+PredictOptions ParsePredict(int argc, char** argv, bool* help, TableFlags* table) {
   PredictOptions o;
-  o.pricing.matmul_overhead_cycles = kFittedMatmulOverheadCycles;
+  o.pricing.matmul_overhead_cycles = -1;  // the calibration file's
   auto number = [&](int& i, const std::string& flag, std::uint64_t min, std::uint64_t max) {
     NEURON_CHECK(i + 1 < argc, flag, " needs a value");
     return static_cast<int>(ParseUnsigned(flag, argv[++i], min, max));
@@ -120,6 +136,14 @@ PredictOptions ParsePredict(int argc, char** argv, bool* help) {
       o.pricing.pricing = parallel::ParsePricing(text(i, a));
     } else if (a == "--matmul-overhead-cycles") {
       o.pricing.matmul_overhead_cycles = ParseFinite(a, text(i, a), 0, 1e6);
+    } else if (a == "--table") {
+      table->table = text(i, a);
+    } else if (a == "--out") {
+      table->out = text(i, a);
+    } else if (a == "--check") {
+      table->check = true;
+    } else if (a == "--calibration") {
+      o.calibration_file = text(i, a);
     } else if (a == "--python") {
       o.python = text(i, a);
     } else if (a == "--capture") {
@@ -131,6 +155,11 @@ PredictOptions ParsePredict(int argc, char** argv, bool* help) {
     }
   }
   if (*help) return o;
+  NEURON_CHECK(table->table.empty() || o.model_file.empty(), "--table and --model exclude one "
+               "another");
+  NEURON_CHECK(!table->table.empty() || (table->out.empty() && !table->check),
+               "--out and --check go with --table");
+  if (!table->table.empty()) return o;
   NEURON_CHECK(!o.model_file.empty(), "--model is required");
   NEURON_CHECK(o.seq > 0, "--seq is required");
   NEURON_CHECK(o.global_batch > 0, "--global-batch is required");
@@ -163,7 +192,8 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
       << " x pp " << o.pp << " x dp " << p.dp << ", ZeRO-" << o.zero << ", seq " << o.seq
       << ", micro-batch " << o.micro_batch << ", global batch " << o.global_batch << " ("
       << p.microbatches << " microbatches per replica), " << o.dtype << ", "
-      << parallel::Name(o.pricing.pricing) << "\n";
+      << parallel::Name(o.pricing.pricing) << " (matmul overhead " << p.matmul_overhead_cycles
+      << " cycles: " << p.calibration_source << ")\n";
   out << "step: " << Seconds(p.step_us) << "\n";
   out << "  compute                      " << Seconds(b.compute_us) << " (";
   bool first = true;
@@ -184,14 +214,34 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
   PrintMemory(p, out);
 }
 
+// --table: every row, the report on stdout (and DIR/report.md), --check.
+int TableMain(const PredictOptions& base, const TableFlags& flags) {
+  const proto::PredictionTable table = LoadPredictionTable(flags.table);
+  const std::vector<TableResult> results = RunPredictionTable(table, base);
+  WriteTableReport(table, results, std::cout);
+  if (!flags.out.empty()) {
+    std::filesystem::create_directories(flags.out);
+    const std::string path = (std::filesystem::path(flags.out) / "report.md").string();
+    std::ofstream file(path);
+    WriteTableReport(table, results, file);
+    NEURON_CHECK(file.good(), "cannot write ", path);
+  }
+  if (!flags.check) return 0;
+  const auto moved = CheckRecordedErrors(table, results, 5.0);
+  for (const auto& line : moved) std::cerr << "neuronrun predict: check: " << line << "\n";
+  return moved.empty() ? 0 : 1;
+}
+
 int PredictMain(int argc, char** argv) {
   bool help = false;
   try {
-    const PredictOptions o = ParsePredict(argc, argv, &help);
+    TableFlags table;
+    const PredictOptions o = ParsePredict(argc, argv, &help, &table);
     if (help) {
       std::cout << kPredictHelp;
       return 0;
     }
+    if (!table.table.empty()) return TableMain(o, table);
     const Prediction p = Predict(o);
     PrintPrediction(p, std::cout);
     if (!p.fits()) {

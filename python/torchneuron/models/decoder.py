@@ -120,11 +120,14 @@ class Attention(nn.Module):
         # kv heads: split when t divides them, else each rank holds one copy.
         self.kv_heads = cfg.kv_heads // t if cfg.kv_heads % t == 0 else 1
         kv_full = self.kv_heads * t  # replicated kv heads count once per rank
-        self.q = tp.ColumnParallelLinear(cfg.hidden, cfg.heads * self.head_dim, bias=False,
-                                         group=group, sequence_parallel=sequence_parallel)
-        self.kv = tp.ColumnParallelLinear(cfg.hidden, 2 * kv_full * self.head_dim, bias=False,
-                                          group=group, sequence_parallel=sequence_parallel)
-        self.o = tp.RowParallelLinear(cfg.heads * self.head_dim, cfg.hidden, bias=False,
+        # One column-parallel weight for q, k and v (NxD's fused QKV: one
+        # all-gather of the input); rank r's part holds its query heads, then
+        # its key and value heads.
+        bias = cfg.activation == "gelu"  # GPT-3 has biases, Llama none
+        self.qkv = tp.ColumnParallelLinear(
+            cfg.hidden, (cfg.heads + 2 * kv_full) * self.head_dim, bias=bias, group=group,
+            sequence_parallel=sequence_parallel)
+        self.o = tp.RowParallelLinear(cfg.heads * self.head_dim, cfg.hidden, bias=bias,
                                       group=group, sequence_parallel=sequence_parallel)
         self.rotary = cfg.position == "rotary"
         self.theta = cfg.rope_theta
@@ -153,11 +156,13 @@ class Attention(nn.Module):
         return probs @ v
 
     def forward(self, x):
-        q = self.q(x)                                  # [s, b, heads * d]
-        kv = self.kv(x)                                # [s, b, 2 * kv_heads * d]
-        s, b, _ = q.shape
+        qkv = self.qkv(x)                      # [s, b, (heads + 2 kv_heads) * d]
+        s, b, _ = qkv.shape
+        q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                             self.kv_heads * self.head_dim], dim=-1)
         q = q.view(s, b, self.heads, self.head_dim)
-        k, v = kv.view(s, b, 2, self.kv_heads, self.head_dim).unbind(2)
+        k = k.view(s, b, self.kv_heads, self.head_dim)
+        v = v.view(s, b, self.kv_heads, self.head_dim)
         if self.rotary:
             cos, sin = self._rope(s, q.dtype, q.device)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)

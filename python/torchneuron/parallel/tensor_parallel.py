@@ -205,12 +205,44 @@ class ColumnParallelLinear(nn.Module):
         self.bias = _split(b, 0, self.group) if bias else None
 
     def forward(self, x):
-        if self.sequence_parallel:
+        if self.sequence_parallel and _size_rank(self.group)[0] > 1 and \
+                not torch.compiler.is_compiling():
+            y = _SequenceParallelLinear.apply(x, self.weight, self.bias, self.group)
+        elif self.sequence_parallel:
             x = gather_from_sequence_parallel(x, self.group)
+            y = F.linear(x, self.weight, self.bias)
         else:
             x = copy_to_tensor_parallel(x, self.group)
-        y = F.linear(x, self.weight, self.bias)
+            y = F.linear(x, self.weight, self.bias)
         return gather_from_tensor_parallel(y, -1, self.group) if self.gather_output else y
+
+
+class _SequenceParallelLinear(torch.autograd.Function):
+    """y = all_gather(x) A^T + b keeping only the rank's sequence shard x for
+    backward, which all-gathers it again (Megatron-LM's
+    LinearWithGradAccumulationAndAsyncCommunication): the gathered input,
+    tp times the shard, is never held between forward and backward. The
+    products are the ones autograd runs for F.linear."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group):
+        ctx.group, ctx.has_bias = group, bias is not None
+        ctx.save_for_backward(x, weight)
+        with torch.no_grad():
+            total = _gather_sequence(x, group)
+            return F.linear(total, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        with torch.no_grad():
+            total = _gather_sequence(x, ctx.group)
+            grad_total = grad.matmul(weight)
+            grad_x = _reduce_scatter_sequence(grad_total, ctx.group)
+            flat = grad.reshape(-1, grad.shape[-1])
+            grad_weight = flat.t().matmul(total.reshape(-1, total.shape[-1]))
+            grad_bias = flat.sum(0) if ctx.has_bias else None
+        return grad_x, grad_weight, grad_bias, None
 
 
 class RowParallelLinear(nn.Module):

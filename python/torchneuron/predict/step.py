@@ -46,10 +46,11 @@ def _param_dtype(spec):
     return torch.float32 if spec.dtype == "fp32" else torch.bfloat16
 
 
-def _saved_bytes():
+def _saved_bytes(module):
     """A saved_tensors_hooks pair that adds up the distinct storages autograd
-    keeps (what a layer's activations cost), and the counter."""
-    seen, total = set(), [0]
+    keeps, the module's parameters aside (what its activations cost), and
+    the counter."""
+    seen, total = {p.untyped_storage()._cdata for p in module.parameters()}, [0]
 
     def pack(t):
         storage = t.untyped_storage()
@@ -112,7 +113,7 @@ class _Capture:
         activation bytes its forward saved and the output."""
         out = forward()                     # first microbatch: allocates .grad
         grad_fn(out)
-        hooks, saved = _saved_bytes()
+        hooks, saved = _saved_bytes(module)
         with self.recorder.phase(f"{name}_forward"), hooks:
             out = forward()
         with self.recorder.phase(f"{name}_backward"):
