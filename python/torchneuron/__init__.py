@@ -119,6 +119,8 @@ def _default_to_the_backend_held(helper):
     backend it holds (CUSTOM, as for a group made with "neuron")."""
     def make(*args, **kwargs):
         pg, store = helper(*args, **kwargs)
+        if not isinstance(pg, _dist.ProcessGroup):  # a rank outside the group
+            return pg, store
         try:
             held = pg._get_backend(_torch.device("neuron"))
         except RuntimeError:

@@ -176,6 +176,9 @@ def main():
     mesh = init_device_mesh(acc.type, (int(os.environ["WORLD_SIZE"]),))
     torch.accelerator.set_device_index(dist.get_rank())
     device = torch.device(acc.type, dist.get_rank())
+    # A group without this rank: torch hands it a non-member marker, not a
+    # group (torchneuron's default-backend fix must let it through).
+    assert dist.new_group([0]) is not None
     case_random(mesh, device)
     case_meta(mesh, device)
     case_sdpa(mesh, device)
