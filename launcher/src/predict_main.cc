@@ -65,10 +65,11 @@ constexpr const char* kPredictHelp =
     "Exit status: 0; 2 for a bad model file, layout or table, or a layout that does not\n"
     "fit HBM (the numbers that do not fit are printed); 1 for a failed --check.\n";
 
+// Seconds from 1 s, else milliseconds, to the microsecond.
 std::string Seconds(double us) {
   std::ostringstream s;
-  s << std::fixed << std::setprecision(us >= 1e6 ? 3 : 1)
-    << (us >= 1e6 ? us * 1e-6 : us * 1e-3) << (us >= 1e6 ? " s" : " ms");
+  s << std::fixed << std::setprecision(3) << (us >= 1e6 ? us * 1e-6 : us * 1e-3)
+    << (us >= 1e6 ? " s" : " ms");
   return s.str();
 }
 

@@ -82,6 +82,36 @@ class DecoderConfig:
             raise ValueError(f"decoder: unknown position embedding {self.position!r}")
 
 
+def load_config(path):
+    """A DecoderConfig from a model file (configs/models/*.textproto: the
+    DecoderModel text proto, flat `field: value` lines; neuronrun predict
+    reads the same files with protobuf). ValueError names the file and line
+    of anything else."""
+    ints = {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "max_seq"}
+    strings = {"activation", "norm", "position"}
+    ignored = {"name", "tied_embeddings"}
+    values = {}
+    with open(path) as f:
+        text = f.read(1 << 20)
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = (part.strip() for part in line.partition(":"))
+        if not sep or key not in ints | strings | ignored | {"rope_theta"}:
+            raise ValueError(f"{path}:{number}: expected one `field: value` of DecoderModel, "
+                             f"got {line!r}")
+        if key in ints:
+            values[key] = int(value)
+        elif key in strings:
+            values[key] = value.strip('"')
+        elif key == "rope_theta":
+            values[key] = float(value)
+    if values.get("max_seq", 0) == 0:
+        values.pop("max_seq", None)
+    return DecoderConfig(**values)
+
+
 class RMSNorm(nn.Module):
     """Llama's RMSNorm, computed in float32 and returned in the input's dtype."""
 

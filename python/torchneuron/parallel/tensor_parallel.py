@@ -130,7 +130,7 @@ def vocab_parallel_cross_entropy(logits, target, vocab_size, group=None):
         return F.cross_entropy(logits[..., :vocab_size].reshape(-1, vocab_size).float(),
                                target.reshape(-1), reduction="none").view(target.shape)
     if isinstance(group, CapturedGroup):
-        return group.recorder.vocab_parallel_cross_entropy(logits, target, group)
+        return group.recorder.vocab_parallel_cross_entropy(logits, target, group, vocab_size)
     return _C._vocab_parallel_cross_entropy(logits, target, group, vocab_size)
 
 

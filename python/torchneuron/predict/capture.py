@@ -2,15 +2,19 @@
 model's arithmetic (docs/scaling.md, "Predicting a full-size job").
 
 The model code is the decoder a real job trains (torchneuron.models.decoder)
-with the project's tensor-parallel layers; it runs on fake tensors
-(torch._subclasses.FakeTensorMode: shapes and dtypes, no storage), under
-BF16 autocast when asked, with a CapturedGroup of the tensor-parallel size
-in place of a process group. Every ATen operation the step dispatches is
-described as the "neuron" device describes it for its cost model (the
-kind, matmul dimensions, elements and bytes: torchneuron._C._describe_op,
-the eager device's own description); every tensor-parallel collective is
-recorded with its kind and bytes; scaled dot-product attention is one
-flash-attention kernel, forward and backward.
+with the project's tensor-parallel layers; it runs on fake "neuron" tensors
+(torch._subclasses.FakeTensorMode: shapes, dtypes and the device, no
+storage), with a CapturedGroup of the tensor-parallel size in place of a
+process group. Every ATen operation the step dispatches is recorded as the
+"neuron" device would run it: an operation the device has no kernel of its
+own for but PyTorch implements as a composite (CompositeExplicitAutograd:
+clone, _to_copy, zeros, slice_backward, ...) is recorded as the operations
+that composite runs, as the device's dispatcher runs them; views and
+allocations are free; each recorded operation is described as the device
+describes it for its cost model (torchneuron._C._describe_op: the eager
+device's own description), a copy as the device's DMA. Every
+tensor-parallel collective is recorded with its kind and bytes; scaled
+dot-product attention is one flash-attention kernel, forward and backward.
 
 A step is captured in phases, each one rank's operations in program order:
   embed_forward / embed_backward     the first pipeline stage's embedding
@@ -72,6 +76,7 @@ class Recorder(TorchDispatchMode):
         self.phases = {}
         self._current = None
         self._paused = 0
+        self._decomposing = []
 
     @contextlib.contextmanager
     def phase(self, name):
@@ -97,17 +102,42 @@ class Recorder(TorchDispatchMode):
             self._current.append(entry)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not self._recording() or _is_view(func):
-            return out
+        kwargs = kwargs or {}
         namespace, _, base = func._schema.name.partition("::")
-        if namespace != "aten" or base in _FREE:  # prim:: ops are metadata
-            return out
-        op = describe(func._schema.name, func._schema.overload_name,
-                      _tensors((args, kwargs)), _tensors(out))
-        op["name"] = f"{func._schema.name}.{func._schema.overload_name or 'default'}"
-        self.add({"op": op})
+        if namespace != "aten" or base in _FREE or _is_view(func):  # prim:: ops are metadata
+            return func(*args, **kwargs)
+        if self._composite_on_device(func):
+            self._decomposing.append(func)
+            try:
+                with self:  # the composite's own operations, recorded in turn
+                    return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd,
+                                       *args, **kwargs)
+            finally:
+                self._decomposing.pop()
+        out = func(*args, **kwargs)
+        if self._recording():
+            self.add({"op": self._describe(func, base, args, kwargs, out)})
         return out
+
+    def _composite_on_device(self, func):
+        """Whether the device runs `func` as PyTorch's composite (no kernel of
+        its own), and the composite does not call `func` itself."""
+        name = func.name()
+        return (func not in self._decomposing
+                and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+                and torch._C._dispatch_has_kernel_for_dispatch_key(
+                    name, "CompositeExplicitAutograd"))
+
+    @staticmethod
+    def _describe(func, base, args, kwargs, out):
+        inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+        if base == "_copy_from":  # the device's own copy: a DMA of what it writes
+            op = describe("aten::_copy_from", "", inputs[:1], inputs[1:2])
+            op["kind"] = "copy"
+        else:
+            op = describe(func._schema.name, func._schema.overload_name, inputs, outputs)
+        op["name"] = f"{func._schema.name}.{func._schema.overload_name or 'default'}"
+        return op
 
     # -- stand-ins for the tensor-parallel collectives (CapturedGroup) ------
     def collective(self, kind, x, group, *args):
@@ -116,8 +146,8 @@ class Recorder(TorchDispatchMode):
     def record_collective(self, kind, nbytes):
         self.add({"collective": {"kind": kind, "axis": "tp", "bytes": float(nbytes)}})
 
-    def vocab_parallel_cross_entropy(self, logits, target, group):
-        return _VocabParallelCrossEntropy.apply(logits, target, self)
+    def vocab_parallel_cross_entropy(self, logits, target, group, vocab):
+        return _VocabParallelCrossEntropy.apply(logits, target, self, vocab, group.size)
 
 
 def _nbytes(shape, dtype):
@@ -135,9 +165,11 @@ class _Collective(torch.autograd.Function):
     def forward(ctx, x, recorder, kind, size, dim):
         ctx.recorder, ctx.kind, ctx.size, ctx.dim = recorder, kind, size, dim
         shape = list(x.shape)
-        if kind == "reduce_from":
+        if kind == "reduce_from":  # all-reduced in a copy, as neuron::parallel does
+            x = x.contiguous().clone()
             recorder.record_collective("allreduce", _nbytes(shape, x.dtype))
-        elif kind == "gather_sequence":
+            return x
+        if kind == "gather_sequence":
             shape[0] *= size
             recorder.record_collective("allgather", _nbytes(shape, x.dtype))
         elif kind == "reduce_scatter_sequence":
@@ -156,8 +188,10 @@ class _Collective(torch.autograd.Function):
         recorder, kind, size, dim = ctx.recorder, ctx.kind, ctx.size, ctx.dim
         shape = list(grad.shape)
         if kind == "copy_to":
+            grad = grad.contiguous().clone()
             recorder.record_collective("allreduce", _nbytes(shape, grad.dtype))
-        elif kind == "gather_sequence":
+            return grad, None, None, None, None
+        if kind == "gather_sequence":
             recorder.record_collective("reducescatter", _nbytes(shape, grad.dtype))
             shape[0] //= size
         elif kind == "reduce_scatter_sequence":
@@ -173,34 +207,42 @@ class _Collective(torch.autograd.Function):
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """The operations and collectives of the vocab-parallel cross-entropy
-    (neuron::parallel's): the max, the sum of exponentials and the target's
-    logit all-reduced over the group; backward is local."""
+    """neuron::parallel's vocab-parallel cross-entropy, operation for
+    operation (parallel/src/tensor_parallel_ops.cc, VocabCrossEntropy), as
+    rank 0 of the group runs it: the max, the target's logit and the sum of
+    exponentials all-reduced over the group; backward is local."""
 
     @staticmethod
-    def forward(ctx, logits, target, recorder):
-        x = logits.float()
+    def forward(ctx, logits, target, recorder, vocab, size):
+        part = logits.shape[-1]
+        x = logits.to(torch.float32)
+        if part > vocab:  # rank 0's part holds padding only past the vocabulary
+            x = x.clone()
+            x.narrow(-1, vocab, part - vocab).fill_(float("-inf"))
         m = x.max(-1)[0]
         recorder.record_collective("allreduce", m.numel() * 4)
         x = x - m.unsqueeze(-1)
-        index = target.clamp(0, x.shape[-1] - 1)
-        predicted = x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        local = target - 0
+        outside = (local < 0).logical_or(local >= part)
+        index = local.masked_fill(outside, 0)
+        predicted = x.gather(-1, index.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
         e = x.exp()
         total = e.sum(-1)
         recorder.record_collective("allreduce", predicted.numel() * 4)
         recorder.record_collective("allreduce", total.numel() * 4)
         softmax = e / total.unsqueeze(-1)
-        ctx.save_for_backward(softmax, index)
+        ctx.save_for_backward(softmax, index, outside)
         ctx.dtype = logits.dtype
         return (total.log() - predicted).to(logits.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        softmax, index = ctx.saved_tensors
+        softmax, index, outside = ctx.saved_tensors
         g = softmax.clone()
-        g.scatter_add_(-1, index.unsqueeze(-1), torch.full_like(index, -1.0,
-                                                                dtype=g.dtype).unsqueeze(-1))
-        return (g * grad.unsqueeze(-1)).to(ctx.dtype), None, None
+        own = outside.logical_not().to(g.dtype)
+        g.scatter_add_(-1, index.unsqueeze(-1), -own.unsqueeze(-1))
+        g.mul_(grad.to(g.dtype).unsqueeze(-1))
+        return g.to(ctx.dtype), None, None, None, None
 
 
 class _FlashAttention(torch.autograd.Function):

@@ -15,6 +15,7 @@ from ..parallel import tensor_parallel as tp
 from .capture import Recorder, _flash_attention
 
 DTYPES = ("bf16-mixed", "bf16", "fp32")
+DEVICE = "neuron"  # fake tensors of the device the step runs on
 
 
 @dataclasses.dataclass
@@ -82,9 +83,11 @@ class _Capture:
         saved = torch.get_default_dtype()
         torch.set_default_dtype(self.dtype)
         try:
-            return Decoder(s.model, tp_group=self.group, sequence_parallel=s.sequence_parallel,
-                           checkpointing=s.checkpointing, recompute_mlp=s.recompute_mlp,
-                           attention=s.attention, **kw)
+            with torch.device(DEVICE):
+                return Decoder(s.model, tp_group=self.group,
+                               sequence_parallel=s.sequence_parallel,
+                               checkpointing=s.checkpointing, recompute_mlp=s.recompute_mlp,
+                               attention=s.attention, **kw)
         finally:
             torch.set_default_dtype(saved)
 
@@ -92,11 +95,11 @@ class _Capture:
         """A layer's input: [seq(/tp), batch, hidden], requiring grad."""
         s = self.spec
         return torch.empty(self.tokens_local, s.micro_batch, s.model.hidden,
-                           dtype=self.dtype).requires_grad_()
+                           dtype=self.dtype, device=DEVICE).requires_grad_()
 
     def tokens(self):
         s = self.spec
-        return torch.zeros(s.micro_batch, s.seq, dtype=torch.long)
+        return torch.zeros(s.micro_batch, s.seq, dtype=torch.long, device=DEVICE)
 
     def accumulate(self, module):
         """Gradient accumulation: bf16-mixed adds each bf16 gradient into an
@@ -105,7 +108,7 @@ class _Capture:
         if self.spec.dtype != "bf16-mixed":
             return
         for p in module.parameters():
-            torch.empty(p.shape, dtype=torch.float32).add_(p.grad)
+            torch.empty(p.shape, dtype=torch.float32, device=DEVICE).add_(p.grad)
 
     def run(self, name, module, forward, grad_fn):
         """Records `name`_forward and `name`_backward of `module` (its
@@ -150,13 +153,13 @@ class _Capture:
         s = self.spec
         n = -(-parameters // s.dp) if s.zero >= 1 else parameters
         dtype = torch.bfloat16 if s.dtype == "bf16" else torch.float32
-        p, grad, m, v = (torch.empty(n, dtype=dtype) for _ in range(4))
+        p, grad, m, v = (torch.empty(n, dtype=dtype, device=DEVICE) for _ in range(4))
         with self.recorder.phase(name):
             norm = torch.linalg.vector_norm(grad)
             grad.mul_((1.0 / (norm + 1e-6)).clamp(max=1.0))
             _adamw(p, grad, m, v)
             if s.dtype == "bf16-mixed":  # the bf16 copy the model computes with
-                torch.empty(n, dtype=torch.bfloat16).copy_(p)
+                torch.empty(n, dtype=torch.bfloat16, device=DEVICE).copy_(p)
 
 
 def _adamw(p, grad, m, v, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, step=10):
