@@ -47,10 +47,6 @@ void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int 
                "--attention must be flash or core, got '", o.attention, "'");
   NEURON_CHECK(o.dtype == "bf16-mixed" || o.dtype == "bf16" || o.dtype == "fp32",
                "--dtype must be bf16-mixed, bf16 or fp32, got '", o.dtype, "'");
-  NEURON_CHECK(world >= 1 && world <= kMaxWorld, "the job has ", world,
-               " ranks; predict models 1 to ", kMaxWorld);
-  NEURON_CHECK(world % (o.tp * o.pp) == 0, "tp ", o.tp, " x pp ", o.pp, " does not divide the ",
-               world, " ranks of the cluster");
   NEURON_CHECK(m.heads() % o.tp == 0, "tp ", o.tp, " does not divide the model's ", m.heads(),
                " attention heads");
   NEURON_CHECK(m.kv_heads() % o.tp == 0 || o.tp % m.kv_heads() == 0, "tp ", o.tp,
@@ -61,6 +57,10 @@ void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int 
                " layers");
   NEURON_CHECK(!o.sequence_parallel || o.seq % o.tp == 0, "--sequence-parallel needs tp ", o.tp,
                " to divide --seq ", o.seq);
+  NEURON_CHECK(world >= 1 && world <= kMaxWorld, "the job has ", world,
+               " ranks; predict models 1 to ", kMaxWorld);
+  NEURON_CHECK(world % (o.tp * o.pp) == 0, "tp ", o.tp, " x pp ", o.pp, " does not divide the ",
+               world, " ranks of the cluster");
   const int dp = world / (o.tp * o.pp);
   NEURON_CHECK(o.global_batch % (o.micro_batch * dp) == 0, "--global-batch ", o.global_batch,
                " is not a multiple of micro-batch ", o.micro_batch, " x dp ", dp);
