@@ -213,6 +213,9 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
       << "% (model FLOPs: 3 x forward, attention in full)\n";
   out.unsetf(std::ios::fixed);
   PrintMemory(p, out);
+  out << "replayed " << p.world << " ranks in " << std::fixed << std::setprecision(2)
+      << p.replay_s << " s\n";
+  out.unsetf(std::ios::fixed);
 }
 
 // --table: every row, the report on stdout (and DIR/report.md), --check.
