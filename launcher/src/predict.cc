@@ -237,38 +237,32 @@ bool Prediction::fits() const {
   return true;
 }
 
-Prediction Predict(const PredictOptions& o) {
-  NEURON_CHECK(!o.model_file.empty(), "--model is required");
-  Prediction p;
-  p.options = o;
-  p.model = pp::LoadDecoderModel(o.model_file);
-  const runtime::Topology topology = o.topology_file.empty()
-                                         ? runtime::Topology::Default()
-                                         : runtime::Topology::FromFile(o.topology_file);
-  const int per_node = o.ranks_per_node > 0
-                           ? o.ranks_per_node
-                           : static_cast<int>(topology.spec().chips_per_node() *
-                                              std::max(1u, topology.spec().ranks_per_chip()));
-  NEURON_CHECK(o.nodes >= 1 && o.nodes <= 4096, "--nodes must be between 1 and 4096");
-  p.world = o.nodes * per_node;
-  PredictOptions checked = o;
-  CheckLayout(checked, p.model, p.world);
-  p.dp = p.world / (o.tp * o.pp);
-  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", o.nodes, " nodes x ", per_node,
-               " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", p.dp);
-  p.microbatches = o.global_batch / (o.micro_batch * p.dp);
-  topology.CheckFits(static_cast<std::uint32_t>(o.nodes),
-                     std::vector<std::uint32_t>(static_cast<std::size_t>(o.nodes), per_node));
-  const runtime::DeviceSpec device = o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
-                                                           : runtime::DeviceSpec::FromFile(o.device_file);
-  const std::vector<int> stages = pp::StageLayers(p.model, o.pp);
-  const pp::proto::StepCapture capture = Capture(o, p.model, p.dp, stages);
+namespace {
 
-  const runtime::FabricModel fabric(
-      topology, runtime::PlaceRanks(topology, std::vector<std::uint32_t>(
-                                                  static_cast<std::size_t>(o.nodes), per_node)),
-      device);
-  TensorParallelPricer tp_pricer(fabric, o.tp);
+struct Cluster {
+  runtime::Topology topology;
+  int per_node = 0;
+  int world = 0;
+  std::vector<std::uint32_t> nodes() const {
+    return std::vector<std::uint32_t>(static_cast<std::size_t>(world / per_node), per_node);
+  }
+};
+
+Cluster ResolveCluster(const PredictOptions& o) {
+  NEURON_CHECK(o.nodes >= 1 && o.nodes <= 4096, "--nodes must be between 1 and 4096");
+  Cluster c{o.topology_file.empty() ? runtime::Topology::Default()
+                                    : runtime::Topology::FromFile(o.topology_file)};
+  c.per_node = o.ranks_per_node > 0
+                   ? o.ranks_per_node
+                   : static_cast<int>(c.topology.spec().chips_per_node() *
+                                      std::max(1u, c.topology.spec().ranks_per_chip()));
+  c.world = o.nodes * c.per_node;
+  return c;
+}
+
+// The options' pricing, the calibration's overhead where none is given.
+pp::PricingOptions ResolvePricing(const PredictOptions& o, const runtime::DeviceSpec& device,
+                                  Prediction& p) {
   pp::PricingOptions pricing = o.pricing;
   if (pricing.matmul_overhead_cycles < 0) {
     const auto calibration = Calibration(o.calibration_file, device.spec().name());
@@ -278,10 +272,11 @@ Prediction Predict(const PredictOptions& o) {
     p.calibration_source = "--matmul-overhead-cycles";
   }
   p.matmul_overhead_cycles = pricing.matmul_overhead_cycles;
-  const pp::StepCosts costs = pp::PriceStep(
-      capture, runtime::CostModel(device), pricing,
-      [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
+  return pricing;
+}
 
+pp::PredictedLayout JobLayout(const PredictOptions& o, const Prediction& p,
+                              const std::vector<int>& stages) {
   const double act = ActivationBytes(o.dtype);
   pp::PredictedLayout layout;
   layout.tp = o.tp;
@@ -294,37 +289,78 @@ Prediction Predict(const PredictOptions& o) {
   layout.message_bytes =
       double(o.sequence_parallel ? o.seq / o.tp : o.seq) * o.micro_batch * p.model.hidden() * act;
   layout.stage_layers = stages;
+  return layout;
+}
+
+std::vector<pp::StepMemory> StageMemory(const pp::proto::StepCapture& capture,
+                                        const pp::PredictedLayout& layout,
+                                        const std::string& dtype) {
+  std::vector<pp::StepMemory> memory;
+  for (int s = 0; s < layout.pp; ++s) {
+    pp::MemoryLayout m;
+    m.dtype = dtype;
+    m.pp = layout.pp;
+    m.dp = layout.dp;
+    m.zero = layout.zero;
+    m.microbatches = layout.microbatches;
+    m.stage_layers = layout.stage_layers[static_cast<std::size_t>(s)];
+    m.message_bytes = layout.message_bytes;
+    m.bucket_bytes = layout.bucket_bytes;
+    memory.push_back(pp::EstimateStepMemory(capture, m, s));
+  }
+  return memory;
+}
+
+// The replayed step's figures: breakdown, throughput, MFU.
+void StepFigures(const PredictOptions& o, const runtime::DeviceSpec& device,
+                 const runtime::ReplayedStep& step, Prediction& p) {
+  p.step_us = step.modelled_us;
+  p.breakdown.dp_comm_us = step.collective_wait_us;
+  p.breakdown.pipeline_us = step.message_wait_us;
+  p.seq_per_s = o.global_batch / (p.step_us * 1e-6);
+  p.tokens_per_s = p.seq_per_s * o.seq;
+  const double peak = device.PeakTflops(o.dtype == "fp32") * 1e12;
+  p.mfu = 3 * pp::ForwardFlopsPerToken(p.model, o.seq) * p.tokens_per_s / (p.world * peak);
+  p.model_parameters = pp::DecoderParameters(p.model);
+  p.hbm_capacity = static_cast<double>(device.spec().hbm().capacity_bytes());
+}
+
+}  // namespace
+
+Prediction Predict(const PredictOptions& o) {
+  NEURON_CHECK(!o.model_file.empty(), "--model is required");
+  Prediction p;
+  p.options = o;
+  p.model = pp::LoadDecoderModel(o.model_file);
+  const Cluster cluster = ResolveCluster(o);
+  p.world = cluster.world;
+  CheckLayout(o, p.model, p.world);
+  p.dp = p.world / (o.tp * o.pp);
+  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", o.nodes, " nodes x ",
+               cluster.per_node, " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", p.dp);
+  p.microbatches = o.global_batch / (o.micro_batch * p.dp);
+  cluster.topology.CheckFits(static_cast<std::uint32_t>(o.nodes), cluster.nodes());
+  const runtime::DeviceSpec device = o.device_file.empty()
+                                         ? runtime::DeviceSpec::FromEnvironment()
+                                         : runtime::DeviceSpec::FromFile(o.device_file);
+  const std::vector<int> stages = pp::StageLayers(p.model, o.pp);
+  const pp::proto::StepCapture capture = Capture(o, p.model, p.dp, stages);
+
+  const runtime::FabricModel fabric(
+      cluster.topology, runtime::PlaceRanks(cluster.topology, cluster.nodes()), device);
+  TensorParallelPricer tp_pricer(fabric, o.tp);
+  const pp::StepCosts costs = pp::PriceStep(
+      capture, runtime::CostModel(device), ResolvePricing(o, device, p),
+      [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
+  const pp::PredictedLayout layout = JobLayout(o, p, stages);
   const auto traces = pp::PredictedTraces(costs, capture, layout);
   const auto start = std::chrono::steady_clock::now();
   const runtime::ReplayResult r = runtime::ReplayTraces(traces, fabric);
   p.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   NEURON_ASSERT(r.steps.size() == 1, "one predicted step, replayed as ", r.steps.size());
-  const runtime::ReplayedStep& step = r.steps[0];
-  p.step_us = step.modelled_us;
   p.breakdown = StageBreakdown(costs, capture, stages, p.microbatches);
-  p.breakdown.dp_comm_us = step.collective_wait_us;
-  p.breakdown.pipeline_us = step.message_wait_us;
-
-  p.seq_per_s = o.global_batch / (p.step_us * 1e-6);
-  p.tokens_per_s = p.seq_per_s * o.seq;
-  const auto& t = device.spec().tensor();
-  const double peak = 2.0 * t.pe_rows() * t.pe_columns() * t.clock_ghz() * 1e9 *
-                      (o.dtype == "fp32" ? 1.0 / t.fp32_slowdown() : 1.0);
-  p.mfu = 3 * pp::ForwardFlopsPerToken(p.model, o.seq) * p.tokens_per_s / (p.world * peak);
-  p.model_parameters = pp::DecoderParameters(p.model);
-  p.hbm_capacity = static_cast<double>(device.spec().hbm().capacity_bytes());
-  for (int s = 0; s < o.pp; ++s) {
-    pp::MemoryLayout m;
-    m.dtype = o.dtype;
-    m.pp = o.pp;
-    m.dp = p.dp;
-    m.zero = o.zero;
-    m.microbatches = p.microbatches;
-    m.stage_layers = stages[static_cast<std::size_t>(s)];
-    m.message_bytes = layout.message_bytes;
-    m.bucket_bytes = layout.bucket_bytes;
-    p.memory.push_back(pp::EstimateStepMemory(capture, m, s));
-  }
+  StepFigures(o, device, r.steps[0], p);
+  p.memory = StageMemory(capture, layout, o.dtype);
   return p;
 }
 

@@ -84,75 +84,77 @@ struct TableFlags {
   bool check = false;
 };
 
+// The command line, one flag at a time; each flag names itself in errors.
+class Args {
+ public:
+  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  bool Next() { return ++i_ < argc_; }
+  std::string flag() const { return argv_[i_]; }
+  std::string Text() {
+    NEURON_CHECK(i_ + 1 < argc_, flag(), " needs a value");
+    return argv_[++i_];
+  }
+  int Number(std::uint64_t min, std::uint64_t max) {
+    const std::string f = flag();
+    return static_cast<int>(ParseUnsigned(f, Text(), min, max));
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = -1;
+};
+
+// The model and the layout's flags; false for another flag.
+bool ParseLayoutFlag(Args& a, PredictOptions& o) {
+  const std::string f = a.flag();
+  if (f == "--model") o.model_file = a.Text();
+  else if (f == "--seq") o.seq = a.Number(1, 1 << 22);
+  else if (f == "--micro-batch") o.micro_batch = a.Number(1, 1 << 20);
+  else if (f == "--global-batch") o.global_batch = a.Number(1, 1 << 26);
+  else if (f == "--tp") o.tp = a.Number(1, 65536);
+  else if (f == "--pp") o.pp = a.Number(1, 65536);
+  else if (f == "--dp") o.dp = a.Number(1, 65536);
+  else if (f == "--zero") o.zero = a.Number(0, 3);
+  else if (f == "--sequence-parallel") o.sequence_parallel = true;
+  else if (f == "--activation-checkpointing") o.checkpointing = a.Text();
+  else if (f == "--recompute-mlp") o.recompute_mlp = true;
+  else if (f == "--attention") o.attention = a.Text();
+  else if (f == "--dtype") o.dtype = a.Text();
+  else return false;
+  return true;
+}
+
+// The cluster's, the pricing's and the run's flags; false for another flag.
+bool ParseRunFlag(Args& a, PredictOptions& o, TableFlags& t) {
+  const std::string f = a.flag();
+  if (f == "--topology") o.topology_file = a.Text();
+  else if (f == "--nodes") o.nodes = a.Number(1, 4096);
+  else if (f == "--ranks-per-node") o.ranks_per_node = a.Number(1, 65536);
+  else if (f == "--device") o.device_file = a.Text();
+  else if (f == "--pricing") o.pricing.pricing = parallel::ParsePricing(a.Text());
+  else if (f == "--matmul-overhead-cycles")
+    o.pricing.matmul_overhead_cycles = ParseFinite(f, a.Text(), 0, 1e6);
+  else if (f == "--calibration") o.calibration_file = a.Text();
+  else if (f == "--python") o.python = a.Text();
+  else if (f == "--capture") o.capture_file = a.Text();
+  else if (f == "--capture-out") o.capture_out = a.Text();
+  else if (f == "--table") t.table = a.Text();
+  else if (f == "--out") t.out = a.Text();
+  else if (f == "--check") t.check = true;
+  else return false;
+  return true;
+}
+
 PredictOptions ParsePredict(int argc, char** argv, bool* help, TableFlags* table) {
   PredictOptions o;
   o.pricing.matmul_overhead_cycles = -1;  // the calibration file's
-  auto number = [&](int& i, const std::string& flag, std::uint64_t min, std::uint64_t max) {
-    NEURON_CHECK(i + 1 < argc, flag, " needs a value");
-    return static_cast<int>(ParseUnsigned(flag, argv[++i], min, max));
-  };
-  auto text = [&](int& i, const std::string& flag) -> std::string {
-    NEURON_CHECK(i + 1 < argc, flag, " needs a value");
-    return argv[++i];
-  };
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
+  Args a(argc, argv);
+  while (a.Next()) {
+    if (a.flag() == "-h" || a.flag() == "--help") {
       *help = true;
-    } else if (a == "--model") {
-      o.model_file = text(i, a);
-    } else if (a == "--seq") {
-      o.seq = number(i, a, 1, 1 << 22);
-    } else if (a == "--micro-batch") {
-      o.micro_batch = number(i, a, 1, 1 << 20);
-    } else if (a == "--global-batch") {
-      o.global_batch = number(i, a, 1, 1 << 26);
-    } else if (a == "--tp") {
-      o.tp = number(i, a, 1, 65536);
-    } else if (a == "--pp") {
-      o.pp = number(i, a, 1, 65536);
-    } else if (a == "--dp") {
-      o.dp = number(i, a, 1, 65536);
-    } else if (a == "--zero") {
-      o.zero = number(i, a, 0, 3);
-    } else if (a == "--sequence-parallel") {
-      o.sequence_parallel = true;
-    } else if (a == "--activation-checkpointing") {
-      o.checkpointing = text(i, a);
-    } else if (a == "--recompute-mlp") {
-      o.recompute_mlp = true;
-    } else if (a == "--attention") {
-      o.attention = text(i, a);
-    } else if (a == "--dtype") {
-      o.dtype = text(i, a);
-    } else if (a == "--topology") {
-      o.topology_file = text(i, a);
-    } else if (a == "--nodes") {
-      o.nodes = number(i, a, 1, 4096);
-    } else if (a == "--ranks-per-node") {
-      o.ranks_per_node = number(i, a, 1, 65536);
-    } else if (a == "--device") {
-      o.device_file = text(i, a);
-    } else if (a == "--pricing") {
-      o.pricing.pricing = parallel::ParsePricing(text(i, a));
-    } else if (a == "--matmul-overhead-cycles") {
-      o.pricing.matmul_overhead_cycles = ParseFinite(a, text(i, a), 0, 1e6);
-    } else if (a == "--table") {
-      table->table = text(i, a);
-    } else if (a == "--out") {
-      table->out = text(i, a);
-    } else if (a == "--check") {
-      table->check = true;
-    } else if (a == "--calibration") {
-      o.calibration_file = text(i, a);
-    } else if (a == "--python") {
-      o.python = text(i, a);
-    } else if (a == "--capture") {
-      o.capture_file = text(i, a);
-    } else if (a == "--capture-out") {
-      o.capture_out = text(i, a);
-    } else {
-      throw InvalidUsage(StrCat("unexpected argument '", a, "'"));
+    } else if (!ParseLayoutFlag(a, o) && !ParseRunFlag(a, o, *table)) {
+      throw InvalidUsage(StrCat("unexpected argument '", a.flag(), "'"));
     }
   }
   if (*help) return o;
