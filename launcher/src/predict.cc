@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -96,12 +97,14 @@ std::vector<std::string> CaptureArgs(const PredictOptions& o, const pp::proto::D
   return a;
 }
 
-// Runs python -m torchneuron.predict; IoError with the end of its stderr.
-void RunCapture(const PredictOptions& o, const std::vector<std::string>& args,
+// Runs python -m torchneuron.predict ARGS (`python`: "" for NEURON_PYTHON's);
+// IoError with the end of its output, InvalidUsage when it refused its input.
+void RunCapture(const std::string& python_name, const std::vector<std::string>& args,
                 const fs::path& dir) {
   const std::string name =
-      o.python.empty() ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)
-                       : o.python;
+      python_name.empty()
+          ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython)
+          : python_name;
   const std::string python = ResolveProgram(name);
   NEURON_CHECK(!python.empty(), "python interpreter '", name,
                "' not found (set --python or NEURON_PYTHON)");
@@ -127,32 +130,24 @@ void RunCapture(const PredictOptions& o, const std::vector<std::string>& args,
   throw IoError(message);
 }
 
-pp::proto::StepCapture LoadCapture(const std::string& path) {
-  pp::proto::StepCapture capture;
-  runtime::ParseTextProto(runtime::ReadTextFile(path, "step capture"), path, "step capture",
-                          &capture);
-  return capture;
-}
 
-pp::proto::StepCapture Capture(const PredictOptions& o, const pp::proto::DecoderModel& m,
-                               int dp, const std::vector<int>& stages) {
-  if (!o.capture_file.empty()) return LoadCapture(o.capture_file);
-  std::string tmpl = (fs::temp_directory_path() / "neuron-predict-XXXXXX").string();
-  NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
-  const fs::path dir = tmpl;
-  const std::string out = o.capture_out.empty() ? (dir / "step.textproto").string()
-                                                : o.capture_out;
-  try {
-    RunCapture(o, CaptureArgs(o, m, dp, stages, out), dir);
-    pp::proto::StepCapture capture = LoadCapture(out);
-    fs::remove_all(dir);
-    return capture;
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
-    throw;
+// A temporary directory, removed with this object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "neuron-predict-XXXXXX").string();
+    NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
+    path_ = tmpl;
   }
-}
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
 
 // The device's calibration (configs/predict/calibration.textproto): its
 // fitted or assumed constants, and where they come from.
@@ -327,9 +322,10 @@ void StepFigures(const PredictOptions& o, const runtime::DeviceSpec& device,
 
 }  // namespace
 
-Prediction Predict(const PredictOptions& o) {
+PreparedPrediction Prepare(const PredictOptions& o) {
   NEURON_CHECK(!o.model_file.empty(), "--model is required");
-  Prediction p;
+  PreparedPrediction r;
+  Prediction& p = r.prediction;
   p.options = o;
   p.model = pp::LoadDecoderModel(o.model_file);
   const Cluster cluster = ResolveCluster(o);
@@ -340,28 +336,71 @@ Prediction Predict(const PredictOptions& o) {
                cluster.per_node, " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", p.dp);
   p.microbatches = o.global_batch / (o.micro_batch * p.dp);
   cluster.topology.CheckFits(static_cast<std::uint32_t>(o.nodes), cluster.nodes());
+  o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
+                        : runtime::DeviceSpec::FromFile(o.device_file);  // checked now
+  r.stages = pp::StageLayers(p.model, o.pp);
+  return r;
+}
+
+std::vector<std::string> CaptureArgs(const PreparedPrediction& r, const std::string& out) {
+  return CaptureArgs(r.prediction.options, r.prediction.model, r.prediction.dp, r.stages, out);
+}
+
+void RunCaptures(const std::string& python, const std::vector<std::vector<std::string>>& args) {
+  TempDir dir;
+  const fs::path batch = dir.path() / "batch.tsv";
+  {
+    std::ofstream f(batch);
+    for (const auto& line : args) {
+      for (std::size_t i = 0; i < line.size(); ++i) f << (i ? "\t" : "") << line[i];
+      f << "\n";
+    }
+    NEURON_CHECK(f.good(), "cannot write ", batch.string());
+  }
+  RunCapture(python, {"--batch", batch.string()}, dir.path());
+}
+
+Prediction Complete(const PreparedPrediction& r, const pp::proto::StepCapture& capture) {
+  Prediction p = r.prediction;
+  const PredictOptions& o = p.options;
+  const Cluster cluster = ResolveCluster(o);
   const runtime::DeviceSpec device = o.device_file.empty()
                                          ? runtime::DeviceSpec::FromEnvironment()
                                          : runtime::DeviceSpec::FromFile(o.device_file);
-  const std::vector<int> stages = pp::StageLayers(p.model, o.pp);
-  const pp::proto::StepCapture capture = Capture(o, p.model, p.dp, stages);
-
   const runtime::FabricModel fabric(
       cluster.topology, runtime::PlaceRanks(cluster.topology, cluster.nodes()), device);
   TensorParallelPricer tp_pricer(fabric, o.tp);
   const pp::StepCosts costs = pp::PriceStep(
       capture, runtime::CostModel(device), ResolvePricing(o, device, p),
       [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
-  const pp::PredictedLayout layout = JobLayout(o, p, stages);
+  const pp::PredictedLayout layout = JobLayout(o, p, r.stages);
   const auto traces = pp::PredictedTraces(costs, capture, layout);
   const auto start = std::chrono::steady_clock::now();
-  const runtime::ReplayResult r = runtime::ReplayTraces(traces, fabric);
+  const runtime::ReplayResult replay = runtime::ReplayTraces(traces, fabric);
   p.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  NEURON_ASSERT(r.steps.size() == 1, "one predicted step, replayed as ", r.steps.size());
-  p.breakdown = StageBreakdown(costs, capture, stages, p.microbatches);
-  StepFigures(o, device, r.steps[0], p);
+  NEURON_ASSERT(replay.steps.size() == 1, "one predicted step, replayed as ",
+                replay.steps.size());
+  p.breakdown = StageBreakdown(costs, capture, r.stages, p.microbatches);
+  StepFigures(o, device, replay.steps[0], p);
   p.memory = StageMemory(capture, layout, o.dtype);
   return p;
+}
+
+pp::proto::StepCapture LoadCapture(const std::string& path) {
+  pp::proto::StepCapture capture;
+  runtime::ParseTextProto(runtime::ReadTextFile(path, "step capture"), path, "step capture",
+                          &capture);
+  return capture;
+}
+
+Prediction Predict(const PredictOptions& o) {
+  const PreparedPrediction r = Prepare(o);
+  if (!o.capture_file.empty()) return Complete(r, LoadCapture(o.capture_file));
+  TempDir dir;
+  const std::string out =
+      o.capture_out.empty() ? (dir.path() / "step.textproto").string() : o.capture_out;
+  RunCapture(o.python, CaptureArgs(r, out), dir.path());
+  return Complete(r, LoadCapture(out));
 }
 
 }  // namespace neuron::launcher

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "neuron/parallel/decoder_model.h"
+#include "neuron/parallel/step_capture.pb.h"
 #include "neuron/parallel/step_memory.h"
 #include "neuron/parallel/step_pricing.h"
 
@@ -73,6 +74,24 @@ struct Prediction {
 // not divide, more ranks than the nodes hold, ...); IoError says why the
 // capture failed.
 Prediction Predict(const PredictOptions& options);
+
+// Predict in three steps, so that several predictions share one capture
+// process (a prediction table): Prepare checks the model and the layout
+// (InvalidUsage as Predict); CaptureArgs are python -m torchneuron.predict's
+// arguments for it, writing `out`; RunCaptures runs one such Python
+// (`python`: "" for NEURON_PYTHON's) for several argument lists, each
+// capture that is refused leaving `out`.error with the reason; Complete
+// prices, lays out and replays a capture.
+struct PreparedPrediction {
+  Prediction prediction;    // its options, model, world, dp, microbatches
+  std::vector<int> stages;  // decoder layers per pipeline stage
+};
+PreparedPrediction Prepare(const PredictOptions& options);
+std::vector<std::string> CaptureArgs(const PreparedPrediction& prepared, const std::string& out);
+void RunCaptures(const std::string& python, const std::vector<std::vector<std::string>>& args);
+Prediction Complete(const PreparedPrediction& prepared,
+                    const parallel::proto::StepCapture& capture);
+parallel::proto::StepCapture LoadCapture(const std::string& path);
 
 void PrintPrediction(const Prediction& p, std::ostream& out);
 

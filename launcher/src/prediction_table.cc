@@ -1,6 +1,10 @@
 #include "prediction_table.h"
 
+#include <stdlib.h>
+
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 
@@ -9,6 +13,8 @@
 #include "source_path.h"
 
 namespace neuron::launcher {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -25,6 +31,24 @@ std::string Layout(const proto::PredictionRow& r, const Prediction& p) {
     << (r.sequence_parallel() ? ", SP" : "") << ", seq " << r.seq() << ", gbs "
     << r.global_batch();
   return s.str();
+}
+
+// A row's prediction from its capture (or the reason its capture refused it).
+void Finish(const proto::PredictionRow& row, const PreparedPrediction& prepared,
+            const std::string& capture, TableResult& r) {
+  const std::string refused = capture + ".error";
+  if (fs::exists(refused)) {
+    r.error = runtime::ReadTextFile(refused, "capture error");
+    return;
+  }
+  try {
+    r.prediction = Complete(prepared, LoadCapture(capture));
+    if (row.published_seq_per_s() > 0) {
+      r.error_pct = (r.prediction.seq_per_s / row.published_seq_per_s() - 1) * 100;
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
 }
 
 }  // namespace
@@ -72,19 +96,33 @@ PredictOptions RowOptions(const proto::PredictionRow& row, const PredictOptions&
 
 std::vector<TableResult> RunPredictionTable(const proto::PredictionTable& table,
                                             const PredictOptions& base) {
-  std::vector<TableResult> results;
-  for (const auto& row : table.rows()) {
-    TableResult r;
+  const std::size_t n = static_cast<std::size_t>(table.rows_size());
+  std::vector<TableResult> results(n);
+  std::vector<std::optional<PreparedPrediction>> prepared(n);
+  std::string tmpl = (fs::temp_directory_path() / "neuron-table-XXXXXX").string();
+  NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
+  const fs::path dir = tmpl;
+  auto out = [&dir](std::size_t i) { return (dir / (std::to_string(i) + ".textproto")).string(); };
+  std::vector<std::vector<std::string>> args;
+  for (std::size_t i = 0; i < n; ++i) {  // every row checked before anything is captured
     try {
-      r.prediction = Predict(RowOptions(row, base));
-      if (row.published_seq_per_s() > 0) {
-        r.error_pct = (r.prediction.seq_per_s / row.published_seq_per_s() - 1) * 100;
-      }
+      prepared[i] = Prepare(RowOptions(table.rows(static_cast<int>(i)), base));
+      args.push_back(CaptureArgs(*prepared[i], out(i)));
     } catch (const std::exception& e) {
-      r.error = e.what();
+      results[i].error = e.what();
     }
-    results.push_back(std::move(r));
   }
+  try {
+    if (!args.empty()) RunCaptures(base.python, args);  // one Python for every row
+    for (std::size_t i = 0; i < n; ++i) {
+      if (prepared[i]) Finish(table.rows(static_cast<int>(i)), *prepared[i], out(i), results[i]);
+    }
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    throw;
+  }
+  fs::remove_all(dir);
   return results;
 }
 

@@ -1,7 +1,10 @@
 """python -m torchneuron.predict: captures one training step (step.py) and
 writes it as a neuron.parallel.proto.StepCapture text proto. neuronrun
 predict runs it with the model and layout it has already checked; errors
-go to stderr with exit status 2.
+go to stderr with exit status 2. With --batch FILE, each line of FILE is
+one capture's arguments, tab-separated: a capture that is refused writes
+its reason to its --out path plus ".error" and the others go on (neuronrun
+predict --table captures every row in one process).
 
     python -m torchneuron.predict --layers 32 --hidden 4096 --heads 32 \\
         --kv-heads 32 --ffn-hidden 11008 --vocab 32000 --tp 8 --seq 4096 \\
@@ -77,8 +80,8 @@ def write_capture(result, path):
         f.write("\n".join(lines) + "\n")
 
 
-def main(argv=None):
-    a = _arguments(sys.argv[1:] if argv is None else argv)
+def _capture(argv):
+    a = _arguments(argv)
     model = DecoderConfig(layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads,
                           ffn_hidden=a.ffn_hidden, vocab=a.vocab, activation=a.activation,
                           norm=a.norm, position=a.position, max_seq=a.max_seq or a.seq,
@@ -91,8 +94,27 @@ def main(argv=None):
     try:
         write_capture(capture_step(spec), a.out)
     except ValueError as e:
-        print(f"torchneuron.predict: {e}", file=sys.stderr)
+        return a.out, f"torchneuron.predict: {e}"
+    return a.out, None
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["--batch"]:
+        _, error = _capture(argv)
+        if error:
+            print(error, file=sys.stderr)
+        return 2 if error else 0
+    if len(argv) != 2:
+        print("torchneuron.predict: --batch FILE takes nothing else", file=sys.stderr)
         return 2
+    with open(argv[1]) as f:
+        lines = f.read(1 << 24).splitlines()
+    for line in lines:
+        out, error = _capture(line.split("\t"))
+        if error:
+            with open(out + ".error", "w") as f:
+                f.write(error)
     return 0
 
 

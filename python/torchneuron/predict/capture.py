@@ -114,7 +114,13 @@ class Recorder(TorchDispatchMode):
                                        *args, **kwargs)
             finally:
                 self._decomposing.pop()
-        out = func(*args, **kwargs)
+        if base in ("_copy_from", "_copy_from_and_resize"):
+            # The device's copy into `dst`: nothing to move between fake tensors
+            # (FakeTensorMode has no meta kernel for it, and would run it on
+            # real memory of the tensors' size).
+            out = args[1]
+        else:
+            out = func(*args, **kwargs)
         if self._recording():
             self.add({"op": self._describe(func, base, args, kwargs, out)})
         return out
