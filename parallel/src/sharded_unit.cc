@@ -136,7 +136,7 @@ struct ShardedUnit::State {
     if (full_valid || gather_work) return;
     Allocate(full, static_cast<std::size_t>(padded) * full.element_size());
     gather_input = master.detach().to(device, options.param_dtype).contiguous();
-    gather_work = group->_allgather_base(full, gather_input);
+    gather_work = group->all_gather_single(full, gather_input);
     Recount();
   }
   void WaitGather() {
@@ -177,7 +177,7 @@ struct ShardedUnit::State {
       reduce_work = group->allreduce(tensors);
     } else {
       grad_shard = at::empty({shard_numel}, grad_full.options());
-      reduce_work = group->_reduce_scatter_base(grad_shard, grad_full);
+      reduce_work = group->reduce_scatter_single(grad_shard, grad_full);
       BoundInFlight();
     }
     Recount();
@@ -422,7 +422,7 @@ std::vector<at::Tensor> ShardedUnit::Unshard(const at::Tensor& shard_like) {
                s.shard_numel, "]");
   at::Tensor mine = shard_like.detach().contiguous();
   at::Tensor full = at::empty({s.padded}, mine.options());
-  s.group->_allgather_base(full, mine)->wait();
+  s.group->all_gather_single(full, mine)->wait();
   std::vector<at::Tensor> out;
   for (std::size_t i = 0; i < s.params.size(); ++i) {
     out.push_back(full.narrow(0, s.offsets[i], s.numels[i]).view(s.shapes[i]).clone());

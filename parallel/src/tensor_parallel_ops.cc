@@ -51,7 +51,7 @@ at::Tensor AllGather(::c10d::ProcessGroup& group, const at::Tensor& x, std::int6
   std::vector<std::int64_t> shape = mine.sizes().vec();
   shape[0] *= n;
   at::Tensor out = at::empty(shape, mine.options());
-  group._allgather_base(out, mine)->wait();
+  group.all_gather_single(out, mine)->wait();
   return out.movedim(0, dim).contiguous();
 }
 
@@ -66,7 +66,7 @@ at::Tensor ReduceScatter0(::c10d::ProcessGroup& group, const at::Tensor& x) {
   std::vector<std::int64_t> shape = in.sizes().vec();
   shape[0] /= group.getSize();
   at::Tensor out = at::empty(shape, in.options());
-  group._reduce_scatter_base(out, in)->wait();
+  group.reduce_scatter_single(out, in)->wait();
   return out;
 }
 
