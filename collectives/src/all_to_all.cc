@@ -1,5 +1,7 @@
-// Communicator::AllToAll (equal or per-peer sizes) and AllGatherV (uneven
-// blocks); their algorithms: exchange_algorithms.cc.
+// Communicator::AllToAll (equal or per-peer sizes, any mix across ranks)
+// and AllGatherV (uneven blocks); their algorithms: exchange_algorithms.cc.
+#include <algorithm>
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -13,6 +15,27 @@ namespace neuron::collectives {
 
 using detail::OpCode;
 
+namespace {
+
+// This rank's form of an all-to-all, for its header: the count when it
+// sends and receives the same number of elements to and from every rank
+// (however the caller passed them), else kPerPeerSizes.
+std::uint64_t FormCount(const std::vector<std::size_t>& send,
+                        const std::vector<std::size_t>& recv) {
+  const bool same = std::adjacent_find(send.begin(), send.end(),
+                                       std::not_equal_to<>()) == send.end();
+  return same && send == recv && !send.empty() ? send[0] : detail::kPerPeerSizes;
+}
+
+}  // namespace
+
+// Each rank passes its own form; the ranks agree on the variant in the
+// handshake (no message of its own): when every header shows the same
+// count, every rank sends and expects that count from every other, and the
+// blocks go as they are; otherwise some rank's sizes differ per peer, and
+// every rank first exchanges and checks the count of each block (so any
+// mix of equal, uneven and zero blocks works, as with Gloo, and a
+// disagreement is an error naming both ranks).
 void Communicator::AllToAll(const AllToAllOptions& o) {
   const bool per_peer = !o.send_counts.empty() || !o.recv_counts.empty();
   NEURON_CHECK(!per_peer || (o.send_counts.size() == static_cast<std::size_t>(size_) &&
@@ -28,12 +51,13 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
                    (o.output != nullptr || recv.offsets.back() == 0),
                "alltoall: input or output is null");
   detail::Header h =
-      NewHeader(OpCode::kAllToAll, o.dtype, per_peer ? detail::kPerPeerSizes : o.count);
+      NewHeader(OpCode::kAllToAll, o.dtype, FormCount(send.counts, recv.counts));
   h.model_bytes = static_cast<double>(send.offsets.back());
   const detail::Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
+  const bool equal_blocks = agreed.SameCount() && h.count != detail::kPerPeerSizes;
   PairwiseAllToAll(*this, static_cast<const char*>(o.input), static_cast<char*>(o.output),
-                   send, recv, per_peer, detail::Handshake::Describing(h));
+                   send, recv, !equal_blocks, detail::Handshake::Describing(h));
 }
 
 void Communicator::AllGatherV(const AllGatherVOptions& o) {

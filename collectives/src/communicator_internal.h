@@ -76,8 +76,9 @@ inline constexpr std::uint8_t kPathHeaderLine = 3;  // in the header itself (kTi
 // (Header::tiny), in the flag's cache line: a peer that saw the flag has
 // the data too, one cache line per rank and collective.
 inline constexpr std::size_t kTinyBytes = 8;
-// The count of an all-to-all whose sizes differ per peer (the header then
-// carries their fingerprint): mixing it with equal blocks is a mismatch.
+// The count of an all-to-all whose blocks differ per peer. An all-to-all's
+// ranks may show different counts (each its own form: equal blocks of a
+// count or per-peer sizes); they agree on the form from Agreed.
 inline constexpr std::uint64_t kPerPeerSizes = ~std::uint64_t{0};
 
 // The call every collective shows the other ranks (handshake.h).
@@ -109,20 +110,36 @@ struct Header {
 
   std::uint64_t sequence() const { return published - 1; }
 
-  // Equal calls (the per-rank stamps aside).
+  // Equal calls (the per-rank stamps aside). An all-to-all's counts may
+  // differ: each rank's blocks are its own (what rank a sends b must equal
+  // what b expects from a, which the algorithm checks when the counts
+  // differ; Agreed::SameCount).
   bool operator==(const Header& o) const {
     return magic == o.magic && op == o.op && dtype == o.dtype && reduce == o.reduce &&
            algorithm == o.algorithm && path == o.path && root == o.root &&
            published == o.published &&
-           count == o.count && fingerprint == o.fingerprint;
+           (count == o.count || op == OpCode::kAllToAll) && fingerprint == o.fingerprint;
   }
 };
 
-// What the handshake agreed: the latest arrival and the largest model size
-// over the ranks.
+// What the handshake agreed: the latest arrival, the largest model size and
+// the range of the headers' counts over the ranks. The handshake combines
+// them by maximum (the smallest count as the maximum of its complement) in
+// the exchanges it makes anyway: no message of its own.
 struct Agreed {
   double start_us = 0;
   double model_bytes = 0;
+  std::uint64_t count_max = 0;
+  std::uint64_t count_min_complement = 0;  // ~(the smallest count)
+
+  // Whether every rank's header showed the same count.
+  bool SameCount() const { return count_max == ~count_min_complement; }
+  void Combine(const Agreed& o) {
+    start_us = std::max(start_us, o.start_us);
+    model_bytes = std::max(model_bytes, o.model_bytes);
+    count_max = std::max(count_max, o.count_max);
+    count_min_complement = std::max(count_min_complement, o.count_min_complement);
+  }
 };
 
 }  // namespace detail

@@ -13,6 +13,17 @@ namespace neuron::collectives {
 
 using detail::Mod;
 
+namespace {
+
+// Ends the collective on every rank of the group (so none waits for this
+// one) with `message`, and throws it here.
+[[noreturn]] void Disagree(GroupContext& g, const std::string& message) {
+  g.transport().Abort(message);
+  throw InvalidUsage(message);
+}
+
+}  // namespace
+
 // Pairwise exchange (as in MPICH's alltoall for large messages): in step k
 // rank r sends to r + k and receives from r - k, so every pair meets once.
 // With per-peer sizes, each step first exchanges the element count, checked
@@ -22,8 +33,10 @@ void PairwiseAllToAll(GroupContext& g, const char* in, char* out, const BlockLay
                       const BlockLayout& recv, bool check_counts, const Label& what) {
   const int rank = g.rank(), size = g.size();
   const std::size_t esize = send.element_bytes;
-  NEURON_CHECK(send.counts[rank] == recv.counts[rank], what, ": rank ", rank, " sends ",
-               send.counts[rank], " elements to itself but expects ", recv.counts[rank]);
+  if (send.counts[rank] != recv.counts[rank]) {
+    Disagree(g, StrCat(what, ": rank ", rank, " sends ", send.counts[rank],
+                       " elements to itself but expects ", recv.counts[rank]));
+  }
   if (send.counts[rank] > 0) {
     std::memmove(out + recv.offsets[rank], in + send.offsets[rank],
                  send.counts[rank] * esize);
@@ -34,11 +47,8 @@ void PairwiseAllToAll(GroupContext& g, const char* in, char* out, const BlockLay
       std::uint64_t sending = send.counts[to], coming = 0;
       g.Exchange(to, &sending, sizeof(sending), from, &coming, sizeof(coming), what);
       if (coming != recv.counts[from]) {
-        const std::string message =
-            StrCat(what, ": rank ", from, " sends ", coming, " elements to rank ", rank,
-                   ", which expects ", recv.counts[from]);
-        g.transport().Abort(message);
-        throw InvalidUsage(message);
+        Disagree(g, StrCat(what, ": rank ", from, " sends ", coming, " elements to rank ",
+                           rank, ", which expects ", recv.counts[from]));
       }
     }
     g.Exchange(to, in + send.offsets[to], send.counts[to] * esize, from,

@@ -98,7 +98,7 @@ Agreed Handshake::Run(Header& mine, double arrival_us, const void* staged,
                       std::size_t slot_bytes) {
   ++sequence_;
   mine.arrival_us = arrival_us;
-  const Agreed agreed{mine.arrival_us, mine.model_bytes};
+  const Agreed agreed{mine.arrival_us, mine.model_bytes, mine.count, ~mine.count};
   if (group_.size() == 1) return agreed;
   if (group_.windows() != nullptr) {
     return ShmRun(mine, agreed, staged, staged_bytes, slot_data, slot_bytes);
@@ -160,8 +160,8 @@ Agreed Handshake::ShmRun(Header& mine, Agreed agreed, const void* staged,
     // from it would wait too.
     theirs[r] =
         r == rank ? &mine : reinterpret_cast<const Header*>(windows.Window(r) + slot);
-    agreed.start_us = std::max(agreed.start_us, theirs[r]->arrival_us);
-    agreed.model_bytes = std::max(agreed.model_bytes, theirs[r]->model_bytes);
+    agreed.Combine({theirs[r]->arrival_us, theirs[r]->model_bytes, theirs[r]->count,
+                    ~theirs[r]->count});
   }
   Check(mine, theirs);
   return agreed;
@@ -201,8 +201,7 @@ Agreed Handshake::RingMax(Agreed mine, const Label& what) {
   for (int k = 0; k < size - 1; ++k) {
     Agreed in;
     group_.Exchange(right, &current, sizeof(current), left, &in, sizeof(in), what);
-    current.start_us = std::max(current.start_us, in.start_us);
-    current.model_bytes = std::max(current.model_bytes, in.model_bytes);
+    current.Combine(in);
   }
   return current;
 }

@@ -4,7 +4,8 @@
 // rank that sees another rank's call differ aborts the group and throws
 // InvalidUsage naming both calls, so no rank hangs or reads mismatched
 // data. The ranks also agree on the operation's simulated start (the
-// latest arrival) and model size (the largest).
+// latest arrival), model size (the largest) and whether every rank showed
+// the same count (an all-to-all's form).
 //
 // On shared memory the headers go in slots at the start of every rank's
 // window (two, by sequence parity: a rank can be at most one collective
@@ -57,7 +58,8 @@ class Handshake {
   Agreed ShmRun(Header& mine, Agreed agreed, const void* staged, std::size_t staged_bytes,
                 const void* slot_data, std::size_t slot_bytes);
   Agreed RingRun(const Header& mine, Agreed agreed);
-  // Circulates the maximum of (arrival, model bytes) around the ring (TCP).
+  // Circulates the maxima of Agreed (arrival, model bytes, count range)
+  // around the ring (TCP).
   Agreed RingMax(Agreed mine, const Label& what);
   void Check(const Header& mine, const Header* const* theirs);
   // The current collective's header slot in every window.

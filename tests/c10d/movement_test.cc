@@ -3,6 +3,9 @@
 // uneven sizes, lists and flat tensors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "group_threads.h"
 
 namespace neuron::c10d {
@@ -145,6 +148,105 @@ TEST(BackendNeuron, UnevenAllGatherAndAllToAll) {
     ExpectEqual(base.select(1, 0), at::tensor({1.f, 2.f, 3.f, 4.f}), "strided allgather");
     ExpectEqual(base.select(1, 1), at::zeros({4}), "strided allgather untouched");
   });
+}
+
+// Rows rank a sends rank b in the all-to-all mixes below; each rank passes
+// its splits in its own form (uneven, equal, none, all zero), as Gloo
+// accepts them.
+using RowsOf = int64_t (*)(int a, int b);
+int64_t Uneven(int a, int b) { return (a + 2 * b) % 3 + 1; }
+// The issue's mix: ranks 0 and 3 uneven, rank 1 equal splits (2 rows
+// everywhere), rank 2 no splits at all.
+int64_t IssueMix(int a, int b) { return a == 1 || a == 2 || b == 1 || b == 2 ? 2 : Uneven(a, b); }
+// Rank 0 all-zero splits, rank 3 sends nothing, rank 1 receives nothing.
+int64_t ZeroMix(int a, int b) { return a == 0 || b == 0 || a == 3 || b == 1 ? 0 : Uneven(a, b); }
+int64_t AllZero(int, int) { return 0; }
+
+// What rank a sends rank b: rows x 2 columns.
+at::Tensor Rows(RowsOf rows, int a, int b, at::ScalarType type) {
+  return Block(2 * rows(a, b), a * 10 + b, type).reshape({-1, 2});
+}
+
+// all_to_all_single on this rank of 4 with `rows`; ranks in `no_splits`
+// pass none (their blocks are equal).
+void CheckAllToAllSingle(BackendNeuron& pg, int rank, RowsOf rows, at::ScalarType type,
+                         std::initializer_list<int> no_splits, const std::string& what) {
+  std::vector<int64_t> send_splits, recv_splits;
+  std::vector<at::Tensor> send_blocks, want_blocks;
+  for (int p = 0; p < 4; ++p) {
+    send_splits.push_back(rows(rank, p));
+    recv_splits.push_back(rows(p, rank));
+    send_blocks.push_back(Rows(rows, rank, p, type));
+    want_blocks.push_back(Rows(rows, p, rank, type));
+  }
+  if (std::find(no_splits.begin(), no_splits.end(), rank) != no_splits.end()) {
+    send_splits.clear();
+    recv_splits.clear();
+  }
+  at::Tensor input = at::cat(send_blocks), want = at::cat(want_blocks);
+  at::Tensor output = at::full_like(want, 7);
+  pg.alltoall_base(output, input, recv_splits, send_splits, {})->wait();
+  ExpectEqual(output, want, "all_to_all_single, " + what + ", rank " + std::to_string(rank));
+}
+
+void CheckAllToAllList(BackendNeuron& pg, int rank, RowsOf rows, at::ScalarType type,
+                       const std::string& what) {
+  std::vector<at::Tensor> ins, outs;
+  for (int p = 0; p < 4; ++p) {
+    ins.push_back(Rows(rows, rank, p, type));
+    outs.push_back(at::full_like(Rows(rows, p, rank, type), 7));
+  }
+  pg.alltoall(outs, ins, {})->wait();
+  for (int p = 0; p < 4; ++p) {
+    ExpectEqual(outs[p], Rows(rows, p, rank, type),
+                "all_to_all, " + what + ", rank " + std::to_string(rank) + " from " +
+                    std::to_string(p));
+  }
+}
+
+TEST(BackendNeuron, AllToAllTakesAnyMixOfSplitsAcrossRanks) {
+  RunGroup(4, [](BackendNeuron& pg, int rank) {
+    for (at::ScalarType type : {at::kFloat, at::kShort}) {
+      CheckAllToAllSingle(pg, rank, IssueMix, type, {2}, "uneven, equal and no splits");
+      CheckAllToAllSingle(pg, rank, ZeroMix, type, {}, "zero splits");
+      CheckAllToAllSingle(pg, rank, AllZero, type, {0, 1}, "all zero");
+      CheckAllToAllSingle(pg, rank, IssueMix, type, {1, 2}, "uneven and no splits");
+      CheckAllToAllList(pg, rank, IssueMix, type, "one rank equal");
+      CheckAllToAllList(pg, rank, ZeroMix, type, "zero blocks");
+      CheckAllToAllList(pg, rank, AllZero, type, "all zero");
+    }
+  });
+}
+
+// Splits that disagree between sender and receiver, and dtypes that differ:
+// every rank fails at once, naming the op, its sequence number and sizes.
+TEST(BackendNeuron, AllToAllMismatchesAreNamed) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(2);
+  RunGroup(2, [&](BackendNeuron& pg, int rank) {
+    // rank 0 sends 2 rows to rank 1, which expects 3.
+    std::vector<int64_t> send = {2, 2}, recv = rank == 1 ? std::vector<int64_t>{3, 2}
+                                                         : std::vector<int64_t>{2, 2};
+    at::Tensor in = at::zeros({4, 2}), out = at::zeros({rank == 1 ? 5 : 4, 2});
+    errors[rank] = testing::ErrorOf(pg.alltoall_base(out, in, recv, send, {}));
+  }, std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("alltoall #0"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 0 sends 4 elements to rank 1, which expects 6"), std::string::npos)
+        << e;
+  }
+  RunGroup(2, [&](BackendNeuron& pg, int rank) {
+    at::Tensor in = at::zeros({4}, rank == 0 ? at::kFloat : at::kInt);
+    at::Tensor out = at::zeros_like(in);
+    std::vector<int64_t> none;
+    errors[rank] = testing::ErrorOf(pg.alltoall_base(out, in, none, none, {}));
+  }, std::chrono::seconds(30));
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("mismatched collectives"), std::string::npos) << e;
+    EXPECT_NE(e.find("alltoall #0 of 2 float32"), std::string::npos) << e;
+    EXPECT_NE(e.find("alltoall #0 of 2 int32"), std::string::npos) << e;
+  }
 }
 
 }  // namespace

@@ -493,27 +493,8 @@ TEST_P(CommunicatorSweep, AllToAllSizeDisagreementIsNamed) {
   }
 }
 
-// Equal blocks on one rank, per-peer sizes on the other: a mismatch that
-// says so (not the header's marker, a count of 2^64 - 1).
-TEST_P(CommunicatorSweep, AllToAllFormMismatchIsNamed) {
-  const auto options = Options();
-  try {
-    RunRanks(2, [&](int rank, Store& store) {
-      Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 2, options);
-      std::vector<float> in(4), out(4);
-      if (rank == 0) {
-        comm.AllToAll({in.data(), out.data(), 2, {}, {}, DataType::kFloat32});
-      } else {
-        comm.AllToAll({in.data(), out.data(), 0, {1, 3}, {2, 2}, DataType::kFloat32});
-      }
-    });
-    FAIL() << "a form disagreement went unnoticed";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("alltoall #0 of per-peer sizes of float32"), std::string::npos) << what;
-    EXPECT_EQ(what.find("18446744073709551615"), std::string::npos) << what;
-  }
-}
+// Mixes of equal and per-peer blocks across ranks, and their mismatches:
+// all_to_all_test.cc.
 
 TEST_P(CommunicatorSweep, SplitFormsIndependentGroups) {
   const auto options = Options();

@@ -25,7 +25,8 @@ inexact float inputs ("values=inexact", reference only) are the ones that
 see the rank order and the float32 accumulation.
 
 Also covered: all_gather with a different size per rank, all_to_all(_single)
-with uneven splits (some empty), recv from any source (the reported sender is
+with uneven splits (some empty) and with ranks passing different forms of
+splits (equal, uneven, none, all zero; a rank sending or receiving nothing), recv from any source (the reported sender is
 checked), tag matching, non-contiguous tensors (a transposed one; strided
 slices whose gaps must stay untouched), counts 0, 1, 1001 and 300000 (--quick:
 float32 keeps them all, other dtypes use 7). Each rank prints one summary
@@ -75,6 +76,8 @@ REDUCTIONS = ["all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter",
 MOVEMENT = ["broadcast", "all_gather", "all_gather_uneven", "all_gather_into_tensor",
             "all_gather_coalesced", "gather", "scatter", "all_to_all_single",
             "all_to_all_single_uneven", "all_to_all", "send_recv", "recv_any_source"]
+# Each rank passing its own form of splits (issue 47); float32 and int64 only.
+A2A_MIXES = ["all_to_all_single_mixed", "all_to_all_single_zeros", "all_to_all_mixed"]
 NONCONTIG = [("all_reduce", "transposed"), ("all_reduce", "strided"), ("broadcast", "strided"),
              ("all_gather", "strided"), ("send_recv", "strided")]
 
@@ -95,7 +98,7 @@ def gloo_supports(c):
         return False
     if c.rop == "AVG" and c.dtype not in FLOATS:
         return False  # Gloo divides the sum in place: "result type Float can't be cast"
-    if c.op == "all_to_all" and c.count > 0:
+    if c.op in ("all_to_all", "all_to_all_mixed") and c.count > 0:
         return False  # the splits are uneven; Gloo wants equal sizes: "invalid tensor size"
     if c.count == 0 and c.op == "recv_any_source":
         return False  # enforce fail on the receiver only
@@ -433,33 +436,92 @@ def ref_all_to_all_single(c):
     return [torch.cat([c.input(m, numel=k * c.n)[lo:lo + k] for m in c.members])]
 
 
-def run_all_to_all_single_uneven(c, g, a):
-    ins = [split(c, c.me, j) for j in range(c.n)]
-    outs = [split(c, j, c.me) for j in range(c.n)]
-    out = c.output(sum(outs))
-    c.finish(dist.all_to_all_single(out, c.input(RANK, numel=sum(ins)), outs, ins, group=g,
-                                    async_op=a), a)
+def mixed_split(c, src, dst):
+    """The mix of issue 47, every rank passing its own form: group ranks 1 and 2 send
+    and receive c.count everywhere (rank 1 says so in its splits, rank 2 passes none),
+    the others uneven splits (some empty); count 0: every split is 0."""
+    return c.count if {src, dst} & {1, 2} else split(c, src, dst)
+
+
+def zeros_split(c, src, dst):
+    """Group rank 0 passes all-zero splits; with 3 ranks or more the last sends
+    nothing (but receives), with 4 or more rank 1 receives nothing (but sends)."""
+    if 0 in (src, dst) or (c.n > 2 and src == c.n - 1) or (c.n > 3 and dst == 1):
+        return 0
+    return split(c, src, dst)
+
+
+def a2a_splits(c, sizes):
+    return [sizes(c, c.me, j) for j in range(c.n)], [sizes(c, j, c.me) for j in range(c.n)]
+
+
+def run_a2a_single(c, g, a, sizes, no_splits=()):
+    ins, outs = a2a_splits(c, sizes)
+    out, inp = c.output(sum(outs)), c.input(RANK, numel=sum(ins))
+    if c.me in no_splits:  # its blocks are equal: all_to_all_single splits evenly
+        ins = outs = None
+    c.finish(dist.all_to_all_single(out, inp, outs, ins, group=g, async_op=a), a)
     return [out]
 
 
-def ref_all_to_all_single_uneven(c):
+def ref_a2a_single(c, sizes):
     chunks = []
     for j, m in enumerate(c.members):
-        sizes = [split(c, j, d) for d in range(c.n)]
-        lo = sum(sizes[:c.me])
-        chunks.append(c.input(m, numel=sum(sizes))[lo:lo + sizes[c.me]])
+        sent = [sizes(c, j, d) for d in range(c.n)]
+        lo = sum(sent[:c.me])
+        chunks.append(c.input(m, numel=sum(sent))[lo:lo + sent[c.me]])
     return [torch.cat(chunks)]
 
 
-def run_all_to_all(c, g, a):
-    outs = [c.output(split(c, j, c.me)) for j in range(c.n)]
-    ins = [c.input(RANK, salt=j, numel=split(c, c.me, j)) for j in range(c.n)]
+def run_all_to_all_single_uneven(c, g, a):
+    return run_a2a_single(c, g, a, split)
+
+
+def ref_all_to_all_single_uneven(c):
+    return ref_a2a_single(c, split)
+
+
+def run_all_to_all_single_mixed(c, g, a):
+    return run_a2a_single(c, g, a, mixed_split, no_splits=(2,))
+
+
+def ref_all_to_all_single_mixed(c):
+    return ref_a2a_single(c, mixed_split)
+
+
+def run_all_to_all_single_zeros(c, g, a):
+    return run_a2a_single(c, g, a, zeros_split)
+
+
+def ref_all_to_all_single_zeros(c):
+    return ref_a2a_single(c, zeros_split)
+
+
+def run_a2a_list(c, g, a, sizes):
+    outs = [c.output(sizes(c, j, c.me)) for j in range(c.n)]
+    ins = [c.input(RANK, salt=j, numel=sizes(c, c.me, j)) for j in range(c.n)]
     c.finish(dist.all_to_all(outs, ins, group=g, async_op=a), a)
     return outs
 
 
+def ref_a2a_list(c, sizes):
+    return [c.input(m, salt=c.me, numel=sizes(c, j, c.me)) for j, m in enumerate(c.members)]
+
+
+def run_all_to_all(c, g, a):
+    return run_a2a_list(c, g, a, split)
+
+
 def ref_all_to_all(c):
-    return [c.input(m, salt=c.me, numel=split(c, j, c.me)) for j, m in enumerate(c.members)]
+    return ref_a2a_list(c, split)
+
+
+def run_all_to_all_mixed(c, g, a):
+    return run_a2a_list(c, g, a, mixed_split)
+
+
+def ref_all_to_all_mixed(c):
+    return ref_a2a_list(c, mixed_split)
 
 
 def run_send_recv(c, g, a):
@@ -533,7 +595,7 @@ def ref_nothing(c):
 
 
 OPS = {name: (globals()["run_" + name], globals().get("ref_" + name, ref_nothing))
-       for name in REDUCTIONS + MOVEMENT + ["barrier", "monitored_barrier"]}
+       for name in REDUCTIONS + MOVEMENT + A2A_MIXES + ["barrier", "monitored_barrier"]}
 
 
 # --- the matrix ---
@@ -558,6 +620,10 @@ def cases(stats, group, quick, seed):
         if op in ("send_recv", "recv_any_source") and group.n < 2:
             continue
         for dtype in MOVE_DTYPES:
+            for count in counts(dtype, None):
+                yield make(op, dtype, None, count)
+    for op in A2A_MIXES:
+        for dtype in (torch.float32, torch.int64):
             for count in counts(dtype, None):
                 yield make(op, dtype, None, count)
     for op in REDUCTIONS:
