@@ -115,8 +115,13 @@ def _default_to_the_backend_held(helper):
     whenever NCCL is not in the device map, even when the group holds only
     a "neuron" backend (the accelerator's) and no Gloo;
     destroy_process_group() then warns "No backend of type 1 found for
-    Process Group with name gloo". Such a group's default becomes the
-    backend it holds (CUSTOM, as for a group made with "neuron")."""
+    Process Group with name gloo". A group made with "cpu:gloo,neuron:neuron"
+    (as DTensorTestBase makes them) is meant to get CUSTOM, but torch 2.13
+    compares the plugin's upper-case name ("NEURON") with the map's
+    lower-case one and leaves it UNDEFINED (named "undefined"; "No backend
+    of type 0" at destruction). Either group's default becomes the backend
+    the accelerator holds (CUSTOM, as for a group made with "neuron"), as
+    a "cpu:gloo,cuda:nccl" group's is NCCL."""
     def make(*args, **kwargs):
         pg, store = helper(*args, **kwargs)
         if not isinstance(pg, _dist.ProcessGroup):  # a rank outside the group
@@ -125,7 +130,7 @@ def _default_to_the_backend_held(helper):
             held = pg._get_backend(_torch.device("neuron"))
         except RuntimeError:
             return pg, store
-        if isinstance(held, BackendNeuron) and pg.name() == "gloo":
+        if isinstance(held, BackendNeuron) and pg.name() in ("gloo", "undefined"):
             pg._set_default_backend(_dist.ProcessGroup.BackendType.CUSTOM)
         return pg, store
     make._neuron_wrapped = helper

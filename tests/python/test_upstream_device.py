@@ -243,6 +243,33 @@ def test_attention_with_dropout_decomposes_as_on_the_cpu():
     assert not any("efficient" in n or "flash" in n for n in ops.names), ops.names
 
 
+# --- groups of two backends ----------------------------------------------------------
+
+def test_a_group_of_gloo_for_the_cpu_and_neuron_for_the_device_defaults_to_neuron(tmp_path):
+    # DTensorTestBase makes its groups as "cpu:gloo,neuron:neuron". torch means such
+    # a group's default to be the plugin's (CUSTOM), but compares the plugin's
+    # upper-case name with the map's lower-case one, so the default stayed
+    # UNDEFINED: the group was named "undefined" and destroy_process_group()
+    # warned "No backend of type 0 found for Process Group with name undefined".
+    done = subprocess.run([sys.executable, "-c", f"""
+import torch, torch.distributed as dist, torchneuron
+dist.init_process_group("cpu:gloo,neuron:neuron", init_method="file://{tmp_path}/store",
+                        rank=0, world_size=1)
+sub = dist.new_group([0], backend="cpu:gloo,neuron:neuron")
+for pg in (dist.group.WORLD, sub):
+    assert pg.name() == "custom", pg.name()
+    t = torch.ones(3, device="neuron")
+    dist.all_reduce(t, group=pg)
+    c = torch.ones(2)
+    dist.all_reduce(c, group=pg)
+    assert t.sum().item() == 3 and c.sum().item() == 2
+dist.destroy_process_group()
+print("ok")
+"""], env=dict(os.environ, PYTHONPATH=PACKAGE), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+    assert "No backend of type" not in done.stderr, done.stderr
+
+
 # --- 2 ranks: DTensor random, meta-device FSDP2, attention under TP ------------
 
 def test_dtensor_random_meta_init_fsdp2_and_tp_attention_on_two_ranks():
