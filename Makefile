@@ -35,7 +35,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure
 
 demo: build
-	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile
+	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile --steps 8 --data counting
 
 bench: build
 	$(PYTHON) benchmarks/launcher_bench.py --neuronrun $(BUILD_DIR)/launcher/neuronrun

@@ -24,10 +24,13 @@ torch.compile(backend="neuron") (after tensor parallelism, before FSDP2, as
 torchtitan does), and --checkpoint DIR saves the model and optimizer with
 DCP.
 
-Rank 0 prints per step the loss, the wall time and tokens/s on this
-machine, and the modelled Trainium2 step (the slowest rank's simulated
-clock: the device model for every operation, the fabric model for every
-collective) with its tokens/s per device; at the end, the peak device
+The data is synthetic: uniform random tokens, or with --data counting
+sequences that count up by one from random starts, which the model learns:
+the loss falls within a few steps (`make demo` runs that). Rank 0 prints per step the loss, the wall time and
+tokens/s on this machine, and the modelled Trainium2 step (the slowest
+rank's simulated clock: the device model for every operation, the fabric
+model for every collective) with its tokens/s per device; at the end, the
+loss's first and last values and whether it fell, and the peak device
 memory of every rank.
 """
 import argparse
@@ -67,6 +70,9 @@ def parse():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--data", default="random", choices=["counting", "random"],
+                   help="synthetic tokens: uniform random tokens, or sequences counting up "
+                        "from random starts (a task the model learns: the loss falls)")
     p.add_argument("--compile", action="store_true",
                    help='torch.compile(backend="neuron") each transformer block')
     p.add_argument("--zero", type=int, default=3, choices=[2, 3],
@@ -249,6 +255,20 @@ def report_compiled():
               flush=True)
 
 
+def synthetic_tokens(args, dp):
+    """Next-token data, [steps, dp, batch, seq + 1]: each data-parallel rank
+    takes its share of each step's batch. "random": uniform tokens, nothing
+    to learn; "counting": every sequence counts up by one (modulo the
+    vocabulary) from a random start, a task the model learns within a few
+    steps, so the loss visibly falls."""
+    g = torch.Generator().manual_seed(1)
+    shape = (args.steps, dp, args.batch)
+    if args.data == "random":
+        return torch.randint(0, args.vocab, (*shape, args.seq + 1), generator=g)
+    start = torch.randint(0, args.vocab, (*shape, 1), generator=g)
+    return (start + torch.arange(args.seq + 1)) % args.vocab
+
+
 def main():
     args = parse()
     accelerator = torch.accelerator.current_accelerator()
@@ -263,9 +283,7 @@ def main():
     modules, schedule = build_stages(args, cfg, mesh, device)
     opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=args.lr)
 
-    # Synthetic next-token data: this data-parallel rank's share of each batch.
-    g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, args.vocab, (args.steps, dp, args.batch, args.seq + 1), generator=g)
+    tokens = synthetic_tokens(args, dp)
     dp_rank, pp_rank = mesh["dp"].get_local_rank(), mesh["pp"].get_local_rank()
     last_stage = pp_rank == args.pp - 1
     if dist.get_rank() == 0:
@@ -289,6 +307,10 @@ def main():
         modelled = (fabric.clock()["compute_us"] - clock0) if device.type == "neuron" else 0.0
         times = (wall, modelled, device_compute_us(device) - compute0)
         history.append(report_step(args, step, loss, times, dp, last_stage, tokens_per_step))
+    if dist.get_rank() == 0:
+        first, last = history[0][3], history[-1][3]
+        print(f"training: loss {first:.4f} -> {last:.4f} over {len(history)} steps "
+              f"({'falls' if last < first else 'does not fall'})", flush=True)
     if args.trace_out:
         fabric.save_trace(args.trace_out, mesh)
     if args.metrics_out:

@@ -85,7 +85,7 @@ def test_example_08_trains_pp_tp_fsdp2_and_saves_a_dcp_checkpoint(tmp_path):
     example = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/08_upstream_gpt.py")
     checkpoint = tmp_path / "ckpt"
     proc = subprocess.run([NEURONRUN, "-n", "4", example, "--pp", "2", "--tp", "2", "--sp",
-                           "--schedule", "interleaved", "--steps", "3",
+                           "--schedule", "interleaved", "--steps", "3", "--data", "counting",
                            "--checkpoint", str(checkpoint)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -97,7 +97,11 @@ def test_example_08_trains_pp_tp_fsdp2_and_saves_a_dcp_checkpoint(tmp_path):
                        r"modelled Trainium2 step ([\d.]+) us", out)
     assert len(steps) == 3, out
     for loss, modelled in steps:
-        assert 4.0 < float(loss) < 7.0 and float(modelled) > 0  # ln(256) = 5.5 at the start
+        assert 2.0 < float(loss) < 7.0 and float(modelled) > 0  # ln(256) = 5.5 at the start
+    # The counting task is learnt: the loss falls from the first step.
+    assert float(steps[-1][0]) < float(steps[0][0]) - 0.2, steps
+    assert re.search(r"\[rank 0\]: training: loss [\d.]+ -> [\d.]+ over 3 steps \(falls\)",
+                     out), out
     assert f"saved a DCP checkpoint of the model and optimizer to {checkpoint}" in out
     assert sorted(p.name for p in checkpoint.iterdir() if p.suffix == ".distcp") == \
         [f"__{r}_0.distcp" for r in range(4)]
@@ -110,6 +114,9 @@ def test_example_08_compiled_blocks_train_as_eager():
     runs = {}
     for mode in ("eager", "compiled"):
         extra = ["--compile"] if mode == "compiled" else []
+        # Uniform tokens (the default): little to learn, so AdamW's first
+        # steps (about lr x sign(g) per weight) do not magnify the last bits
+        # in which the compiled and eager gradients differ.
         proc = subprocess.run([NEURONRUN, "-n", "4", example, "--tp", "2", "--steps", "3",
                                *extra], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
