@@ -243,15 +243,25 @@ struct Cluster {
   }
 };
 
+// The nodes: --nodes, or (0) as many as tp x pp x --dp ranks fill, or one.
 Cluster ResolveCluster(const PredictOptions& o) {
-  NEURON_CHECK(o.nodes >= 1 && o.nodes <= 4096, "--nodes must be between 1 and 4096");
+  NEURON_CHECK(o.nodes >= 0 && o.nodes <= 4096, "--nodes must be between 1 and 4096");
   Cluster c{o.topology_file.empty() ? runtime::Topology::Default()
                                     : runtime::Topology::FromFile(o.topology_file)};
   c.per_node = o.ranks_per_node > 0
                    ? o.ranks_per_node
                    : static_cast<int>(c.topology.spec().chips_per_node() *
                                       std::max(1u, c.topology.spec().ranks_per_chip()));
-  c.world = o.nodes * c.per_node;
+  int nodes = o.nodes;
+  if (nodes == 0 && o.dp > 0) {
+    const long long ranks = 1LL * o.tp * o.pp * o.dp;
+    NEURON_CHECK(ranks % c.per_node == 0, "tp ", o.tp, " x pp ", o.pp, " x dp ", o.dp, " = ",
+                 ranks, " ranks do not fill whole nodes of ", c.per_node,
+                 " (give --nodes and --ranks-per-node)");
+    NEURON_CHECK(ranks / c.per_node <= 4096, ranks, " ranks need more than 4096 nodes");
+    nodes = static_cast<int>(ranks / c.per_node);
+  }
+  c.world = std::max(nodes, 1) * c.per_node;
   return c;
 }
 
@@ -332,10 +342,12 @@ PreparedPrediction Prepare(const PredictOptions& o) {
   p.world = cluster.world;
   CheckLayout(o, p.model, p.world);
   p.dp = p.world / (o.tp * o.pp);
-  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", o.nodes, " nodes x ",
-               cluster.per_node, " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", p.dp);
+  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", p.world / cluster.per_node,
+               " nodes x ", cluster.per_node, " ranks / (tp ", o.tp, " x pp ", o.pp,
+               ") make dp ", p.dp);
   p.microbatches = o.global_batch / (o.micro_batch * p.dp);
-  cluster.topology.CheckFits(static_cast<std::uint32_t>(o.nodes), cluster.nodes());
+  cluster.topology.CheckFits(static_cast<std::uint32_t>(p.world / cluster.per_node),
+                             cluster.nodes());
   o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
                         : runtime::DeviceSpec::FromFile(o.device_file);  // checked now
   r.stages = pp::StageLayers(p.model, o.pp);

@@ -34,7 +34,7 @@ struct PredictOptions {
   std::string attention = "flash";     // flash | core
   std::string dtype = "bf16-mixed";    // bf16-mixed | bf16 | fp32
   std::string topology_file;           // "" : the embedded trn2 node
-  int nodes = 1;
+  int nodes = 0;                       // 0: as many as tp x pp x dp fill, else 1
   int ranks_per_node = 0;              // 0: the topology's chips x ranks per chip
   std::string device_file;             // "" : NEURON_DEVICE_FILE or the embedded v3
   parallel::PricingOptions pricing;    // matmul_overhead_cycles < 0: the calibration's

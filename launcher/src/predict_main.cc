@@ -43,7 +43,8 @@ constexpr const char* kPredictHelp =
     "                               gradient accumulation, as NxD trains; default) |\n"
     "                               bf16 (pure bf16) | fp32\n"
     "  --topology FILE              the node (default: the embedded trn2 node)\n"
-    "  --nodes N                    nodes (default 1)\n"
+    "  --nodes N                    nodes (default: as many as tp x pp x --dp ranks\n"
+    "                               fill, else 1)\n"
     "  --ranks-per-node N           default: the node's chips x ranks per chip\n"
     "  --device FILE                the NeuronCore (default: NEURON_DEVICE_FILE or the\n"
     "                               embedded NeuronCore-v3)\n"
@@ -129,7 +130,7 @@ bool ParseLayoutFlag(Args& a, PredictOptions& o) {
 bool ParseRunFlag(Args& a, PredictOptions& o, TableFlags& t) {
   const std::string f = a.flag();
   if (f == "--topology") o.topology_file = a.Text();
-  else if (f == "--nodes") o.nodes = a.Number(1, 4096);
+  else if (f == "--nodes") o.nodes = a.Number(1, 4096);  // 0 (unset): see ResolveCluster
   else if (f == "--ranks-per-node") o.ranks_per_node = a.Number(1, 65536);
   else if (f == "--device") o.device_file = a.Text();
   else if (f == "--pricing") o.pricing.pricing = parallel::ParsePricing(a.Text());

@@ -26,7 +26,8 @@ std::string Fixed(double v, int digits) {
 
 std::string Layout(const proto::PredictionRow& r, const Prediction& p) {
   std::ostringstream s;
-  s << r.nodes() << " nodes, tp " << std::max(1, r.tp()) << " x pp " << std::max(1, r.pp())
+  if (r.nodes() > 0) s << r.nodes() << " nodes, ";
+  s << p.world << " ranks: tp " << std::max(1, r.tp()) << " x pp " << std::max(1, r.pp())
     << " x dp " << p.dp << (r.zero() ? ", ZeRO-" + std::to_string(r.zero()) : "")
     << (r.sequence_parallel() ? ", SP" : "") << ", seq " << r.seq() << ", gbs "
     << r.global_batch();
@@ -89,7 +90,7 @@ PredictOptions RowOptions(const proto::PredictionRow& row, const PredictOptions&
   o.attention = row.attention().empty() ? "flash" : row.attention();
   o.dtype = row.dtype().empty() ? "bf16-mixed" : row.dtype();
   o.topology_file = row.topology();
-  o.nodes = std::max(1, row.nodes());
+  o.nodes = row.nodes();  // 0: one node
   o.device_file = row.device();
   return o;
 }
