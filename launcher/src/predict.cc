@@ -63,6 +63,8 @@ void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int 
   NEURON_CHECK(world % (o.tp * o.pp) == 0, "tp ", o.tp, " x pp ", o.pp, " does not divide the ",
                world, " ranks of the cluster");
   const int dp = world / (o.tp * o.pp);
+  NEURON_CHECK(o.dp == 0 || o.dp == dp, "--dp ", o.dp, " but the cluster's ", world,
+               " ranks / (tp ", o.tp, " x pp ", o.pp, ") make dp ", dp);
   NEURON_CHECK(o.global_batch % (o.micro_batch * dp) == 0, "--global-batch ", o.global_batch,
                " is not a multiple of micro-batch ", o.micro_batch, " x dp ", dp);
   NEURON_CHECK(m.position() != "learned" || m.max_seq() == 0 || o.seq <= m.max_seq(), "--seq ",
@@ -342,9 +344,6 @@ PreparedPrediction Prepare(const PredictOptions& o) {
   p.world = cluster.world;
   CheckLayout(o, p.model, p.world);
   p.dp = p.world / (o.tp * o.pp);
-  NEURON_CHECK(o.dp == 0 || o.dp == p.dp, "--dp ", o.dp, " but ", p.world / cluster.per_node,
-               " nodes x ", cluster.per_node, " ranks / (tp ", o.tp, " x pp ", o.pp,
-               ") make dp ", p.dp);
   p.microbatches = o.global_batch / (o.micro_batch * p.dp);
   cluster.topology.CheckFits(static_cast<std::uint32_t>(p.world / cluster.per_node),
                              cluster.nodes());

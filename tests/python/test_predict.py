@@ -125,7 +125,8 @@ def test_capture_records_sequence_parallel_collectives_and_recomputation(tiny, t
                                              "selective or full, got 'some'"),
     (["--nodes", "9000"], "--nodes"),
     (["--dp", "3"], "tp 1 x pp 1 x dp 3 = 3 ranks do not fill whole nodes of 16"),
-    (["--dp", "4", "--nodes", "2"], "--dp 4 but 2 nodes x 16 ranks / (tp 1 x pp 1) make dp 32"),
+    (["--dp", "4", "--nodes", "2"], "--dp 4 but the cluster's 32 ranks / (tp 1 x pp 1) make "
+                                    "dp 32"),
 ])
 def test_bad_layouts_are_refused_before_capturing(tiny, args, message):
     base = {"--seq": "32", "--global-batch": "16"}
