@@ -7,7 +7,6 @@ Few and purposeful: each Python rank spends ~1.5 s of CPU importing torch.
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -19,35 +18,37 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python")
 SCENARIOS = os.path.join(SOURCE, "tests/python/scripts/backend_scenarios.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rank_env(rank, size, port):
+    # The store is this test's (TORCHELASTIC_USE_AGENT_STORE: every rank a
+    # client, as under torchrun's agent).
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+               TORCHELASTIC_USE_AGENT_STORE="True")
     env["PYTHONPATH"] = PACKAGE + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
 def start_by_hand(scenario, size=2):
-    """Starts `size` ranks without a launcher; returns their outputs."""
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, SCENARIOS, scenario], env=rank_env(r, size, port),
+    """Starts `size` ranks without a launcher, their rendezvous a store this
+    process serves on a port it bound (port 0: no other process can take it
+    first); returns their outputs."""
+    from torch.distributed import TCPStore
+    store = TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
+    procs = [subprocess.Popen([sys.executable, SCENARIOS, scenario],
+                              env=rank_env(r, size, store.port),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(size)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
         results.append((p.returncode, out, err))
+    del store
     return results
 
 
 def test_env_file_and_tcp_init_methods_and_fabric_statistics(tmp_path):
     proc = subprocess.run([NEURONRUN, "-n", "2", SCENARIOS, "init_methods",
-                           str(tmp_path / "store"), str(free_port())],
+                           str(tmp_path / "store")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rank in (0, 1):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scenarios for the "neuron" backend that the tests launch in several ways.
 
-    backend_scenarios.py init_methods FILE TCP_PORT   # under neuronrun -n 2
+    backend_scenarios.py init_methods FILE            # under neuronrun -n 2
     backend_scenarios.py mpi                          # under mpirun -n 2
     backend_scenarios.py peer_dies                    # 2 ranks started by hand
     backend_scenarios.py timeout                      # 2 ranks started by hand
@@ -31,13 +31,23 @@ def allreduce_check(label):
     print(f"ok {label}: rank {rank}/{size} backend {dist.get_backend()}", flush=True)
 
 
-def init_methods(path, tcp_port):
+def init_methods(path):
     # env:// through torchneuron.init(), which reads neuronrun's variables.
     env = torchneuron.init()
     assert env.launcher == "neuronrun/torchrun", env
     allreduce_check("env")
     fabric_checks()
     rank, size = env.rank, env.world_size
+    # tcp://'s port: rank 0 binds its store first (port 0, the kernel's
+    # choice: nothing can take it in between) and tells the others; its
+    # tcp:// rendezvous then serves from that store (TCPStore's multi-tenancy).
+    held, port = None, torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        held = dist.TCPStore("127.0.0.1", 0, size, is_master=True, multi_tenant=True,
+                             wait_for_workers=False)
+        port[0] = held.port
+    dist.broadcast(port, 0)
+    tcp_port = int(port.item())
     dist.destroy_process_group()
     dist.init_process_group("neuron", init_method=f"file://{path}", rank=rank, world_size=size)
     allreduce_check("file")
@@ -46,6 +56,7 @@ def init_methods(path, tcp_port):
                             world_size=size)
     allreduce_check("tcp")
     dist.destroy_process_group()
+    del held
 
 
 def fabric_checks():
@@ -210,6 +221,6 @@ def newer_ops():
 
 if __name__ == "__main__":
     scenario = sys.argv[1]
-    {"init_methods": lambda: init_methods(sys.argv[2], int(sys.argv[3])),
+    {"init_methods": lambda: init_methods(sys.argv[2]),
      "mpi": mpi, "peer_dies": peer_dies, "timeout": timeout,
      "newer_ops": newer_ops}[scenario]()
