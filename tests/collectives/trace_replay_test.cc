@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "neuron/collectives/async_communicator.h"
@@ -135,6 +136,30 @@ TEST(TraceReplay, ReplayOfARealRunGivesItsModelledSteps) {
   EXPECT_NEAR(runtime::ReplayTraces(loaded, OneNode(4)).steps[1].modelled_us,
               result.steps[1].modelled_us, 1e-9);
   std::filesystem::remove_all(dir);
+}
+
+TEST(TraceReplay, ATraceDirectoryThatIsNoneIsNamedForWhatItIs) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(::testing::TempDir()) / "trace_paths";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  fs::create_symlink("/dev/zero", base / "zero");
+  std::ofstream(base / "file") << "x";
+  auto error = [](const fs::path& p) {
+    try {
+      runtime::LoadJobTraces(p.string());
+    } catch (const InvalidUsage& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error(base / "zero").find("zero is not a directory (a character device, through a "
+                                      "symbolic link)"), std::string::npos) << error(base / "zero");
+  EXPECT_NE(error(base / "file").find("file is not a directory (a regular file)"),
+            std::string::npos);
+  EXPECT_NE(error(base / "none").find("none does not exist"), std::string::npos);
+  EXPECT_NE(error(base).find("no rank_N.pb traces in"), std::string::npos);
+  fs::remove_all(base);
 }
 
 TEST(TraceReplay, SmallerRunScaledUpEqualsTheLargerRealRun) {

@@ -414,6 +414,18 @@ class Replayer {
   std::map<std::tuple<int, int, double>, double> transfers_;
 };
 
+const char* FileKind(const std::filesystem::file_status& status) {
+  namespace fs = std::filesystem;
+  switch (status.type()) {
+    case fs::file_type::regular: return "a regular file";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a FIFO";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a directory";
+  }
+}
+
 }  // namespace
 
 ReplayResult ReplayTraces(const std::vector<proto::RankTrace>& traces,
@@ -440,7 +452,12 @@ ReplayResult ReplayTraces(const std::vector<proto::RankTrace>& traces,
 
 std::vector<proto::RankTrace> LoadJobTraces(const std::string& dir) {
   namespace fs = std::filesystem;
-  NEURON_CHECK(fs::is_directory(dir), "trace directory ", dir, " does not exist");
+  std::error_code error;
+  const fs::file_status status = fs::status(dir, error);  // through links, as the open is
+  NEURON_CHECK(fs::exists(status), "trace directory ", dir, " does not exist");
+  NEURON_CHECK(fs::is_directory(status), "trace directory ", dir, " is not a directory (",
+               FileKind(status), fs::is_symlink(fs::symlink_status(dir, error))
+                   ? ", through a symbolic link)" : ")");
   std::map<int, std::string> files;
   const std::regex name(R"(rank_(\d+)\.pb)");
   for (const auto& entry : fs::directory_iterator(dir)) {
