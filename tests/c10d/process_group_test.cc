@@ -203,5 +203,45 @@ TEST(BackendNeuron, SetTimeoutBoundsTheOperationsAfterIt) {
       60s);
 }
 
+TEST(BackendNeuron, AZeroOrNegativeTimeoutIsInvalidNotATimeout) {
+  // The group's own: refused when it is made, naming it.
+  for (const auto timeout : {0ms, -5ms}) {
+    try {
+      RunGroup(1, [](BackendNeuron&, int) {}, timeout);
+      FAIL() << "a group made with " << timeout.count() << " ms";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("neuron rank 0 (group test, size 1): the timeout "
+                                           "must be positive, got " +
+                                           std::to_string(timeout.count()) + " ms"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A call's: refused at the call, naming the op, before anything waits and
+  // without taking a sequence number (here on rank 0 only: the ranks stay in
+  // step).
+  RunGroup(2, [](BackendNeuron& pg, int rank) {
+    std::vector<at::Tensor> t = {at::ones({4})};
+    ::c10d::AllreduceOptions opts;
+    opts.timeout = 0ms;
+    if (rank == 1) {
+      pg.allreduce(t, {})->wait();
+      EXPECT_TRUE(t[0].equal(at::full({4}, 2.0f)));
+      return;
+    }
+    try {
+      pg.allreduce(t, opts);
+      FAIL() << "an allreduce with a 0 ms timeout";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce #0: the timeout must be positive, got 0 ms"),
+                std::string::npos)
+          << e.what();
+    }
+    // The group goes on: the same call with the group's timeout.
+    pg.allreduce(t, {})->wait();
+    EXPECT_TRUE(t[0].equal(at::full({4}, 2.0f)));
+  });
+}
+
 }  // namespace
 }  // namespace neuron::c10d

@@ -67,6 +67,8 @@ BackendNeuron::BackendNeuron(const Ptr<::c10d::Store>& store, int rank,
       timeout_ms_(options_.timeout.count()),
       coalescing_(std::make_unique<Coalescing>()) {
   NEURON_CHECK(store_, "neuron process group: the store is null");
+  NEURON_CHECK(options_.timeout.count() > 0, *prefix_, "the timeout must be positive, got ",
+               options_.timeout.count(), " ms");
   NEURON_CHECK(options_.global_ranks.empty() ||
                    options_.global_ranks.size() == static_cast<std::size_t>(size),
                "neuron process group: ", options_.global_ranks.size(),
@@ -95,11 +97,15 @@ std::string BackendNeuron::Context(const char* name, std::uint64_t sequence) con
 c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
     ::c10d::OpType type, const char* name, Body body, Tensors outputs,
     std::chrono::milliseconds timeout, bool point_to_point, std::shared_ptr<int> source_rank) {
+  if (timeout == ::c10d::kUnsetTimeout) timeout = DefaultTimeout();
+  // Refused before it takes a sequence number: the next call is in step.
+  NEURON_CHECK(timeout.count() > 0,
+               Context(name, point_to_point ? p2p_sequence_ : sequence_),
+               ": the timeout must be positive, got ", timeout.count(), " ms");
   const std::uint64_t sequence = point_to_point ? p2p_sequence_++ : sequence_++;
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
                                               std::move(source_rank));
   // The context of an error is formatted only when there is one.
-  if (timeout == ::c10d::kUnsetTimeout) timeout = DefaultTimeout();
   auto wrapped = [body = std::move(body), prefix = prefix_, name, sequence,
                   timeout](Communicator& c) {
     try {
