@@ -225,6 +225,7 @@ constexpr char kHelpText[] = R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE 
        neuronrun [options] -m MODULE [args...]
        neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
        neuronrun replay TRACE_DIR [...]    (replay recorded traces; replay --help)
+       neuronrun predict --model FILE ...  (a full-size step, predicted; predict --help)
        neuronrun --help
 
 Starts the ranks of a distributed job on this node, gives each the
