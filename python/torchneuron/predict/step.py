@@ -110,10 +110,12 @@ class _Capture:
         for p in module.parameters():
             torch.empty(p.shape, dtype=torch.float32, device=DEVICE).add_(p.grad)
 
-    def run(self, name, module, forward, grad_fn):
+    def run(self, name, module, forward, grad_fn=None):
         """Records `name`_forward and `name`_backward of `module` (its
-        gradients allocated beforehand: a later microbatch); returns the
-        activation bytes its forward saved and the output."""
+        gradients allocated beforehand: a later microbatch); returns its
+        parameters and the activation bytes its forward saved. `grad_fn`
+        runs backward from the output (default: a gradient of its shape)."""
+        grad_fn = grad_fn or (lambda y: y.backward(torch.empty_like(y)))
         out = forward()                     # first microbatch: allocates .grad
         grad_fn(out)
         hooks, saved = _saved_bytes(module)
@@ -122,29 +124,22 @@ class _Capture:
         with self.recorder.phase(f"{name}_backward"):
             grad_fn(out)
             self.accumulate(module)
-        return saved[0], out
+        return _parameters(module), saved[0]
 
     def layer(self):
-        model = self.build(layers=1, first=False, last=False)
-        layer = model.layers[0]
+        layer = self.build(layers=1, first=False, last=False).layers[0]
         x = self.hidden()
-        saved, _ = self.run("layer", layer, lambda: layer(x),
-                            lambda y: y.backward(torch.empty_like(y)))
-        return _parameters(layer), saved
+        return self.run("layer", layer, lambda: layer(x))
 
     def embed(self):
         model = self.build(layers=0, first=True, last=False)
         tokens = self.tokens()
-        saved, _ = self.run("embed", model, lambda: model(tokens),
-                            lambda y: y.backward(torch.empty_like(y)))
-        return _parameters(model), saved
+        return self.run("embed", model, lambda: model(tokens))
 
     def head(self):
         model = self.build(layers=0, first=False, last=True)
         x, targets = self.hidden(), self.tokens()
-        saved, _ = self.run("head", model, lambda: model(x, targets),
-                            lambda loss: loss.backward())
-        return _parameters(model), saved
+        return self.run("head", model, lambda: model(x, targets), lambda loss: loss.backward())
 
     def optimizer(self, name, parameters):
         """AdamW over this rank's shard of `parameters` in fp32 (bf16 for
