@@ -20,6 +20,7 @@
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/topology.h"
 #include "rank_env.h"
+#include "temp_dir.h"
 
 namespace neuron::launcher {
 
@@ -29,8 +30,6 @@ namespace pp = neuron::parallel;
 namespace {
 
 constexpr int kMaxWorld = 65536;
-
-double ActivationBytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
 
 // What the layout asks of the model and the cluster; InvalidUsage names it.
 void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int world) {
@@ -132,24 +131,6 @@ void RunCapture(const std::string& python_name, const std::vector<std::string>& 
   throw IoError(message);
 }
 
-
-// A temporary directory, removed with this object.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "neuron-predict-XXXXXX").string();
-    NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // The device's calibration (configs/predict/calibration.textproto): its
 // fitted or assumed constants, and where they come from.
@@ -284,15 +265,16 @@ pp::PricingOptions ResolvePricing(const PredictOptions& o, const runtime::Device
 
 pp::PredictedLayout JobLayout(const PredictOptions& o, const Prediction& p,
                               const std::vector<int>& stages) {
-  const double act = ActivationBytes(o.dtype);
+  const pp::ParameterBytes bytes = pp::BytesPerParameter(o.dtype);
+  const double act = bytes.weights;  // activations travel in the compute dtype
   pp::PredictedLayout layout;
   layout.tp = o.tp;
   layout.pp = o.pp;
   layout.dp = p.dp;
   layout.microbatches = p.microbatches;
   layout.zero = o.zero;
-  layout.gradient_bytes = o.dtype == "bf16" ? 2 : 4;
-  layout.parameter_bytes = act;
+  layout.gradient_bytes = bytes.gradients;
+  layout.parameter_bytes = bytes.weights;
   layout.message_bytes =
       double(o.sequence_parallel ? o.seq / o.tp : o.seq) * o.micro_batch * p.model.hidden() * act;
   layout.stage_layers = stages;
@@ -347,8 +329,10 @@ PreparedPrediction Prepare(const PredictOptions& o) {
   p.microbatches = o.global_batch / (o.micro_batch * p.dp);
   cluster.topology.CheckFits(static_cast<std::uint32_t>(p.world / cluster.per_node),
                              cluster.nodes());
-  o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
-                        : runtime::DeviceSpec::FromFile(o.device_file);  // checked now
+  r.topology = cluster.topology;
+  r.ranks_per_node = cluster.per_node;
+  r.device = o.device_file.empty() ? runtime::DeviceSpec::FromEnvironment()
+                                   : runtime::DeviceSpec::FromFile(o.device_file);
   r.stages = pp::StageLayers(p.model, o.pp);
   return r;
 }
@@ -358,7 +342,7 @@ std::vector<std::string> CaptureArgs(const PreparedPrediction& r, const std::str
 }
 
 void RunCaptures(const std::string& python, const std::vector<std::vector<std::string>>& args) {
-  TempDir dir;
+  TempDir dir("neuron-predict");
   const fs::path batch = dir.path() / "batch.tsv";
   {
     std::ofstream f(batch);
@@ -374,12 +358,11 @@ void RunCaptures(const std::string& python, const std::vector<std::vector<std::s
 Prediction Complete(const PreparedPrediction& r, const pp::proto::StepCapture& capture) {
   Prediction p = r.prediction;
   const PredictOptions& o = p.options;
-  const Cluster cluster = ResolveCluster(o);
-  const runtime::DeviceSpec device = o.device_file.empty()
-                                         ? runtime::DeviceSpec::FromEnvironment()
-                                         : runtime::DeviceSpec::FromFile(o.device_file);
-  const runtime::FabricModel fabric(
-      cluster.topology, runtime::PlaceRanks(cluster.topology, cluster.nodes()), device);
+  const runtime::DeviceSpec& device = *r.device;
+  const std::vector<std::uint32_t> nodes(static_cast<std::size_t>(p.world / r.ranks_per_node),
+                                         static_cast<std::uint32_t>(r.ranks_per_node));
+  const runtime::FabricModel fabric(*r.topology, runtime::PlaceRanks(*r.topology, nodes),
+                                    device);
   TensorParallelPricer tp_pricer(fabric, o.tp);
   const pp::StepCosts costs = pp::PriceStep(
       capture, runtime::CostModel(device), ResolvePricing(o, device, p),
@@ -407,7 +390,7 @@ pp::proto::StepCapture LoadCapture(const std::string& path) {
 Prediction Predict(const PredictOptions& o) {
   const PreparedPrediction r = Prepare(o);
   if (!o.capture_file.empty()) return Complete(r, LoadCapture(o.capture_file));
-  TempDir dir;
+  TempDir dir("neuron-predict");
   const std::string out =
       o.capture_out.empty() ? (dir.path() / "step.textproto").string() : o.capture_out;
   RunCapture(o.python, CaptureArgs(r, out), dir.path());

@@ -12,6 +12,7 @@
 //   PrintPrediction(p, std::cout);
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "neuron/parallel/step_capture.pb.h"
 #include "neuron/parallel/step_memory.h"
 #include "neuron/parallel/step_pricing.h"
+#include "neuron/runtime/device/device_spec.h"
+#include "neuron/runtime/topology.h"
 
 namespace neuron::launcher {
 
@@ -85,6 +88,9 @@ Prediction Predict(const PredictOptions& options);
 struct PreparedPrediction {
   Prediction prediction;    // its options, model, world, dp, microbatches
   std::vector<int> stages;  // decoder layers per pipeline stage
+  std::optional<runtime::Topology> topology;  // the node, read once
+  int ranks_per_node = 0;
+  std::optional<runtime::DeviceSpec> device;  // the NeuronCore, read once
 };
 PreparedPrediction Prepare(const PredictOptions& options);
 std::vector<std::string> CaptureArgs(const PreparedPrediction& prepared, const std::string& out);

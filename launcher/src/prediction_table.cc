@@ -1,7 +1,5 @@
 #include "prediction_table.h"
 
-#include <stdlib.h>
-
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -11,6 +9,7 @@
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/text_proto.h"
 #include "source_path.h"
+#include "temp_dir.h"
 
 namespace neuron::launcher {
 
@@ -100,10 +99,10 @@ std::vector<TableResult> RunPredictionTable(const proto::PredictionTable& table,
   const std::size_t n = static_cast<std::size_t>(table.rows_size());
   std::vector<TableResult> results(n);
   std::vector<std::optional<PreparedPrediction>> prepared(n);
-  std::string tmpl = (fs::temp_directory_path() / "neuron-table-XXXXXX").string();
-  NEURON_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot make a temporary directory");
-  const fs::path dir = tmpl;
-  auto out = [&dir](std::size_t i) { return (dir / (std::to_string(i) + ".textproto")).string(); };
+  const TempDir dir("neuron-table");
+  auto out = [&dir](std::size_t i) {
+    return (dir.path() / (std::to_string(i) + ".textproto")).string();
+  };
   std::vector<std::vector<std::string>> args;
   for (std::size_t i = 0; i < n; ++i) {  // every row checked before anything is captured
     try {
@@ -113,17 +112,10 @@ std::vector<TableResult> RunPredictionTable(const proto::PredictionTable& table,
       results[i].error = e.what();
     }
   }
-  try {
-    if (!args.empty()) RunCaptures(base.python, args);  // one Python for every row
-    for (std::size_t i = 0; i < n; ++i) {
-      if (prepared[i]) Finish(table.rows(static_cast<int>(i)), *prepared[i], out(i), results[i]);
-    }
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
-    throw;
+  if (!args.empty()) RunCaptures(base.python, args);  // one Python for every row
+  for (std::size_t i = 0; i < n; ++i) {
+    if (prepared[i]) Finish(table.rows(static_cast<int>(i)), *prepared[i], out(i), results[i]);
   }
-  fs::remove_all(dir);
   return results;
 }
 

@@ -6,28 +6,18 @@
 
 namespace neuron::parallel {
 
-namespace {
-
-// Bytes per parameter: the weights as the model computes with them, the
-// optimizer's state (master weights and Adam moments), the gradients.
-struct PerParameter {
-  double weights, optimizer, gradients;
-};
-
-PerParameter BytesPerParameter(const std::string& dtype) {
+ParameterBytes BytesPerParameter(const std::string& dtype) {
   if (dtype == "bf16-mixed") return {2, 12, 4};  // fp32 master, m, v; fp32 accumulation
   if (dtype == "bf16") return {2, 4, 2};         // pure bf16 (stochastic rounding)
   if (dtype == "fp32") return {4, 8, 4};
   throw InvalidUsage(StrCat("dtype must be bf16-mixed, bf16 or fp32, got \"", dtype, "\""));
 }
 
-}  // namespace
-
 StepMemory EstimateStepMemory(const proto::StepCapture& capture, const MemoryLayout& layout,
                               int stage) {
   NEURON_CHECK(stage >= 0 && stage < capture.stage_parameters_size(), "memory: stage ", stage,
                " of ", capture.stage_parameters_size());
-  const PerParameter b = BytesPerParameter(layout.dtype);
+  const ParameterBytes b = BytesPerParameter(layout.dtype);
   const double p = static_cast<double>(capture.stage_parameters(stage));
   const double dp = std::max(1, layout.dp);
   StepMemory m;

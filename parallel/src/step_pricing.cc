@@ -14,18 +14,16 @@ using runtime::Engine;
 
 namespace {
 
+// The op's kind by runtime::Name(EagerKind), the names the capture wrote.
 EagerKind KindOf(const proto::CapturedOp& op) {
-  static const std::map<std::string, EagerKind> kinds = {
-      {"view", EagerKind::kView},     {"matmul", EagerKind::kMatmul},
-      {"vector", EagerKind::kVector}, {"scalar", EagerKind::kScalar},
-      {"copy", EagerKind::kCopy},     {"unknown", EagerKind::kUnknown}};
-  auto it = kinds.find(op.kind());
-  NEURON_CHECK(it != kinds.end(), "captured op ", op.name(), ": unknown kind \"", op.kind(),
-               "\"");
   NEURON_CHECK(op.batch() >= 0 && op.m() >= 0 && op.k() >= 0 && op.n() >= 0 &&
                    op.elements() >= 0,
                "captured op ", op.name(), ": negative sizes");
-  return it->second;
+  for (EagerKind kind : {EagerKind::kView, EagerKind::kMatmul, EagerKind::kVector,
+                         EagerKind::kScalar, EagerKind::kCopy, EagerKind::kUnknown}) {
+    if (op.kind() == runtime::Name(kind)) return kind;
+  }
+  throw InvalidUsage(StrCat("captured op ", op.name(), ": unknown kind \"", op.kind(), "\""));
 }
 
 runtime::EagerOp AsEager(const proto::CapturedOp& op, EagerKind kind) {
@@ -63,6 +61,24 @@ double CompiledMatmulUs(const CostModel& model, std::int64_t m, std::int64_t k,
   return mm.time.count() + mm.instructions * options.matmul_overhead_cycles / (ghz * 1e3);
 }
 
+// The share of a head's query x key blocks attention computes: a causal
+// kernel skips the blocks above the diagonal (128 keys a block).
+double CausalFraction(const proto::CapturedAttention& a) {
+  const double blocks = std::ceil(static_cast<double>(a.key()) / 128.0);
+  return a.causal() ? (blocks + 1) / (2 * blocks) : 1.0;
+}
+
+// Matmul and attention FLOPs (2 per multiply-add); 0 for other ops.
+double Flops(const proto::CapturedOp& op, EagerKind kind) {
+  if (op.has_attention()) {
+    const auto& a = op.attention();
+    return 2.0 * a.query() * a.key() * a.head_dim() * (a.backward() ? 5 : 2) *
+           CausalFraction(a) * a.batch_heads();
+  }
+  if (kind != EagerKind::kMatmul) return 0;
+  return 2.0 * std::max<std::int64_t>(op.batch(), 1) * op.m() * op.k() * op.n();
+}
+
 // Flash attention (Neuron's kernel): per head, Q K^T and P V on the tensor
 // engine over the causal half of the key blocks (plus the diagonal), the
 // exponentials on the scalar engine, row maxima and rescaling on the
@@ -71,10 +87,9 @@ double CompiledMatmulUs(const CostModel& model, std::int64_t m, std::int64_t k,
 // five products (S again, dV, dP, dQ, dK), the exponentials again and two
 // vector passes.
 double AttentionUs(const proto::CapturedOp& op, const CostModel& model,
-                   const PricingOptions& options, double* flops) {
+                   const PricingOptions& options) {
   const auto& a = op.attention();
-  const double blocks = std::ceil(static_cast<double>(a.key()) / 128.0);
-  const double fraction = a.causal() ? (blocks + 1) / (2 * blocks) : 1.0;
+  const double fraction = CausalFraction(a);
   const double products = a.backward() ? 5 : 2;
   const double one = CompiledMatmulUs(model, a.query(), a.head_dim(), a.key(), op.fp32(),
                                       options);  // one product's time for one head
@@ -84,13 +99,12 @@ double AttentionUs(const proto::CapturedOp& op, const CostModel& model,
                         a.batch_heads();
   const double vector = model.Elementwise(Engine::kVector, elements, 1, false).count() *
                         a.batch_heads() * (a.backward() ? 2 : 1);
-  *flops = 2.0 * a.query() * a.key() * a.head_dim() * products * fraction * a.batch_heads();
   const double hbm = model.Hbm(op.bytes_in() + op.bytes_out()).count();
   return std::max({tensor, scalar, vector}) + hbm;
 }
 
 double CompiledUs(const proto::CapturedOp& op, EagerKind kind, const CostModel& model,
-                  const PricingOptions& options, double* flops) {
+                  const PricingOptions& options) {
   const double hbm = model.Hbm(op.bytes_in() + op.bytes_out()).count();
   const auto inputs = std::clamp(op.inputs(), 1, 3);
   switch (kind) {
@@ -100,7 +114,6 @@ double CompiledUs(const proto::CapturedOp& op, EagerKind kind, const CostModel& 
       return hbm;
     case EagerKind::kMatmul: {
       const double batch = static_cast<double>(std::max<std::int64_t>(op.batch(), 1));
-      *flops = 2.0 * batch * op.m() * op.k() * op.n();
       return std::max(batch * CompiledMatmulUs(model, op.m(), op.k(), op.n(), op.fp32(),
                                                options),
                       hbm);
@@ -131,13 +144,12 @@ OpPrice PriceOp(const proto::CapturedOp& op, const CostModel& model,
   const EagerKind kind = KindOf(op);
   OpPrice price;
   price.engine = op.has_attention() ? "tensor" : EngineOf(kind);
-  if (op.has_attention()) {
-    price.us = AttentionUs(op, model, options, &price.flops);
-  } else {
-    price.us = CompiledUs(op, kind, model, options, &price.flops);
-  }
+  price.flops = Flops(op, kind);
   if (options.pricing == Pricing::kEager) {
     price.us = runtime::EagerCost(model, AsEager(op, kind)).count();
+  } else {
+    price.us = op.has_attention() ? AttentionUs(op, model, options)
+                                  : CompiledUs(op, kind, model, options);
   }
   return price;
 }

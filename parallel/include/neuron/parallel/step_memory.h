@@ -46,6 +46,15 @@ struct StepMemory {
   double total() const { return weights_and_optimizer + gradients + activations + communication; }
 };
 
+// Bytes per parameter by training dtype: the weights as the model computes
+// with them (and as ZeRO all-gathers them), the optimizer's state (master
+// weights and Adam moments), the gradients (as accumulated and reduced).
+// InvalidUsage for a dtype other than bf16-mixed, bf16 and fp32.
+struct ParameterBytes {
+  double weights, optimizer, gradients;
+};
+ParameterBytes BytesPerParameter(const std::string& dtype);
+
 // Stage `stage`'s peak; InvalidUsage for an unknown dtype or a stage the
 // capture does not have.
 StepMemory EstimateStepMemory(const proto::StepCapture& capture, const MemoryLayout& layout,
