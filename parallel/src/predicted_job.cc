@@ -108,8 +108,30 @@ class JobBuilder {
   int Layers(Coordinates c) const { return layout_.stage_layers[static_cast<std::size_t>(c.p)]; }
   double Us(const char* phase) const { return Phase(costs_, phase).total_us(); }
 
+  // ZeRO-3: the stage's parameters all-gathered before each forward and
+  // backward of a microbatch (and its gradients reduce-scattered after each
+  // backward), blocking: a stage-sized FSDP unit, no prefetch.
+  bool ShardsParameters() const { return layout_.zero >= 3 && dp_ > 1; }
+
+  std::vector<int> DataGroup(Coordinates c) const {
+    std::vector<int> group;
+    for (int d = 0; d < dp_; ++d) group.push_back(Rank({c.t, d, c.p}));
+    return group;
+  }
+
+  double StageParameters(Coordinates c) const {
+    return static_cast<double>(capture_.stage_parameters(static_cast<int>(c.p)));
+  }
+
+  void GatherParameters(Coordinates c, TraceWriter& w) const {
+    if (ShardsParameters()) {
+      w.Collective("allgather", DataGroup(c), StageParameters(c) * layout_.parameter_bytes, true);
+    }
+  }
+
   void Forward(Coordinates c, TraceWriter& w) const {
     if (!First(c)) w.Message(false, Rank({c.t, c.d, c.p - 1}), layout_.message_bytes);
+    GatherParameters(c, w);
     w.Compute((First(c) ? Us("embed_forward") : 0) + Layers(c) * Us("layer_forward") +
               (Last(c) ? Us("head_forward") : 0));
     if (!Last(c)) w.Message(true, Rank({c.t, c.d, c.p + 1}), layout_.message_bytes);
@@ -117,8 +139,13 @@ class JobBuilder {
 
   void Backward(Coordinates c, TraceWriter& w) const {
     if (!Last(c)) w.Message(false, Rank({c.t, c.d, c.p + 1}), layout_.message_bytes);
+    GatherParameters(c, w);
     w.Compute((Last(c) ? Us("head_backward") : 0) + Layers(c) * Us("layer_backward") +
               (First(c) ? Us("embed_backward") : 0));
+    if (ShardsParameters()) {
+      w.Collective("reducescatter", DataGroup(c), StageParameters(c) * layout_.gradient_bytes,
+                   true);
+    }
     if (!First(c)) w.Message(true, Rank({c.t, c.d, c.p - 1}), layout_.message_bytes);
   }
 
@@ -126,9 +153,8 @@ class JobBuilder {
   void Update(Coordinates c, TraceWriter& w) const {
     const std::int64_t parameters =
         capture_.stage_parameters(static_cast<int>(c.p));
-    std::vector<int> group;
-    for (int d = 0; d < dp_; ++d) group.push_back(Rank({c.t, d, c.p}));
-    if (dp_ > 1) {
+    const std::vector<int> group = DataGroup(c);
+    if (dp_ > 1 && !ShardsParameters()) {  // ZeRO-3 reduced each backward's
       const double total = parameters * layout_.gradient_bytes;
       const int buckets = std::max(1, static_cast<int>(std::ceil(total / layout_.bucket_bytes)));
       std::vector<std::uint64_t> issued;
@@ -137,10 +163,10 @@ class JobBuilder {
                                       total / buckets, false));
       }
       for (auto i : issued) w.Wait(i);
-      w.Collective("allreduce", group, 4, true);  // the gradient norm
     }
+    if (dp_ > 1) w.Collective("allreduce", group, 4, true);  // the gradient norm
     w.Compute(Us(OptimizerPhase(parameters).c_str()));
-    if (dp_ > 1 && layout_.zero >= 1) {
+    if (dp_ > 1 && (layout_.zero == 1 || layout_.zero == 2)) {
       w.Collective("allgather", group, parameters * layout_.parameter_bytes, true);
     }
   }

@@ -92,6 +92,28 @@ TEST(PredictedJob, ZeroReduceScattersTheGradientsAndAllGathersTheParameters) {
   EXPECT_NEAR(plain.steps[0].modelled_us, all_reduce, 1e-6 * all_reduce);
 }
 
+TEST(PredictedJob, ZeroThreeGathersParametersAroundEveryMicrobatch) {
+  PredictedLayout l;
+  l.dp = 2;
+  l.zero = 3;
+  l.microbatches = 2;
+  l.stage_layers = {1};
+  l.gradient_bytes = 4;
+  l.parameter_bytes = 2;
+  const FabricModel f = Fabric(2);
+  const auto r = runtime::ReplayTraces(PredictedTraces(Costs(), Capture(1), l), f);
+  const double gather = Collective(f, "allgather", 2.0 * kParameters, {0, 1});
+  const double scatter = Collective(f, "reducescatter", 4.0 * kParameters, {0, 1});
+  const double microbatch = 1 + 12 + 3 + 4 + 20 + 2;
+  // Per microbatch: gather, forward, gather, backward, reduce-scatter; then
+  // the gradient norm and the optimizer, no bucketed reduction or final gather.
+  const double expected = 2 * (microbatch + 2 * gather + scatter) +
+                          Collective(f, "allreduce", 4, {0, 1}) + 50;
+  EXPECT_NEAR(r.steps[0].modelled_us, expected, 1e-6 * expected);
+  EXPECT_DOUBLE_EQ(r.steps[0].rank0_bytes.at("allgather"), 4 * 2.0 * kParameters);
+  EXPECT_DOUBLE_EQ(r.steps[0].rank0_bytes.at("reducescatter"), 2 * 4.0 * kParameters);
+}
+
 TEST(PredictedJob, TwoReplicasReplayOnAnyDataParallelSize) {
   PredictedLayout l;
   l.dp = 8;

@@ -13,8 +13,11 @@
 // at the fabric model's time for the group's placement (PhaseCost's
 // tp_collective_us). After the last backward the gradients are reduced over
 // the data-parallel group in buckets (all-reduce; reduce-scatter under
-// ZeRO), the gradient norm is all-reduced, the optimizer phase runs on the
-// rank's shard, and ZeRO all-gathers the updated parameters.
+// ZeRO-1 and -2), the gradient norm is all-reduced, the optimizer phase
+// runs on the rank's shard, and ZeRO-1 and -2 all-gather the updated
+// parameters. ZeRO-3 instead all-gathers the stage's parameters before each
+// forward and backward and reduce-scatters its gradients after each
+// backward (one unit per stage, blocking, no prefetch).
 //
 // The traces hold min(dp, 2) replicas: ReplayTraces runs the recorded
 // replicas' programs on every replica of the target.
