@@ -16,6 +16,7 @@
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_cost.h"
+#include "neuron/runtime/fabric/schedule.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/topology.h"
@@ -300,12 +301,26 @@ std::vector<pp::StepMemory> StageMemory(const pp::proto::StepCapture& capture,
   return memory;
 }
 
+// The slowest rank's wait on pipeline messages, split: the transfers of the
+// two messages it receives per microbatch (its input, its output's
+// gradient; one at either end of the pipeline), as the fabric model moves
+// them between neighbouring stages, and the rest, the bubble.
+void PipelineWait(const runtime::FabricModel& fabric, const pp::PredictedLayout& layout,
+                  double wait_us, Breakdown& b) {
+  if (layout.pp == 1) return;
+  const int next_stage = layout.tp * layout.dp;  // rank 0's neighbour (MeshLayout's order)
+  const double transfer =
+      fabric.Simulate(runtime::PointToPointSchedule(0, next_stage, layout.message_bytes))
+          .total.count();
+  b.pipeline_messages_us = std::min(wait_us, 2.0 * layout.microbatches * transfer);
+  b.bubble_us = wait_us - b.pipeline_messages_us;
+}
+
 // The replayed step's figures: breakdown, throughput, MFU.
 void StepFigures(const PredictOptions& o, const runtime::DeviceSpec& device,
                  const runtime::ReplayedStep& step, Prediction& p) {
   p.step_us = step.modelled_us;
   p.breakdown.dp_comm_us = step.collective_wait_us;
-  p.breakdown.pipeline_us = step.message_wait_us;
   p.seq_per_s = o.global_batch / (p.step_us * 1e-6);
   p.tokens_per_s = p.seq_per_s * o.seq;
   const double peak = device.PeakTflops(o.dtype == "fp32") * 1e12;
@@ -376,6 +391,7 @@ Prediction Complete(const PreparedPrediction& r, const pp::proto::StepCapture& c
                 replay.steps.size());
   p.breakdown = StageBreakdown(costs, capture, r.stages, p.microbatches);
   StepFigures(o, device, replay.steps[0], p);
+  PipelineWait(fabric, layout, replay.steps[0].message_wait_us, p.breakdown);
   p.memory = StageMemory(capture, layout, o.dtype);
   return p;
 }

@@ -52,7 +52,8 @@ struct Breakdown {
   std::map<std::string, double> engine_us;
   double tp_comm_us = 0;               // blocking tensor-parallel collectives
   double dp_comm_us = 0;               // exposed data-parallel collectives
-  double pipeline_us = 0;              // bubble and pipeline messages
+  double pipeline_messages_us = 0;     // pipeline messages' transfers a stage waits for
+  double bubble_us = 0;                // the rest of its wait on messages: the bubble
   double optimizer_us = 0;             // the optimizer update (in compute)
 };
 

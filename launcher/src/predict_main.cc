@@ -209,7 +209,8 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
       << "  tensor-parallel comm         " << Seconds(b.tp_comm_us) << "\n"
       << "  optimizer                    " << Seconds(b.optimizer_us) << "\n"
       << "  data-parallel comm (exposed) " << Seconds(b.dp_comm_us) << "\n"
-      << "  pipeline bubble and messages " << Seconds(b.pipeline_us) << "\n";
+      << "  pipeline comm (exposed)      " << Seconds(b.pipeline_messages_us) << "\n"
+      << "  pipeline bubble              " << Seconds(b.bubble_us) << "\n";
   out << std::fixed << std::setprecision(2) << "seq/s: " << p.seq_per_s << "\n"
       << "tokens/s: " << std::setprecision(0) << p.tokens_per_s << "\n"
       << "MFU: " << std::setprecision(1) << p.mfu * 100

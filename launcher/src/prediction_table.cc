@@ -123,13 +123,13 @@ void WriteTableReport(const proto::PredictionTable& table,
                       const std::vector<TableResult>& results, std::ostream& out) {
   out << "# " << table.name() << "\n\n" << table.description() << "\n\n"
       << "| row | layout | predicted seq/s | published seq/s | error | role | step | compute "
-         "| TP comm | DP comm (exposed) | bubble | HBM peak / core | MFU |\n"
-      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "| TP comm | DP comm (exposed) | PP comm (exposed) | bubble | HBM peak / core | MFU |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (int i = 0; i < table.rows_size(); ++i) {
     const auto& row = table.rows(i);
     const TableResult& r = results[static_cast<std::size_t>(i)];
     if (!r.error.empty()) {
-      out << "| " << row.name() << " | | failed: " << r.error << " | | | | | | | | | | |\n";
+      out << "| " << row.name() << " | | failed: " << r.error << " | | | | | | | | | | | |\n";
       continue;
     }
     const Prediction& p = r.prediction;
@@ -143,7 +143,8 @@ void WriteTableReport(const proto::PredictionTable& table,
         << Fixed(p.step_us * 1e-6, 2) << " s | " << Fixed(p.breakdown.compute_us * 1e-6, 2)
         << " s | " << Fixed(p.breakdown.tp_comm_us * 1e-6, 2) << " s | "
         << Fixed(p.breakdown.dp_comm_us * 1e-6, 2) << " s | "
-        << Fixed(p.breakdown.pipeline_us * 1e-6, 2) << " s | "
+        << Fixed(p.breakdown.pipeline_messages_us * 1e-6, 2) << " s | "
+        << Fixed(p.breakdown.bubble_us * 1e-6, 2) << " s | "
         << Fixed(peak / (1ull << 30), 1) << " GiB" << (p.fits() ? "" : " (does not fit)")
         << " | " << Fixed(p.mfu * 100, 1) << "% |\n";
   }

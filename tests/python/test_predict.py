@@ -169,6 +169,11 @@ def test_published_rows_keep_their_recorded_errors(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "| Llama2-7B |" in report and "| fitted |" in report
     assert report.count("| held out |") == 5, report
+    # A pipeline row's wait on messages, split: transfers and the bubble (1F1B
+    # over 64 microbatches and 8 stages: about 7/71 of the step).
+    cells = next(line for line in report.splitlines() if line.startswith("| Llama2-13B |"))
+    step, pp_comm, bubble = (float(cells.split("|")[i].split()[0]) for i in (7, 11, 12))
+    assert 0 < pp_comm < bubble and 0.05 < bubble / step < 0.2, cells
     # A row whose recorded error is 6 points off fails the check, named.
     text = open(table).read()
     first = text[:text.index("rows {", text.index("rows {") + 1)]
