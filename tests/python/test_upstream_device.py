@@ -243,6 +243,39 @@ def test_attention_with_dropout_decomposes_as_on_the_cpu():
     assert not any("efficient" in n or "flash" in n for n in ops.names), ops.names
 
 
+# --- batch norm in mixed precision (FSDP2's test_norm_modules) ----------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(4, 6), (3, 6, 5, 5)])
+def test_batch_norm_takes_low_precision_parameters_beside_fp32_statistics(dtype, shape):
+    """As CUDA's kernel: computed in fp32, output and gradients in their
+    tensors' dtypes, statistics updated in fp32. The reference is the CPU's
+    kernel with the (rounded) parameters in fp32, a mix it takes."""
+    torch.manual_seed(0)
+    x, grad = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    w, b = torch.randn(6).to(dtype), torch.randn(6).to(dtype)
+    stats = (torch.randn(6), torch.rand(6) + 0.5)
+
+    def run(device, param_dtype):
+        xs = x.to(device).requires_grad_()
+        ws = w.to(device, param_dtype).requires_grad_()
+        bs = b.to(device, param_dtype).requires_grad_()
+        mean, var = (s.to(device).clone() for s in stats)
+        y = F.batch_norm(xs, mean, var, ws, bs, training=True)
+        y.backward(grad.to(device))
+        evaluated = F.batch_norm(xs.detach(), mean, var, ws.detach(), bs.detach())
+        return [t.cpu() for t in (y, xs.grad, ws.grad, bs.grad, mean, var, evaluated)]
+
+    got = run(NEURON, dtype)
+    want = run("cpu", torch.float32)
+    assert [t.dtype for t in got[:4]] == [dtype] * 4 and got[4].dtype == torch.float32
+    for name, g, r in zip(("out", "grad_input", "grad_weight", "grad_bias", "mean", "var",
+                           "eval out"), got, want):
+        assert torch.equal(g, r.to(g.dtype)), name
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        F.batch_norm(x, stats[0].clone(), stats[1].clone(), w, b, training=True)  # the CPU refuses
+
+
 # --- groups of two backends ----------------------------------------------------------
 
 def test_a_group_of_gloo_for_the_cpu_and_neuron_for_the_device_defaults_to_neuron(tmp_path):
