@@ -20,7 +20,7 @@ from .tensor_parallel import (
     VocabParallelEmbedding,
     vocab_parallel_cross_entropy,
 )
-from . import checkpoint, pipeline
+from . import checkpoint, moe, pipeline
 from .clip import clip_grad_norm_
 from .checkpoint import load_checkpoint, load_full_state_dict, save_checkpoint
 from .pipeline import PipelineEngine
@@ -55,7 +55,7 @@ from .mesh import (
 __all__ = [
     "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
     "tensor_parallel", "vocab_parallel_cross_entropy", "pipeline", "PipelineEngine",
-    "checkpoint", "clip_grad_norm_", "load_checkpoint", "load_full_state_dict", "save_checkpoint",
+    "checkpoint", "moe", "clip_grad_norm_", "load_checkpoint", "load_full_state_dict", "save_checkpoint",
     "DistributedDataParallel", "DistributedSampler", "average_gradients", "FullyShardedDataParallel", "Layout",
     "MixedPrecision", "CPUOffload", "SyntheticTokenDataset", "module_type_policy", "size_policy",
     "model_state_memory", "record_optimizer_state", "reset_model_state_peak",
