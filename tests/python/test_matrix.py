@@ -97,25 +97,29 @@ models {{ name: "tiny" dim: 32 layers: 2 heads: 4 seq: 16 vocab: 64 }}
 
 
 def test_a_tp_no_cell_records_with_two_replicas_is_scaled_from_two_recordings(tmp_path):
-    # All real: tp 4 on 8 ranks checks the tp 4 trace of one replica scaled
-    # with the 8-rank tp 2 trace against its own run.
-    def run(max_real, out):
-        return run_matrix(TP_MATRIX.format(max_real=max_real), tmp_path / "tp.textproto", out)
+    def run(max_real):
+        return run_matrix(TP_MATRIX.format(max_real=max_real), tmp_path / "tp.textproto",
+                          tmp_path / "out")
 
-    real = run(8, tmp_path / "real")["n1x8-tp4-tiny-eager-default"]
-    assert real["scaled_from"] == "n1x4-tp4-tiny-eager-default+n1x8-tp2-tiny-eager-default", real
-    assert abs(float(real["scaled_replay_error_pct"])) <= 2.0 and real["replay_error"] == "", real
     # Modelled: no tp 4 recording has 2 replicas, so tp 4 on 8 ranks is the
-    # 4-rank tp 4 and tp 2 traces scaled; it models what the real run did.
-    rows = run(4, tmp_path / "modelled")
+    # 4-rank tp 4 and tp 2 traces scaled.
+    rows = run(4)
     modelled = rows["n1x8-tp4-tiny-eager-default"]
     assert modelled["status"] == "modelled", modelled
     assert (modelled["modelled_from"] ==
             "n1x4-tp4-tiny-eager-default+n1x4-tp2-tiny-eager-default"), modelled
     assert modelled["tp"] == "4" and modelled["dp"] == "2", modelled
+    assert rows["n1x8-tp2-tiny-eager-default"]["modelled_from"] == "n1x4-tp2-tiny-eager-default"
+    # All real (the 4-rank cells kept from the run above, the modelled ones
+    # run now): tp 4 on 8 ranks checks the tp 4 trace of one replica scaled
+    # with the 8-rank tp 2 trace against its own run; the model above
+    # predicted what it did.
+    real = run(8)["n1x8-tp4-tiny-eager-default"]
+    assert real["status"] == "completed", real
+    assert real["scaled_from"] == "n1x4-tp4-tiny-eager-default+n1x8-tp2-tiny-eager-default", real
+    assert abs(float(real["scaled_replay_error_pct"])) <= 2.0 and real["replay_error"] == "", real
     step, want = float(modelled["modelled_step_us"]), float(real["modelled_step_us"])
     assert abs(step - want) <= 0.02 * want, (step, want)
-    assert rows["n1x8-tp2-tiny-eager-default"]["modelled_from"] == "n1x4-tp2-tiny-eager-default"
 
 
 PP_MATRIX = """name: "pp"
@@ -130,25 +134,26 @@ models {{ name: "tiny" dim: 32 layers: 4 heads: 4 seq: 16 vocab: 64 }}
 
 
 def test_a_deeper_pipeline_is_scaled_from_a_recording_at_a_smaller_pp(tmp_path):
-    def run(max_real, out):
-        return run_matrix(PP_MATRIX.format(max_real=max_real), tmp_path / "pp.textproto", out)
+    def run(max_real):
+        return run_matrix(PP_MATRIX.format(max_real=max_real), tmp_path / "pp.textproto",
+                          tmp_path / "out")
 
-    # All real: each pp 4 cell (one replica on 4 ranks, two on 8) checks a
-    # pp 2 trace (with 2 and 4 replicas) regrouped into 4 stages against
-    # its own run.
-    rows = run(8, tmp_path / "real")
-    for ranks, source in (("4", "n1x4-pp2-tiny-eager-default"),
-                          ("8", "n1x8-pp2-tiny-eager-default")):
-        real = rows[f"n1x{ranks}-pp4-tiny-eager-default"]
-        assert real["scaled_from"] == source, real
-        assert abs(float(real["scaled_replay_error_pct"])) <= 0.01, real
-        assert real["replay_error"] == "", real
-    # Modelled: pp 4 on 8 ranks from the 4-rank pp 2 trace; it models what
-    # the real run did.
-    modelled = run(4, tmp_path / "modelled")["n1x8-pp4-tiny-eager-default"]
+    # Modelled: pp 4 on 8 ranks from the 4-rank pp 2 trace.
+    modelled = run(4)["n1x8-pp4-tiny-eager-default"]
     assert modelled["status"] == "modelled", modelled
     assert modelled["modelled_from"] == "n1x4-pp2-tiny-eager-default", modelled
     assert modelled["pp"] == "4" and modelled["dp"] == "2", modelled
+    # All real (the 4-rank cells kept from the run above): each pp 4 cell
+    # (one replica on 4 ranks, two on 8) checks a pp 2 trace (with 2 and 4
+    # replicas) regrouped into 4 stages against its own run, and the model
+    # above predicted what the 8-rank one did.
+    rows = run(8)
+    for ranks, source in (("4", "n1x4-pp2-tiny-eager-default"),
+                          ("8", "n1x8-pp2-tiny-eager-default")):
+        real = rows[f"n1x{ranks}-pp4-tiny-eager-default"]
+        assert real["status"] == "completed" and real["scaled_from"] == source, real
+        assert abs(float(real["scaled_replay_error_pct"])) <= 0.01, real
+        assert real["replay_error"] == "", real
     step = float(modelled["modelled_step_us"])
     want = float(rows["n1x8-pp4-tiny-eager-default"]["modelled_step_us"])
     assert abs(step - want) <= 1e-3 * want, (step, want)
