@@ -139,3 +139,23 @@ def test_dp_x_ep_and_ep_x_tp_on_4_ranks_equal_one_process():
     zero = re.search(r"; (\d+) zero splits", found["ep4-one-token"])
     assert zero and int(zero.group(1)) > 0, found["ep4-one-token"]
     assert "[rank 0]: moe parity: 6 cases ok on 4 ranks, neuron/neuron" in out, out
+
+
+def test_example_09_trains_with_expert_parallelism_and_reports_the_all_to_all():
+    example = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/09_moe_gpt.py")
+    proc = subprocess.run([NEURONRUN, "-n", "2", example, "--ep", "2", "--steps", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert ("[rank 0]: MoE GPT: 0.46M parameters (0.17M active per token), 2 layers of top-2 "
+            "of 8 experts, capacity factor 1.25; 2 ranks = dp 1 x ep 2 x tp 1 on neuron, "
+            "backend neuron") in out, out
+    steps = re.findall(r"\[rank 0\]: step \d: loss (\d+\.\d+), wall [\d.]+ ms, dropped \d+ of "
+                       r"2048 assignments, modelled Trainium2 step ([\d.]+) us, all-to-all "
+                       r"([\d.]+) us \(([\d.]+)%\)", out)
+    assert len(steps) == 3, out
+    for _, modelled, a2a, share in steps:
+        assert 0 < float(a2a) < float(modelled)
+        assert abs(float(share) - 100 * float(a2a) / float(modelled)) < 0.1
+    assert re.search(r"\[rank 0\]: training: loss [\d.]+ -> [\d.]+ over 3 steps \(falls\)",
+                     out), out

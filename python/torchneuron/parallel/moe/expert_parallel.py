@@ -108,22 +108,40 @@ def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _all_reduce_coalesced(grads, group):
+    """Sums `grads` over `group` in one all-reduce per dtype (flattened into
+    one buffer and copied back: a collective's latency paid once)."""
+    by_dtype = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for same in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in same])
+        dist.all_reduce(flat, group=group)
+        offset = 0
+        for g in same:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
 def reduce_gradients(model, mesh):
     """After backward: the gradients of the mean loss over the dp x ep
-    shards (module docstring). Collective over the mesh; every rank calls
-    it with the same model."""
+    shards (module docstring), the experts' summed over "dp" and the rest
+    over "dp_ep" (one all-reduce per group and dtype), each divided by
+    dp x ep. Collective over the mesh; every rank calls it with the same
+    model."""
     dp, ep, _ = mesh_sizes(mesh)
     experts = {id(p) for p in expert_parameters(model)}
-    replicas = replica_mesh(mesh).get_group() if dp * ep > 1 else None
-    expert_replicas = mesh["dp"].get_group() if dp > 1 else None
+    grads = {True: [], False: []}  # is an expert's: local gradients
     for p in model.parameters():
-        if p.grad is None:
-            continue
-        grad = _local(p.grad)
-        group = expert_replicas if id(p) in experts else replicas
-        if group is not None:
-            dist.all_reduce(grad, group=group)
-        grad.div_(dp * ep)
+        if p.grad is not None:
+            grads[id(p) in experts].append(_local(p.grad))
+    groups = {True: mesh["dp"].get_group() if dp > 1 else None,
+              False: replica_mesh(mesh).get_group() if dp * ep > 1 else None}
+    for is_expert, local in grads.items():
+        if local and groups[is_expert] is not None:
+            _all_reduce_coalesced(local, groups[is_expert])
+        for g in local:
+            g.div_(dp * ep)
 
 
 def apply_fully_shard(model, mesh, modules=(), **kwargs):
