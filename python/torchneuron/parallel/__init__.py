@@ -10,6 +10,9 @@ from libtorch trainers); this package is their Python face.
     sampler = tp.DistributedSampler(dataset)      # shards over the data-parallel group
     model = tp.DistributedDataParallel(model)     # averages grads over it
     # or ZeRO: model = tp.FullyShardedDataParallel(model, stage=3)
+
+Mixture-of-Experts layers and expert parallelism over a DeviceMesh's "ep"
+dimension: torchneuron.parallel.moe.
 """
 from .data import DistributedSampler, SyntheticTokenDataset
 from .ddp import DistributedDataParallel, average_gradients
