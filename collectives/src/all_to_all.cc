@@ -52,7 +52,9 @@ void Communicator::AllToAll(const AllToAllOptions& o) {
                "alltoall: input or output is null");
   detail::Header h =
       NewHeader(OpCode::kAllToAll, o.dtype, FormCount(send.counts, recv.counts));
-  h.model_bytes = static_cast<double>(send.offsets.back());
+  // The fabric model prices the busiest rank's larger side: a rank that
+  // receives more than any rank sends (a popular expert) sets the time.
+  h.model_bytes = static_cast<double>(std::max(send.offsets.back(), recv.offsets.back()));
   const detail::Agreed agreed = Handshake(h);
   const OpScope scope(*this, h, agreed);
   const bool equal_blocks = agreed.SameCount() && h.count != detail::kPerPeerSizes;

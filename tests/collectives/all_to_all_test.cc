@@ -135,6 +135,27 @@ TEST_P(AllToAllMixes, EveryMixOfFormsMatchesTheReference) {
   }
 }
 
+// Every rank sends all it has to rank 0 (a popular expert): rank 0 receives
+// 3 x 4 floats and sends 4; the op is modelled at the busiest side, 48 bytes,
+// on every rank.
+TEST_P(AllToAllMixes, TheModelPricesTheRankThatReceivesMost) {
+  const auto options = Options();
+  RunRanks(3, [&](int rank, Store& store) {
+    Communicator comm(std::shared_ptr<Store>(&store, [](Store*) {}), rank, 3, options);
+    const std::vector<float> in(4, static_cast<float>(rank));
+    std::vector<float> out(rank == 0 ? 12 : 0);
+    const std::vector<std::size_t> sends{4, 0, 0};
+    const std::vector<std::size_t> recvs = rank == 0 ? std::vector<std::size_t>{4, 4, 4}
+                                                     : std::vector<std::size_t>{0, 0, 0};
+    comm.AllToAll({in.data(), out.empty() ? nullptr : out.data(), 0, sends, recvs,
+                   DataType::kFloat32});
+    if (rank == 0) {
+      EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
+    }
+    EXPECT_EQ(comm.records().back().bytes, 48.0);
+  });
+}
+
 // The case: rank 0 passes uneven sizes, rank 1 equal ones (as a
 // count), then rank 1 all-zero splits (as a count of 0) while rank 0
 // sends it nothing.
