@@ -42,30 +42,6 @@ std::string HostIdentity(const std::string& configured) {
 
 }  // namespace
 
-const char* Name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kBinomialTree: return "binomial_tree";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kRabenseifner: return "rabenseifner";
-    case Algorithm::kBruck: return "bruck";
-    case Algorithm::kHierarchical: return "hierarchical";
-  }
-  return "unknown";
-}
-
-Algorithm ParseAlgorithm(const std::string& name) {
-  std::string known;
-  for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
-                 Algorithm::kBinomialTree, Algorithm::kDirect, Algorithm::kRabenseifner,
-                 Algorithm::kBruck, Algorithm::kHierarchical}) {
-    if (name == Name(a)) return a;
-    known += (known.empty() ? "" : ", ") + std::string(Name(a));
-  }
-  NEURON_CHECK(false, "unknown collective algorithm '", name, "' (", known, ")");
-}
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
                            CommunicatorOptions options)
@@ -74,7 +50,10 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
       tuner_(options.small_message_bytes) {
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
-  accounting_ = std::make_unique<detail::OpAccounting>(options, rank, size);
+  accounting_ = std::make_unique<detail::OpAccounting>(
+      detail::AccountingOptions{options.clock, options.fabric, options.global_ranks,
+                                options.max_records},
+      rank, size);
   handshake_ = std::make_unique<detail::Handshake>(static_cast<GroupContext&>(*this));
   // Made now, in the thread that creates the group, not first in a progress
   // thread while another thread may fork (its fork handlers: shared_buffers.h).
@@ -113,22 +92,6 @@ void Communicator::Connect(const CommunicatorOptions& options) {
   transport_ = std::make_unique<transport::ShmTransport>(*store_, rank_, size_, shm);
   windows_ = transport_->windows();
   StartPointToPoint(true, options);
-}
-
-namespace {
-// ScopedOpTimeout's override on this thread; negative: none.
-thread_local std::chrono::milliseconds t_op_timeout{-1};
-}  // namespace
-
-ScopedOpTimeout::ScopedOpTimeout(std::chrono::milliseconds timeout)
-    : previous_(t_op_timeout) {
-  t_op_timeout = timeout;
-}
-
-ScopedOpTimeout::~ScopedOpTimeout() { t_op_timeout = previous_; }
-
-std::chrono::milliseconds ScopedOpTimeout::Current(std::chrono::milliseconds fallback) {
-  return t_op_timeout.count() >= 0 ? t_op_timeout : fallback;
 }
 
 detail::Header Communicator::NewHeader(OpCode op, DataType dtype, std::uint64_t count,

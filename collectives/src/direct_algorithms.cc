@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "algorithms.h"
-#include "communicator_internal.h"
-#include "neuron/collectives/communicator.h"
+#include "wire.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/transport/shared_windows.h"
 

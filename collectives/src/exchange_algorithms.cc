@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms.h"
-#include "communicator_internal.h"
+#include "wire.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::collectives {

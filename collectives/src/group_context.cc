@@ -1,12 +1,11 @@
 #include "neuron/collectives/group_context.h"
 
-#include "communicator_internal.h"
-#include "neuron/collectives/communicator.h"
+#include "wire.h"
 
 namespace neuron::collectives {
 
 transport::Deadline GroupContext::NewDeadline() const {
-  return transport::Deadline::After(ScopedOpTimeout::Current(timeout_));
+  return transport::Deadline::After(op_timeout_.count() > 0 ? op_timeout_ : timeout_);
 }
 
 void GroupContext::Exchange(int send_to, const void* send, std::size_t send_bytes,

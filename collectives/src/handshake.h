@@ -19,10 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "communicator_internal.h"
 #include "neuron/collectives/group_context.h"
+#include "neuron/collectives/transport/transport.h"
+#include "neuron/collectives/tuner.h"
+#include "wire.h"
 
 namespace neuron::collectives::detail {
+
+using transport::Label;
 
 class Handshake {
  public:

@@ -5,8 +5,8 @@
 #include <mutex>
 #include <numeric>
 
-#include "communicator_internal.h"
 #include "issue_context.h"
+#include "wire.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_cost.h"
@@ -86,7 +86,7 @@ std::string TraceId(const std::vector<int>& members, int rank) {
 
 }  // namespace
 
-OpAccounting::OpAccounting(const CommunicatorOptions& options, int rank, int size)
+OpAccounting::OpAccounting(const AccountingOptions& options, int rank, int size)
     : rank_(rank),
       size_(size),
       clock_(options.clock ? options.clock : std::make_shared<runtime::SimClock>()),

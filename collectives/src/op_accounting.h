@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include "neuron/collectives/communicator.h"
 #include "neuron/collectives/op_stats.h"
 #include "neuron/runtime/fabric/collective_names.h"
 
@@ -31,16 +30,26 @@ class SimClock;
 
 namespace neuron::collectives::detail {
 
-struct Agreed;  // communicator_internal.h
+struct Agreed;  // wire.h
 struct Header;
+
+// What accounting takes of a communicator's options (CommunicatorOptions'
+// fields of the same names): null clock or fabric, or no global ranks,
+// make the defaults.
+struct AccountingOptions {
+  std::shared_ptr<runtime::SimClock> clock;
+  std::shared_ptr<const runtime::FabricModel> fabric;
+  std::vector<int> global_ranks;
+  std::size_t max_records = 4096;
+};
 
 class OpAccounting {
  public:
   // Takes the options' clock, fabric and global ranks (or makes the
-  // defaults, communicator.h); InvalidUsage for global ranks that do not fit
+  // defaults); InvalidUsage for global ranks that do not fit
   // the group or the fabric. Members create their communicators of one
   // member list in the same order (the trace names them by that order).
-  OpAccounting(const CommunicatorOptions& options, int rank, int size);
+  OpAccounting(const AccountingOptions& options, int rank, int size);
 
   // This rank's simulated arrival at the next collective.
   double Arrival() const;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms.h"
-#include "communicator_internal.h"
+#include "wire.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/transport/transport.h"
 

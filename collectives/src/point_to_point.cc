@@ -65,7 +65,7 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
         StrCat("send #", p2p_->sends++, " to rank ", peer, " (tag ", tag, ")");
     std::vector<transport::RequestId> ids = {t.Isend(peer, &h, sizeof(h))};
     if (bytes > 0) ids.push_back(t.Isend(peer, data, bytes));
-    t.Wait(ids, NewDeadline(), what);
+    t.Wait(ids, MessageDeadline(), what);
     return;
   }
   // Buffered, as MPI_Bsend: the message is copied and handed to the
@@ -85,7 +85,7 @@ void Communicator::Send(int peer, const void* data, std::size_t bytes, std::uint
   // Bound the copies held: past kMaxBufferedBytes, wait for the oldest.
   while (p2p_->in_flight_bytes > kMaxBufferedBytes && !p2p_->in_flight.empty()) {
     PointToPoint::InFlight& oldest = p2p_->in_flight.front();
-    t.Wait(oldest.ids, NewDeadline(), oldest.what);
+    t.Wait(oldest.ids, MessageDeadline(), oldest.what);
     p2p_->in_flight_bytes -= oldest.payload.size();
     p2p_->in_flight.pop_front();
   }
@@ -155,18 +155,18 @@ int Communicator::Recv(int peer, void* data, std::size_t bytes, std::uint64_t ta
       ids.push_back(*p2p_->posted[p]);
       from.push_back(p);
     }
-    const int p = from[t.WaitAny(ids, NewDeadline(), what)];
+    const int p = from[t.WaitAny(ids, MessageDeadline(), what)];
     p2p_->posted[p].reset();
     const MessageHeader h = p2p_->incoming[p];
     NEURON_ASSERT(h.magic == 0x4e503250, "point-to-point stream from rank ", p, " is corrupt");
     if (h.tag == tag && h.bytes == bytes) {
-      if (bytes > 0) t.Wait({t.Irecv(p, data, bytes)}, NewDeadline(), what);
+      if (bytes > 0) t.Wait({t.Irecv(p, data, bytes)}, MessageDeadline(), what);
       source = p;
       send_us = h.send_us;
       break;
     }
     Message m{h, std::vector<char>(h.bytes)};
-    if (h.bytes > 0) t.Wait({t.Irecv(p, m.payload.data(), h.bytes)}, NewDeadline(), what);
+    if (h.bytes > 0) t.Wait({t.Irecv(p, m.payload.data(), h.bytes)}, MessageDeadline(), what);
     NEURON_CHECK(h.tag != tag, what, ": rank ", p, " sent ", h.bytes,
                  " bytes but the receive expects ", bytes);
     p2p_->unexpected[p].push_back(std::move(m));

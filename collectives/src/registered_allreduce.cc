@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "algorithms.h"
-#include "communicator_internal.h"
+#include "wire.h"
 #include "neuron/collectives/reduce.h"
 #include "neuron/collectives/transport/shared_buffers.h"
 #include "neuron/collectives/transport/shared_windows.h"

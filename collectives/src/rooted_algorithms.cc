@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "algorithms.h"
-#include "communicator_internal.h"
+#include "wire.h"
 #include "neuron/collectives/reduce.h"
 
 namespace neuron::collectives {

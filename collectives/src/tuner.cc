@@ -1,6 +1,5 @@
 #include "neuron/collectives/tuner.h"
 
-#include "neuron/collectives/communicator.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 
@@ -18,6 +17,31 @@ void CheckHierarchy(Algorithm algorithm, const GroupShape& group, const char* op
 }
 
 }  // namespace
+
+const char* Name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
+    case Algorithm::kBinomialTree: return "binomial_tree";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kRabenseifner: return "rabenseifner";
+    case Algorithm::kBruck: return "bruck";
+    case Algorithm::kHierarchical: return "hierarchical";
+  }
+  return "unknown";
+}
+
+Algorithm ParseAlgorithm(const std::string& name) {
+  std::string known;
+  for (auto a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling,
+                 Algorithm::kBinomialTree, Algorithm::kDirect, Algorithm::kRabenseifner,
+                 Algorithm::kBruck, Algorithm::kHierarchical}) {
+    if (name == Name(a)) return a;
+    known += (known.empty() ? "" : ", ") + std::string(Name(a));
+  }
+  NEURON_CHECK(false, "unknown collective algorithm '", name, "' (", known, ")");
+}
 
 Tuner::Tuner(std::size_t small_message_bytes)
     : forced_(Algorithm::kAuto), small_message_bytes_(small_message_bytes) {

@@ -106,10 +106,16 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
   auto work = c10::make_intrusive<NeuronWork>(rank_, type, name, std::move(outputs),
                                               std::move(source_rank));
   // The context of an error is formatted only when there is one.
-  auto wrapped = [body = std::move(body), prefix = prefix_, name, sequence,
-                  timeout](Communicator& c) {
+  auto wrapped = [body = std::move(body), prefix = prefix_, name, sequence, timeout,
+                  point_to_point](Communicator& c) {
     try {
-      const collectives::ScopedOpTimeout scope(timeout);
+      // Each lane's thread sets its own: collectives and messages may run
+      // at once.
+      if (point_to_point) {
+        c.set_message_timeout(timeout);
+      } else {
+        c.set_operation_timeout(timeout);
+      }
       body(c);
     } catch (...) {
       RethrowWithContext(StrCat(*prefix, name, " #", sequence));

@@ -65,16 +65,6 @@ class OpAccounting;
 }  // namespace detail
 
 // Host algorithms; each names its source where it is implemented.
-enum class Algorithm {
-  kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect, kRabenseifner, kBruck,
-  kHierarchical,  // allreduce across hosts: within each host, across, back
-};
-
-const char* Name(Algorithm algorithm);
-// "auto", "ring", "recursive_doubling", "binomial_tree", "direct",
-// "rabenseifner", "bruck", "hierarchical"; InvalidUsage otherwise.
-Algorithm ParseAlgorithm(const std::string& name);
-
 enum class TransportKind {
   kAuto,  // shared memory when every rank is on this host, else TCP
   kShm,
@@ -111,21 +101,6 @@ struct CommunicatorOptions {
   std::vector<int> global_ranks;
   // Per-operation records kept (the oldest are dropped beyond this).
   std::size_t max_records = 4096;
-};
-
-// Overrides CommunicatorOptions::timeout for the operations this thread
-// runs while it exists (a c10d call's per-operation timeout); nests.
-class ScopedOpTimeout {
- public:
-  explicit ScopedOpTimeout(std::chrono::milliseconds timeout);
-  ~ScopedOpTimeout();
-  ScopedOpTimeout(const ScopedOpTimeout&) = delete;
-  ScopedOpTimeout& operator=(const ScopedOpTimeout&) = delete;
-  // The override in effect on this thread, or `fallback`.
-  static std::chrono::milliseconds Current(std::chrono::milliseconds fallback);
-
- private:
-  std::chrono::milliseconds previous_;
 };
 
 struct AllReduceOptions {
@@ -221,6 +196,8 @@ class Communicator : private GroupContext {
 
   using GroupContext::rank;
   using GroupContext::size;
+  // The timeout of the collectives run from now on (group_context.h).
+  using GroupContext::set_operation_timeout;
   // "shm" or "tcp".
   const char* transport_name() const { return transport_->name(); }
   // Whether the ranks span hosts with several ranks on some host, so
@@ -268,6 +245,11 @@ class Communicator : private GroupContext {
   // still in flight (false once all left, or after an error, kept for the
   // next Send or Recv). Same thread as Send and Recv.
   bool ProgressSends(std::chrono::milliseconds at_most);
+  // The timeout of the messages (Send, Recv, ProgressSends' waits) run from
+  // now on, until set again; zero or less: CommunicatorOptions::timeout.
+  // The messages' thread sets it; the collectives' is
+  // set_operation_timeout (group_context.h).
+  void set_message_timeout(std::chrono::milliseconds timeout) { message_timeout_ = timeout; }
 
   // Collective over this communicator (as MPI_Comm_split): ranks passing the
   // same `color` form a new communicator, ordered by (key, rank); a rank
@@ -305,6 +287,11 @@ class Communicator : private GroupContext {
   void AbortPointToPoint(const std::string& reason);
   // Drops buffered sends that completed, making progress until `until`.
   void ReapSends(std::chrono::steady_clock::time_point until);
+  // A deadline for a message's next wait (set_message_timeout).
+  transport::Deadline MessageDeadline() const {
+    return transport::Deadline::After(message_timeout_.count() > 0 ? message_timeout_
+                                                                   : timeout_);
+  }
   GroupShape shape() const { return {size_, windows_ != nullptr, hierarchy_ != nullptr}; }
   // The header of the next collective, and its handshake (handshake.h)
   // at this rank's arrival (op_accounting.h).
@@ -337,6 +324,7 @@ class Communicator : private GroupContext {
   // Peers' registered buffers mapped here (RegisteredAllReduce).
   std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
   std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
+  std::chrono::milliseconds message_timeout_{0};
   bool registered_op_ = false;  // the running operation used them (its OpRecord says)
   bool buffered_sends_ = false;
 };

@@ -13,10 +13,20 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace neuron::collectives {
 
-enum class Algorithm;  // communicator.h
+// The host algorithms (collectives/src/algorithms.h).
+enum class Algorithm {
+  kAuto, kRing, kRecursiveDoubling, kBinomialTree, kDirect, kRabenseifner, kBruck,
+  kHierarchical,  // allreduce across hosts: within each host, across, back
+};
+
+const char* Name(Algorithm algorithm);
+// "auto", "ring", "recursive_doubling", "binomial_tree", "direct",
+// "rabenseifner", "bruck", "hierarchical"; InvalidUsage otherwise.
+Algorithm ParseAlgorithm(const std::string& name);
 
 struct GroupShape {
   int size = 1;
