@@ -40,7 +40,38 @@ void CheckLink(const proto::LinkSpec& link, const std::string& field,
                " us, got ", link.latency_us());
 }
 
+// A node's wiring: torus_dims multiplying to chips_per_node, or, for a
+// switch, none; a switch joining every node leaves inter_node_link out.
+void CheckWiring(const proto::TopologySpec& spec, const std::string& origin) {
+  if (spec.intra_node() == proto::TopologySpec::SWITCH) {
+    NEURON_CHECK(spec.torus_dims_size() == 0, "topology ", origin,
+                 ": torus_dims must be empty with intra_node: SWITCH (no torus)");
+    NEURON_CHECK(!SharedSwitch(spec) || !spec.has_inter_node_link(), "topology ", origin,
+                 ": with intra_node: SWITCH and inter_node: NEURONLINK one switch joins "
+                 "every node's chips (intra_node_link is a chip's port): leave "
+                 "inter_node_link out");
+    return;
+  }
+  NEURON_CHECK(spec.torus_dims_size() > 0, "topology ", origin, ": torus_dims is empty");
+  std::uint64_t product = 1;
+  for (auto d : spec.torus_dims()) {
+    NEURON_CHECK(d > 0 && d <= kMaxChipsPerNode, "topology ", origin,
+                 ": torus_dims must each be 1 to ", kMaxChipsPerNode, ", got ", d);
+    product *= d;  // at most 4096^k: compared below before it could matter
+    NEURON_CHECK(product <= kMaxChipsPerNode, "topology ", origin, ": torus_dims multiply to "
+                 "more than ", kMaxChipsPerNode, " chips");
+  }
+  NEURON_CHECK(product == spec.chips_per_node(), "topology ", origin,
+               ": torus_dims multiply to ", product, " but chips_per_node is ",
+               spec.chips_per_node());
+}
+
 }  // namespace
+
+bool SharedSwitch(const proto::TopologySpec& spec) {
+  return spec.intra_node() == proto::TopologySpec::SWITCH &&
+         spec.inter_node() == proto::TopologySpec::NEURONLINK;
+}
 
 Topology::Topology(proto::TopologySpec spec, std::string origin)
     : spec_(std::move(spec)), origin_(std::move(origin)) {
@@ -93,24 +124,12 @@ void Topology::Validate() const {
                spec_.cores_per_chip());
   NEURON_CHECK(spec_.logical_nc_config() <= 2, "topology ", origin_,
                ": logical_nc_config must be 0 (2), 1 or 2, got ", spec_.logical_nc_config());
-  NEURON_CHECK(spec_.torus_dims_size() > 0, "topology ", origin_,
-               ": torus_dims is empty");
-  std::uint64_t product = 1;
-  for (auto d : spec_.torus_dims()) {
-    NEURON_CHECK(d > 0 && d <= kMaxChipsPerNode, "topology ", origin_,
-                 ": torus_dims must each be 1 to ", kMaxChipsPerNode, ", got ", d);
-    product *= d;  // at most 4096^k: compared below before it could matter
-    NEURON_CHECK(product <= kMaxChipsPerNode, "topology ", origin_, ": torus_dims multiply to "
-                 "more than ", kMaxChipsPerNode, " chips");
-  }
-  NEURON_CHECK(product == spec_.chips_per_node(), "topology ", origin_,
-               ": torus_dims multiply to ", product, " but chips_per_node is ",
-               spec_.chips_per_node());
+  CheckWiring(spec_, origin_);
   NEURON_CHECK(spec_.ranks_per_chip() >= 1 && spec_.ranks_per_chip() <= 8,
                "topology ", origin_, ": ranks_per_chip must be 1..8, got ",
                spec_.ranks_per_chip());
   CheckLink(spec_.intra_node_link(), "intra_node_link", origin_);
-  CheckLink(spec_.inter_node_link(), "inter_node_link", origin_);
+  if (!SharedSwitch(spec_)) CheckLink(spec_.inter_node_link(), "inter_node_link", origin_);
   if (spec_.ranks_per_chip() > 1 || spec_.has_on_chip_link()) {
     CheckLink(spec_.on_chip_link(), "on_chip_link", origin_);
   }

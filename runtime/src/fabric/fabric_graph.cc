@@ -37,10 +37,23 @@ FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes) {
   chips_per_node_ = static_cast<int>(spec.chips_per_node());
   num_chips_ = nodes * chips_per_node_;
   const bool efa_switch = nodes > 1 && spec.inter_node() == proto::TopologySpec::EFA;
-  num_vertices_ = num_chips_ + (efa_switch ? 1 : 0);
+  const bool node_switches = spec.intra_node() == proto::TopologySpec::SWITCH;
+  const bool shared = SharedSwitch(spec);
+  // Vertices: the chips, the EFA switch (index num_chips_), then the
+  // NeuronSwitches (one per node, or one for all when shared).
+  efa_switch_ = efa_switch ? num_chips_ : -1;
+  const int first_switch = num_chips_ + (efa_switch ? 1 : 0);
+  num_vertices_ = first_switch + (node_switches ? (shared ? 1 : nodes) : 0);
   out_links_.resize(num_vertices_);
-  for (int node = 0; node < nodes; ++node) AddTorusLinks(spec, node);
-  if (nodes > 1) AddInterNodeLinks(spec, nodes);
+  for (int node = 0; node < nodes; ++node) {
+    if (!node_switches) {
+      AddTorusLinks(spec, node);
+    } else if (!shared) {
+      AddSwitchPorts(spec, node * chips_per_node_, chips_per_node_, first_switch + node);
+    }
+  }
+  if (shared) AddSwitchPorts(spec, 0, num_chips_, first_switch);
+  if (nodes > 1 && !shared) AddInterNodeLinks(spec, nodes);
   ApplyFaults(spec);
   trees_.resize(num_chips_);
   tree_made_ = std::make_unique<std::once_flag[]>(num_chips_);
@@ -78,6 +91,18 @@ void FabricGraph::AddTorusLinks(const proto::TopologySpec& spec, int node) {
   }
 }
 
+void FabricGraph::AddSwitchPorts(const proto::TopologySpec& spec, int first_chip, int chips,
+                                 int sw) {
+  // As the EFA NICs: the way in to the switch carries the hop latency, the
+  // switch does not block, the way out only limits bandwidth.
+  proto::LinkSpec out = spec.intra_node_link();
+  out.set_latency_us(0);
+  for (int chip = first_chip; chip < first_chip + chips; ++chip) {
+    AddLink(chip, sw, spec.intra_node_link(), ChipName(chip) + " switch port out");
+    AddLink(sw, chip, out, ChipName(chip) + " switch port in");
+  }
+}
+
 void FabricGraph::AddInterNodeLinks(const proto::TopologySpec& spec, int nodes) {
   if (spec.inter_node() == proto::TopologySpec::EFA) {
     // Each chip's NIC: egress carries the hop latency, the switch does not
@@ -111,9 +136,10 @@ void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
     bool found = false;
     for (auto& link : links_) {
       const bool one_way = fault.one_way();
-      const bool nic = b == -1 && link.to == num_chips_ && link.from == a;
-      const bool nic_in = (!one_way && b == -1 && link.from == num_chips_ && link.to == a) ||
-                          (one_way && a == -1 && link.from == num_chips_ && link.to == b);
+      const int sw = efa_switch_;  // -1 (no vertex) without EFA between nodes
+      const bool nic = sw >= 0 && b == -1 && link.to == sw && link.from == a;
+      const bool nic_in = sw >= 0 && ((!one_way && b == -1 && link.from == sw && link.to == a) ||
+                                      (one_way && a == -1 && link.from == sw && link.to == b));
       const bool pair = a >= 0 && b >= 0 &&
                         ((link.from == a && link.to == b) ||
                          (!one_way && link.from == b && link.to == a));

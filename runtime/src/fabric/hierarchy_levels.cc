@@ -10,10 +10,19 @@ namespace neuron::runtime {
 
 namespace {
 
-// A rank's coordinates, innermost first: core, torus dims (last first), node.
+// The dimensions a node's chips are numbered in: the torus's, or one of
+// chips_per_node behind a switch.
+std::vector<int> ChipDims(const proto::TopologySpec& spec) {
+  if (spec.intra_node() == proto::TopologySpec::SWITCH) {
+    return {static_cast<int>(spec.chips_per_node())};
+  }
+  return std::vector<int>(spec.torus_dims().begin(), spec.torus_dims().end());
+}
+
+// A rank's coordinates, innermost first: core, torus dims (last first) or
+// the chip behind the switch, node.
 std::vector<int> CoordinatesOf(const FabricModel& model, int rank) {
-  const auto& spec = model.topology().spec();
-  const std::vector<int> dims(spec.torus_dims().begin(), spec.torus_dims().end());
+  const std::vector<int> dims = ChipDims(model.topology().spec());
   const ChipPlacement& p = model.placement()[static_cast<std::size_t>(rank)];
   const auto torus = TorusCoordinates(static_cast<int>(p.chip) % model.graph().chips_per_node(),
                                       dims);
@@ -23,8 +32,9 @@ std::vector<int> CoordinatesOf(const FabricModel& model, int rank) {
   return coords;
 }
 
-std::string CoordinateName(std::size_t index, std::size_t torus_dims) {
+std::string CoordinateName(std::size_t index, std::size_t torus_dims, bool switched) {
   if (index == 0) return "on-chip";
+  if (switched && index == 1) return "switch";
   if (index <= torus_dims) return "torus dim " + std::to_string(torus_dims - index);
   return "nodes";
 }
@@ -50,6 +60,8 @@ std::optional<std::vector<HierarchyLevel>> GridLevels(const FabricModel& model,
   }
   std::vector<HierarchyLevel> levels;
   const std::size_t torus_dims = width - 2;
+  const bool switched =
+      model.topology().spec().intra_node() == proto::TopologySpec::SWITCH;
   for (std::size_t level : varying) {
     // Ranks agreeing on every other coordinate form one group, ordered
     // along this one.
@@ -59,7 +71,7 @@ std::optional<std::vector<HierarchyLevel>> GridLevels(const FabricModel& model,
       key[level] = 0;
       groups[key].push_back({coords[j][level], ranks[j]});
     }
-    HierarchyLevel out{CoordinateName(level, torus_dims), {}};
+    HierarchyLevel out{CoordinateName(level, torus_dims, switched), {}};
     for (auto& [key, members] : groups) {
       std::sort(members.begin(), members.end());
       std::vector<int> group;

@@ -26,6 +26,10 @@ struct ChipPlacement {
   std::uint32_t core = 0;  // rank slot within the chip
 };
 
+// True when one switch joins every node's chips (intra_node SWITCH with
+// inter_node NEURONLINK: a Trn3 UltraServer's scale-up domain).
+bool SharedSwitch(const proto::TopologySpec& spec);
+
 class Topology {
  public:
   // The embedded default: one trn2 node (configs/topologies/trn2-node.textproto).

@@ -1,8 +1,10 @@
 // The fabric as a directed graph of links between chips, built from a
-// Topology: torus links inside each node (NeuronLink), and between nodes
+// Topology: inside each node torus links (NeuronLink) or each chip's port
+// into the node's NeuronSwitch (intra_node SWITCH), and between nodes
 // either EFA (each chip's NIC into a non-blocking switch) or the
-// UltraServer's NeuronLink ring joining same-coordinate chips. Faults from
-// the topology slow links down or take them out.
+// UltraServer's NeuronLink ring joining same-coordinate chips (a torus
+// node), or one NeuronSwitch for every node's chips (a switch node). Faults
+// from the topology slow links down or take them out.
 //
 // Usage:
 //   FabricGraph graph(Topology::Default(), /*num_nodes=*/2);
@@ -26,7 +28,7 @@
 namespace neuron::runtime {
 
 struct Link {
-  int from = 0;               // vertex: a chip, or the EFA switch
+  int from = 0;               // vertex: a chip, the EFA switch or a NeuronSwitch
   int to = 0;
   double bytes_per_second = 0;  // after any slowdown fault
   SimDuration latency{0};
@@ -59,6 +61,9 @@ class FabricGraph {
  private:
   int AddLink(int from, int to, const proto::LinkSpec& spec, std::string name);
   void AddTorusLinks(const proto::TopologySpec& spec, int node);
+  // Chips first_chip .. first_chip + chips - 1, each linked both ways to
+  // the switch vertex `sw` by a port of intra_node_link's figures.
+  void AddSwitchPorts(const proto::TopologySpec& spec, int first_chip, int chips, int sw);
   void AddInterNodeLinks(const proto::TopologySpec& spec, int nodes);
   void ApplyFaults(const proto::TopologySpec& spec);
   // The shortest-path tree from chip `src`: per vertex, the link into it
@@ -70,6 +75,7 @@ class FabricGraph {
   int num_chips_ = 0;
   int chips_per_node_ = 0;
   int num_vertices_ = 0;
+  int efa_switch_ = -1;  // the EFA switch's vertex, -1 when the job has none
   std::vector<Link> links_;
   std::vector<std::vector<int>> out_links_;       // per vertex
   mutable std::vector<std::vector<int>> trees_;  // [src], see TreeFrom

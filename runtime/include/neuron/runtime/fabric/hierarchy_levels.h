@@ -1,6 +1,7 @@
 // The levels of the fabric a group of ranks spans, innermost first: the
-// ranks sharing a chip, each dimension of the node's torus (last first), and
-// the nodes. The hierarchical algorithm runs one ring stage per level, so a
+// ranks sharing a chip, each dimension of the node's torus (last first;
+// behind a NeuronSwitch the node's chips as one level, "switch"), and the
+// nodes. The hierarchical algorithm runs one ring stage per level, so a
 // 4x4 torus inside a node and EFA across gives rings of 4, 4 and the nodes
 // rather than a ring of 16 and one of the nodes.
 //
@@ -18,8 +19,8 @@
 namespace neuron::runtime {
 
 struct HierarchyLevel {
-  std::string name;                        // "on-chip", "torus dim 1", "nodes", "node"
-  std::vector<std::vector<int>> groups;    // ranks along this level, in ring order
+  std::string name;  // "on-chip", "torus dim 1" (or "switch"), "nodes", "node"
+  std::vector<std::vector<int>> groups;  // ranks along this level, in ring order
 };
 
 // Levels with more than one position among `ranks`. When the ranks fill a
