@@ -63,6 +63,7 @@ std::string ReadSecretFile(const std::string& path) {
     secret.pop_back();
   }
   NEURON_CHECK(!secret.empty(), "rendezvous secret file ", path, " is empty");
+  collectives::auth::CheckSecret(secret, "rendezvous secret file " + path);
   return secret;
 }
 
@@ -71,6 +72,7 @@ std::string ReadSecretFile(const std::string& path) {
 std::string LoadOrCreateRdzvSecret(const std::string& secret_file) {
   if (!secret_file.empty()) return ReadSecretFile(secret_file);
   if (auto env = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kRdzvSecret)) {
+    collectives::auth::CheckSecret(*env, "$NEURON_RDZV_SECRET");
     return *env;
   }
   const std::string path = DefaultSecretPath();

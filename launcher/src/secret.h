@@ -10,8 +10,9 @@
 
 namespace neuron::launcher {
 
-// Throws InvalidUsage naming the file when it cannot be read or is empty,
-// or when it can be read by other users.
+// Throws InvalidUsage naming the file (or $NEURON_RDZV_SECRET) when it
+// cannot be read or is empty, when it can be read by other users, or when
+// the secret is too short or blank (auth::CheckSecret).
 std::string LoadOrCreateRdzvSecret(const std::string& secret_file);
 
 }  // namespace neuron::launcher

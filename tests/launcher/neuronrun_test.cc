@@ -498,7 +498,7 @@ TEST(NeuronrunMultiNode, AgentWithTheWrongSecretIsRefused) {
   const int port = FreePort();
   LauncherProcess node0(NodeArgs(0, port, "", {kHelper, "env"}), kSharedSecret);
   LauncherProcess intruder(NodeArgs(1, port, "", {kHelper, "env"}),
-                           {{"NEURON_RDZV_SECRET", "guessed"}});
+                           {{"NEURON_RDZV_SECRET", "a-guessed-secret-long-enough"}});
   EXPECT_EQ(intruder.Wait(30s), 2);
   EXPECT_NE(intruder.Stderr().find("refused this client"), std::string::npos)
       << intruder.Stderr();
@@ -574,6 +574,37 @@ TEST(NeuronrunBadInput, ProgramThatCannotExecuteFailsTheJob) {
             std::string::npos)
       << job.Stderr();
   EXPECT_TRUE(ProcessesOfJob(id).empty());
+  ::unlink(tmpl);
+}
+
+// A secret too short or blank to be shared rather than guessed is refused
+// before any rendezvous, naming where it came from.
+TEST(NeuronrunBadInput, ShortOrBlankSecretIsRefusedNamingItsSource) {
+  const std::vector<std::string> args = {"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+                                         "-n", "1", "/bin/true"};
+  const std::vector<std::pair<std::string, std::string>> env_cases = {
+      {"x", "the job secret from $NEURON_RDZV_SECRET has 1 bytes; at least 16 are needed"},
+      {"guessed", "the job secret from $NEURON_RDZV_SECRET has 7 bytes"},
+      {std::string(24, ' '), "the job secret from $NEURON_RDZV_SECRET is only whitespace"}};
+  for (const auto& [secret, message] : env_cases) {
+    LauncherProcess job(args, {{"NEURON_RDZV_SECRET", secret}});
+    EXPECT_EQ(job.Wait(30s), 2);
+    EXPECT_NE(job.Stderr().find("neuronrun: error: " + message), std::string::npos)
+        << job.Stderr();
+  }
+  char tmpl[] = "/tmp/neuronrun_nulsecret_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  const std::string nuls(32, '\0');
+  ASSERT_EQ(::write(fd, nuls.data(), nuls.size()), static_cast<ssize_t>(nuls.size()));
+  ::close(fd);
+  std::vector<std::string> file_args = {"--rdzv-secret-file", tmpl};
+  file_args.insert(file_args.end(), args.begin(), args.end());
+  LauncherProcess job(file_args);
+  EXPECT_EQ(job.Wait(30s), 2);
+  EXPECT_NE(job.Stderr().find(std::string("the job secret from rendezvous secret file ") + tmpl +
+                              " is only whitespace or NUL bytes"),
+            std::string::npos)
+      << job.Stderr();
   ::unlink(tmpl);
 }
 

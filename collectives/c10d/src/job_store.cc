@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/exception.h>
 
+#include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 
@@ -84,6 +85,7 @@ c10::intrusive_ptr<JobStore> ConnectJobStore(std::chrono::milliseconds timeout) 
   collectives::TcpStoreOptions options;
   options.host = endpoint->substr(0, colon);
   options.port = static_cast<std::uint16_t>(std::stoi(port));
+  collectives::auth::CheckSecret(*secret, "$NEURON_JOB_SECRET");
   options.secret = *secret;
   options.connect_timeout = timeout;
   return c10::make_intrusive<JobStore>(std::move(options), timeout);

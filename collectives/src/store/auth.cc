@@ -43,6 +43,16 @@ std::string Proof(const std::string& secret, const std::string& label,
   return std::string(reinterpret_cast<char*>(digest), length);
 }
 
+void CheckSecret(const std::string& secret, const std::string& source) {
+  NEURON_CHECK(secret.size() >= kMinSecretBytes, "the job secret from ", source, " has ",
+               secret.size(), " bytes; at least ", kMinSecretBytes,
+               " are needed (generate one with: openssl rand -hex 32)");
+  const bool blank = secret.find_first_not_of(std::string(" \t\r\n\v\f\0", 7)) ==
+                     std::string::npos;
+  NEURON_CHECK(!blank, "the job secret from ", source,
+               " is only whitespace or NUL bytes (generate one with: openssl rand -hex 32)");
+}
+
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

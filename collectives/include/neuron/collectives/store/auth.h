@@ -17,6 +17,13 @@ std::string Proof(const std::string& secret, const std::string& label,
 // Compares in time independent of where the inputs differ.
 bool ConstantTimeEqual(const std::string& a, const std::string& b);
 
+// The shortest secret a job accepts, in bytes (a generated one has 64).
+inline constexpr std::size_t kMinSecretBytes = 16;
+// Throws InvalidUsage naming `source` (e.g. "$NEURON_RDZV_SECRET") when the
+// secret is shorter than kMinSecretBytes or has no byte other than
+// whitespace and NUL: such a secret is guessed, not shared.
+void CheckSecret(const std::string& secret, const std::string& source);
+
 inline constexpr char kClientLabel[] = "neuron-store-client";
 inline constexpr char kServerLabel[] = "neuron-store-server";
 inline constexpr std::size_t kNonceBytes = 32;
