@@ -53,6 +53,21 @@ class Locator {
     return line >= 0 ? StrCat(path_, ":", line + 1, ": ", name) : StrCat(path_, ": ", name);
   }
 
+  // Whether the file sets scalar `field` (of element `index` of `parent`):
+  // proto3 has no presence, so an explicit 0 is told from an absent field
+  // by where the parser saw it.
+  bool Written(const std::string& field, const std::string& parent = "",
+               int index = -1) const {
+    const auto* descriptor = proto::ScalingMatrix::descriptor();
+    const TextFormat::ParseInfoTree* tree = tree_;
+    if (!parent.empty()) {
+      tree = tree->GetTreeForNested(descriptor->FindFieldByName(parent), index);
+      descriptor = descriptor->FindFieldByName(parent)->message_type();
+    }
+    const auto* f = descriptor->FindFieldByName(field);
+    return tree != nullptr && f != nullptr && tree->GetLocation(f, -1).line >= 0;
+  }
+
  private:
   std::string path_;
   const TextFormat::ParseInfoTree* tree_;
@@ -224,13 +239,13 @@ void CheckScalars(const std::string& path, const Locator& at, MatrixSpec& spec) 
   NEURON_CHECK(fs::exists(script), at.At("script"), ": no trainer ", m.script(),
                " (next to the matrix, in the current directory or in ", NEURON_SOURCE_DIR, ")");
   spec.script = script.string();
-  if (m.steps() == 0) m.set_steps(3);
+  if (!at.Written("steps")) m.set_steps(3);
   NEURON_CHECK(m.steps() >= 2, at.At("steps"), ": needs at least 2 steps (the first one "
                "compiles and warms up), got ", m.steps());
   CheckRange(m.steps(), 2, kMaxSteps, at.At("steps"));
-  if (m.batch() == 0) m.set_batch(8);
+  if (!at.Written("batch")) m.set_batch(8);
   CheckRange(m.batch(), 1, kMaxBatch, at.At("batch"));
-  if (m.max_real_ranks() == 0) m.set_max_real_ranks(16);
+  if (!at.Written("max_real_ranks")) m.set_max_real_ranks(16);
   CheckRange(m.max_real_ranks(), 1, kMaxParallel, at.At("max_real_ranks"));
   if (m.nodes().empty()) m.add_nodes(1);
   if (m.compile().empty()) m.add_compile(false);
@@ -244,13 +259,14 @@ void CheckScalars(const std::string& path, const Locator& at, MatrixSpec& spec) 
   }
 }
 
-// Fills each strategy's defaults and name, and checks it.
+// Fills each strategy's defaults (for fields the file leaves out; a written
+// 0 is an error) and name, and checks it.
 void CheckStrategies(const Locator& at, proto::ScalingMatrix& m) {
   for (int s = 0; s < m.strategies_size(); ++s) {
     proto::Strategy& st = *m.mutable_strategies(s);
-    if (st.tp() == 0) st.set_tp(1);
-    if (st.pp() == 0) st.set_pp(1);
-    if (st.microbatches() == 0) st.set_microbatches(4);
+    if (!at.Written("tp", "strategies", s)) st.set_tp(1);
+    if (!at.Written("pp", "strategies", s)) st.set_pp(1);
+    if (!at.Written("microbatches", "strategies", s)) st.set_microbatches(4);
     if (st.name().empty()) st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero()));
     CheckRange(st.tp(), 1, kMaxParallel, at.At("tp", "strategies", s));
     CheckRange(st.pp(), 1, kMaxParallel, at.At("pp", "strategies", s));
@@ -266,9 +282,9 @@ void CheckStrategies(const Locator& at, proto::ScalingMatrix& m) {
 void CheckModels(const Locator& at, proto::ScalingMatrix& m) {
   for (int k = 0; k < m.models_size(); ++k) {
     proto::Model& md = *m.mutable_models(k);
-    if (md.seq() == 0) md.set_seq(32);
-    if (md.vocab() == 0) md.set_vocab(256);
-    if (md.heads() == 0) md.set_heads(4);
+    if (!at.Written("seq", "models", k)) md.set_seq(32);
+    if (!at.Written("vocab", "models", k)) md.set_vocab(256);
+    if (!at.Written("heads", "models", k)) md.set_heads(4);
     if (md.name().empty()) md.set_name(StrCat("d", md.dim(), "-l", md.layers()));
     CheckRange(md.dim(), 1, kMaxDim, at.At("dim", "models", k));
     CheckRange(md.layers(), 1, kMaxLayers, at.At("layers", "models", k));

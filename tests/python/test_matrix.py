@@ -270,6 +270,16 @@ def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
         ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
          'models { dim: 1000000000 layers: 1 heads: 2 }\n',
          r"m.textproto:4: models\[0\].dim: must be 1 to 65536, got 1000000000"),
+        # An explicit 0 is an error, not the default.
+        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 0 }\n'
+         'models { dim: 16 layers: 1 heads: 2 }\n',
+         r"m.textproto:3: strategies\[0\].tp: must be 1 to 65536, got 0"),
+        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+         'models { dim: 16 layers: 1\n heads: 0 }\n',
+         r"m.textproto:5: models\[0\].heads: must be 1 to 16, got 0"),
+        ('name: "x"\nranks_per_node: [2]\nbatch: 0\nstrategies { name: "a" }\n'
+         'models { dim: 16 layers: 1 heads: 2 }\n',
+         r"m.textproto:3: batch: must be 1 to 1048576, got 0"),
     ]
     import re
     for text, pattern in cases:
