@@ -284,9 +284,9 @@ Simulated fabric:
                            default: the embedded trn2 node (16 chips)
   --device FILE            NeuronCore spec the ranks model (protobuf text,
                            configs/devices/; sets NEURON_DEVICE_FILE):
-                           neuroncore-v2 for trn1, v3 for trn2; default:
-                           $NEURON_DEVICE_FILE, else the embedded
-                           NeuronCore-v3
+                           neuroncore-v2 for trn1, v3 for trn2, v4 for
+                           trn3; default: $NEURON_DEVICE_FILE, else the
+                           embedded NeuronCore-v3
   --python PATH            interpreter for .py scripts (default:
                            $NEURON_PYTHON, else the Python
                            neuronrun was built with)
