@@ -11,11 +11,11 @@
 #include <tuple>
 
 #include "child_process.h"
+#include "neuron/parallel/layout_collectives.h"
 #include "neuron/parallel/predicted_job.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/device_spec.h"
 #include "neuron/runtime/error.h"
-#include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/schedule.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/text_proto.h"
@@ -31,6 +31,30 @@ namespace pp = neuron::parallel;
 namespace {
 
 constexpr int kMaxWorld = 65536;
+
+// What expert parallelism asks of the model and the layout (dp: the
+// data-parallel ranks); InvalidUsage names the flag or the model file's field.
+void CheckExperts(const PredictOptions& o, const pp::proto::DecoderModel& m, int dp) {
+  NEURON_CHECK(o.ep >= 1 && o.ep <= kMaxWorld, "--ep must be between 1 and ", kMaxWorld,
+               ", got ", o.ep);
+  NEURON_CHECK(std::isfinite(o.capacity_factor) && o.capacity_factor >= 0 &&
+                   o.capacity_factor <= 64,
+               "--capacity-factor must be between 0 (the model's) and 64, got ",
+               o.capacity_factor);
+  if (m.experts() == 0) {
+    NEURON_CHECK(o.ep == 1 && o.capacity_factor == 0, "--ep and --capacity-factor need a "
+                 "Mixture of Experts; ", o.model_file, " has no experts (experts: 0)");
+    return;
+  }
+  NEURON_CHECK(m.experts() % o.ep == 0, "--ep ", o.ep, " does not divide the ", m.experts(),
+               " experts of ", o.model_file, " (experts)");
+  NEURON_CHECK(dp % o.ep == 0, "--ep ", o.ep, " does not divide the data-parallel size ", dp,
+               " (ranks / (tp ", o.tp, " x pp ", o.pp, ")): expert parallelism is carved "
+               "out of data parallelism");
+  NEURON_CHECK(!o.sequence_parallel, "--sequence-parallel with experts (", o.model_file,
+               ") is not modelled: torchneuron.parallel.moe replicates a layer's tokens "
+               "over tp");
+}
 
 // What the layout asks of the model and the cluster; InvalidUsage names it.
 void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int world) {
@@ -69,6 +93,7 @@ void CheckLayout(const PredictOptions& o, const pp::proto::DecoderModel& m, int 
                " is not a multiple of micro-batch ", o.micro_batch, " x dp ", dp);
   NEURON_CHECK(m.position() != "learned" || m.max_seq() == 0 || o.seq <= m.max_seq(), "--seq ",
                o.seq, " is longer than the model's ", m.max_seq(), " learned positions");
+  CheckExperts(o, m, dp);
 }
 
 std::string Join(const std::vector<int>& v) {
@@ -96,6 +121,15 @@ std::vector<std::string> CaptureArgs(const PredictOptions& o, const pp::proto::D
   }
   if (o.sequence_parallel) a.push_back("--sequence-parallel");
   if (o.recompute_mlp) a.push_back("--recompute-mlp");
+  if (m.experts() > 0) {
+    const double factor = o.capacity_factor > 0 ? o.capacity_factor : pp::CapacityFactor(m);
+    for (const std::string& x :
+         {std::string("--experts"), std::to_string(m.experts()), std::string("--top-k"),
+          std::to_string(m.top_k()), std::string("--capacity-factor"), std::to_string(factor),
+          std::string("--ep"), std::to_string(o.ep)}) {
+      a.push_back(x);
+    }
+  }
   return a;
 }
 
@@ -151,32 +185,6 @@ parallel::proto::DeviceCalibration Calibration(const std::string& file,
                             "\" (give --matmul-overhead-cycles)"));
 }
 
-// The tensor-parallel collectives' times on the target fabric, for the
-// group of ranks 0..tp-1 (every group sits alike), memoized.
-class TensorParallelPricer {
- public:
-  TensorParallelPricer(const runtime::FabricModel& model, int tp) : model_(model) {
-    for (int r = 0; r < tp; ++r) group_.push_back(r);
-  }
-  double operator()(const std::string& kind, double bytes, const std::string& axis) {
-    NEURON_CHECK(axis == "tp", "captured collective on axis '", axis, "'");
-    if (group_.size() == 1) return 0;
-    auto key = std::make_pair(kind, bytes);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      const double us = runtime::ModelCollective(model_, kind, bytes, group_, 0,
-                                                 runtime::ConfiguredFabricAlgorithm()).micros;
-      it = cache_.emplace(key, us).first;
-    }
-    return it->second;
-  }
-
- private:
-  const runtime::FabricModel& model_;
-  std::vector<int> group_;
-  std::map<std::pair<std::string, double>, double> cache_;
-};
-
 // The slowest stage's breakdown from its phases (the replay gives the step).
 Breakdown StageBreakdown(const pp::StepCosts& costs, const pp::proto::StepCapture& capture,
                          const std::vector<int>& stages, int microbatches) {
@@ -189,6 +197,7 @@ Breakdown StageBreakdown(const pp::StepCosts& costs, const pp::proto::StepCaptur
       const pp::PhaseCost& c = costs.at(phase);
       b.compute_us += c.compute_us * times;
       b.tp_comm_us += c.tp_collective_us * times;
+      b.ep_comm_us += c.ep_collective_us * times;
       for (const auto& [engine, us] : c.engine_us) b.engine_us[engine] += us * times;
     };
     for (const char* dir : {"forward", "backward"}) {
@@ -198,7 +207,7 @@ Breakdown StageBreakdown(const pp::StepCosts& costs, const pp::proto::StepCaptur
     }
     const pp::PhaseCost& opt = costs.at(pp::OptimizerPhase(capture.stage_parameters(s)));
     b.optimizer_us = opt.total_us();
-    const double total = b.compute_us + b.tp_comm_us + b.optimizer_us;
+    const double total = b.compute_us + b.tp_comm_us + b.ep_comm_us + b.optimizer_us;
     if (total > worst_total) {
       worst_total = total;
       worst = b;
@@ -272,6 +281,7 @@ pp::PredictedLayout JobLayout(const PredictOptions& o, const Prediction& p,
   layout.tp = o.tp;
   layout.pp = o.pp;
   layout.dp = p.dp;
+  layout.ep = o.ep;
   layout.microbatches = p.microbatches;
   layout.zero = o.zero;
   layout.gradient_bytes = bytes.gradients;
@@ -291,6 +301,7 @@ std::vector<pp::StepMemory> StageMemory(const pp::proto::StepCapture& capture,
     m.dtype = dtype;
     m.pp = layout.pp;
     m.dp = layout.dp;
+    m.ep = layout.ep;
     m.zero = layout.zero;
     m.microbatches = layout.microbatches;
     m.stage_layers = layout.stage_layers[static_cast<std::size_t>(s)];
@@ -326,6 +337,7 @@ void StepFigures(const PredictOptions& o, const runtime::DeviceSpec& device,
   const double peak = device.PeakTflops(o.dtype == "fp32") * 1e12;
   p.mfu = 3 * pp::ForwardFlopsPerToken(p.model, o.seq) * p.tokens_per_s / (p.world * peak);
   p.model_parameters = pp::DecoderParameters(p.model);
+  p.active_parameters = pp::ActiveParameters(p.model);
   p.hbm_capacity = static_cast<double>(device.spec().hbm().capacity_bytes());
 }
 
@@ -378,10 +390,10 @@ Prediction Complete(const PreparedPrediction& r, const pp::proto::StepCapture& c
                                          static_cast<std::uint32_t>(r.ranks_per_node));
   const runtime::FabricModel fabric(*r.topology, runtime::PlaceRanks(*r.topology, nodes),
                                     device);
-  TensorParallelPricer tp_pricer(fabric, o.tp);
+  pp::LayoutCollectivePricer collectives(fabric, o.tp, o.ep);
   const pp::StepCosts costs = pp::PriceStep(
       capture, runtime::CostModel(device), ResolvePricing(o, device, p),
-      [&](const std::string& k, double b, const std::string& a) { return tp_pricer(k, b, a); });
+      [&](const std::string& k, double b, const std::string& a) { return collectives(k, b, a); });
   const pp::PredictedLayout layout = JobLayout(o, p, r.stages);
   const auto traces = pp::PredictedTraces(costs, capture, layout);
   const auto start = std::chrono::steady_clock::now();

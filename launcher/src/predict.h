@@ -30,6 +30,8 @@ struct PredictOptions {
   std::string model_file;
   int seq = 0, micro_batch = 1, global_batch = 0;
   int tp = 1, pp = 1, dp = 0;  // dp 0: the world over tp x pp
+  int ep = 1;                  // expert parallel, carved out of dp (a Mixture of Experts)
+  double capacity_factor = 0;  // 0: the model file's (else 1.0)
   int zero = 0;
   bool sequence_parallel = false;
   std::string checkpointing = "none";  // none | selective | full
@@ -51,6 +53,7 @@ struct Breakdown {
   double compute_us = 0;               // the operations, per engine below
   std::map<std::string, double> engine_us;
   double tp_comm_us = 0;               // blocking tensor-parallel collectives
+  double ep_comm_us = 0;               // blocking expert-parallel all-to-alls
   double dp_comm_us = 0;               // exposed data-parallel collectives
   double pipeline_messages_us = 0;     // pipeline messages' transfers a stage waits for
   double bubble_us = 0;                // the rest of its wait on messages: the bubble
@@ -65,6 +68,7 @@ struct Prediction {
   Breakdown breakdown;
   double seq_per_s = 0, tokens_per_s = 0, mfu = 0;
   double model_parameters = 0;
+  double active_parameters = 0;               // per token (a Mixture of Experts: top-k's)
   std::vector<parallel::StepMemory> memory;  // per pipeline stage
   double hbm_capacity = 0;                    // bytes per NeuronCore
   double replay_s = 0;                        // wall time of the replay
@@ -75,8 +79,8 @@ struct Prediction {
 
 // InvalidUsage names what is wrong with the model file or the layout (tp
 // not dividing heads, pp above the layers, a global batch the layout does
-// not divide, more ranks than the nodes hold, ...); IoError says why the
-// capture failed.
+// not divide, more ranks than the nodes hold, ep not dividing the experts
+// or dp, ...); IoError says why the capture failed.
 Prediction Predict(const PredictOptions& options);
 
 // Predict in three steps, so that several predictions share one capture

@@ -33,6 +33,12 @@ constexpr const char* kPredictHelp =
     "  --tp N, --pp N               tensor- and pipeline-parallel sizes (default 1)\n"
     "  --dp N                       data-parallel size (default: the ranks over tp x pp;\n"
     "                               given, it must be that)\n"
+    "  --ep N                       expert parallel (a Mixture of Experts' model file):\n"
+    "                               ep consecutive data-parallel ranks hold experts / ep\n"
+    "                               each and exchange tokens by all-to-all; divides dp\n"
+    "                               and the experts (default 1)\n"
+    "  --capacity-factor F          tokens an expert takes: F x tokens x top_k / experts\n"
+    "                               of a rank's (default: the model file's, else 1.0)\n"
     "  --zero N                     ZeRO stage 0-3 (default 0)\n"
     "  --sequence-parallel          split activations along the sequence outside the\n"
     "                               tensor-parallel regions\n"
@@ -116,6 +122,8 @@ bool ParseLayoutFlag(Args& a, PredictOptions& o) {
   else if (f == "--tp") o.tp = a.Number(1, 65536);
   else if (f == "--pp") o.pp = a.Number(1, 65536);
   else if (f == "--dp") o.dp = a.Number(1, 65536);
+  else if (f == "--ep") o.ep = a.Number(1, 65536);
+  else if (f == "--capacity-factor") o.capacity_factor = ParseFinite(f, a.Text(), 0, 64);
   else if (f == "--zero") o.zero = a.Number(0, 3);
   else if (f == "--sequence-parallel") o.sequence_parallel = true;
   else if (f == "--activation-checkpointing") o.checkpointing = a.Text();
@@ -192,8 +200,14 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
   const PredictOptions& o = p.options;
   const Breakdown& b = p.breakdown;
   out << "predict: " << p.model.name() << " (" << std::setprecision(3)
-      << p.model_parameters / 1e9 << "B parameters), " << p.world << " ranks: tp " << o.tp
-      << " x pp " << o.pp << " x dp " << p.dp << ", ZeRO-" << o.zero << ", seq " << o.seq
+      << p.model_parameters / 1e9 << "B parameters";
+  if (p.model.experts() > 0) {
+    out << ", " << p.active_parameters / 1e9 << "B active: top-" << p.model.top_k() << " of "
+        << p.model.experts() << " experts";
+  }
+  out << "), " << p.world << " ranks: tp " << o.tp << " x pp " << o.pp << " x dp " << p.dp;
+  if (p.model.experts() > 0) out << " (ep " << o.ep << " of dp)";
+  out << ", ZeRO-" << o.zero << ", seq " << o.seq
       << ", micro-batch " << o.micro_batch << ", global batch " << o.global_batch << " ("
       << p.microbatches << " microbatches per replica), " << o.dtype << ", "
       << parallel::Name(o.pricing.pricing) << " (matmul overhead " << p.matmul_overhead_cycles
@@ -206,15 +220,19 @@ void PrintPrediction(const Prediction& p, std::ostream& out) {
     first = false;
   }
   out << ")\n"
-      << "  tensor-parallel comm         " << Seconds(b.tp_comm_us) << "\n"
-      << "  optimizer                    " << Seconds(b.optimizer_us) << "\n"
+      << "  tensor-parallel comm         " << Seconds(b.tp_comm_us) << "\n";
+  if (p.model.experts() > 0) {
+    out << "  expert-parallel all-to-all   " << Seconds(b.ep_comm_us) << "\n";
+  }
+  out << "  optimizer                    " << Seconds(b.optimizer_us) << "\n"
       << "  data-parallel comm (exposed) " << Seconds(b.dp_comm_us) << "\n"
       << "  pipeline comm (exposed)      " << Seconds(b.pipeline_messages_us) << "\n"
       << "  pipeline bubble              " << Seconds(b.bubble_us) << "\n";
   out << std::fixed << std::setprecision(2) << "seq/s: " << p.seq_per_s << "\n"
       << "tokens/s: " << std::setprecision(0) << p.tokens_per_s << "\n"
       << "MFU: " << std::setprecision(1) << p.mfu * 100
-      << "% (model FLOPs: 3 x forward, attention in full)\n";
+      << "% (model FLOPs: 3 x forward, attention in full"
+      << (p.model.experts() > 0 ? ", the router and top-k experts" : "") << ")\n";
   out.unsetf(std::ios::fixed);
   PrintMemory(p, out);
   out << "replayed " << p.world << " ranks in " << std::fixed << std::setprecision(2)

@@ -27,7 +27,8 @@ std::string Layout(const proto::PredictionRow& r, const Prediction& p) {
   std::ostringstream s;
   if (r.nodes() > 0) s << r.nodes() << " nodes, ";
   s << p.world << " ranks: tp " << std::max(1, r.tp()) << " x pp " << std::max(1, r.pp())
-    << " x dp " << p.dp << (r.zero() ? ", ZeRO-" + std::to_string(r.zero()) : "")
+    << " x dp " << p.dp << (r.ep() > 1 ? " (ep " + std::to_string(r.ep()) + ")" : "")
+    << (r.zero() ? ", ZeRO-" + std::to_string(r.zero()) : "")
     << (r.sequence_parallel() ? ", SP" : "") << ", seq " << r.seq() << ", gbs "
     << r.global_batch();
   return s.str();
@@ -82,6 +83,7 @@ PredictOptions RowOptions(const proto::PredictionRow& row, const PredictOptions&
   o.global_batch = row.global_batch();
   o.tp = std::max(1, row.tp());
   o.pp = std::max(1, row.pp());
+  o.ep = std::max(1, row.ep());
   o.zero = row.zero();
   o.sequence_parallel = row.sequence_parallel();
   o.checkpointing = row.checkpointing().empty() ? "none" : row.checkpointing();
@@ -141,7 +143,11 @@ void WriteTableReport(const proto::PredictionTable& table,
         << (published ? (r.error_pct >= 0 ? "+" : "") + Fixed(r.error_pct, 1) + "%" : "-")
         << " | " << (row.fitted() ? "fitted" : published ? "held out" : "forecast") << " | "
         << Fixed(p.step_us * 1e-6, 2) << " s | " << Fixed(p.breakdown.compute_us * 1e-6, 2)
-        << " s | " << Fixed(p.breakdown.tp_comm_us * 1e-6, 2) << " s | "
+        << " s | " << Fixed(p.breakdown.tp_comm_us * 1e-6, 2) << " s"
+        << (p.breakdown.ep_comm_us > 0
+                ? " (+ " + Fixed(p.breakdown.ep_comm_us * 1e-6, 2) + " s EP all-to-all)"
+                : "")
+        << " | "
         << Fixed(p.breakdown.dp_comm_us * 1e-6, 2) << " s | "
         << Fixed(p.breakdown.pipeline_messages_us * 1e-6, 2) << " s | "
         << Fixed(p.breakdown.bubble_us * 1e-6, 2) << " s | "

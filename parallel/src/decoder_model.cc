@@ -1,5 +1,7 @@
 #include "neuron/parallel/decoder_model.h"
 
+#include <cmath>
+
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/text_proto.h"
 
@@ -10,6 +12,49 @@ namespace {
 void CheckRange(const std::string& origin, const char* field, long long value, long long max) {
   NEURON_CHECK(value >= 1 && value <= max, origin, ": ", field, " must be between 1 and ",
                max, ", got ", value);
+}
+
+// A Mixture of Experts' fields: all three, or (a dense decoder) none.
+void CheckExperts(const proto::DecoderModel& m, const std::string& origin) {
+  if (m.experts() == 0) {
+    NEURON_CHECK(m.top_k() == 0 && m.capacity_factor() == 0, origin, ": top_k and "
+                 "capacity_factor are a Mixture of Experts' (set experts too)");
+    return;
+  }
+  CheckRange(origin, "experts", m.experts(), 4096);
+  NEURON_CHECK(m.top_k() >= 1 && m.top_k() <= m.experts(), origin, ": top_k (", m.top_k(),
+               ") must be between 1 and experts (", m.experts(), ")");
+  NEURON_CHECK(std::isfinite(m.capacity_factor()) && m.capacity_factor() >= 0 &&
+                   m.capacity_factor() <= 64,
+               origin, ": capacity_factor must be between 0 (1.0) and 64, got ",
+               m.capacity_factor());
+}
+
+// One layer's MLP parameters: the dense MLP's (GELU with biases), or
+// `experts` experts (without biases, as torchneuron.parallel.moe's) and the
+// router's gate.
+double MlpParameters(const proto::DecoderModel& m, double experts) {
+  const double h = m.hidden(), f = m.ffn_hidden();
+  const bool gelu = m.activation() == "gelu";
+  if (m.experts() == 0) return gelu ? 2 * h * f + f + h : 3 * h * f;
+  return experts * (gelu ? 2 : 3) * h * f + h * m.experts();
+}
+
+// The parameters of the decoder with `experts` of a Mixture of Experts'
+// experts per layer (ignored for a dense decoder).
+double ParametersWith(const proto::DecoderModel& m, double experts) {
+  const double h = m.hidden(), v = m.vocab();
+  const double head_dim = h / m.heads();
+  const double attention = h * h * 2 + 2 * h * m.kv_heads() * head_dim;  // q, o; k, v
+  const bool gelu = m.activation() == "gelu";
+  const double mlp = MlpParameters(m, experts);
+  const double norms = m.norm() == "layernorm" ? 4 * h : 2 * h;
+  const double biases = gelu ? h + 2 * m.kv_heads() * head_dim + h : 0;  // qkv, o
+  const double layer = attention + mlp + norms + biases;
+  const double positions = m.position() == "learned" ? double(m.max_seq()) * h : 0;
+  const double head = m.tied_embeddings() ? 0 : v * h;
+  const double final_norm = m.norm() == "layernorm" ? 2 * h : h;
+  return v * h + positions + m.layers() * layer + final_norm + head;
 }
 
 }  // namespace
@@ -34,6 +79,7 @@ void CheckDecoderModel(const proto::DecoderModel& m, const std::string& origin) 
   NEURON_CHECK(m.position() == "rotary" || m.position() == "learned", origin,
                ": position must be \"rotary\" or \"learned\", got \"", m.position(), "\"");
   NEURON_CHECK(m.rope_theta() >= 0, origin, ": rope_theta must not be negative");
+  CheckExperts(m, origin);
 }
 
 proto::DecoderModel LoadDecoderModel(const std::string& path) {
@@ -44,25 +90,24 @@ proto::DecoderModel LoadDecoderModel(const std::string& path) {
 }
 
 double DecoderParameters(const proto::DecoderModel& m) {
-  const double h = m.hidden(), f = m.ffn_hidden(), v = m.vocab();
-  const double head_dim = h / m.heads();
-  const double attention = h * h * 2 + 2 * h * m.kv_heads() * head_dim;  // q, o; k, v
-  const bool gelu = m.activation() == "gelu";
-  const double mlp = gelu ? 2 * h * f + f + h : 3 * h * f;
-  const double norms = m.norm() == "layernorm" ? 4 * h : 2 * h;
-  const double biases = gelu ? h + 2 * m.kv_heads() * head_dim + h : 0;  // qkv, o
-  const double layer = attention + mlp + norms + biases;
-  const double positions = m.position() == "learned" ? double(m.max_seq()) * h : 0;
-  const double head = m.tied_embeddings() ? 0 : v * h;
-  const double final_norm = m.norm() == "layernorm" ? 2 * h : h;
-  return v * h + positions + m.layers() * layer + final_norm + head;
+  return ParametersWith(m, m.experts());
+}
+
+double ActiveParameters(const proto::DecoderModel& m) {
+  return ParametersWith(m, m.top_k());
+}
+
+double CapacityFactor(const proto::DecoderModel& m) {
+  return m.capacity_factor() > 0 ? m.capacity_factor() : 1.0;
 }
 
 double ForwardFlopsPerToken(const proto::DecoderModel& m, int seq) {
   const double h = m.hidden(), f = m.ffn_hidden();
   const double head_dim = h / m.heads();
   const double projections = 2 * (2 * h * h + 2 * h * m.kv_heads() * head_dim);
-  const double mlp = 2 * (m.activation() == "gelu" ? 2 : 3) * h * f;
+  const double experts = m.experts() > 0 ? m.top_k() : 1;  // the experts a token runs
+  const double router = m.experts() > 0 ? 2 * h * m.experts() : 0;
+  const double mlp = experts * 2 * (m.activation() == "gelu" ? 2 : 3) * h * f + router;
   const double attention = 2 * 2 * double(seq) * h;  // QK^T and PV, in full
   return m.layers() * (projections + mlp + attention) + 2 * h * m.vocab();
 }

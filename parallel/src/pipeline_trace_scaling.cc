@@ -354,6 +354,8 @@ double EstimatedOps(const Recording& job, int pp) {
 
 std::vector<RankTrace> ScalePipeline(const std::vector<RankTrace>& traces, int pp) {
   const Mesh recorded = runtime::CheckJobTraces(traces);
+  NEURON_CHECK(traces.front().layout().ep() <= 1, "cannot scale the pipeline of an "
+               "expert-parallel recording (ep ", traces.front().layout().ep(), ")");
   const TracePipeline& plan = traces.front().pipeline();
   NEURON_CHECK(pp >= recorded.pp, "cannot scale to pp=", pp,
                ", below the recording's pp=", recorded.pp,

@@ -44,7 +44,8 @@ class TraceWriter {
     m->set_communicator("pp");
   }
 
-  // A collective on the data-parallel group; returns its op index.
+  // A collective on the data-parallel stream (a group of all dp ranks or of
+  // the experts' replicas); returns its op index.
   std::uint64_t Collective(const char* kind, const std::vector<int>& group, double bytes,
                            bool wait) {
     auto* issue = trace_->add_ops()->mutable_issue();
@@ -71,11 +72,17 @@ const PhaseCost& Phase(const StepCosts& costs, const std::string& name) {
   return it->second;
 }
 
+// The parameters of a stage and, of them, its experts'.
+struct StageParameters {
+  double dense = 0, experts = 0;
+};
+
 class JobBuilder {
  public:
+  // `dp`: the traces' data-parallel ranks (replicas x ep).
   JobBuilder(const StepCosts& costs, const proto::StepCapture& capture,
-             const PredictedLayout& layout, int replicas)
-      : costs_(costs), capture_(capture), layout_(layout), dp_(replicas),
+             const PredictedLayout& layout, int dp)
+      : costs_(costs), capture_(capture), layout_(layout), dp_(dp),
         plan_(MakeSchedule(ScheduleKind::kOneForwardOneBackward, layout.pp,
                            layout.microbatches)) {}
 
@@ -85,9 +92,11 @@ class JobBuilder {
     rp::RankTrace trace;
     trace.set_rank(Rank(c));
     trace.set_world_size(layout_.tp * layout_.pp * dp_);
-    trace.mutable_layout()->set_tp(layout_.tp);
+    // The replay's mesh: an ep x tp block of ranks per replica (TraceLayout).
+    trace.mutable_layout()->set_tp(layout_.tp * layout_.ep);
     trace.mutable_layout()->set_pp(layout_.pp);
-    trace.mutable_layout()->set_dp(dp_);
+    trace.mutable_layout()->set_dp(dp_ / layout_.ep);
+    if (layout_.ep > 1) trace.mutable_layout()->set_ep(layout_.ep);
     TraceWriter w(&trace);
     w.Mark("step_begin");
     for (const PipelineTask& task : plan_.order[static_cast<std::size_t>(c.p)]) {
@@ -111,22 +120,40 @@ class JobBuilder {
   // ZeRO-3: the stage's parameters all-gathered before each forward and
   // backward of a microbatch (and its gradients reduce-scattered after each
   // backward), blocking: a stage-sized FSDP unit, no prefetch.
-  bool ShardsParameters() const { return layout_.zero >= 3 && dp_ > 1; }
+  bool ShardsParameters() const { return layout_.zero >= 3; }
 
-  std::vector<int> DataGroup(Coordinates c) const {
+  // The rank's data-parallel group: every dp rank (`experts` false), or the
+  // ranks holding the same experts (every ep-th).
+  std::vector<int> DataGroup(Coordinates c, bool experts) const {
     std::vector<int> group;
-    for (int d = 0; d < dp_; ++d) group.push_back(Rank({c.t, d, c.p}));
+    const int step = experts ? layout_.ep : 1;
+    for (int d = c.d % step; d < dp_; d += step) group.push_back(Rank({c.t, d, c.p}));
     return group;
   }
 
-  double StageParameters(Coordinates c) const {
-    return static_cast<double>(capture_.stage_parameters(static_cast<int>(c.p)));
+  StageParameters Parameters(Coordinates c) const {
+    const int s = c.p;
+    const double experts = s < capture_.stage_expert_parameters_size()
+                               ? static_cast<double>(capture_.stage_expert_parameters(s))
+                               : 0;
+    return {static_cast<double>(capture_.stage_parameters(s)) - experts, experts};
+  }
+
+  // One collective over the dense parameters' group and one over the
+  // experts' (each where it has several ranks and something to move),
+  // `bytes_per_parameter` each; waited at once.
+  void OverBothGroups(Coordinates c, const char* kind, double bytes_per_parameter,
+                      TraceWriter& w) const {
+    const StageParameters p = Parameters(c);
+    for (const bool experts : {false, true}) {
+      const std::vector<int> group = DataGroup(c, experts);
+      const double n = experts ? p.experts : p.dense;
+      if (group.size() > 1 && n > 0) w.Collective(kind, group, n * bytes_per_parameter, true);
+    }
   }
 
   void GatherParameters(Coordinates c, TraceWriter& w) const {
-    if (ShardsParameters()) {
-      w.Collective("allgather", DataGroup(c), StageParameters(c) * layout_.parameter_bytes, true);
-    }
+    if (ShardsParameters()) OverBothGroups(c, "allgather", layout_.parameter_bytes, w);
   }
 
   void Forward(Coordinates c, TraceWriter& w) const {
@@ -142,32 +169,40 @@ class JobBuilder {
     GatherParameters(c, w);
     w.Compute((Last(c) ? Us("head_backward") : 0) + Layers(c) * Us("layer_backward") +
               (First(c) ? Us("embed_backward") : 0));
-    if (ShardsParameters()) {
-      w.Collective("reducescatter", DataGroup(c), StageParameters(c) * layout_.gradient_bytes,
-                   true);
-    }
+    if (ShardsParameters()) OverBothGroups(c, "reducescatter", layout_.gradient_bytes, w);
     if (!First(c)) w.Message(true, Rank({c.t, c.d, c.p - 1}), layout_.message_bytes);
   }
 
-  // The data-parallel reduction, the optimizer and ZeRO's all-gather.
+  // The gradients of one group in 512 MB buckets (all-reduce; reduce-scatter
+  // from ZeRO-1), issued without waiting; appends the issues to `issued`.
+  void ReduceGradients(const std::vector<int>& group, double parameters, TraceWriter& w,
+                       std::vector<std::uint64_t>& issued) const {
+    if (group.size() < 2 || parameters <= 0) return;
+    const double total = parameters * layout_.gradient_bytes;
+    const int buckets = std::max(1, static_cast<int>(std::ceil(total / layout_.bucket_bytes)));
+    for (int b = 0; b < buckets; ++b) {
+      issued.push_back(w.Collective(layout_.zero >= 1 ? "reducescatter" : "allreduce", group,
+                                    total / buckets, false));
+    }
+  }
+
+  // The data-parallel reduction (the dense gradients over every dp rank,
+  // then the experts' over their replicas), the optimizer and ZeRO's
+  // all-gather.
   void Update(Coordinates c, TraceWriter& w) const {
-    const std::int64_t parameters =
-        capture_.stage_parameters(static_cast<int>(c.p));
-    const std::vector<int> group = DataGroup(c);
-    if (dp_ > 1 && !ShardsParameters()) {  // ZeRO-3 reduced each backward's
-      const double total = parameters * layout_.gradient_bytes;
-      const int buckets = std::max(1, static_cast<int>(std::ceil(total / layout_.bucket_bytes)));
+    const std::int64_t parameters = capture_.stage_parameters(static_cast<int>(c.p));
+    const StageParameters p = Parameters(c);
+    const std::vector<int> group = DataGroup(c, false);
+    if (!ShardsParameters()) {  // ZeRO-3 reduced each backward's
       std::vector<std::uint64_t> issued;
-      for (int b = 0; b < buckets; ++b) {
-        issued.push_back(w.Collective(layout_.zero >= 1 ? "reducescatter" : "allreduce", group,
-                                      total / buckets, false));
-      }
+      ReduceGradients(group, p.dense, w, issued);
+      ReduceGradients(DataGroup(c, true), p.experts, w, issued);
       for (auto i : issued) w.Wait(i);
     }
-    if (dp_ > 1) w.Collective("allreduce", group, 4, true);  // the gradient norm
+    if (group.size() > 1) w.Collective("allreduce", group, 4, true);  // the gradient norm
     w.Compute(Us(OptimizerPhase(parameters).c_str()));
-    if (dp_ > 1 && (layout_.zero == 1 || layout_.zero == 2)) {
-      w.Collective("allgather", group, parameters * layout_.parameter_bytes, true);
+    if (layout_.zero == 1 || layout_.zero == 2) {
+      OverBothGroups(c, "allgather", layout_.parameter_bytes, w);
     }
   }
 
@@ -195,11 +230,17 @@ std::vector<rp::RankTrace> PredictedTraces(const StepCosts& costs,
                "predicted job: ", layout.stage_layers.size(), " stage layer counts and ",
                capture.stage_parameters_size(), " captured stages for pp ", layout.pp);
   NEURON_CHECK(layout.bucket_bytes > 0, "predicted job: bucket_bytes must be positive");
-  const int replicas = std::min(layout.dp, 2);
-  JobBuilder builder(costs, capture, layout, replicas);
-  std::vector<rp::RankTrace> traces(static_cast<std::size_t>(layout.tp * layout.pp * replicas));
+  NEURON_CHECK(layout.ep >= 1 && layout.dp % layout.ep == 0, "predicted job: ep ",
+               layout.ep, " does not divide dp ", layout.dp);
+  NEURON_CHECK(capture.stage_expert_parameters_size() == 0 ||
+                   capture.stage_expert_parameters_size() == layout.pp,
+               "predicted job: ", capture.stage_expert_parameters_size(),
+               " captured stages of experts for pp ", layout.pp);
+  const int dp = std::min(layout.dp / layout.ep, 2) * layout.ep;  // replicas x ep
+  JobBuilder builder(costs, capture, layout, dp);
+  std::vector<rp::RankTrace> traces(static_cast<std::size_t>(layout.tp * layout.pp * dp));
   for (int p = 0; p < layout.pp; ++p) {
-    for (int d = 0; d < replicas; ++d) {
+    for (int d = 0; d < dp; ++d) {
       for (int t = 0; t < layout.tp; ++t) {
         const Coordinates c{t, d, p};
         traces[static_cast<std::size_t>(builder.Rank(c))] = builder.Build(c);

@@ -17,13 +17,22 @@ StepMemory EstimateStepMemory(const proto::StepCapture& capture, const MemoryLay
                               int stage) {
   NEURON_CHECK(stage >= 0 && stage < capture.stage_parameters_size(), "memory: stage ", stage,
                " of ", capture.stage_parameters_size());
+  NEURON_CHECK(layout.ep >= 1 && std::max(1, layout.dp) % layout.ep == 0, "memory: ep ",
+               layout.ep, " does not divide dp ", layout.dp);
   const ParameterBytes b = BytesPerParameter(layout.dtype);
   const double p = static_cast<double>(capture.stage_parameters(stage));
-  const double dp = std::max(1, layout.dp);
+  const double experts = stage < capture.stage_expert_parameters_size()
+                             ? static_cast<double>(capture.stage_expert_parameters(stage))
+                             : 0;
+  // The dense parameters shard over every dp rank, the experts over their replicas.
+  const double dp = std::max(1, layout.dp), replicas = dp / layout.ep;
+  auto sharded = [&](double bytes, bool shard) {
+    return shard ? (p - experts) * bytes / dp + experts * bytes / replicas : p * bytes;
+  };
   StepMemory m;
-  m.weights_and_optimizer = p * b.weights / (layout.zero >= 3 ? dp : 1) +
-                            p * b.optimizer / (layout.zero >= 1 ? dp : 1);
-  m.gradients = p * b.gradients / (layout.zero >= 2 ? dp : 1);
+  m.weights_and_optimizer =
+      sharded(b.weights, layout.zero >= 3) + sharded(b.optimizer, layout.zero >= 1);
+  m.gradients = sharded(b.gradients, layout.zero >= 2);
   const bool first = stage == 0, last = stage == layout.pp - 1;
   const double per_microbatch =
       layout.stage_layers * static_cast<double>(capture.layer_activation_bytes()) +

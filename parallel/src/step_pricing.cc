@@ -164,7 +164,10 @@ StepCosts PriceStep(const proto::StepCapture& capture, const CostModel& model,
         const auto& c = step.collective();
         NEURON_CHECK(c.bytes() >= 0 && std::isfinite(c.bytes()), "phase ", phase.name(),
                      ": a ", c.kind(), " of ", c.bytes(), " bytes");
-        cost.tp_collective_us += collective(c.kind(), c.bytes(), c.axis());
+        NEURON_CHECK(c.axis() == "tp" || c.axis() == "ep", "phase ", phase.name(), ": a ",
+                     c.kind(), " on axis '", c.axis(), "' (tp or ep)");
+        (c.axis() == "ep" ? cost.ep_collective_us : cost.tp_collective_us) +=
+            collective(c.kind(), c.bytes(), c.axis());
         ++cost.collectives;
         continue;
       }

@@ -49,6 +49,48 @@ TEST(DecoderModel, ThePublishedModelsHaveTheirPublishedParameterCounts) {
   }
 }
 
+TEST(DecoderModel, MixtralCountsEveryExpertAndActivatesTwo) {
+  // "Mixtral of Experts": 46.7B parameters, 12.9B active per token.
+  const auto m = LoadDecoderModel(Models() + "mixtral-8x7b.textproto");
+  EXPECT_NEAR(DecoderParameters(m) / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(ActiveParameters(m) / 1e9, 12.9, 0.05);
+  EXPECT_DOUBLE_EQ(CapacityFactor(m), 1.0);
+  // A token's forward: the router and 2 of the 8 experts (not the capacity's padding).
+  const double dense_mlp = 2 * 3 * 4096.0 * 14336;
+  auto dense = m;
+  dense.set_experts(0);
+  dense.set_top_k(0);
+  dense.set_capacity_factor(0);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(m, 4096) - ForwardFlopsPerToken(dense, 4096),
+                   32 * (dense_mlp + 2 * 4096.0 * 8));
+}
+
+TEST(DecoderModel, ExpertFieldsAreCheckedAndNamed) {
+  auto error = [](const std::string& experts, const std::string& top_k,
+                  const std::string& factor = "0") {
+    std::string path = Write("experts", experts);
+    std::ofstream(path, std::ios::app) << "top_k: " << top_k << "\ncapacity_factor: " << factor
+                                       << "\n";
+    try {
+      LoadDecoderModel(path);
+    } catch (const InvalidUsage& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("8", "2", "1.25"), "");
+  EXPECT_NE(error("2", "3").find("model.textproto: top_k (3) must be between 1 and experts (2)"),
+            std::string::npos);
+  EXPECT_NE(error("4", "0").find("top_k (0) must be between 1 and experts (4)"),
+            std::string::npos);
+  EXPECT_NE(error("-1", "1").find("model.textproto: experts must be between 1 and 4096"),
+            std::string::npos);
+  EXPECT_NE(error("4", "2", "-1").find("capacity_factor must be between 0 (1.0) and 64"),
+            std::string::npos);
+  EXPECT_NE(error("0", "2").find("top_k and capacity_factor are a Mixture of Experts'"),
+            std::string::npos);
+}
+
 TEST(DecoderModel, ForwardFlopsCountProjectionsMlpAttentionAndHead) {
   const auto m = LoadDecoderModel(Write());
   // Per layer: q, o 2*64*64*2; k, v 2*64*32*2; MLP 3*64*172*2; attention 2*2*seq*64.

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "neuron/parallel/pipeline_trace_scaling.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/trace_replay.h"
+#include "neuron/runtime/fabric/trace_scaling.h"
 #include "neuron/runtime/topology.h"
 
 namespace neuron::parallel {
@@ -124,6 +126,59 @@ TEST(PredictedJob, TwoReplicasReplayOnAnyDataParallelSize) {
   const auto r = runtime::ReplayTraces(traces, Fabric(8));
   EXPECT_EQ(r.dp, 8);
   EXPECT_EQ(r.world_size, 8);
+}
+
+// Expert parallelism, ep 2 of dp 4: the dense gradients are all-reduced over
+// every dp rank, the experts' only over the ranks holding the same experts
+// (every ep-th), one after the other on the data-parallel stream; the
+// traces hold 2 replicas of ep ranks and replay on any number of replicas.
+TEST(PredictedJob, ExpertGradientsAreReducedOverTheirReplicasOnly) {
+  PredictedLayout l;
+  l.dp = 4;
+  l.ep = 2;
+  l.microbatches = 1;
+  l.stage_layers = {1};
+  l.gradient_bytes = 4;
+  proto::StepCapture capture = Capture(1);
+  capture.add_stage_expert_parameters(600000);  // of the stage's 1e6
+  const auto traces = PredictedTraces(Costs(), capture, l);
+  ASSERT_EQ(traces.size(), 4u);
+  EXPECT_EQ(traces[0].layout().tp(), 2);  // the ep x tp block of a replica
+  EXPECT_EQ(traces[0].layout().ep(), 2);
+  EXPECT_EQ(traces[0].layout().dp(), 2);
+  const double microbatch = 1 + 12 + 3 + 4 + 20 + 2;
+  for (int world : {4, 8}) {
+    const FabricModel f = Fabric(world);
+    std::vector<int> all, replicas;
+    for (int r = 0; r < world; ++r) {
+      all.push_back(r);
+      if (r % 2 == 0) replicas.push_back(r);
+    }
+    const auto r = runtime::ReplayTraces(traces, f);
+    EXPECT_EQ(r.dp, world / 2);
+    EXPECT_EQ(r.ep, 2);
+    const double expected = microbatch + Collective(f, "allreduce", 4 * 400000.0, all) +
+                            Collective(f, "allreduce", 4 * 600000.0, replicas) +
+                            Collective(f, "allreduce", 4, all) + 50;
+    EXPECT_NEAR(r.steps[0].modelled_us, expected, 1e-6 * expected) << world;
+    EXPECT_DOUBLE_EQ(r.steps[0].rank0_bytes.at("allreduce"), 4 * 1e6 + 4);
+  }
+  // The tp and pp scalings do not know an expert-parallel trace's groups.
+  try {
+    runtime::ScaleTensorParallel(traces, traces, 4);
+    FAIL();
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("an expert-parallel recording (ep 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ScalePipeline(traces, 2), InvalidUsage);
+  // ep = dp: the experts have no replicas, nothing reduces them.
+  l.ep = 4;
+  const auto alone = runtime::ReplayTraces(PredictedTraces(Costs(), capture, l), Fabric(4));
+  EXPECT_DOUBLE_EQ(alone.steps[0].rank0_bytes.at("allreduce"), 4 * 400000.0 + 4);
+  l.ep = 3;
+  EXPECT_THROW(PredictedTraces(Costs(), capture, l), InvalidUsage);
 }
 
 TEST(PredictedJob, OneFOneBPipelinePaysItsBubble) {

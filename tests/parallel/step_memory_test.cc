@@ -38,6 +38,37 @@ TEST(StepMemory, ZeroStagesDivideOptimizerStateThenGradientsThenWeights) {
   EXPECT_THROW(EstimateStepMemory(c, l, 0), InvalidUsage);
 }
 
+// Expert parallelism carves ep out of dp: the experts (held by dp / ep
+// replicas) shard their optimizer state, gradients and weights over those
+// replicas only, the rest over every dp rank.
+TEST(StepMemory, ExpertParametersShardOverTheirReplicasOnly) {
+  auto c = Capture(1);  // 1e6 parameters on the rank, 0.75e6 of them its experts'
+  c.add_stage_expert_parameters(750000);
+  MemoryLayout l;
+  l.dp = 8;
+  l.ep = 4;  // 2 replicas of each expert
+  const double dense = 250000, experts = 750000;
+  for (int zero = 0; zero <= 3; ++zero) {
+    l.zero = zero;
+    auto over = [&](double n, double ranks, bool shard) { return shard ? n / ranks : n; };
+    const StepMemory m = EstimateStepMemory(c, l, 0);
+    EXPECT_DOUBLE_EQ(m.weights_and_optimizer,
+                     2 * (over(dense, 8, zero >= 3) + over(experts, 2, zero >= 3)) +
+                         12 * (over(dense, 8, zero >= 1) + over(experts, 2, zero >= 1)))
+        << zero;
+    EXPECT_DOUBLE_EQ(m.gradients,
+                     4 * (over(dense, 8, zero >= 2) + over(experts, 2, zero >= 2)))
+        << zero;
+  }
+  // ep = dp: every rank holds its own experts, sharded over no one.
+  l.ep = 8;
+  l.zero = 1;
+  EXPECT_DOUBLE_EQ(EstimateStepMemory(c, l, 0).weights_and_optimizer,
+                   2e6 + 12 * (dense / 8 + experts));
+  l.ep = 3;
+  EXPECT_THROW(EstimateStepMemory(c, l, 0), InvalidUsage);
+}
+
 TEST(StepMemory, OneFOneBHoldsPipelineMinusStageMicrobatches) {
   const auto c = Capture(4);
   MemoryLayout l;

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include "neuron/parallel/layout_collectives.h"
 #include "neuron/runtime/device/eager_cost.h"
+#include "neuron/runtime/fabric/collective_cost.h"
+#include "neuron/runtime/fabric/collective_schedules.h"
+#include "neuron/runtime/topology.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::parallel {
@@ -120,6 +124,66 @@ TEST(StepPricing, PhasesAddTheirOpsAndTheirCollectivesApart) {
   ASSERT_EQ(asked.size(), 1u);
   EXPECT_EQ(asked[0].first, "allgather/tp");
   EXPECT_DOUBLE_EQ(asked[0].second, 1 << 20);
+}
+
+TEST(StepPricing, ExpertParallelAllToAllsArePricedApartFromTensorParallelCollectives) {
+  proto::StepCapture capture;
+  auto* phase = capture.add_phases();
+  phase->set_name("layer_forward");
+  for (const char* axis : {"ep", "tp", "ep"}) {
+    auto* c = phase->add_steps()->mutable_collective();
+    c->set_kind(std::string(axis) == "ep" ? "alltoall" : "allreduce");
+    c->set_axis(axis);
+    c->set_bytes(1 << 20);
+  }
+  const CostModel model(DeviceSpec::Default());
+  const StepCosts costs = PriceStep(capture, model, {}, [](const std::string& kind, double,
+                                                           const std::string& axis) {
+    return kind == "alltoall" && axis == "ep" ? 3.0 : 5.0;
+  });
+  const PhaseCost& p = costs.at("layer_forward");
+  EXPECT_DOUBLE_EQ(p.ep_collective_us, 6.0);
+  EXPECT_DOUBLE_EQ(p.tp_collective_us, 5.0);
+  EXPECT_DOUBLE_EQ(p.total_us(), 11.0);
+  phase->mutable_steps(1)->mutable_collective()->set_axis("pp");
+  try {
+    PriceStep(capture, model, {}, [](const std::string&, double, const std::string&) {
+      return 0.0;
+    });
+    FAIL();
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("phase layer_forward: a allreduce on axis 'pp'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The expert-parallel group is ep consecutive data-parallel ranks at one
+// tensor position (ranks 0, tp, 2 tp, ...): its all-to-all is the fabric
+// model's for those ranks, inside a node while ep x tp ranks fit in one,
+// over EFA beyond.
+TEST(StepPricing, TheAllToAllIsPricedOnTheFabricForTheExpertParallelGroup) {
+  const runtime::Topology node = runtime::Topology::Default();  // 16 ranks per node
+  const runtime::FabricModel fabric(node, runtime::PlaceRanks(node, {16, 16}));
+  const double bytes = 64 << 20;
+  auto modelled = [&](std::vector<int> group) {
+    return runtime::ModelCollective(fabric, "alltoall", bytes, group, 0,
+                                    runtime::ConfiguredFabricAlgorithm())
+        .micros;
+  };
+  LayoutCollectivePricer inside(fabric, /*tp=*/2, /*ep=*/8);
+  EXPECT_EQ(inside.Group("ep"), (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(inside.Group("tp"), (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(inside("alltoall", bytes, "ep"), modelled({0, 2, 4, 6, 8, 10, 12, 14}));
+  LayoutCollectivePricer across(fabric, /*tp=*/4, /*ep=*/8);  // 32 ranks: two nodes
+  EXPECT_DOUBLE_EQ(across("alltoall", bytes, "ep"), modelled({0, 4, 8, 12, 16, 20, 24, 28}));
+  EXPECT_GT(across("alltoall", bytes, "ep"), 2 * inside("alltoall", bytes, "ep"));
+  // More bytes cost more; a group of one rank costs nothing.
+  EXPECT_GT(inside("alltoall", 2 * bytes, "ep"), inside("alltoall", bytes, "ep"));
+  LayoutCollectivePricer alone(fabric, 4, 1);
+  EXPECT_DOUBLE_EQ(alone("alltoall", bytes, "ep"), 0);
+  EXPECT_THROW(alone("alltoall", bytes, "dp"), InvalidUsage);
+  EXPECT_THROW(LayoutCollectivePricer(fabric, 8, 8), InvalidUsage);  // 64 ranks of 32
 }
 
 TEST(StepPricing, UnknownKindsAndNegativeSizesAreNamed) {

@@ -89,6 +89,31 @@ def test_layer_equals_a_token_by_token_loop(activation, static_rows):
     torch.testing.assert_close(layer.aux_loss, r.aux_loss)
 
 
+def test_the_predicted_decoders_static_layer_equals_the_moe_layer():
+    # torchneuron.models.decoder_moe (what neuronrun predict captures: the
+    # dispatch padded to capacity) routes, drops and computes as moe.MoE.
+    from torchneuron.models.decoder import DecoderConfig
+    from torchneuron.models.decoder_moe import MoEFeedForward
+    torch.manual_seed(0)
+    cfg = DecoderConfig(hidden=16, heads=2, kv_heads=2, ffn_hidden=24, experts=4, top_k=2,
+                        capacity_factor=0.75)
+    static = MoEFeedForward(cfg)
+    layer = moe.MoE(moe.MoEConfig(dim=16, hidden=24, num_experts=4, top_k=2,
+                                  capacity_factor=0.75))
+    layer.router.gate.weight.data.copy_(static.gate.weight.data)
+    for name in ("w1", "w2", "w3"):
+        getattr(layer.experts, name).data.copy_(getattr(static.experts, name).data)
+    x = torch.randn(8, 2, 16)
+    y, expected = static(x), layer(x)
+    assert layer.stats.dropped > 0
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    torch.testing.assert_close(static.aux_loss, layer.aux_loss)
+    y.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(static.gate.weight.grad, layer.router.gate.weight.grad)
+    torch.testing.assert_close(static.experts.w2.grad, layer.experts.w2.grad)
+
+
 def test_bad_configurations_are_refused_naming_the_values():
     with pytest.raises(ValueError, match=r"top_k 5 must be between 1 and num_experts 4"):
         moe.MoE(moe.MoEConfig(dim=8, hidden=8, num_experts=4, top_k=5))

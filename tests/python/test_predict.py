@@ -29,6 +29,11 @@ position: "rotary"
 """
 
 
+# The same with a Mixture of Experts: 4 SwiGLU experts of 128, 2 per token.
+TINY_MOE = TINY.replace("name: \"tiny\"", "name: \"tiny-moe\"").replace(
+    "ffn_hidden: 172", "ffn_hidden: 128") + "experts: 4\ntop_k: 2\ncapacity_factor: 1.25\n"
+
+
 def predict(*args, timeout=300):
     return subprocess.run([NEURONRUN, "predict", *args], capture_output=True, text=True,
                           timeout=timeout)
@@ -114,6 +119,53 @@ def test_capture_records_sequence_parallel_collectives_and_recomputation(tiny, t
     assert "aten::mm.default" in none["layer_forward"][0]
 
 
+def test_a_mixture_of_experts_is_captured_with_its_all_to_alls(tmp_path):
+    model = tmp_path / "tiny-moe.textproto"
+    model.write_text(TINY_MOE)
+    out = tmp_path / "moe.textproto"
+    proc = predict("--model", str(model), "--seq", "32", "--global-batch", "8", "--tp", "2",
+                   "--ep", "2", "--zero", "1", "--ranks-per-node", "8", "--capture-out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    layer = {name: re.findall(r'kind: "(all\w+)"\n\s+axis: "(\w+)"', body)
+             for name, body in re.findall(r'phases \{\n  name: "(\w+)"(.*?)\n\}', text, re.S)}
+    # Forward: attention's all-reduce, the dispatch over ep, the experts'
+    # all-reduce over tp (their hidden split), the combine over ep; backward
+    # the same in reverse.
+    assert layer["layer_forward"] == [("allreduce", "tp"), ("alltoall", "ep"),
+                                      ("allreduce", "tp"), ("alltoall", "ep")], layer
+    assert layer["layer_backward"] == [("alltoall", "ep"), ("allreduce", "tp"),
+                                       ("alltoall", "ep"), ("allreduce", "tp")], layer
+    # At capacity: ceil(1.25 x 32 tokens x 2 / 4) = 20 rows per expert, 4
+    # experts' rows of 64 bf16 sent: 20 x 4 x 64 x 2 bytes.
+    assert "bytes: 10240.0" in text
+    # The rank's 2 experts of the 4, each 3 x 64 x 128 split over tp 2.
+    assert "layer_expert_parameters: 24576" in text, text[-600:]
+    assert "(ep 2 of dp)" in proc.stdout and "top-2 of 4 experts" in proc.stdout
+    a2a = re.search(r"expert-parallel all-to-all +([0-9.]+) ms", proc.stdout)
+    assert a2a and float(a2a.group(1)) > 0, proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ep", "3"], "--ep 3 does not divide the 4 experts of {model} (experts)"),
+    (["--ep", "4", "--tp", "4", "--ranks-per-node", "8"], "--ep 4 does not divide the "
+                                                           "data-parallel size 2"),
+    (["--ep", "2", "--tp", "2", "--sequence-parallel"], "--sequence-parallel with experts"),
+    (["--capacity-factor", "-1"], "--capacity-factor"),
+])
+def test_bad_expert_layouts_are_refused_naming_the_field(tmp_path, args, message):
+    model = tmp_path / "tiny-moe.textproto"
+    model.write_text(TINY_MOE)
+    proc = predict("--model", str(model), "--seq", "32", "--global-batch", "16",
+                   "--ranks-per-node", "16", *args, timeout=30)
+    assert proc.returncode == 2, proc.stdout
+    assert message.format(model=model) in proc.stderr, proc.stderr
+    model.write_text(TINY_MOE.replace("top_k: 2", "top_k: 5"))
+    proc = predict("--model", str(model), "--seq", "32", "--global-batch", "16", timeout=30)
+    assert proc.returncode == 2
+    assert f"{model}: top_k (5) must be between 1 and experts (4)" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "tp 3 does not divide the model's 4 attention heads"),
     (["--pp", "3", "--tp", "2"], "pp 3 is more than the model's 2 layers"),
@@ -127,6 +179,7 @@ def test_capture_records_sequence_parallel_collectives_and_recomputation(tiny, t
     (["--dp", "3"], "tp 1 x pp 1 x dp 3 = 3 ranks do not fill whole nodes of 16"),
     (["--dp", "4", "--nodes", "2"], "--dp 4 but the cluster's 32 ranks / (tp 1 x pp 1) make "
                                     "dp 32"),
+    (["--ep", "2"], "--ep and --capacity-factor need a Mixture of Experts"),
 ])
 def test_bad_layouts_are_refused_before_capturing(tiny, args, message):
     base = {"--seq": "32", "--global-batch": "16"}
@@ -141,10 +194,10 @@ def test_bad_layouts_are_refused_before_capturing(tiny, args, message):
 
 def test_a_bad_model_file_is_named_with_its_line(tmp_path):
     path = tmp_path / "bad.textproto"
-    path.write_text(TINY.replace('norm: "rmsnorm"', 'norm: "rmsnorm"\nexperts: 8'))
+    path.write_text(TINY.replace('norm: "rmsnorm"', 'norm: "rmsnorm"\nshared_experts: 8'))
     proc = predict("--model", str(path), "--seq", "32", "--global-batch", "1", timeout=30)
     assert proc.returncode == 2
-    assert f"{path}: line 11" in proc.stderr and '"experts"' in proc.stderr, proc.stderr
+    assert f"{path}: line 11" in proc.stderr and '"shared_experts"' in proc.stderr, proc.stderr
     path.write_text(TINY.replace("kv_heads: 2", "kv_heads: 3"))
     proc = predict("--model", str(path), "--seq", "32", "--global-batch", "1", timeout=30)
     assert proc.returncode == 2

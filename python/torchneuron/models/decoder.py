@@ -24,6 +24,13 @@ the attention core (with "core" attention) and the MLP's activation
 function, as NeuronX Distributed's selective checkpointing does;
 recompute_mlp also recomputes the whole MLP (NxD's choice at sequence 8192).
 
+Mixture of Experts (Mixtral): with `experts` > 0 every layer's MLP is
+decoder_moe.MoEFeedForward, top_k of `experts` SwiGLU (or GELU) experts of
+ffn_hidden each, with a capacity (capacity_factor, 0: 1.0), split over an
+expert-parallel group (`ep_group`) and each expert over the tensor-parallel
+group; "selective" checkpointing leaves it whole, recompute_mlp recomputes
+it whole.
+
     cfg = DecoderConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=172, vocab=256)
     model = Decoder(cfg)
     loss = model(tokens, targets)      # tokens, targets: int64 [batch, seq]
@@ -36,6 +43,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
 from ..parallel import tensor_parallel as tp
+from .decoder_moe import MoEFeedForward
 
 CHECKPOINTING = ("none", "selective", "full")
 
@@ -53,6 +61,9 @@ class DecoderConfig:
     position: str = "rotary"    # "rotary" | "learned"
     max_seq: int = 4096         # learned positions' table
     rope_theta: float = 10000.0
+    experts: int = 0            # a Mixture of Experts' per layer (0: a dense MLP)
+    top_k: int = 0              # experts per token
+    capacity_factor: float = 0.0  # 0: 1.0
 
     def check(self, tp_size=1):
         """ValueError naming the field for a model this tensor-parallel size
@@ -80,6 +91,22 @@ class DecoderConfig:
             raise ValueError(f"decoder: unknown norm {self.norm!r}")
         if self.position not in ("rotary", "learned"):
             raise ValueError(f"decoder: unknown position embedding {self.position!r}")
+        self._check_experts()
+
+    def _check_experts(self):
+        if self.experts == 0:
+            if self.top_k or self.capacity_factor:
+                raise ValueError("decoder: top_k and capacity_factor are a Mixture of "
+                                 "Experts' (set experts too)")
+            return
+        if self.experts < 0:
+            raise ValueError(f"decoder: experts must not be negative, got {self.experts}")
+        if not 1 <= self.top_k <= self.experts:
+            raise ValueError(f"decoder: top_k ({self.top_k}) must be between 1 and experts "
+                             f"({self.experts})")
+        if not 0 <= self.capacity_factor <= 64:
+            raise ValueError(f"decoder: capacity_factor must be between 0 (1.0) and 64, got "
+                             f"{self.capacity_factor}")
 
 
 def load_config(path):
@@ -87,7 +114,9 @@ def load_config(path):
     DecoderModel text proto, flat `field: value` lines; neuronrun predict
     reads the same files with protobuf). ValueError names the file and line
     of anything else."""
-    ints = {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "max_seq"}
+    ints = {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "max_seq",
+            "experts", "top_k"}
+    floats = {"rope_theta", "capacity_factor"}
     strings = {"activation", "norm", "position"}
     ignored = {"name", "tied_embeddings"}
     values = {}
@@ -98,14 +127,14 @@ def load_config(path):
         if not line:
             continue
         key, sep, value = (part.strip() for part in line.partition(":"))
-        if not sep or key not in ints | strings | ignored | {"rope_theta"}:
+        if not sep or key not in ints | strings | ignored | floats:
             raise ValueError(f"{path}:{number}: expected one `field: value` of DecoderModel, "
                              f"got {line!r}")
         if key in ints:
             values[key] = int(value)
         elif key in strings:
             values[key] = value.strip('"')
-        elif key == "rope_theta":
+        elif key in floats:
             values[key] = float(value)
     if values.get("max_seq", 0) == 0:
         values.pop("max_seq", None)
@@ -240,18 +269,27 @@ class MLP(nn.Module):
 
 class Layer(nn.Module):
     def __init__(self, cfg, group=None, sequence_parallel=False, checkpointing="none",
-                 recompute_mlp=False, attention="flash"):
+                 recompute_mlp=False, attention="flash", ep_group=False):
         super().__init__()
         selective = checkpointing == "selective"
         self.norm1 = _norm(cfg, sequence_parallel, group)
         self.attn = Attention(cfg, group, sequence_parallel, selective, attention)
         self.norm2 = _norm(cfg, sequence_parallel, group)
-        self.mlp = MLP(cfg, group, sequence_parallel, selective, selective and recompute_mlp)
+        if cfg.experts:
+            self.mlp = MoEFeedForward(cfg, group, ep_group)
+        else:
+            self.mlp = MLP(cfg, group, sequence_parallel, selective, selective and recompute_mlp)
+        self.recompute_moe = cfg.experts > 0 and selective and recompute_mlp
         self.full_checkpoint = checkpointing == "full"
+
+    def _mlp(self, x):
+        if self.recompute_moe and self.training:
+            return checkpoint.checkpoint(self.mlp, x, use_reentrant=False)
+        return self.mlp(x)
 
     def _forward(self, x):
         x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        return x + self._mlp(self.norm2(x))
 
     def forward(self, x):
         if self.full_checkpoint and self.training:
@@ -303,10 +341,12 @@ class Decoder(nn.Module):
     """forward(tokens[, targets]): logits [seq, batch, vocab(/t)], or the mean
     cross-entropy (vocab-parallel) given targets. `first` / `last` build a
     pipeline stage without the embedding or the head; `layers` overrides how
-    many decoder layers this stage holds."""
+    many decoder layers this stage holds; `ep_group` splits a Mixture of
+    Experts' experts (decoder_moe)."""
 
     def __init__(self, cfg, tp_group=None, sequence_parallel=False, checkpointing="none",
-                 recompute_mlp=False, attention="flash", layers=None, first=True, last=True):
+                 recompute_mlp=False, attention="flash", layers=None, first=True, last=True,
+                 ep_group=False):
         super().__init__()
         if checkpointing not in CHECKPOINTING:
             raise ValueError(f"decoder: activation checkpointing must be one of "
@@ -316,11 +356,15 @@ class Decoder(nn.Module):
         self.cfg, self.group = cfg, tp._group(tp_group)
         t = tp._size_rank(self.group)[0]
         cfg.check(t)
+        if cfg.experts and sequence_parallel:
+            raise ValueError("decoder: sequence parallelism with experts is not supported "
+                             "(the MoE layer replicates its tokens over tp)")
         group = self.group
         self.embed = Embedding(cfg, group, sequence_parallel) if first else None
         n = cfg.layers if layers is None else layers
         self.layers = nn.ModuleList(Layer(cfg, group, sequence_parallel, checkpointing,
-                                          recompute_mlp, attention) for _ in range(n))
+                                          recompute_mlp, attention, ep_group)
+                                    for _ in range(n))
         self.head = Head(cfg, group, sequence_parallel) if last else None
 
     def loss(self, logits, targets):

@@ -27,6 +27,10 @@ def _arguments(argv):
     p.add_argument("--position", default="rotary")
     p.add_argument("--max-seq", type=int, default=0)
     p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--experts", type=int, default=0, help="a Mixture of Experts' per layer")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--capacity-factor", type=float, default=0.0)
+    p.add_argument("--ep", type=int, default=1, help="expert parallel, of the dp ranks")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--dp", type=int, default=1)
     p.add_argument("--zero", type=int, default=0)
@@ -85,12 +89,13 @@ def _capture(argv):
     model = DecoderConfig(layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads,
                           ffn_hidden=a.ffn_hidden, vocab=a.vocab, activation=a.activation,
                           norm=a.norm, position=a.position, max_seq=a.max_seq or a.seq,
-                          rope_theta=a.rope_theta)
+                          rope_theta=a.rope_theta, experts=a.experts, top_k=a.top_k,
+                          capacity_factor=a.capacity_factor)
     stages = tuple(int(x) for x in a.stage_layers.split(","))
     spec = StepSpec(model=model, tp=a.tp, seq=a.seq, micro_batch=a.micro_batch,
                     sequence_parallel=a.sequence_parallel, checkpointing=a.checkpointing,
                     recompute_mlp=a.recompute_mlp, attention=a.attention, dtype=a.dtype,
-                    stage_layers=stages, dp=a.dp, zero=a.zero)
+                    stage_layers=stages, dp=a.dp, zero=a.zero, ep=a.ep)
     try:
         write_capture(capture_step(spec), a.out)
     except ValueError as e:

@@ -15,6 +15,12 @@ describes it for its cost model (torchneuron._C._describe_op: the eager
 device's own description), a copy as the device's DMA. Every
 tensor-parallel collective is recorded with its kind and bytes; scaled
 dot-product attention is one flash-attention kernel, forward and backward.
+A Mixture of Experts' layer (models.decoder_moe) runs its routing and its
+experts at capacity, and each of its exchanges over the expert-parallel
+group (a CapturedGroup of the ep size) is recorded as an all-to-all on
+axis "ep": dispatch and combine forward, and their gradients' in backward
+(the load-balancing loss's few [tokens, experts] operations stay out of
+backward: the captured backward runs from the layer's output).
 
 A step is captured in phases, each one rank's operations in program order:
   embed_forward / embed_backward     the first pipeline stage's embedding
@@ -149,8 +155,14 @@ class Recorder(TorchDispatchMode):
     def collective(self, kind, x, group, *args):
         return _Collective.apply(x, self, kind, group.size, args[0] if args else -1)
 
-    def record_collective(self, kind, nbytes):
-        self.add({"collective": {"kind": kind, "axis": "tp", "bytes": float(nbytes)}})
+    def record_collective(self, kind, nbytes, axis="tp"):
+        self.add({"collective": {"kind": kind, "axis": axis, "bytes": float(nbytes)}})
+
+    def all_to_all(self, x, group):
+        """The expert-parallel exchange of equal blocks (x: (ep, rows, ...),
+        block r to ep rank r): the same shape back, recorded forward and
+        backward as an all-to-all of what the rank sends."""
+        return _AllToAll.apply(x, self)
 
     def vocab_parallel_cross_entropy(self, logits, target, group, vocab):
         return _VocabParallelCrossEntropy.apply(logits, target, self, vocab, group.size)
@@ -210,6 +222,21 @@ class _Collective(torch.autograd.Function):
             recorder.record_collective("allgather", _nbytes(shape, grad.dtype))
         with recorder.paused():
             return grad.new_empty(shape), None, None, None, None
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, recorder):
+        ctx.recorder = recorder
+        recorder.record_collective("alltoall", _nbytes(x.shape, x.dtype), "ep")
+        with recorder.paused():
+            return x.new_empty(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.recorder.record_collective("alltoall", _nbytes(grad.shape, grad.dtype), "ep")
+        with ctx.recorder.paused():
+            return grad.new_empty(grad.shape), None
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):

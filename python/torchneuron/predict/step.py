@@ -32,6 +32,7 @@ class StepSpec:
     stage_layers: tuple = (2,)      # decoder layers per pipeline stage
     dp: int = 1
     zero: int = 0
+    ep: int = 1                     # expert parallel, of the dp ranks (a Mixture of Experts)
 
     def check(self):
         if self.dtype not in DTYPES:
@@ -41,6 +42,11 @@ class StepSpec:
         if self.sequence_parallel and self.seq % self.tp:
             raise ValueError(f"predict: sequence parallelism needs tp ({self.tp}) to divide "
                              f"the sequence length {self.seq}")
+        if self.ep < 1 or (self.ep > 1 and not self.model.experts):
+            raise ValueError(f"predict: ep {self.ep} needs a Mixture of Experts (experts > 0)")
+        if self.model.experts % self.ep or self.dp % self.ep:
+            raise ValueError(f"predict: ep {self.ep} must divide the {self.model.experts} "
+                             f"experts and dp {self.dp}")
 
 
 def _param_dtype(spec):
@@ -67,12 +73,19 @@ def _parameters(module):
     return sum(p.numel() for p in module.parameters())
 
 
+def _expert_parameters(module):
+    """The parameters of `module`'s experts (moe.GroupedExperts marks them)."""
+    return sum(p.numel() for p in module.parameters() if getattr(p, "expert_parallel", False))
+
+
 class _Capture:
     """Builds each part of the model on fake tensors and records its phases."""
 
     def __init__(self, spec, recorder):
         self.spec, self.recorder = spec, recorder
         self.group = tp.CapturedGroup(spec.tp, recorder) if spec.tp > 1 else False
+        self.ep_group = tp.CapturedGroup(spec.ep, recorder) if spec.ep > 1 else False
+        self.layer_experts = 0  # the expert parameters of one layer (layer())
         self.dtype = _param_dtype(spec)
         self.tokens_local = spec.seq // spec.tp if spec.sequence_parallel else spec.seq
 
@@ -87,7 +100,7 @@ class _Capture:
                 return Decoder(s.model, tp_group=self.group,
                                sequence_parallel=s.sequence_parallel,
                                checkpointing=s.checkpointing, recompute_mlp=s.recompute_mlp,
-                               attention=s.attention, **kw)
+                               attention=s.attention, ep_group=self.ep_group, **kw)
         finally:
             torch.set_default_dtype(saved)
 
@@ -128,6 +141,7 @@ class _Capture:
 
     def layer(self):
         layer = self.build(layers=1, first=False, last=False).layers[0]
+        self.layer_experts = _expert_parameters(layer)
         x = self.hidden()
         return self.run("layer", layer, lambda: layer(x))
 
@@ -141,12 +155,15 @@ class _Capture:
         x, targets = self.hidden(), self.tokens()
         return self.run("head", model, lambda: model(x, targets), lambda loss: loss.backward())
 
-    def optimizer(self, name, parameters):
+    def optimizer(self, name, parameters, experts=0):
         """AdamW over this rank's shard of `parameters` in fp32 (bf16 for
         pure bf16 training), after gradient-norm clipping (the norm's
-        all-reduce is the data-parallel one, recorded by the job)."""
+        all-reduce is the data-parallel one, recorded by the job). ZeRO
+        shards the `experts` of them over their dp / ep replicas, the rest
+        over dp."""
         s = self.spec
-        n = -(-parameters // s.dp) if s.zero >= 1 else parameters
+        dense = parameters - experts
+        n = -(-dense // s.dp) + -(-experts // (s.dp // s.ep)) if s.zero >= 1 else parameters
         dtype = torch.bfloat16 if s.dtype == "bf16" else torch.float32
         p, grad, m, v = (torch.empty(n, dtype=dtype, device=DEVICE) for _ in range(4))
         with self.recorder.phase(name):
@@ -180,16 +197,18 @@ def capture_step(spec):
         layer_params, layer_saved = c.layer()
         embed_params, embed_saved = c.embed()
         head_params, head_saved = c.head()
-        stages = []
+        stages, experts = [], [layers * c.layer_experts for layers in spec.stage_layers]
         last = len(spec.stage_layers) - 1
         for i, layers in enumerate(spec.stage_layers):
             n = layers * layer_params + (embed_params if i == 0 else 0) + \
                 (head_params if i == last else 0)
             stages.append(n)
-        for n in sorted(set(stages)):
-            c.optimizer(f"optimizer_{n}", n)
+        for n, e in sorted(set(zip(stages, experts))):
+            c.optimizer(f"optimizer_{n}", n, e)
     sizes = {"layer_parameters": layer_params, "embed_parameters": embed_params,
              "head_parameters": head_params, "layer_activation_bytes": layer_saved,
              "embed_activation_bytes": embed_saved, "head_activation_bytes": head_saved,
              "stage_parameters": stages}
+    if spec.model.experts:
+        sizes.update(layer_expert_parameters=c.layer_experts, stage_expert_parameters=experts)
     return {"phases": recorder.phases, "sizes": sizes}

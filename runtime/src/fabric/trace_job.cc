@@ -69,12 +69,16 @@ Mesh CheckJobTraces(const std::vector<proto::RankTrace>& traces) {
                    std::int64_t{mesh.tp} * mesh.pp * mesh.dp == world,
                "recorded layout tp=", mesh.tp, " x pp=", mesh.pp, " x dp=", mesh.dp,
                " is not the job's ", world, " ranks");
+  NEURON_CHECK(l.ep() >= 0 && l.ep() <= mesh.tp && mesh.tp % std::max(l.ep(), 1) == 0,
+               "recorded layout ep=", l.ep(), " does not divide its tp=", mesh.tp,
+               " positions");
   for (int r = 0; r < world; ++r) {
     const auto& t = traces[static_cast<std::size_t>(r)];
     NEURON_CHECK(t.rank() == r, "trace ", r, " is of rank ", t.rank(),
                  ": give one trace per rank, in rank order");
     NEURON_CHECK(t.world_size() == world && t.layout().tp() == l.tp() &&
-                     t.layout().pp() == l.pp() && t.layout().dp() == l.dp(),
+                     t.layout().pp() == l.pp() && t.layout().dp() == l.dp() &&
+                     t.layout().ep() == l.ep(),
                  "the trace of rank ", r, " is of another job (world or layout differs)");
     CheckTraceContents(t, world);
   }

@@ -445,6 +445,7 @@ ReplayResult ReplayTraces(const std::vector<proto::RankTrace>& traces,
   result.tp = to.tp;
   result.pp = to.pp;
   result.dp = to.dp;
+  result.ep = std::max(traces[0].layout().ep(), 1);
   result.recorded_world_size = static_cast<int>(traces.size());
   result.steps = replayer.Steps();
   return result;

@@ -289,6 +289,10 @@ std::vector<proto::RankTrace> ScaleTensorParallel(const std::vector<proto::RankT
                                                   const std::vector<proto::RankTrace>& b,
                                                   int tp) {
   Recording s{&a, CheckJobTraces(a)}, o{&b, CheckJobTraces(b)};
+  NEURON_CHECK(a[0].layout().ep() <= 1 && b[0].layout().ep() <= 1,
+               "cannot scale tensor parallelism of an expert-parallel recording (ep ",
+               std::max(a[0].layout().ep(), b[0].layout().ep()),
+               "): its all-to-alls and experts do not follow Amdahl's law in tp");
   NEURON_CHECK(tp >= 1 && tp <= (1 << 16), "cannot scale to tp=", tp);
   NEURON_CHECK(s.mesh.tp != o.mesh.tp,
                "scaling tensor parallelism needs recordings at two "

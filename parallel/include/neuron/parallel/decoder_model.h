@@ -24,16 +24,28 @@ proto::DecoderModel LoadDecoderModel(const std::string& path);
 // InvalidUsage "<origin>: <field> ..." for a field out of range: sizes < 1 or
 // absurd (more than 4096 layers, 1M hidden, 1M heads, 64M vocabulary), heads
 // not dividing hidden, kv_heads not dividing heads, an unknown activation,
-// norm or position embedding.
+// norm or position embedding; for a Mixture of Experts, experts above 4096,
+// top_k outside 1..experts, a capacity_factor negative or above 64, and
+// top_k or capacity_factor without experts.
 void CheckDecoderModel(const proto::DecoderModel& model, const std::string& origin);
 
 // Every parameter of the model, unsplit: embeddings, layers (attention,
-// MLP, norms, biases for GELU models), final norm and (untied) LM head.
+// MLP, norms, biases for GELU models), final norm and (untied) LM head. A
+// Mixture of Experts counts every expert and the router's gate.
 double DecoderParameters(const proto::DecoderModel& model);
+
+// The parameters one token computes with: a Mixture of Experts' top_k
+// experts of each layer (DecoderParameters for a dense decoder).
+double ActiveParameters(const proto::DecoderModel& model);
+
+// A Mixture of Experts' capacity factor: the model's, 1.0 when it gives none.
+double CapacityFactor(const proto::DecoderModel& model);
 
 // Forward FLOPs of one token's decoder layers and LM head at sequence
 // length `seq` (2 per multiply-add; causal attention counted in full, as
-// Megatron-LM and Neuron's published MFU count it).
+// Megatron-LM and Neuron's published MFU count it). A Mixture of Experts
+// counts the router and the top_k experts a token runs (not the capacity's
+// padding).
 double ForwardFlopsPerToken(const proto::DecoderModel& model, int seq);
 
 // Decoder layers per pipeline stage: `layers / pp` each, the remainder one

@@ -19,8 +19,18 @@
 // forward and backward and reduce-scatters its gradients after each
 // backward (one unit per stage, blocking, no prefetch).
 //
-// The traces hold min(dp, 2) replicas: ReplayTraces runs the recorded
-// replicas' programs on every replica of the target.
+// Expert parallelism (a Mixture of Experts, ep > 1) is carved out of the dp
+// ranks: ep consecutive data-parallel ranks hold different experts and
+// exchange tokens (their all-to-alls blocking inside the layer phases, as
+// the tensor-parallel collectives: PhaseCost's ep_collective_us); the
+// experts' gradients are reduced (and under ZeRO sharded) over the dp / ep
+// ranks that hold the same experts, every other gradient over all dp. Both
+// go through one data-parallel stream, the experts' after the rest.
+//
+// The traces hold min(dp / ep, 2) replicas of ep x tp ranks each:
+// ReplayTraces runs the recorded replicas' programs on every replica of
+// the target (their layout counts the ep x tp ranks as its tp positions,
+// op_trace.proto's TraceLayout).
 //
 // Usage:
 //   PredictedLayout layout{.tp = 8, .pp = 1, .dp = 64, .microbatches = 16, ...};
@@ -39,7 +49,8 @@ namespace neuron::parallel {
 
 struct PredictedLayout {
   int tp = 1, pp = 1, dp = 1;
-  int microbatches = 1;           // per step, per data-parallel replica
+  int ep = 1;                     // expert parallel, of the dp ranks (divides dp)
+  int microbatches = 1;           // per step, per data-parallel rank
   int zero = 0;                   // ZeRO stage: 0 all-reduces the gradients
   double gradient_bytes = 4;      // per parameter, as reduced (fp32: 4)
   double parameter_bytes = 2;     // per parameter, as ZeRO all-gathers them
@@ -49,7 +60,8 @@ struct PredictedLayout {
 };
 
 // InvalidUsage names a layout the costs cannot run: a missing phase, sizes
-// < 1, or stage_layers not of pp entries.
+// < 1, ep not dividing dp, or stage_layers (or the capture's stage
+// parameters) not of pp entries.
 std::vector<runtime::proto::RankTrace> PredictedTraces(const StepCosts& costs,
                                                        const proto::StepCapture& capture,
                                                        const PredictedLayout& layout);

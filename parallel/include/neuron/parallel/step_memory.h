@@ -5,10 +5,14 @@
 //                                dtype, plus the optimizer's fp32 master
 //                                weights and Adam moments (bf16 moments in
 //                                pure bf16), divided over the data-parallel
-//                                ranks from ZeRO-1 on (ZeRO-3: the weights too)
+//                                ranks from ZeRO-1 on (ZeRO-3: the weights too);
+//                                a Mixture of Experts' experts (the capture's
+//                                stage_expert_parameters: experts / ep of them
+//                                per rank) over their dp / ep replicas only
 //   gradients                    the accumulated gradients (fp32 for
 //                                bf16-mixed, as NxD accumulates them);
 //                                divided over the data-parallel ranks from ZeRO-2
+//                                (the experts' over their replicas)
 //   activations                  what each layer keeps for backward (captured:
 //                                StepCapture's *_activation_bytes) for the
 //                                microbatches in flight: 1F1B holds pp - s on
@@ -32,6 +36,7 @@ namespace neuron::parallel {
 struct MemoryLayout {
   std::string dtype = "bf16-mixed";  // "bf16-mixed" | "bf16" | "fp32"
   int pp = 1, dp = 1, zero = 0;
+  int ep = 1;                        // expert parallel, of the dp ranks
   int microbatches = 1;
   int stage_layers = 1;              // decoder layers on the stage
   double message_bytes = 0;          // a pipeline message
@@ -55,8 +60,8 @@ struct ParameterBytes {
 };
 ParameterBytes BytesPerParameter(const std::string& dtype);
 
-// Stage `stage`'s peak; InvalidUsage for an unknown dtype or a stage the
-// capture does not have.
+// Stage `stage`'s peak; InvalidUsage for an unknown dtype, a stage the
+// capture does not have, or ep not dividing dp.
 StepMemory EstimateStepMemory(const proto::StepCapture& capture, const MemoryLayout& layout,
                               int stage);
 

@@ -1,7 +1,8 @@
 // The modelled time of a captured training step's phases on the simulated
 // NeuronCore (docs/scaling.md, "Predicting a full-size job"): each captured
-// operation priced by the device model, each tensor-parallel collective by
-// the fabric model (a caller's pricer, for the group's placement).
+// operation priced by the device model, each tensor-parallel collective and
+// each expert-parallel all-to-all by the fabric model (a caller's pricer,
+// for the group's placement: layout_collectives.h).
 //
 // Two pricings of the same operations:
 //   eager     each op as the eager "neuron" device charges it
@@ -46,15 +47,17 @@ struct PhaseCost {
   std::map<std::string, double> engine_us;  // by the engine each op runs on
   double compute_us = 0;                     // every op's time, in program order
   double tp_collective_us = 0;               // its blocking tensor-parallel collectives
+  double ep_collective_us = 0;               // its blocking expert-parallel all-to-alls
   double flops = 0;                          // matmul and attention FLOPs it executes
   int ops = 0;
   int collectives = 0;
-  double total_us() const { return compute_us + tp_collective_us; }
+  double total_us() const { return compute_us + tp_collective_us + ep_collective_us; }
 };
 
 using StepCosts = std::map<std::string, PhaseCost>;
 
-// Microseconds of one collective of `kind` and `bytes` over `axis` ("tp").
+// Microseconds of one collective of `kind` and `bytes` over `axis` ("tp" or
+// "ep").
 using CollectivePricer =
     std::function<double(const std::string& kind, double bytes, const std::string& axis)>;
 
@@ -69,6 +72,8 @@ struct OpPrice {
 OpPrice PriceOp(const proto::CapturedOp& op, const runtime::CostModel& model,
                 const PricingOptions& options);
 
+// Every phase of `capture`; InvalidUsage names a collective of negative or
+// non-finite bytes, or on an axis other than "tp" and "ep".
 StepCosts PriceStep(const proto::StepCapture& capture, const runtime::CostModel& model,
                     const PricingOptions& options, const CollectivePricer& collective);
 

@@ -17,7 +17,9 @@
 // rank to the recorded rank at the same tensor and pipeline position and
 // data-parallel index modulo the recorded count; a group that spans the
 // recorded data-parallel axis spans the whole new one, at the same sizes
-// (weak scaling: per-rank work is the recorded rank's).
+// (weak scaling: per-rank work is the recorded rank's). An expert-parallel
+// job's replicas are its ranks' blocks of ep x tp (TraceLayout): a larger
+// job adds replicas, keeping ep.
 //
 // Usage:
 //   std::vector<proto::RankTrace> traces = LoadJobTraces("cell/trace");
@@ -49,7 +51,10 @@ struct ReplayedStep {
 
 struct ReplayResult {
   int world_size = 0;
-  int tp = 1, pp = 1, dp = 1;   // the replayed job's layout
+  // The replayed job's layout: tp positions (an expert-parallel job's ep x
+  // tensor-parallel ranks of a replica: op_trace.proto's TraceLayout), pp,
+  // dp replicas, and ep (1 without expert parallelism).
+  int tp = 1, pp = 1, dp = 1, ep = 1;
   int recorded_world_size = 0;
   std::vector<ReplayedStep> steps;
 };
