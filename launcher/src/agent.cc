@@ -7,12 +7,14 @@
 
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "exit_status.h"
 #include "failure_report.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "rank_env.h"
+#include "restart_delay.h"
 #include "strays.h"
 
 namespace neuron::launcher {
@@ -139,8 +141,11 @@ int Agent::Run() {
       std::cerr << "neuronrun: " << SignalName(attempt.signal_while_stopping)
                 << " while stopping: the ranks killed, no restart" << std::endl;
     } else if (round < o.max_restarts && !failure.final()) {
+      // Every agent saw the same failed round, so each waits the same time.
+      const std::chrono::milliseconds delay = RestartDelay(round + 1);
       std::cerr << "neuronrun: restarting the job (restart " << round + 1 << " of "
-                << o.max_restarts << ")" << std::endl;
+                << o.max_restarts << ") in " << delay.count() / 1000.0 << " s" << std::endl;
+      std::this_thread::sleep_for(delay);
       continue;
     }
     std::cerr << "neuronrun: stopped every rank; the job failed after " << round + 1

@@ -267,7 +267,9 @@ Job shape:
 
 Fault handling:
   --max-restarts K         restart the whole job up to K times after a
-                           failure (TORCHELASTIC_RESTART_COUNT counts them)
+                           failure (TORCHELASTIC_RESTART_COUNT counts them),
+                           0.5 s after the first failure, doubling, at most
+                           30 s
   --grace-period SECONDS   time between SIGTERM and SIGKILL when stopping
                            ranks (default 5)
   --bind-to core|none|auto pin each rank to one of this node's CPUs (rank i

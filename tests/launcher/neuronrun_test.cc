@@ -351,6 +351,29 @@ TEST(Neuronrun, RestartsCountUp) {
       << out_of_restarts.Stderr();
 }
 
+// A job that fails at once is restarted after 0.5 s, then 1 s: the back-off
+// grows, so it does not spin.
+TEST(Neuronrun, RestartsBackOffExponentially) {
+  LauncherProcess job({"-n", "1", "--max-restarts", "2", "/bin/sh", "-c",
+                       "date +%s.%N; exit 3"});
+  EXPECT_EQ(job.Wait(), 3) << job.Stderr();
+  std::vector<double> starts;
+  for (const std::string& line : Lines(job.Stdout())) {
+    const std::string prefix = "[rank 0]: ";
+    if (line.rfind(prefix, 0) == 0) starts.push_back(std::stod(line.substr(prefix.size())));
+  }
+  ASSERT_EQ(starts.size(), 3u) << job.Stdout();
+  const double first = starts[1] - starts[0];
+  const double second = starts[2] - starts[1];
+  EXPECT_GE(first, 0.5);
+  EXPECT_GE(second, 1.0);
+  EXPECT_GT(second, first + 0.25);
+  EXPECT_NE(job.Stderr().find("restarting the job (restart 1 of 2) in 0.5 s"), std::string::npos)
+      << job.Stderr();
+  EXPECT_NE(job.Stderr().find("restarting the job (restart 2 of 2) in 1 s"), std::string::npos)
+      << job.Stderr();
+}
+
 TEST(Neuronrun, LogDirKeepsPerRankFilesAndTeeCopiesToConsole) {
   char tmpl[] = "/tmp/neuronrun_logs_XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
