@@ -89,6 +89,7 @@ void Communicator::Connect(const CommunicatorOptions& options) {
   shm.window_bytes =
       WindowBytesFor(options.shm_window_bytes, size_) + detail::kWindowDataOffset;
   shm.setup_timeout = options.timeout;
+  shm.global_ranks = options.global_ranks;
   transport_ = std::make_unique<transport::ShmTransport>(*store_, rank_, size_, shm);
   windows_ = transport_->windows();
   StartPointToPoint(true, options);

@@ -31,6 +31,7 @@ void Communicator::StartPointToPoint(bool one_host, const CommunicatorOptions& o
     shm.ring_bytes = options.shm_ring_bytes;
     shm.window_bytes = 4096;  // point-to-point uses the rings only
     shm.setup_timeout = options.timeout;
+    shm.global_ranks = options.global_ranks;
     p2p->transport = std::make_unique<transport::ShmTransport>(store, rank_, size_, shm);
   } else {
     transport::TcpOptions tcp;

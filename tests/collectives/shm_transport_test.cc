@@ -201,6 +201,36 @@ TEST(ShmTransport, DeadPeerIsNamedWithinTheCheckInterval) {
   EXPECT_EQ(ShmSegments({uid}), 0);
 }
 
+// In a group of a larger job (a node's ranks 2 and 3 of a two-node job),
+// the dead member is named by its job rank with its own pid.
+TEST(ShmTransport, DeadMemberOfASubgroupIsNamedByItsJobRank) {
+  char tmpl[] = "/tmp/neuron_shm_test_XXXXXX";
+  const std::string path = std::string(::mkdtemp(tmpl)) + "/store";
+  ShmOptions options;
+  options.global_ranks = {2, 3};
+  const pid_t child = ::fork();
+  if (child == 0) {
+    FileStore store(path);
+    ShmTransport t(store, 1, 2, options);
+    ::_exit(0);
+  }
+  FileStore store(path);
+  ShmTransport t(store, 0, 2, options);
+  char byte;
+  try {
+    t.Wait({t.Irecv(1, &byte, 1)}, Deadline::After(30s), "allreduce #4");
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce #4: rank 3 (member 1 of this group, pid " +
+                                         std::to_string(child) +
+                                         ") died; rank 2 (member 0 of this group) was waiting"),
+              std::string::npos)
+        << e.what();
+  }
+  ::waitpid(child, nullptr, 0);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
 // A store through which a rank dies as it is about to say it has mapped
 // every segment: the setup's last step.
 class DiesBeforeSayingMapped : public FileStore {

@@ -99,6 +99,10 @@ ShmTransport::ShmTransport(Store& store, int rank, int size, ShmOptions options)
       segments_(size, nullptr), requests_(std::make_unique<RequestTable>(size)) {
   NEURON_CHECK(rank >= 0 && rank < size, "shm transport: rank ", rank, " outside 0..",
                size - 1);
+  NEURON_CHECK(options_.global_ranks.empty() ||
+                   options_.global_ranks.size() == static_cast<std::size_t>(size),
+               "shm transport: global_ranks has ", options_.global_ranks.size(),
+               " entries for ", size, " members");
   NEURON_CHECK(options_.window_bytes >= kPage, "shm window must be >= 4096 bytes, got ",
                options_.window_bytes);
   NEURON_CHECK(options_.ring_bytes >= kPage &&
@@ -266,8 +270,8 @@ void ShmTransport::WaitMapped(Store& store, int peer,
     }
     const pid_t pid = segments_[peer]->owner_pid;
     if (!ProcessAlive(pid)) {
-      throw IoError(StrCat("shm transport setup: rank ", peer, " (pid ", pid,
-                           ") died before it had mapped every segment; rank ", rank_,
+      throw IoError(StrCat("shm transport setup: ", Member(peer, pid),
+                           " died before it had mapped every segment; ", Member(rank_, 0),
                            " was waiting for it"));
     }
   }
@@ -282,9 +286,20 @@ void ShmTransport::UnlinkPeers(const std::string& uid) const {
 void ShmTransport::CheckAlive(int peer, const Label& what, const std::string& pending) {
   const pid_t pid = segments_[peer]->owner_pid;
   if (!ProcessAlive(pid)) {
-    throw IoError(StrCat(what, ": rank ", peer, " (pid ", pid, ") died; rank ", rank_,
+    throw IoError(StrCat(what, ": ", Member(peer, pid), " died; ", Member(rank_, 0),
                          " was waiting on ", pending));
   }
+}
+
+std::string ShmTransport::Member(int peer, pid_t pid) const {
+  const auto& global = options_.global_ranks;
+  const int job_rank = global.empty() ? peer : global[static_cast<std::size_t>(peer)];
+  std::vector<std::string> notes;
+  if (job_rank != peer) notes.push_back(StrCat("member ", peer, " of this group"));
+  if (pid != 0) notes.push_back(StrCat("pid ", pid));
+  std::string out = StrCat("rank ", job_rank);
+  for (std::size_t i = 0; i < notes.size(); ++i) out += (i == 0 ? " (" : ", ") + notes[i];
+  return notes.empty() ? out : out + ")";
 }
 
 template <typename Ready, typename PendingText, typename Peers>

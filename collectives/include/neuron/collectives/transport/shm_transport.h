@@ -40,6 +40,9 @@ struct ShmOptions {
   // How often a sleeping rank wakes on its own to check its deadline and
   // its peers' pids. Tests raise it so that a lost wake-up is a timeout.
   std::chrono::milliseconds check_interval{100};
+  // The job rank of each member, for messages about a member (a dead peer
+  // is "rank 3 (member 1 of this group, pid N)"); empty: member i is rank i.
+  std::vector<int> global_ranks;
 };
 
 class ShmTransport final : public Transport, public SharedWindows {
@@ -113,6 +116,10 @@ class ShmTransport final : public Transport, public SharedWindows {
   // setup do not stay in /dev/shm (only a finished setup unlinks them; a
   // live peer fails its setup too and keeps what it mapped).
   void UnlinkPeers(const std::string& uid) const;
+  // "rank G (member P of this group, pid N)" for member `peer`, or "rank P
+  // (pid N)" when the member is the job rank of the same number; pid 0:
+  // no pid.
+  std::string Member(int peer, pid_t pid) const;
 
   int rank_;
   int size_;
