@@ -88,6 +88,12 @@ const NativeOp kNativeOps[] = {
      LowerSum},
     {"aten.mean", "vector", "float32, bfloat16, float16", LowerSum},
     {"aten.mean.dim", "vector", "any dims, as aten.sum.dim_IntList", LowerSum},
+    // Scans along one dimension.
+    {"aten.cumsum", "vector",
+     "any dim; float32, bfloat16, float16 kept (no dtype change); summed in order, "
+     "as eager on the CPU",
+     LowerCumsum},
+    {"aten.flip", "vector", "any dims, any dtype (a pass per flipped dim)", LowerFlip},
     // Data movement: strided copies of raw elements, bitwise.
     {"aten.view", "vector", "", LowerCopy},
     {"aten._unsafe_view", "vector", "", LowerCopy},

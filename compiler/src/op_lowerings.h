@@ -43,6 +43,9 @@ void LowerRowwise(LoweringContext& cx,
 void LowerLayerNorm(LoweringContext& cx, const OpCall& call);
 void LowerNllLoss(LoweringContext& cx, const OpCall& call);
 void LowerSum(LoweringContext& cx, const OpCall& call);  // sum, mean (any dims)
+// lower_scans.cc
+void LowerCumsum(LoweringContext& cx, const OpCall& call);  // along any dim
+void LowerFlip(LoweringContext& cx, const OpCall& call);    // any dims, any dtype
 // lower_views.cc
 void LowerCopy(LoweringContext& cx, const OpCall& call);  // view, reshape, ...: an alias
 void LowerTranspose2d(LoweringContext& cx, const OpCall& call);  // aten.t

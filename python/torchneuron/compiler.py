@@ -413,14 +413,26 @@ def _timed_eager(gm, entry, args):
     return out
 
 
+# Native ops the device runs on float tensors only: an integer one (a
+# cumsum of one-hot counts) is a CPU segment of its own rather than a
+# device segment the compiler refuses whole.
+_FLOAT_ONLY = frozenset({"aten.cumsum"})
+
+
 def _on_device(node, native):
     """Whether `node` of an aten FX graph can run on the device: an aten op
-    of the native table (a getitem follows its source)."""
+    of the native table, within its dtypes (a getitem follows its source)."""
     if node.op != "call_function":
         return True
     if node.target is operator.getitem:
         return _on_device(node.args[0], native)
-    return isinstance(node.target, torch._ops.OpOverload) and _op_name(node.target) in native
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    op = _op_name(node.target)
+    if op in _FLOAT_ONLY:
+        meta = node.meta.get("tensor_meta")
+        return getattr(meta, "dtype", None) in (torch.float32, torch.bfloat16, torch.float16)
+    return op in native
 
 
 def _collective(node):

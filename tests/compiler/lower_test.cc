@@ -172,10 +172,10 @@ TEST(Lower, UnsupportedGraphsAreRefusedNamingTheNode) {
     return "no error";
   };
   proto::Graph softmax = Mlp();
-  softmax.mutable_nodes(4)->set_op("aten.cumsum");
+  softmax.mutable_nodes(4)->set_op("aten.cumprod");
   softmax.mutable_nodes(4)->set_source("model.py:42");
   EXPECT_NE(
-      message(softmax).find("graph mlp: node 4 (aten.cumsum) from model.py:42: is not "
+      message(softmax).find("graph mlp: node 4 (aten.cumprod) from model.py:42: is not "
                             "supported on the device"),
       std::string::npos);
   proto::Graph f64 = Mlp();

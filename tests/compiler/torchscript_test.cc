@@ -69,19 +69,19 @@ TEST(TorchScript, AScriptedBlockCompilesAndMatchesLibtorch) {
 }
 
 TEST(TorchScript, WhatTheDeviceCannotRunIsRefusedNamingTheOp) {
-  torch::jit::Module m("Cumsum");
+  torch::jit::Module m("Cumprod");
   m.define(R"(
 def forward(self, x):
-    return torch.cumsum(torch.relu(x), dim=1)
+    return torch.cumprod(torch.relu(x), dim=1)
 )");
-  const std::string path = Save(m, "cumsum");
+  const std::string path = Save(m, "cumprod");
   try {
     GraphFromTorchScript(path, {torch::randn({2, 3})});
     FAIL() << "expected InvalidUsage";
   } catch (const InvalidUsage& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("TorchScript node aten::cumsum at "), std::string::npos) << what;
-    EXPECT_NE(what.find("aten.cumsum is not supported on the device"), std::string::npos)
+    EXPECT_NE(what.find("TorchScript node aten::cumprod at "), std::string::npos) << what;
+    EXPECT_NE(what.find("aten.cumprod is not supported on the device"), std::string::npos)
         << what;
   }
   try {

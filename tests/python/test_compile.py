@@ -85,7 +85,7 @@ def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeyp
             self.fc = nn.Linear(8, 4)
 
         def forward(self, x):
-            return torch.cumsum(self.fc(x), dim=1)  # not on the device yet
+            return torch.cumprod(self.fc(x), dim=1)  # not on the device
 
     torch.manual_seed(0)
     net = Net()
@@ -96,12 +96,13 @@ def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeyp
     torch.testing.assert_close(out, net(x))
     messages = [str(w.message) for w in caught if "torchneuron.compile" in str(w.message)]
     assert len(messages) == 1, messages
-    # The graph is split: the linear layer on the device, cumsum on the CPU.
-    assert "runs aten.cumsum x1 on the CPU, the rest of it (1 of 2 segments) on the device" \
+    # The graph is split: the linear layer on the device, cumprod on the CPU,
+    # the copy of its result kept for the backward on the device again.
+    assert "runs aten.cumprod x1 on the CPU, the rest of it (2 of 3 segments) on the device" \
         in messages[0], messages
     rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("Net")]
     row = [r for r in rows if r.get("segments")][-1]
-    assert row["compiled"] and row["fallback_ops"] == {"aten.cumsum": 1}
+    assert row["compiled"] and row["fallback_ops"] == {"aten.cumprod": 1}
     assert row["runs"] == 1 and row["fallback_bytes"] > 0 and row["fallback_us"] > 0
     segment = [r for r in rows if r["name"].startswith(row["name"] + "_seg")][-1]
     assert segment["compiled"] and segment["runs"] == 1 and segment["modelled_us"] > 0
@@ -109,7 +110,7 @@ def test_unsupported_ops_fall_back_with_a_warning_or_fail_with_fullgraph(monkeyp
     with pytest.raises(Exception) as error:  # Dynamo's BackendCompilerFailed around it
         torchneuron.compile(net, fullgraph=True)(x)
     assert "InvalidUsageError" in str(error.value) and "cannot run on the device" in str(error.value)
-    assert "aten.cumsum" in str(error.value)
+    assert "aten.cumprod" in str(error.value)
     assert "test_compile.py" in str(error.value)  # the user's source line
     assert "fullgraph=True" in str(error.value)
     monkeypatch.setenv("NEURON_FALLBACK", "0")

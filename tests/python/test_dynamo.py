@@ -214,12 +214,12 @@ def test_a_refused_operator_is_named_with_its_own_source_line():
     def f(x):
         a = torch.nn.functional.layer_norm(x, (8,), weight, weight)
         b = torch.nn.functional.layer_norm(a, (8,), weight, weight)
-        return torch.cumsum(torch.relu(b), 0)  # the line the error names
+        return torch.cumprod(torch.relu(b), 0)  # the line the error names
     line = f.__code__.co_firstlineno + 3
     with torch.no_grad(), pytest.raises(Exception) as raised:
         torch.compile(f, backend="neuron", fullgraph=True)(torch.randn(4, 8))
     text = str(raised.value)
-    assert f'aten.cumsum (File "{__file__}", line {line}, in f)' in text, text
+    assert f'aten.cumprod (File "{__file__}", line {line}, in f)' in text, text
 
 
 def test_mode_and_unknown_options_warn_and_compile_the_default():

@@ -127,6 +127,21 @@ TEST(CostModel, ElementwiseDmaAndHbmFollowTheirClosedForms) {
   EXPECT_THROW(model.ElementwiseCycles(Engine::kTensor, 10, 1, false), InvalidUsage);
 }
 
+TEST(CostModel, AScanWalksEachLineInOrderWithTheLinesSpreadOverTheLanes) {
+  const CostModel model(DeviceSpec::Default());  // vector engine: 960 cycles per us
+  // 128 lines of 960: one per lane, 960 cycles; as the elementwise pass.
+  EXPECT_NEAR(model.Scan(Engine::kVector, 128, 960, false).count(), 1.0, 1e-9);
+  EXPECT_NEAR(model.Elementwise(Engine::kVector, 128 * 960, 1, false).count(), 1.0, 1e-9);
+  // One line of 960 does not spread: 960 cycles, where an elementwise pass
+  // over its elements takes 8.
+  EXPECT_NEAR(model.Scan(Engine::kVector, 1, 960, false).count(), 1.0, 1e-9);
+  // 129 lines: two rounds; a dependent scan waits the engine's 100 cycles.
+  EXPECT_NEAR(model.Scan(Engine::kVector, 129, 960, false).count(), 2.0, 1e-9);
+  EXPECT_NEAR(model.Scan(Engine::kVector, 128, 860, true).count(), 1.0, 1e-9);
+  EXPECT_EQ(model.Scan(Engine::kVector, 0, 960, false).count(), 0.0);
+  EXPECT_THROW(model.Scan(Engine::kVector, -1, 960, false), InvalidUsage);
+}
+
 }  // namespace
 }  // namespace neuron::runtime
 

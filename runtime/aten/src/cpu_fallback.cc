@@ -1,6 +1,7 @@
 #include "neuron/aten/cpu_fallback.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -250,12 +251,21 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
       (&target.schema() == info.schema ? info : InfoOf(target)).cpu_kernel, "The operator '", info.name,
       "' has no kernel for the neuron device and no CPU kernel to run in its place. Run it on "
       "the CPU: move its inputs there with .cpu(), and its results back with .to(\"neuron\").");
+  // A scan's dim, read before the call consumes the arguments.
+  std::int64_t scan_dim = 0;
+  const bool scan = info.scan_dim_argument >= 0;
+  if (scan) {
+    const auto& dim = torch::jit::peek(*stack, static_cast<std::size_t>(info.scan_dim_argument),
+                                       schema.arguments().size());
+    scan_dim = dim.isInt() ? dim.toInt() : 0;
+  }
   CpuViews views(info);
   views.Arguments(stack, schema.arguments().size());
   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   views.WriteBack();
   views.Results(stack, schema.returns().size());
   runtime::EagerOp op = Describe(info, views.inputs(), views.outputs());
+  if (scan && !views.inputs().empty()) DescribeScan(views.inputs()[0], scan_dim, op);
   // Nothing written, every result a view of an argument: metadata only.
   bool fresh = false;
   for (const auto& t : views.outputs()) {

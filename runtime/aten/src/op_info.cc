@@ -114,6 +114,12 @@ OpInfo Build(const c10::OperatorHandle& op) {
     info.written.push_back(arg.alias_info() != nullptr && arg.alias_info()->isWrite());
     info.writes |= info.written.back();
   }
+  static const std::set<std::string> scans = {"cumsum", "cumprod", "logcumsumexp",
+                                              "cummax", "cummin"};
+  if (scans.count(info.base)) {
+    const auto dim = schema.argumentIndexWithName("dim");
+    if (dim) info.scan_dim_argument = static_cast<int>(*dim);
+  }
   info.schema = &schema;
   return info;
 }
@@ -217,6 +223,17 @@ runtime::EagerOp Describe(const OpInfo& info, c10::ArrayRef<at::Tensor> inputs,
                    outputs, op);
   }
   return op;
+}
+
+void DescribeScan(const at::Tensor& input, std::int64_t dim, runtime::EagerOp& op) {
+  if (!input.defined()) return;
+  const std::int64_t rank = std::max<std::int64_t>(input.dim(), 1);
+  const std::int64_t d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank) return;  // ATen refused it already
+  const std::int64_t length = input.dim() == 0 ? 1 : input.size(d);
+  if (length == 0) return;
+  op.scan_length = length;
+  op.scan_lines = input.numel() / length;
 }
 
 }  // namespace neuron::aten

@@ -87,6 +87,18 @@ SimDuration CostModel::Elementwise(Engine engine, std::int64_t elements, int inp
       EngineSpec(engine).clock_ghz());
 }
 
+SimDuration CostModel::Scan(Engine engine, std::int64_t lines, std::int64_t length,
+                            bool dependent) const {
+  NEURON_CHECK(lines >= 0 && length >= 0, "scan cost: ", lines, " lines of ", length,
+               " elements");
+  const auto& e = EngineSpec(engine);
+  const std::uint64_t rounds = CeilDiv(static_cast<std::uint64_t>(lines), e.lanes());
+  const double cycles =
+      e.cycles_per_element() * static_cast<double>(rounds * static_cast<std::uint64_t>(length)) +
+      (dependent ? static_cast<double>(e.dependent_overhead_cycles()) : 0.0);
+  return Cycles(cycles, e.clock_ghz());
+}
+
 SimDuration CostModel::Dma(std::uint64_t bytes, std::uint32_t partitions) const {
   NEURON_CHECK(partitions > 0, "dma cost: 0 partitions");
   const auto& d = spec_.spec().dma();

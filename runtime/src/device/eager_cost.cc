@@ -37,7 +37,9 @@ SimDuration EagerCost(const CostModel& model, const EagerOp& op) {
       engine = model.Elementwise(Engine::kScalar, op.elements, op.inputs, true);
       break;
     default:  // kVector, kUnknown
-      engine = model.Elementwise(Engine::kVector, op.elements, op.inputs, true);
+      engine = op.scan_length > 0
+                   ? model.Scan(Engine::kVector, op.scan_lines, op.scan_length, true)
+                   : model.Elementwise(Engine::kVector, op.elements, op.inputs, true);
       break;
   }
   const SimDuration fixed(model.device().spec().dma().fixed_cost_us());

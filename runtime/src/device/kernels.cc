@@ -305,4 +305,25 @@ void LayerNormBackward(const float* g, const float* x, const float* mean,
   });
 }
 
+template <typename Acc>
+void Cumsum(const float* a, std::int64_t outer, std::int64_t len, std::int64_t inner,
+            float* out) {
+  std::vector<Acc> sum(static_cast<std::size_t>(inner));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::fill(sum.begin(), sum.end(), Acc(0));
+    for (std::int64_t t = 0; t < len; ++t) {
+      const std::int64_t base = (o * len + t) * inner;
+      for (std::int64_t i = 0; i < inner; ++i) {
+        sum[static_cast<std::size_t>(i)] += a[base + i];
+        out[base + i] = static_cast<float>(sum[static_cast<std::size_t>(i)]);
+      }
+    }
+  }
+}
+
+template void Cumsum<double>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                             float*);
+template void Cumsum<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                            float*);
+
 }  // namespace neuron::runtime::kernels

@@ -44,6 +44,15 @@ bool Binary(proto::Op op, const float* a, const float* b, std::size_t nb, double
 bool Shaped(proto::Op op, const std::vector<const float*>& in, std::int64_t rows,
             std::int64_t cols, float* out);
 
+// The running sum along the middle dimension of [outer, len, inner]
+// row-major (torch.cumsum): out[o, t, i] = the sum of a[o, 0..t, i], added
+// in order of t in `Acc` and rounded to float after each add, as ATen's CPU
+// kernel does (double for float32 results, float for bfloat16 and
+// float16). `out` may be `a` itself.
+template <typename Acc>
+void Cumsum(const float* a, std::int64_t outer, std::int64_t len, std::int64_t inner,
+            float* out);
+
 // Layer norm over each row of [rows, cols] (torch.native_layer_norm):
 // forward (x, weight, bias -> y, mean [rows], rstd [rows]) and backward
 // (grad, x, mean, rstd, weight -> grad x, grad weight [cols], grad bias

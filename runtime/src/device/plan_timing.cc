@@ -47,6 +47,10 @@ InstructionCost CostOf(const proto::Instruction& i, const CostModel& model, bool
       cost.time = model.Dma(i.bytes(), i.partitions());
       break;
     default:
+      if (i.op() == proto::OP_CUMSUM) {  // [m, n, k]: m x k lines of n, in order
+        cost.time = model.Scan(engine, i.m() * i.k(), i.n(), i.deps_size() > 0);
+        break;
+      }
       cost.time = model.Elementwise(engine, i.elements(), static_cast<int>(i.operand_count()),
                                     i.deps_size() > 0);
   }

@@ -71,7 +71,9 @@ std::int64_t WrittenBytes(const proto::Instruction& i, const proto::Buffer& b) {
   if (op == nullptr) return -1;
   const std::string_view kernel = op->kernel;
   if (kernel == "Fused" && i.fused_size() == 0) return -1;  // writes nothing
-  if (kernel == "Elementwise" || kernel == "Fused" || kernel == "Shaped") return elements;
+  if (kernel == "Elementwise" || kernel == "Fused" || kernel == "Shaped" ||
+      kernel == "Scan")
+    return elements;
   return -1;
 }
 

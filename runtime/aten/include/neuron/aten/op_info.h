@@ -31,6 +31,7 @@ struct OpInfo {
   std::vector<bool> cpu_scalar;
   std::vector<bool> written;        // per argument: mutated (in place, out=)
   bool writes = false;              // any argument is
+  int scan_dim_argument = -1;       // a scan (cumsum, ...): its `dim` argument's index
   const void* schema = nullptr;     // the operator's schema (its identity)
 };
 
@@ -40,5 +41,8 @@ const OpInfo& InfoOf(const c10::OperatorHandle& op);
 // views of the op's tensor arguments and results.
 runtime::EagerOp Describe(const OpInfo& info, c10::ArrayRef<at::Tensor> inputs,
                           c10::ArrayRef<at::Tensor> outputs);
+// A scan's figures in `op` (scan_lines, scan_length): `input` scanned along
+// `dim` (negative from the end).
+void DescribeScan(const at::Tensor& input, std::int64_t dim, runtime::EagerOp& op);
 
 }  // namespace neuron::aten

@@ -45,6 +45,12 @@ class CostModel {
                                   bool dependent) const;
   SimDuration Elementwise(Engine engine, std::int64_t elements, int inputs,
                           bool dependent) const;
+  // A scan (a running sum) of `lines` independent lines of `length`
+  // elements each: the lines spread over the lanes, each lane walking its
+  // lines' elements in order, cycles_per_element x length x ceil(lines /
+  // lanes) (one long line does not spread), plus the overhead as above.
+  SimDuration Scan(Engine engine, std::int64_t lines, std::int64_t length,
+                   bool dependent) const;
   // A DMA of `bytes` spread over `partitions`: fixed cost plus bytes over
   // every engine's bandwidth, scaled down below min_bytes_per_partition.
   SimDuration Dma(std::uint64_t bytes, std::uint32_t partitions) const;

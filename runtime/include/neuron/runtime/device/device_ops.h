@@ -7,7 +7,7 @@
 //     Id       proto::OP_##Id; the op's name is Id in lower case ("sum_rows")
 //     Kernel   the executor's kernel family that runs it (Run##Kernel in
 //              executor.cc); Elementwise ops also fuse (OP_FUSED)
-//     Inputs   the tensors an Elementwise or Shaped op reads (1 or 2); 0
+//     Inputs   the tensors an Elementwise, Shaped or Scan op reads (1 or 2); 0
 //              for the others, whose instructions say
 //     Passes   the cost: passes over the op's elements on its engine (the
 //              cost model's operand count); 0: one per input read, at
@@ -85,7 +85,9 @@
   X(LAYER_NORM_ROWS, LayerNorm, 0, 3)          \
   X(LAYER_NORM_BACKWARD_ROWS, LayerNorm, 0, 5) \
   X(CLAMP_MIN, Elementwise, 1, 0)              \
-  X(CLAMP_MAX, Elementwise, 1, 0)
+  X(CLAMP_MAX, Elementwise, 1, 0)              \
+  X(CUMSUM, Scan, 1, 1)                        \
+  X(REVERSE, Scan, 1, 1)
 
 namespace neuron::runtime {
 

@@ -40,6 +40,9 @@ struct EagerOp {
   int inputs = 1;               // tensor operands read per element
   std::uint64_t bytes_in = 0;   // read from HBM
   std::uint64_t bytes_out = 0;  // written to HBM
+  // A scan (cumsum, cumprod, ...; kVector): scan_lines lines of scan_length
+  // elements, each walked in order (CostModel::Scan); 0: not a scan.
+  std::int64_t scan_lines = 0, scan_length = 0;
 };
 
 SimDuration EagerCost(const CostModel& model, const EagerOp& op);

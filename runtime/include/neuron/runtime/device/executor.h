@@ -65,6 +65,11 @@
 //             weight, bias -> y, mean, rstd; epsilon in `scalar`) and
 //             layer_norm_backward_rows (grad, x, mean, rstd, weight ->
 //             grad x, grad weight, grad bias).
+//     scan    along the middle dimension of [m, n, k] (n the scanned one):
+//             cumsum (float; summed in order, in double for an F32
+//             result and float otherwise, rounded after each add, as
+//             ATen's CPU cumsum) and reverse (any dtype, bitwise:
+//             element t of the scanned dimension from n - 1 - t).
 // Each error names the executable, the instruction and what is wrong; a
 // failed run leaves no outputs.
 #pragma once
