@@ -47,7 +47,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size,
                            CommunicatorOptions options)
     : GroupContext(rank, size, options.timeout),
       store_(std::move(store)),
-      tuner_(options.small_message_bytes) {
+      tuner_(options.small_message_bytes),
+      transport_secret_(options.transport_secret) {
   NEURON_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
   NEURON_CHECK(rank >= 0 && rank < size, "communicator rank ", rank, " outside 0..", size - 1);
   accounting_ = std::make_unique<detail::OpAccounting>(
@@ -77,6 +78,7 @@ void Communicator::Connect(const CommunicatorOptions& options) {
     tcp.address = options.tcp_address;
     tcp.loopback = one_host;
     tcp.setup_timeout = options.timeout;
+    tcp.secret = options.transport_secret;
     transport_ = std::make_unique<transport::TcpTransport>(*store_, rank_, size_, tcp);
     StartPointToPoint(false, options);
     if (!one_host && options.transport == TransportKind::kAuto) {

@@ -38,6 +38,7 @@ void Communicator::StartPointToPoint(bool one_host, const CommunicatorOptions& o
     tcp.address = options.tcp_address;
     tcp.loopback = one_host;
     tcp.setup_timeout = options.timeout;
+    tcp.secret = options.transport_secret;
     p2p->transport = std::make_unique<transport::TcpTransport>(store, rank_, size_, tcp);
   }
   p2p->incoming.resize(size_);

@@ -34,6 +34,7 @@ std::unique_ptr<Communicator> Communicator::Split(int color, int key,
   if (!options.clock) options.clock = accounting_->clock();
   options.fabric = accounting_->fabric();
   options.global_ranks = std::move(global);
+  if (options.transport_secret.empty()) options.transport_secret = transport_secret_;
   auto store = std::make_shared<PrefixStore>(
       StrCat("split/", split_sequence, "/", color), store_);
   return std::make_unique<Communicator>(store, new_rank, static_cast<int>(members.size()),

@@ -58,6 +58,34 @@ TEST(TcpTransport, StrangersCannotJoinAStream) {
   });
 }
 
+// With the job's secret (a store that is not authenticated, as torchrun's),
+// the store holds a nonce and no token; the ranks connect with the token
+// derived from it, and a member with another secret is refused.
+TEST(TcpTransport, WithASecretTheStoreHoldsNoToken) {
+  RunRanks(2, [](int rank, Store& store) {
+    TcpOptions options;
+    options.secret = "a-job-secret-of-32-bytes-or-so..";
+    TcpTransport t(store, rank, 2, options);
+    int value = rank == 0 ? 42 : 0;
+    const auto id = rank == 0 ? t.Isend(1, &value, sizeof(value)) : t.Irecv(0, &value, sizeof(value));
+    t.Wait({id}, Deadline::After(10s), "secret test");
+    EXPECT_EQ(value, 42);
+    EXPECT_TRUE(store.Check({"tcp/nonce"}));
+    EXPECT_FALSE(store.Check({"tcp/token"}));
+  });
+  try {
+    RunRanks(2, [](int rank, Store& store) {
+      TcpOptions options;
+      options.secret = rank == 0 ? "the-right-secret-for-this-job..." : "a-wrong-secret-of-the-same-size.";
+      options.setup_timeout = 2s;
+      TcpTransport t(store, rank, 2, options);
+    });
+    FAIL() << "a member with another secret connected";
+  } catch (const Error& e) {
+    SUCCEED() << e.what();
+  }
+}
+
 // A connection that never says hello holds up nobody: rank 0 reads the
 // hellos side by side, so rank 1, connecting after it, is in at once (not
 // after the 30 s setup timeout) while the silent one stays open.

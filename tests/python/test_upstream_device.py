@@ -303,6 +303,36 @@ print("ok")
     assert "No backend of type" not in done.stderr, done.stderr
 
 
+TORCHRUN_STORE = """
+import datetime, torch.distributed as dist, torchneuron
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30))
+dist.init_process_group("neuron", store=store, rank=0, world_size=1)
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("secret", [None, "a-job-secret-of-more-than-16-bytes", "short"])
+def test_a_tcpstore_without_a_secret_is_warned_about_once(secret):
+    """As torchrun starts a job: torch's TCPStore, which anyone reaching its
+    port may read. Without a secret the backend says so; with one it keeps
+    the transport's token out of the store (tcp_transport_test.cc checks
+    that) and says nothing; a guessable secret is refused."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NEURON_JOB_SECRET", "NEURON_RDZV_SECRET", "NEURON_STORE_ENDPOINT")}
+    env["PYTHONPATH"] = PACKAGE
+    if secret is not None:
+        env["NEURON_JOB_SECRET"] = secret
+    done = subprocess.run([sys.executable, "-c", TORCHRUN_STORE], env=env, capture_output=True,
+                          text=True, timeout=120)
+    if secret == "short":
+        assert done.returncode != 0 and "$NEURON_JOB_SECRET" in done.stderr, done.stderr
+        return
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+    warned = done.stderr.count("TCPStore without authentication")
+    assert warned == (1 if secret is None else 0), done.stderr
+
+
 # --- 2 ranks: DTensor random, meta-device FSDP2, attention under TP ------------
 
 def test_dtensor_random_meta_init_fsdp2_and_tp_attention_on_two_ranks():

@@ -5,12 +5,15 @@
 #include <algorithm>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "coalescing.h"
+#include "neuron/c10d/job_store.h"
 #include "neuron/c10d/shared_tensor_allocator.h"
 #include "neuron/c10d/store_adapter.h"
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
+#include "neuron/collectives/store/auth.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
@@ -22,12 +25,42 @@ namespace {
 
 using collectives::Communicator;
 
+// The job's secret for the transport when `store` is not the job's
+// authenticated store (torchrun's TCPStore, a FileStore, a HashStore):
+// $NEURON_JOB_SECRET, else $NEURON_RDZV_SECRET. Without one, a TCPStore
+// (which anyone who reaches its port may read and write) gets a warning,
+// once per process.
+std::string TransportSecretFor(const c10::intrusive_ptr<::c10d::Store>& store) {
+  auto base = store;
+  while (auto* prefix = dynamic_cast<::c10d::PrefixStore*>(base.get())) {
+    base = prefix->getUnderlyingStore();
+  }
+  if (dynamic_cast<JobStore*>(base.get()) != nullptr) return "";
+  const auto& config = runtime::ConfigRegistry::Get();
+  for (const auto key : {runtime::ConfigKey::kJobSecret, runtime::ConfigKey::kRdzvSecret}) {
+    if (const auto secret = config.Find(key)) {
+      collectives::auth::CheckSecret(*secret, "$" + std::string(runtime::VariableName(key)));
+      return *secret;
+    }
+  }
+  if (dynamic_cast<::c10d::TCPStore*>(base.get()) != nullptr) {
+    TORCH_WARN_ONCE(
+        "neuron backend: the process group's store is a TCPStore without authentication "
+        "(as torchrun starts it): whoever reaches its port can read the ranks' addresses and "
+        "the transport's connection token and write keys, as with Gloo under torchrun. Set "
+        "NEURON_JOB_SECRET (16 or more bytes, the same on every rank) to derive the token "
+        "from it instead, or start the job with neuronrun, whose store is authenticated.");
+  }
+  return "";
+}
+
 collectives::CommunicatorOptions CommunicatorOptionsFor(
-    const BackendNeuronOptions& o) {
+    const BackendNeuronOptions& o, const c10::intrusive_ptr<::c10d::Store>& store) {
   collectives::CommunicatorOptions options;
   options.timeout = o.timeout;
   options.global_ranks.assign(o.global_ranks.begin(), o.global_ranks.end());
   options.clock = o.clock;
+  options.transport_secret = TransportSecretFor(store);
   return options;
 }
 
@@ -79,7 +112,7 @@ BackendNeuron::BackendNeuron(const Ptr<::c10d::Store>& store, int rank,
     }
     auto communicator =
         std::make_unique<Communicator>(std::make_shared<C10dStore>(store_), rank, size,
-                                       CommunicatorOptionsFor(options_));
+                                       CommunicatorOptionsFor(options_, store_));
     transport_name_ = communicator->transport_name();
     async_ = std::make_unique<collectives::AsyncCommunicator>(std::move(communicator));
   } catch (...) {

@@ -124,8 +124,7 @@ TcpTransport::TcpTransport(Store& store, int rank, int size, TcpOptions options)
   }
   socklen_t len = sizeof(addr);
   ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (rank == 0) store_.Set("tcp/token", auth::GenerateSecret().substr(0, 32));
-  const std::string token = store_.Get("tcp/token", options_.setup_timeout);
+  const std::string token = GroupToken();
   store_.Set("tcp/addr/" + std::to_string(rank), address + ":" + std::to_string(ntohs(addr.sin_port)));
   try {
     Connect(token);
@@ -137,6 +136,22 @@ TcpTransport::TcpTransport(Store& store, int rank, int size, TcpOptions options)
   for (int fd : sockets_) {
     if (fd >= 0) SetNonBlocking(fd);
   }
+}
+
+// Without a secret, rank 0 publishes a random token in the store (the
+// job's authenticated store under neuronrun). With one, it publishes only
+// a random nonce and every rank derives the token as HMAC(secret, nonce):
+// a reader of an unauthenticated store (torchrun's TCPStore) learns
+// nothing that lets it in, and a token seen on the wire opens no other
+// group.
+std::string TcpTransport::GroupToken() {
+  if (options_.secret.empty()) {
+    if (rank_ == 0) store_.Set("tcp/token", auth::GenerateSecret().substr(0, 32));
+    return store_.Get("tcp/token", options_.setup_timeout);
+  }
+  if (rank_ == 0) store_.Set("tcp/nonce", auth::GenerateSecret());
+  const std::string nonce = store_.Get("tcp/nonce", options_.setup_timeout);
+  return auth::Proof(options_.secret, kTokenLabel, nonce, "");
 }
 
 void TcpTransport::Connect(const std::string& token) {

@@ -85,6 +85,10 @@ struct CommunicatorOptions {
   // TCP: the address this rank listens on; empty: its host name's address
   // (127.0.0.1 when every rank is on this host).
   std::string tcp_address;
+  // TCP: the job's secret when the store is not authenticated (torchrun's
+  // TCPStore): connection tokens are derived from it, not kept in the store
+  // (transport::TcpOptions::secret). Empty: a random token in the store.
+  std::string transport_secret;
   // Which host this rank is on, for locality: ranks with equal hosts share
   // memory. Empty: this machine (host name and boot id), plus the simulated
   // node when NEURON_NODE_INDEX is set, so neuronrun's nodes on one machine
@@ -256,7 +260,8 @@ class Communicator : private GroupContext {
   // passing kNoColor joins none and gets null. The new communicator shares
   // this one's clock (unless options.clock is set) and fabric model, and its
   // members keep their places on the fabric. `options` apply to the new one
-  // (fabric and global ranks ignored).
+  // (fabric and global ranks ignored; an empty transport_secret is this
+  // one's).
   static constexpr int kNoColor = -1;
   std::unique_ptr<Communicator> Split(int color, int key, CommunicatorOptions options = {});
 
@@ -325,6 +330,7 @@ class Communicator : private GroupContext {
   std::unique_ptr<transport::PeerBufferMap> peer_buffers_;
   std::vector<const void*> window_inputs_;  // SmallDirectAllReduce's, reused
   std::chrono::milliseconds message_timeout_{0};
+  std::string transport_secret_;  // CommunicatorOptions::transport_secret, for Split
   bool registered_op_ = false;  // the running operation used them (its OpRecord says)
   bool buffered_sends_ = false;
 };

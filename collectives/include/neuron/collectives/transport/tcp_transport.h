@@ -33,6 +33,10 @@ struct TcpOptions {
   std::string address;
   bool loopback = true;
   std::chrono::milliseconds setup_timeout = std::chrono::minutes(5);
+  // The job's secret, for a store that is not authenticated: the group's
+  // connection token is derived from it and never stored (GroupToken).
+  // Empty: a random token, kept in the store.
+  std::string secret;
 };
 
 class TcpTransport : public Transport {
@@ -56,6 +60,9 @@ class TcpTransport : public Transport {
   void Abort(const std::string& reason) override;
 
  private:
+  static constexpr char kTokenLabel[] = "neuron-tcp-transport-token";
+  // The token every member's hello carries (TcpOptions::secret).
+  std::string GroupToken();
   void Connect(const std::string& token);
   // Makes progress, blocking in poll(), until done() (errors as Wait).
   template <typename Done>
