@@ -229,60 +229,63 @@ def test_a_failing_cell_is_reported_and_the_matrix_goes_on(tmp_path):
     assert "## Failed cells" in (tmp_path / "out" / "report.md").read_text()
 
 
+# Bad matrix files and the message each must give (file:line: field: ...).
+BAD_MATRICES = [
+    ('name: "x"\nranks_per_node: [4]\nstrategies { name: "a" }\nmodels { dim: 16 layers: 1 '
+     'heads: 2 }\nbogus: 3\n', r"line 5, column \d+: .*bogus"),
+    ('name: "x"\nranks_per_node: [6]\nstrategies { name: "a" tp: 4 }\nmodels { dim: 16 '
+     'layers: 1 heads: 4 }\n', r"m.textproto:3: strategies\[0\].tp: tp x pp = 4 x 1 does "
+                               r"not divide 6 ranks"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 2 }\nmodels { dim: 18 '
+     'layers: 1 heads: 3 }\n', r"m.textproto:4: models\[0\].heads: 3 heads are not "
+                               r"divisible by strategy a's tp 2"),
+    ('name: "x"\nranks_per_node: [2]\ntopologies: "configs/topologies/nope.textproto"\n'
+     'strategies { name: "a" }\nmodels { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: topologies: no topology file .*nope.textproto"),
+    ('name: "x"\nmax_real_ranks: 2\nranks_per_node: [1, 4]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:2: max_real_ranks: cell n1x4-a-d16_l1-eager-default \(4 ranks\) is "
+     r"modelled, but no real cell .* has at least 2 data-parallel ranks to record"),
+    # Numbers past their bounds, and products that would overflow, are refused up front.
+    ('name: "x"\nranks_per_node: [4]\nstrategies { name: "a" tp: 65536 pp: 65536 }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: strategies\[0\].pp: must be 1 to 65536, got 65536|"
+     r"m.textproto:3: strategies\[0\].tp: tp x pp = 65536 x 65536 does not divide 4 ranks"),
+    ('name: "x"\nnodes: [2147483647]\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:2: nodes: must be 1 to 4096, got 2147483647"),
+    ('name: "x"\nnodes: [4096]\nranks_per_node: [65536]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: ranks_per_node: 4096 nodes x 65536 ranks per node = 268435456 ranks, "
+     r"more than the 65536 a matrix cell may have"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: -2 }\n',
+     r"m.textproto:4: models\[0\].heads: must be 1 to 16, got -2"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 seq: -8 }\n',
+     r"m.textproto:4: models\[0\].seq: must be 1 to 1048576, got -8"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 vocab: -5 }\n',
+     r"m.textproto:4: models\[0\].vocab: must be 1 to 16777216, got -5"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 1000000000 layers: 1 heads: 2 }\n',
+     r"m.textproto:4: models\[0\].dim: must be 1 to 65536, got 1000000000"),
+    # An explicit 0 is an error, not the default.
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 0 }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: strategies\[0\].tp: must be 1 to 65536, got 0"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1\n heads: 0 }\n',
+     r"m.textproto:5: models\[0\].heads: must be 1 to 16, got 0"),
+    ('name: "x"\nranks_per_node: [2]\nbatch: 0\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: batch: must be 1 to 1048576, got 0"),
+]
+
+
 def test_bad_matrix_files_are_refused_naming_file_line_and_field(tmp_path):
-    cases = [
-        ('name: "x"\nranks_per_node: [4]\nstrategies { name: "a" }\nmodels { dim: 16 layers: 1 '
-         'heads: 2 }\nbogus: 3\n', r"line 5, column \d+: .*bogus"),
-        ('name: "x"\nranks_per_node: [6]\nstrategies { name: "a" tp: 4 }\nmodels { dim: 16 '
-         'layers: 1 heads: 4 }\n', r"m.textproto:3: strategies\[0\].tp: tp x pp = 4 x 1 does "
-                                   r"not divide 6 ranks"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 2 }\nmodels { dim: 18 '
-         'layers: 1 heads: 3 }\n', r"m.textproto:4: models\[0\].heads: 3 heads are not "
-                                   r"divisible by strategy a's tp 2"),
-        ('name: "x"\nranks_per_node: [2]\ntopologies: "configs/topologies/nope.textproto"\n'
-         'strategies { name: "a" }\nmodels { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:3: topologies: no topology file .*nope.textproto"),
-        ('name: "x"\nmax_real_ranks: 2\nranks_per_node: [1, 4]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:2: max_real_ranks: cell n1x4-a-d16_l1-eager-default \(4 ranks\) is "
-         r"modelled, but no real cell .* has at least 2 data-parallel ranks to record"),
-        # Numbers past their bounds, and products that would overflow, are refused up front.
-        ('name: "x"\nranks_per_node: [4]\nstrategies { name: "a" tp: 65536 pp: 65536 }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:3: strategies\[0\].pp: must be 1 to 65536, got 65536|"
-         r"m.textproto:3: strategies\[0\].tp: tp x pp = 65536 x 65536 does not divide 4 ranks"),
-        ('name: "x"\nnodes: [2147483647]\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:2: nodes: must be 1 to 4096, got 2147483647"),
-        ('name: "x"\nnodes: [4096]\nranks_per_node: [65536]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:3: ranks_per_node: 4096 nodes x 65536 ranks per node = 268435456 ranks, "
-         r"more than the 65536 a matrix cell may have"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: -2 }\n',
-         r"m.textproto:4: models\[0\].heads: must be 1 to 16, got -2"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 seq: -8 }\n',
-         r"m.textproto:4: models\[0\].seq: must be 1 to 1048576, got -8"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 vocab: -5 }\n',
-         r"m.textproto:4: models\[0\].vocab: must be 1 to 16777216, got -5"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 1000000000 layers: 1 heads: 2 }\n',
-         r"m.textproto:4: models\[0\].dim: must be 1 to 65536, got 1000000000"),
-        # An explicit 0 is an error, not the default.
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" tp: 0 }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:3: strategies\[0\].tp: must be 1 to 65536, got 0"),
-        ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1\n heads: 0 }\n',
-         r"m.textproto:5: models\[0\].heads: must be 1 to 16, got 0"),
-        ('name: "x"\nranks_per_node: [2]\nbatch: 0\nstrategies { name: "a" }\n'
-         'models { dim: 16 layers: 1 heads: 2 }\n',
-         r"m.textproto:3: batch: must be 1 to 1048576, got 0"),
-    ]
     import re
-    for text, pattern in cases:
+    for text, pattern in BAD_MATRICES:
         spec = tmp_path / "m.textproto"
         spec.write_text(text)
         proc = matrix(spec, tmp_path / "out")
