@@ -1,7 +1,7 @@
 #include "op_accounting.h"
 
 #include <algorithm>
-#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <numeric>
 
@@ -12,6 +12,7 @@
 #include "neuron/runtime/fabric/collective_cost.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/fabric_model.h"
+#include "neuron/runtime/files.h"
 #include "neuron/runtime/op_trace.h"
 #include "neuron/runtime/sim_clock.h"
 
@@ -225,8 +226,7 @@ void OpAccounting::ResetStats() {
 }
 
 void OpAccounting::WriteChromeTrace(const std::string& path) const {
-  std::ofstream out(path);
-  NEURON_CHECK(out.good(), "cannot write Chrome trace ", path);
+  std::ostringstream out;
   out << "{\"traceEvents\": [\n";
   bool first = true;
   double wall_cursor = 0;  // wall events are laid end to end per rank
@@ -244,6 +244,7 @@ void OpAccounting::WriteChromeTrace(const std::string& path) const {
     wall_cursor += r.wall_us;
   }
   out << "\n]}\n";
+  runtime::WriteFileAtomically(path, out.str());  // IoError naming the path
 }
 
 }  // namespace neuron::collectives::detail

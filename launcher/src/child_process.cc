@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::launcher {
 
@@ -102,11 +103,7 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   std::vector<Pipe> pipes;
   try {
     if (!request.output_file.empty()) {
-      const int fd = ::open(request.output_file.c_str(),
-                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        throw IoError(StrCat("cannot open ", request.output_file, ": ", std::strerror(errno)));
-      }
+      const int fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
       pipes.push_back({-1, fd});
       pipes.push_back({-1, ::dup(fd)});
     }

@@ -1,5 +1,6 @@
 #include "rank_group.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::launcher {
 
@@ -28,6 +30,17 @@ void WriteAll(int fd, const std::string& data) {
   }
 }
 
+// A log file's descriptor, closed with it.
+struct LogFile {
+  LogFile() = default;
+  LogFile(const LogFile&) = delete;
+  LogFile& operator=(const LogFile&) = delete;
+  ~LogFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = -1;
+};
+
 // How long a rank's pipes may stay open after it exited (held by a
 // grandchild) before neuronrun kills its process group and stops reading.
 constexpr std::chrono::milliseconds kDrainTimeout(1000);
@@ -46,8 +59,8 @@ struct RankGroup::Rank {
   std::unique_ptr<LineSplitter> err_lines;
   std::array<char, 65536> out_buffer{};
   std::array<char, 65536> err_buffer{};
-  std::ofstream out_file;
-  std::ofstream err_file;
+  LogFile out_file;  // --log-dir's rank_G.stdout
+  LogFile err_file;
   std::deque<std::string> tail;
   asio::steady_timer drain_timer;
   bool exited = false;
@@ -90,10 +103,9 @@ void RankGroup::Start() {
     rank->torch_prefix = "[rank" + std::to_string(g) + "]: ";
     if (!output_.log_dir.empty()) {
       const std::string base = output_.log_dir + "/rank_" + std::to_string(g);
-      rank->out_file.open(base + ".stdout");
-      rank->err_file.open(base + ".stderr");
-      NEURON_CHECK(rank->out_file && rank->err_file, "cannot write log files ",
-                   base, ".{stdout,stderr}");
+      // A planted link is an IoError naming it, never followed.
+      rank->out_file.fd = runtime::OpenForWriting(base + ".stdout", "log file", O_TRUNC);
+      rank->err_file.fd = runtime::OpenForWriting(base + ".stderr", "log file", O_TRUNC);
     }
     Rank* r = rank.get();
     rank->out_lines = std::make_unique<LineSplitter>(
@@ -157,9 +169,8 @@ void RankGroup::OnLine(Rank& rank, bool is_stderr, std::string_view raw) {
   }
   line = raw;  // log files keep what the rank wrote
   if (!output_.log_dir.empty()) {
-    auto& file = is_stderr ? rank.err_file : rank.out_file;
-    file.write(line.data(), static_cast<std::streamsize>(line.size())).put('\n');
-    file.flush();
+    const LogFile& file = is_stderr ? rank.err_file : rank.out_file;
+    WriteAll(file.fd, std::string(line).append(1, '\n'));
   }
 }
 

@@ -165,11 +165,8 @@ std::vector<std::string> RemoveStaleTemporaries(const std::string& dir) {
   std::filesystem::directory_iterator it(dir, error), end;
   for (; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    const auto mark = name.rfind(".tmp.");
-    if (mark == std::string::npos) continue;
-    char* stop = nullptr;
-    const long pid = std::strtol(name.c_str() + mark + 5, &stop, 10);
-    if (stop == nullptr || *stop != '\0' || pid <= 0) continue;
+    const long pid = runtime::TemporaryWriterPid(name);
+    if (pid <= 0) continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still writing
     std::error_code remove_error;
     if (std::filesystem::remove(it->path(), remove_error)) removed.push_back(name);

@@ -1,11 +1,13 @@
 #include "neuron/runtime/files.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,23 +17,82 @@
 namespace neuron::runtime {
 
 namespace {
-constexpr const char* kTemporary = ".tmp.";  // then the writer's pid
-}  // namespace
 
-void WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = StrCat(path, kTemporary, ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(errno)));
+constexpr const char* kTemporary = ".tmp.";  // then the writer's pid, '.', random hex
+
+// 16 hex digits from the kernel's random source.
+std::string RandomSuffix() {
+  unsigned char raw[8];
+  std::size_t got = 0;
+  while (got < sizeof(raw)) {
+    const ssize_t n = ::getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw IoError(StrCat("cannot read random bytes: ", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+// Refuses to replace a symbolic link at `path` (rename would not follow it,
+// but whoever planted it meant the write for its target).
+void CheckNotALink(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    throw IoError(StrCat("cannot write ", what, " ", path,
+                         ": it is a symbolic link, not followed"));
+  }
+}
+
+// Writes all of `bytes` to `fd`; false with errno set on an error.
+bool WriteAll(int fd, const std::string& bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      std::remove(temp.c_str());
-      throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(e)));
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
     done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+int OpenForWriting(const std::string& path, const char* what, int flags) {
+  // O_NONBLOCK: a planted FIFO without a reader fails (ENXIO), not blocks.
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | flags, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ELOOP) {
+      throw IoError(StrCat("cannot write ", what, " ", path,
+                           ": it is a symbolic link, not followed"));
+    }
+    throw IoError(StrCat("cannot write ", what, " ", path, ": ", std::strerror(e)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(StrCat("cannot write ", what, " ", path, ": not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  CheckNotALink(path, "file");
+  const std::string temp = StrCat(path, kTemporary, ::getpid(), ".", RandomSuffix());
+  const int fd = OpenForWriting(temp, "temporary file", O_EXCL);
+  if (!WriteAll(fd, bytes)) {
+    const int e = errno;
+    ::close(fd);
+    std::remove(temp.c_str());
+    throw IoError(StrCat("cannot write ", temp, ": ", std::strerror(e)));
   }
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
@@ -44,6 +105,16 @@ void WriteFileAtomically(const std::string& path, const std::string& bytes) {
 
 bool IsTemporaryOf(const std::string& name, const std::string& target) {
   return name.rfind(target + kTemporary, 0) == 0;
+}
+
+long TemporaryWriterPid(const std::string& name) {
+  const auto at = name.rfind(kTemporary);
+  if (at == std::string::npos) return -1;
+  const char* digits = name.c_str() + at + std::strlen(kTemporary);
+  char* stop = nullptr;
+  const long pid = std::strtol(digits, &stop, 10);
+  if (stop == digits || pid <= 0 || (*stop != '\0' && *stop != '.')) return -1;
+  return pid;
 }
 
 void SyncDirectory(const std::string& dir) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -372,6 +373,29 @@ TEST(Neuronrun, RestartsBackOffExponentially) {
       << job.Stderr();
   EXPECT_NE(job.Stderr().find("restarting the job (restart 2 of 2) in 1 s"), std::string::npos)
       << job.Stderr();
+}
+
+// A link planted where a rank's log file will be is an error naming it; the
+// file it points to is untouched and no rank runs.
+TEST(Neuronrun, LogDirNeverFollowsAPlantedLink) {
+  char tmpl[] = "/tmp/neuronrun_logs_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious\n";
+  ::mkdir((dir + "/attempt_0").c_str(), 0700);
+  const std::string planted = dir + "/attempt_0/rank_0.stdout";
+  ASSERT_EQ(::symlink(victim.c_str(), planted.c_str()), 0);
+  LauncherProcess job({"-n", "2", "--log-dir", dir, kHelper, "env"});
+  EXPECT_EQ(job.Wait(), 1);
+  EXPECT_NE(job.Stderr().find("cannot write log file " + planted +
+                              ": it is a symbolic link, not followed"),
+            std::string::npos)
+      << job.Stderr();
+  std::ifstream in(victim);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "precious\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Neuronrun, LogDirKeepsPerRankFilesAndTeeCopiesToConsole) {

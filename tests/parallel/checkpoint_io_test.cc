@@ -128,6 +128,41 @@ TEST(CheckpointIo, LoadingRemovesTheTemporariesOfWritersThatDied) {
   std::filesystem::remove_all(dir);
 }
 
+// A link planted where the old predictable temporary (NAME.tmp.<pid>) would
+// be is never followed: the temporary has a random name, created with
+// O_EXCL | O_NOFOLLOW. A link planted at the manifest itself is an error
+// naming it. The victim file is untouched either way.
+TEST(CheckpointIo, PlantedLinksAreNotFollowed) {
+  const std::string dir = TempDir();
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string manifest = dir + "/manifest.textproto";
+  std::filesystem::create_symlink(victim, manifest + ".tmp." + std::to_string(::getpid()));
+  WriteManifest(dir, OneFileManifest(dir));
+  EXPECT_EQ(runtime::ReadFile(victim, "victim"), "precious");
+  EXPECT_EQ(ReadManifest(dir).files_size(), 1);
+  std::filesystem::remove(manifest);
+  std::filesystem::create_symlink(victim, manifest);
+  try {
+    WriteManifest(dir, OneFileManifest(dir));
+    ADD_FAILURE() << "wrote through a link at " << manifest;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(manifest + ": it is a symbolic link, not followed"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(runtime::ReadFile(victim, "victim"), "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(manifest));
+  // No temporary is left behind by the refused write.
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name.find(".tmp.") == std::string::npos ||
+                name == "manifest.textproto.tmp." + std::to_string(::getpid()))
+        << name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A piece whose shape claims far more than its data: refused before
 // anything is allocated.
 TEST(CheckpointIo, APieceLargerThanItsDataIsRefusedWithoutAllocating) {

@@ -55,7 +55,7 @@ void WriteManifest(const std::string& dir, const proto::Manifest& manifest);
 // when the manifest's checksum (its second line) does not match its text.
 // Removes the temporaries that writers which died left (RemoveStaleTemporaries).
 proto::Manifest ReadManifest(const std::string& dir);
-// Deletes `dir`'s temporaries (NAME.tmp.PID) whose writer PID is gone: a
+// Deletes `dir`'s temporaries (NAME.tmp.PID.RANDOM) whose writer PID is gone: a
 // killed save's, each as large as its shard. Never throws; returns their names.
 std::vector<std::string> RemoveStaleTemporaries(const std::string& dir);
 // Deletes the shard files in `dir` that `manifest` does not list (those of
