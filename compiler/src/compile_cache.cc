@@ -39,9 +39,15 @@ const std::string& DeviceDigest(const runtime::DeviceSpec& device) {
 class FileLock {
  public:
   explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    NEURON_CHECK(fd_ >= 0, "compile cache: cannot open lock file ", path, ": ",
-                 std::strerror(errno));
+    // O_NOFOLLOW: a link planted at the lock's name is refused, not opened
+    // (nor its target created).
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const int e = errno;
+      throw IoError(StrCat("compile cache: cannot open lock file ", path, ": ",
+                           e == ELOOP ? "it is a symbolic link, not followed"
+                                      : std::strerror(e)));
+    }
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
         ::close(fd_);

@@ -3,17 +3,20 @@
 #include "neuron/compiler/compile_cache.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
+#include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
 namespace {
@@ -117,6 +120,37 @@ TEST_F(CompileCacheTest, DiskEntriesServeOtherInstancesAndDamageIsRecompiled) {
   CompileCache fourth(Disk());
   fourth.GetOrCompile(key, Compiler(Graph(4)), device_);
   EXPECT_EQ(fourth.counters().disk_hits, 1u);
+}
+
+// Links planted at an entry's lock, or where its temporaries had
+// predictable names (<digest>.nexe.tmp.<pid>, .key.tmp.<pid>), are never
+// followed: the lock is an error naming it, the victims stay untouched.
+TEST_F(CompileCacheTest, PlantedLinksAreNotFollowed) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  std::filesystem::create_directories(dir_);
+  const std::string victim = dir_ + "/victim", created = dir_ + "/created-through-lock";
+  std::ofstream(victim) << "precious";
+  const std::string base = dir_ + "/" + key.digest;
+  const std::string pid = std::to_string(::getpid());
+  std::filesystem::create_symlink(victim, base + ".nexe.tmp." + pid);
+  std::filesystem::create_symlink(victim, base + ".key.tmp." + pid);
+  std::filesystem::create_symlink(created, base + ".lock");
+  try {
+    CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_);
+    ADD_FAILURE() << "compiled through a planted lock link";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("lock file " + base +
+                                         ".lock: it is a symbolic link, not followed"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(created));
+  std::filesystem::remove(base + ".lock");
+  CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_);
+  EXPECT_EQ(compiles_, 1);
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_TRUE(std::filesystem::is_regular_file(base + ".nexe"));
 }
 
 TEST_F(CompileCacheTest, EachLookupSaysHowItWasServedAndWhatItReported) {
