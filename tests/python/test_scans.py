@@ -5,6 +5,7 @@ equals eager CPU bitwise; the Mamba-style selective-scan model
 CPU (loss and every gradient)."""
 import copy
 import os
+import subprocess
 import sys
 
 NEURONRUN = os.environ["NEURONRUN"]
@@ -106,3 +107,15 @@ def test_the_ssm_on_neuron_eager_and_compiled_matches_the_cpu():
         torch.testing.assert_close(comp_grads[k], grads[k], rtol=1e-4, atol=1e-5, msg=k)
     rows = rows_named("SSMLM")[-2:]
     assert all(r["compiled"] and not r["fallback_ops"] for r in rows), rows
+
+
+def test_example_10_trains_eager_on_neuron():
+    """Three steps of examples/10_ssm.py (small): the loss falls (exit 0)
+    and each step prints its modelled Trainium2 time."""
+    example = os.path.join(os.environ["NEURON_SOURCE_DIR"], "examples/10_ssm.py")
+    proc = subprocess.run([NEURONRUN, "-n", "1", example, "--steps", "3", "--batch", "8", "--lr", "1e-2",
+                           "--seq", "16", "--print-every", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("modelled Trainium2 step") == 3, proc.stdout
+    assert "(falls)" in proc.stdout, proc.stdout
