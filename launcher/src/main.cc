@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "child_process.h"
 #include "flag_values.h"
+#include "matrix_host.h"
 #include "matrix_replay.h"
 #include "predict.h"
 #include "neuron/collectives/store/auth.h"
@@ -102,17 +103,20 @@ JobConfig Resolve(LaunchOptions o) {
 }
 
 constexpr const char* kMatrixHelp =
-    "usage: neuronrun matrix FILE [--out DIR]\n"
+    "usage: neuronrun matrix FILE [--out DIR] [--max-host-ranks N]\n"
     "Runs the scaling test matrix FILE (configs/scaling/*.textproto): every cell a real\n"
     "neuronrun job of the trainer; DIR (default: matrix-NAME) gets cells/ID/ (output.log,\n"
     "metrics.textproto, result.textproto), results.csv, report.md and the plots\n"
     "efficiency.png, breakdown.png and memory.png. A rerun skips completed cells;\n"
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
-    "job starts. Exit status: 0 every cell completed, 1 some failed, 2 a bad file.\n";
+    "job starts, a real cell of more ranks than this host runs at once included\n"
+    "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). Exit status:\n"
+    "0 every cell completed, 1 some failed, 2 a bad file.\n";
 
-// neuronrun matrix FILE [--out DIR]
+// neuronrun matrix FILE [--out DIR] [--max-host-ranks N]
 int MatrixMain(int argc, char** argv) {
   std::string file, out;
+  HostCapacity host = DetectHostCapacity();
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -121,6 +125,14 @@ int MatrixMain(int argc, char** argv) {
     }
     if (a == "--out" && i + 1 < argc) {
       out = argv[++i];
+    } else if (a == "--max-host-ranks" && i + 1 < argc) {
+      try {
+        host.max_ranks = static_cast<std::int64_t>(ParseUnsigned(a, argv[++i], 1, 65536));
+      } catch (const std::exception& e) {
+        std::cerr << "neuronrun matrix: error: " << e.what() << std::endl;
+        return kUsageError;
+      }
+      host.reason = StrCat("--max-host-ranks ", host.max_ranks);
     } else if (file.empty() && a.rfind("-", 0) != 0) {
       file = a;
     } else {
@@ -136,6 +148,7 @@ int MatrixMain(int argc, char** argv) {
   MatrixSpec spec;
   try {
     spec = LoadMatrix(file);
+    CheckHostCapacity(spec, host);  // before any agent is forked
   } catch (const std::exception& e) {
     std::cerr << "neuronrun matrix: error: " << e.what() << std::endl;
     return kUsageError;

@@ -697,6 +697,39 @@ TEST(NeuronrunBadInput, PortsAlreadyInUse) {
   ::close(fd);
 }
 
+// A real matrix cell of more ranks than this host runs at once is refused
+// before any agent is forked, naming the cap and how to raise it: at a cap
+// set by hand, and at the host's own for 4096 one-rank nodes.
+TEST(NeuronrunMatrix, RealCellsBeyondTheHostAreRefusedBeforeAnyFork) {
+  char tmpl[] = "/tmp/neuronrun_matrix_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string file = dir + "/m.textproto";
+  const std::string tail =
+      "strategies { name: \"a\" }\nmodels { name: \"m\" dim: 16 layers: 1 heads: 2 }\n";
+  std::ofstream(file) << "name: \"x\"\nranks_per_node: [4]\n" << tail;
+  LauncherProcess capped({"matrix", file, "--out", dir + "/out", "--max-host-ranks", "2"});
+  EXPECT_EQ(capped.Wait(), 2);
+  EXPECT_NE(capped.Stderr().find(file + ": cell n1x4-a-m-eager-default runs 4 real ranks (1 "
+                                 "nodes x 4 ranks per node, within max_real_ranks 16), more "
+                                 "than the 2 this host runs at once (--max-host-ranks 2); "
+                                 "lower max_real_ranks so that it is modelled, or raise the "
+                                 "cap with neuronrun matrix --max-host-ranks N"),
+            std::string::npos)
+      << capped.Stderr();
+  std::ofstream(file) << "name: \"x\"\nnodes: [4096]\nranks_per_node: [1]\n"
+                         "max_real_ranks: 65536\n" << tail;
+  LauncherProcess wide({"matrix", file, "--out", dir + "/out"});
+  EXPECT_EQ(wide.Wait(), 2);
+  EXPECT_TRUE(std::regex_search(wide.Stderr(),
+                                std::regex("runs 4096 real ranks .* more than the [0-9]+ this "
+                                           "host runs at once \\([0-9]+ MiB of memory at 256 "
+                                           "MiB a rank\\)")))
+      << wide.Stderr();
+  EXPECT_LT(wide.ElapsedSeconds(), 10.0);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Neuronrun, HelpDocumentsEveryOption) {
   LauncherProcess job({"--help"});
   EXPECT_EQ(job.Wait(), 0);
