@@ -2,10 +2,11 @@
 device beyond operators (issue 45): storages made on the device (no crash:
 made, cloned, resized, saved, loaded, deep-copied), fused optimizers with a
 CPU learning-rate tensor, torch.accelerator's memory calls, a generator
-with CUDA's seed-and-offset state (fork_rng, DTensor's tracker), and
-scaled_dot_product_attention through an op DTensor shards; one process
-each, then one 2-rank job for DTensor random, meta-device FSDP2 and
-attention under tensor parallel.
+with CUDA's seed-and-offset state (fork_rng, DTensor's tracker),
+scaled_dot_product_attention through an op DTensor shards, and a send to
+this rank itself in batch_isend_irecv; one process each, then one 2-rank
+job for DTensor random, meta-device FSDP2 and attention under tensor
+parallel.
 """
 import copy
 import io
@@ -331,6 +332,50 @@ def test_a_tcpstore_without_a_secret_is_warned_about_once(secret):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
     warned = done.stderr.count("TCPStore without authentication")
     assert warned == (1 if secret is None else 0), done.stderr
+
+
+# --- a message to this rank itself in batch_isend_irecv --------------------------
+
+def test_batch_isend_irecv_takes_a_send_to_this_rank_itself(tmp_path):
+    # PyTorch's pipeline schedules (PipelineScheduleMulti with two adjacent
+    # stages on one rank: pipelining/test_schedule_multiproc.py's V-shaped and
+    # unbalanced schedules) send a stage's output to the next stage on the same
+    # rank in one batch with its receive, as NCCL takes in a group. Each receive
+    # from itself takes the send of its tag, in order; a half alone is refused.
+    done = subprocess.run([sys.executable, "-c", f"""
+import torch, torch.distributed as dist, torchneuron
+dist.init_process_group("neuron", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+dev = torch.device("neuron", 0)
+a = torch.arange(4.0, device=dev)
+b = torch.arange(6.0, device=dev) * 2
+ra = torch.zeros(4, device=dev)
+rb = torch.zeros(3, 2, device=dev).t()  # a strided receive
+ops = [dist.P2POp(dist.irecv, rb, 0, tag=1), dist.P2POp(dist.irecv, ra, 0),
+       dist.P2POp(dist.isend, a, 0), dist.P2POp(dist.isend, b.view(2, 3), 0, tag=1)]
+for w in dist.batch_isend_irecv(ops):
+    w.wait()
+assert torch.equal(ra.cpu(), torch.arange(4.0)), ra
+assert torch.equal(rb.cpu(), (torch.arange(6.0) * 2).view(2, 3)), rb
+for ops, words in (([dist.P2POp(dist.irecv, ra, 0)], "has no send to this rank"),
+                   ([dist.P2POp(dist.isend, a, 0)], "has no receive from this rank"),
+                   ([dist.P2POp(dist.isend, a, 0), dist.P2POp(dist.irecv, rb, 0)],
+                    "bytes but its receive expects")):
+    try:
+        dist.batch_isend_irecv(ops)
+    except RuntimeError as e:
+        assert words in str(e), str(e)
+    else:
+        raise AssertionError("no error: " + words)
+try:  # outside a batch it would wait for itself (torch's dist.send refuses it first)
+    dist.group.WORLD.send([a], 0, 0).wait()
+except RuntimeError as e:
+    assert "a message to itself is taken only in batch_isend_irecv" in str(e), str(e)
+else:
+    raise AssertionError("a send to itself outside a batch went through")
+dist.destroy_process_group()
+print("ok")
+"""], env=dict(os.environ, PYTHONPATH=PACKAGE), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
 # --- 2 ranks: DTensor random, meta-device FSDP2, attention under TP ------------

@@ -239,10 +239,15 @@ void BackendNeuron::abort() {
 
 namespace {
 
-void CheckPeer(int peer, int rank, int size, const char* op) {
-  NEURON_CHECK(peer >= 0 && peer < size && peer != rank, op, ": peer rank ", peer,
-               " must be another rank of the group (0..", size - 1, ", this is rank ",
-               rank, ")");
+// A peer of the group; this rank itself only inside a coalescing window
+// (batch_isend_irecv), where its receive is in the same batch (as NCCL takes
+// a send to itself in a group; alone, it would wait for itself).
+void CheckPeer(int peer, int rank, int size, const char* op, bool coalescing) {
+  NEURON_CHECK(peer >= 0 && peer < size, op, ": peer rank ", peer,
+               " is not a rank of the group (0..", size - 1, ", this is rank ", rank, ")");
+  NEURON_CHECK(peer != rank || coalescing, op, ": peer rank ", peer,
+               " is this rank: a message to itself is taken only in batch_isend_irecv, "
+               "with its receive in the same batch");
 }
 
 }  // namespace
@@ -253,8 +258,9 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::send(Tensors& tensors, int dst_r
       "send",
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
         CheckSingle(tensors, "send");
-        CheckPeer(dst_rank, rank_, size_, "send");
-        if (CoalescingActive()) return Hold(true, tensors[0], dst_rank, tag);
+        const bool coalescing = CoalescingActive();
+        CheckPeer(dst_rank, rank_, size_, "send", coalescing);
+        if (coalescing) return Hold(true, tensors[0], dst_rank, tag);
         at::Tensor input = tensors[0].contiguous();
         auto body = [input, dst_rank, tag](Communicator& c) {
           c.Send(dst_rank, input.data_ptr(), Bytes(input),
@@ -271,8 +277,9 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::recv(Tensors& tensors, int src_r
   return Checked(
       "recv",
       [&]() -> c10::intrusive_ptr<::c10d::Work> {
-        CheckPeer(src_rank, rank_, size_, "recv");
-        if (CoalescingActive()) {
+        const bool coalescing = CoalescingActive();
+        CheckPeer(src_rank, rank_, size_, "recv", coalescing);
+        if (coalescing) {
           CheckSingle(tensors, "recv");
           return Hold(false, tensors[0], src_rank, tag);
         }

@@ -1,16 +1,23 @@
 // Coalescing (startCoalescing .. endCoalescing): what batch_isend_irecv and
 // _coalescing_manager use. Point-to-point operations issued in the window
 // are held and run as one operation at endCoalescing, every send before
-// every receive. Sends are buffered (up to Communicator::kMaxBufferedBytes),
-// so two ranks that each list "receive, then send" do not wait on each other
-// as they would on one in-order lane. Collectives issued in the window run
+// every receive. A send to this rank itself is a copy into the receive from
+// itself with the same tag in the batch (in order; as NCCL does in a group:
+// PyTorch's pipeline schedules send to a stage on the same rank this way);
+// one without its other half is refused at endCoalescing. Sends are
+// buffered (up to Communicator::kMaxBufferedBytes), so two ranks that each
+// list "receive, then send" do not wait on each other as they would on one
+// in-order lane. Collectives issued in the window run
 // as usual on their lane; the work endCoalescing returns completes after
 // them too (after a marker queued behind them).
 #include "coalescing.h"
 
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "neuron/collectives/async_communicator.h"
 #include "neuron/collectives/communicator.h"
@@ -46,6 +53,40 @@ std::shared_ptr<collectives::Work> BothDone(std::shared_ptr<collectives::Work> a
   a->OnDone(one_done);
   b->OnDone(one_done);
   return both;
+}
+
+// Pairs each send to `rank` (itself) with the next receive from `rank` of the
+// same tag: self_source[i] is the send a receive i copies from, -1 for the
+// others. InvalidUsage naming the tag for a half without its other half or
+// a pair whose sizes differ.
+// (A template: Held is private to BackendNeuron, named only by the caller.)
+template <typename Held>
+std::vector<int> PairSelfMessages(const std::vector<Held>& held, int rank,
+                                  const std::string& prefix) {
+  std::vector<int> self_source(held.size(), -1);
+  std::vector<bool> taken(held.size(), false);
+  for (std::size_t s = 0; s < held.size(); ++s) {
+    if (!held[s].send || held[s].peer != rank) continue;
+    std::size_t r = 0;
+    while (r < held.size() && (held[r].send || held[r].peer != rank || taken[r] ||
+                               held[r].tag != held[s].tag)) {
+      ++r;
+    }
+    NEURON_CHECK(r < held.size(), prefix, "batch_isend_irecv: a send to this rank itself (tag ",
+                 held[s].tag, ") has no receive from this rank with that tag in the batch");
+    NEURON_CHECK(Bytes(held[s].input) == Bytes(held[r].output.buffer()), prefix,
+                 "batch_isend_irecv: a send to this rank itself (tag ", held[s].tag, ") has ",
+                 Bytes(held[s].input), " bytes but its receive expects ",
+                 Bytes(held[r].output.buffer()));
+    taken[r] = true;
+    self_source[r] = static_cast<int>(s);
+  }
+  for (std::size_t r = 0; r < held.size(); ++r) {
+    NEURON_CHECK(held[r].send || held[r].peer != rank || taken[r], prefix,
+                 "batch_isend_irecv: a receive from this rank itself (tag ", held[r].tag,
+                 ") has no send to this rank with that tag in the batch");
+  }
+  return self_source;
 }
 
 }  // namespace
@@ -107,18 +148,24 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::endCoalescing() {
   for (const auto& h : held) {
     if (!h.send) outputs.push_back(h.work->result()[0]);
   }
-  auto body = [held](collectives::Communicator& c) {
+  const std::vector<int> self_source = PairSelfMessages(held, rank_, *prefix_);
+  auto body = [held, self_source, rank = rank_](collectives::Communicator& c) {
     for (const auto& h : held) {
-      if (h.send) {
+      if (h.send && h.peer != rank) {
         c.Send(h.peer, h.input.data_ptr(), Bytes(h.input), static_cast<std::uint64_t>(h.tag));
       }
     }
-    for (const auto& h : held) {
-      if (!h.send) {
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      const auto& h = held[i];
+      if (h.send) continue;
+      if (self_source[i] >= 0) {
+        const at::Tensor& input = held[self_source[i]].input;
+        std::memcpy(h.output.data(), input.data_ptr(), Bytes(input));
+      } else {
         c.Recv(h.peer, h.output.data(), Bytes(h.output.buffer()),
                static_cast<std::uint64_t>(h.tag));
-        h.output.CopyBack();
       }
+      h.output.CopyBack();
     }
   };
   auto batch = Enqueue(::c10d::OpType::COALESCED, "coalesced send/recv", std::move(body),
