@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cache_auth.h"
 #include "neuron/compiler/graph_digest.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/runtime/config.h"
@@ -63,6 +64,14 @@ class FileLock {
  private:
   int fd_ = -1;
 };
+
+std::string ToHex(const std::string& raw) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * raw.size());
+  for (unsigned char c : raw) out.append({kDigits[c >> 4], kDigits[c & 15]});
+  return out;
+}
 
 std::string KeyText(const CacheKey& key) {
   std::size_t size = 0;
@@ -136,30 +145,50 @@ CompileCache::Options CompileCache::Options::FromEnvironment() {
 
 CompileCache::CompileCache(Options options) : options_(std::move(options)) {
   NEURON_CHECK(options_.memory_entries > 0, "compile cache: memory_entries must be > 0");
-  if (!options_.dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(options_.dir, error);
-    NEURON_CHECK(!error, "compile cache: cannot create ", options_.dir, ": ",
-                 error.message());
-  }
+  if (options_.dir.empty()) return;
+  std::error_code error;
+  const std::filesystem::path parent = std::filesystem::path(options_.dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  NEURON_CHECK(!error, "compile cache: cannot create ", parent.string(), ": ", error.message());
+  // The cache's own directory private to its user (whatever the umask).
+  NEURON_CHECK(::mkdir(options_.dir.c_str(), 0700) == 0 || errno == EEXIST,
+               "compile cache: cannot create ", options_.dir, ": ", std::strerror(errno));
+  CheckCacheDirectory(options_.dir);
+  mac_key_ = CacheMacKey(options_.dir);
 }
 
 CompileCache::Entry CompileCache::LoadFromDisk(const CacheKey& key, const std::string& base,
                                                const runtime::DeviceSpec& device,
                                                bool* damaged) {
-  std::shared_ptr<const runtime::proto::Executable> entry;
+  std::string bytes;
   try {
-    entry = runtime::LoadExecutableShared(base + ".nexe", device);
+    bytes = runtime::ReadFile(base + ".nexe", "compile cache entry");
   } catch (const IoError&) {
     return nullptr;  // not there (yet)
+  }
+  // Only an entry this user's key authenticates is parsed, let alone run: a
+  // file planted or relabelled (graph id changed, frame checksum recomputed)
+  // is a miss. The MAC is written before the entry, so a whole entry has one.
+  std::string mac;
+  try {
+    mac = runtime::ReadFile(base + ".mac", "compile cache MAC", 1024);
+  } catch (const IoError&) {
+  }
+  std::shared_ptr<const runtime::proto::Executable> entry;
+  try {
+    NEURON_CHECK(SameMac(mac, ToHex(EntryMac(mac_key_, key.digest, bytes)) + "\n"), base,
+                 ".nexe is not authenticated by this user's key (its MAC, ", base,
+                 ".mac, is ", mac.empty() ? "missing" : "wrong",
+                 "): damaged, written under another key or by an older torchneuron, or forged");
+    entry = runtime::ParseExecutableShared(bytes, base + ".nexe", device);
   } catch (const Error& e) {
     *damaged = true;
     ++counters_.corrupt;
     last_report_ = StrCat("compile cache: damaged entry recompiled: ", e.what());
     return nullptr;
   }
-  // An entry is bound to its key: a valid executable of another key (a file
-  // copied or swapped in) is a miss, never a wrong result.
+  // An entry is bound to its key (the MAC covers the digest, and so does
+  // graph_id): a valid executable of another key is a miss, never a wrong result.
   if (entry->graph_id() != key.digest) {
     *damaged = true;
     ++counters_.corrupt;
@@ -293,7 +322,11 @@ CompileCache::Entry CompileCache::Compile(
   executable.set_graph_id(key.digest);  // binds a saved entry to its key
   runtime::ValidateExecutable(executable, device);
   if (!base.empty()) {
-    runtime::SaveExecutable(executable, base + ".nexe");
+    // The MAC first: a reader that finds the entry finds its MAC.
+    const std::string bytes = runtime::ExecutableFileBytes(executable);
+    runtime::WriteFileAtomically(base + ".mac",
+                                 ToHex(EntryMac(mac_key_, key.digest, bytes)) + "\n");
+    runtime::WriteFileAtomically(base + ".nexe", bytes);
     runtime::WriteFileAtomically(base + ".key", KeyText(key));
   }
   return Remember(key, std::move(executable));

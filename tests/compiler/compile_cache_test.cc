@@ -3,6 +3,8 @@
 #include "neuron/compiler/compile_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +18,8 @@
 
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
+#include "neuron/runtime/device/executable.h"
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/error.h"
 
 namespace neuron::compiler {
@@ -75,10 +79,111 @@ TEST_F(CompileCacheTest, AnEntrySwappedForAnotherKeysIsRecompiledNotRun) {
             four->SerializeAsString());
   EXPECT_EQ(cache.counters().corrupt, 1u);
   EXPECT_EQ(cache.counters().disk_hits, 0u);
-  EXPECT_NE(cache.last_report().find("holds the executable of another key (" + k8.digest + ")"),
+  // The MAC binds the bytes to k8's digest: copying it along does not help.
+  EXPECT_NE(cache.last_report().find(".nexe is not authenticated by this user's key"),
             std::string::npos)
       << cache.last_report();
   EXPECT_EQ(compiles_, 3);
+}
+
+// The forgery a frame checksum cannot stop: another key's executable with
+// its graph id relabelled and its checksum recomputed (a valid file) is
+// not trusted, as its MAC is not this user's key's.
+TEST_F(CompileCacheTest, ARelabelledEntryWithARecomputedChecksumIsNotTrusted) {
+  const CacheKey k4 = MakeCacheKey(Graph(4), "", device_),
+                 k8 = MakeCacheKey(Graph(8), "", device_);
+  const auto four = CompileCache(Disk()).GetOrCompile(k4, Compiler(Graph(4)), device_);
+  CompileCache(Disk()).GetOrCompile(k8, Compiler(Graph(8)), device_);
+  runtime::proto::Executable forged =
+      runtime::LoadExecutable(dir_ + "/" + k8.digest + ".nexe", device_);
+  forged.set_graph_id(k4.digest);
+  runtime::SaveExecutable(forged, dir_ + "/" + k4.digest + ".nexe");
+  CompileCache cache(Disk());
+  EXPECT_EQ(cache.GetOrCompile(k4, Compiler(Graph(4)), device_)->SerializeAsString(),
+            four->SerializeAsString());
+  EXPECT_EQ(cache.counters().disk_hits, 0u);
+  EXPECT_EQ(cache.counters().corrupt, 1u);
+  EXPECT_NE(cache.last_report().find(dir_ + "/" + k4.digest + ".nexe is not authenticated by "
+                                     "this user's key (its MAC, " + dir_ + "/" + k4.digest +
+                                     ".mac, is wrong)"),
+            std::string::npos)
+      << cache.last_report();
+  EXPECT_EQ(compiles_, 3);
+  // Replaced by a compiled, authenticated entry: the next process hits it.
+  CompileCache next(Disk());
+  next.GetOrCompile(k4, Compiler(Graph(4)), device_);
+  EXPECT_EQ(next.counters().disk_hits, 1u);
+}
+
+// The key: made once, 0600, 32 bytes, shared by every instance; one that
+// others could read, a link, or another size is refused naming the file. A
+// new key (the old one deleted) makes the entries misses, not errors.
+TEST_F(CompileCacheTest, TheMacKeyIsPrivateAndSharedAndCheckedWhenRead) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  CompileCache(Disk()).GetOrCompile(key, Compiler(Graph(4)), device_);
+  const std::string secret = dir_ + "/mac-secret";
+  struct stat st {};
+  ASSERT_EQ(::stat(secret.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_size, 32);
+  CompileCache second(Disk());
+  second.GetOrCompile(key, Compiler(Graph(4)), device_);
+  EXPECT_EQ(second.counters().disk_hits, 1u);
+  auto refused = [&](const std::string& why) {
+    try {
+      CompileCache cache(Disk());
+      ADD_FAILURE() << "accepted a key file that is " << why;
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("key file " + secret + ": " + why),
+                std::string::npos)
+          << e.what();
+    }
+  };
+  ::chmod(secret.c_str(), 0644);
+  refused("mode 0644: others may read or write it");
+  ::chmod(secret.c_str(), 0600);
+  std::filesystem::resize_file(secret, 16);
+  refused("16 bytes, a key has 32");
+  std::filesystem::remove(secret);
+  std::filesystem::create_symlink(dir_ + "/elsewhere", secret);
+  refused("it is a symbolic link, not followed");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/elsewhere"));
+  std::filesystem::remove(secret);
+  CompileCache renewed(Disk());
+  renewed.GetOrCompile(key, Compiler(Graph(4)), device_);
+  EXPECT_EQ(renewed.counters().corrupt, 1u);
+  EXPECT_EQ(compiles_, 2);
+}
+
+// A directory others can fill (world-writable without the sticky bit) or
+// another user's is refused, naming it and the fix; with the sticky bit it
+// is used. A new one is made 0700 whatever the umask.
+TEST_F(CompileCacheTest, ADirectoryOthersControlIsRefused) {
+  const mode_t umask = ::umask(0);
+  CompileCache made(Disk());
+  ::umask(umask);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  auto refused = [&](const std::string& why) {
+    try {
+      CompileCache cache(Disk());
+      ADD_FAILURE() << "used a cache directory " << why;
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("compile cache: directory " + dir_ + why),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("set NEURON_CACHE_DIR"), std::string::npos);
+    }
+  };
+  ::chmod(dir_.c_str(), 0777);
+  refused(" (mode 0777) is writable by others without the sticky bit");
+  ::chmod(dir_.c_str(), 01777);
+  CompileCache sticky(Disk());
+  ::chmod(dir_.c_str(), 0700);
+  if (::geteuid() != 0) GTEST_SKIP() << "giving the directory away needs root";
+  ASSERT_EQ(::chown(dir_.c_str(), 65534, static_cast<gid_t>(-1)), 0);
+  refused(" is owned by uid 65534, not by this user (uid 0)");
 }
 
 TEST_F(CompileCacheTest, MemoryHitsAndLeastRecentlyUsedEviction) {
@@ -114,7 +219,7 @@ TEST_F(CompileCacheTest, DiskEntriesServeOtherInstancesAndDamageIsRecompiled) {
             first->SerializeAsString());
   EXPECT_EQ(third.counters().corrupt, 1u);
   EXPECT_NE(third.last_report().find("damaged entry recompiled"), std::string::npos);
-  EXPECT_NE(third.last_report().find("truncated"), std::string::npos)
+  EXPECT_NE(third.last_report().find(".mac, is wrong): damaged"), std::string::npos)
       << third.last_report();
   EXPECT_EQ(compiles_, 2);
   CompileCache fourth(Disk());

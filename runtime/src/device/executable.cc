@@ -232,9 +232,9 @@ std::string WhyNotParsed(const char* payload, std::size_t size, const std::strin
 
 namespace {
 
-// Reads, checks, parses into `e` and validates the executable file `path`.
-void LoadInto(const std::string& path, const DeviceSpec& device, proto::Executable* e) {
-  const std::string bytes = ReadFile(path, "executable");
+// Checks, parses into `e` and validates the bytes of executable file `path`.
+void ParseInto(const std::string& bytes, const std::string& path, const DeviceSpec& device,
+               proto::Executable* e) {
   const auto [payload, size] = Payload(bytes, path);
   NEURON_CHECK(e->ParseFromArray(payload, static_cast<int>(size)),
                WhyNotParsed(payload, size, path));
@@ -245,19 +245,29 @@ void LoadInto(const std::string& path, const DeviceSpec& device, proto::Executab
 
 proto::Executable LoadExecutable(const std::string& path, const DeviceSpec& device) {
   proto::Executable e;
-  LoadInto(path, device, &e);
+  ParseInto(ReadFile(path, "executable"), path, device, &e);
   return e;
 }
 
 std::shared_ptr<const proto::Executable> LoadExecutableShared(const std::string& path,
                                                               const DeviceSpec& device) {
+  return ParseExecutableShared(ReadFile(path, "executable"), path, device);
+}
+
+std::shared_ptr<const proto::Executable> ParseExecutableShared(const std::string& bytes,
+                                                               const std::string& path,
+                                                               const DeviceSpec& device) {
   auto arena = std::make_shared<google::protobuf::Arena>();
   auto* e = google::protobuf::Arena::CreateMessage<proto::Executable>(arena.get());
-  LoadInto(path, device, e);
+  ParseInto(bytes, path, device, e);
   return std::shared_ptr<const proto::Executable>(arena, e);  // owns the arena
 }
 
 void SaveExecutable(const proto::Executable& executable, const std::string& path) {
+  WriteFileAtomically(path, ExecutableFileBytes(executable));
+}
+
+std::string ExecutableFileBytes(const proto::Executable& executable) {
   // The header, then the payload serialized in place after it (one buffer).
   std::string bytes(sizeof(FileHeader), '\0');
   executable.AppendToString(&bytes);
@@ -267,7 +277,7 @@ void SaveExecutable(const proto::Executable& executable, const std::string& path
   h.size = bytes.size() - sizeof(FileHeader);
   h.checksum = Checksum(bytes.data() + sizeof(FileHeader), h.size);
   std::memcpy(bytes.data(), &h, sizeof(h));
-  WriteFileAtomically(path, bytes);
+  return bytes;
 }
 
 }  // namespace neuron::runtime

@@ -15,7 +15,11 @@
 // readable form, the compiler version, the options and the device spec. Every rank computes the same key for the
 // same graph. On disk (NEURON_CACHE_DIR, default ~/.cache/torchneuron) an
 // entry is <digest>.nexe (the framed executable file, saved atomically)
-// plus <digest>.key (its components, for explanations). A file lock per key
+// plus <digest>.key (its components, for explanations) and <digest>.mac: an
+// entry is trusted only when its HMAC-SHA256 under the per-user key in
+// <dir>/mac-secret (0600) matches (cache_auth.h). The directory must be
+// this user's and not writable by others without the sticky bit (the
+// constructor throws InvalidUsage otherwise). A file lock per key
 // makes one process compile while the others wait and then read its
 // result. Every executable it hands out was validated against the device
 // (compiled ones after compiling, disk ones when loaded). A corrupt or truncated entry is reported (counters, last_report),
@@ -106,6 +110,7 @@ class CompileCache {
              const runtime::DeviceSpec& device, Lookup::Kind* kind);
 
   Options options_;
+  std::string mac_key_;  // authenticates disk entries (cache_auth.h); "" without a disk
   mutable std::mutex mutex_;
   std::list<std::string> lru_;  // most recent first
   std::unordered_map<std::string, std::pair<Entry, std::list<std::string>::iterator>>

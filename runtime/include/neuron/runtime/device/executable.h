@@ -40,4 +40,12 @@ std::shared_ptr<const proto::Executable> LoadExecutableShared(const std::string&
 // Writes to `path` atomically (a temporary file renamed into place).
 void SaveExecutable(const proto::Executable& executable, const std::string& path);
 
+// The bytes SaveExecutable writes (the framed file), and their parse: for a
+// caller that checks the bytes first (the compile cache authenticates
+// them). `path` only names the file in messages; errors as LoadExecutable's.
+std::string ExecutableFileBytes(const proto::Executable& executable);
+std::shared_ptr<const proto::Executable> ParseExecutableShared(const std::string& bytes,
+                                                               const std::string& path,
+                                                               const DeviceSpec& device);
+
 }  // namespace neuron::runtime
