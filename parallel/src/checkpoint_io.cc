@@ -56,6 +56,35 @@ at::ScalarType DtypeOf(const std::string& name, const std::string& where) {
   throw InvalidUsage(StrCat(where, ": unknown dtype '", name, "'"));
 }
 
+// `name` with bytes other than printable ASCII escaped (\xNN): a name
+// from a file, quoted in a message.
+std::string Printable(const std::string& name) {
+  std::string out;
+  for (unsigned char c : name) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// A manifest lists plain names of files in the checkpoint's own directory:
+// "../other/shard-0.bin" or "/etc/passwd" would load (or, in an error,
+// describe) a file outside it. IoError: the manifest was tampered with.
+void CheckPlainName(const std::string& dir, const std::string& name) {
+  const bool plain = !name.empty() && name != "." && name != ".." && name != kManifest &&
+                     name.size() <= 255 && name.find('/') == std::string::npos &&
+                     name.find('\0') == std::string::npos;
+  if (plain) return;
+  throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " lists the file '",
+                       Printable(name), "', not a plain file name in the checkpoint directory "
+                       "(the manifest was tampered with, or written by another program)"));
+}
+
 }  // namespace
 
 FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces) {
@@ -78,8 +107,11 @@ FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece
 }
 
 std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& entry) {
+  CheckPlainName(dir, entry.name());
   const std::string path = dir + "/" + entry.name();
-  const std::string bytes = runtime::ReadFile(path, "checkpoint");
+  // Not through a link either: the checkpoint's files are its own.
+  const std::string bytes =
+      runtime::ReadFile(path, "checkpoint", runtime::kMaxFileBytes, runtime::Links::kRefuse);
   if (bytes.size() != entry.bytes() ||
       runtime::Fnv1a(bytes.data(), bytes.size()) != entry.checksum()) {
     throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " has ", bytes.size(),
@@ -141,7 +173,8 @@ proto::Manifest ReadManifest(const std::string& dir) {
   NEURON_CHECK(std::filesystem::exists(path), "no complete checkpoint in ", dir, ": ",
                kManifest, " is missing (a save that did not finish leaves none)");
   RemoveStaleTemporaries(dir);
-  const std::string bytes = runtime::ReadFile(path, "checkpoint manifest", kMaxManifestBytes);
+  const std::string bytes = runtime::ReadFile(path, "checkpoint manifest", kMaxManifestBytes,
+                                              runtime::Links::kRefuse);
   // "# torchneuron sharded checkpoint\n# checksum fnv1a64 <hex>\n<text>"
   const std::size_t first = bytes.find('\n');
   const std::size_t second = first == std::string::npos ? first : bytes.find('\n', first + 1);
@@ -156,6 +189,7 @@ proto::Manifest ReadManifest(const std::string& dir) {
                dir, ": ", kManifest, " does not parse");
   NEURON_CHECK(manifest.version() == 1, "checkpoint ", dir, ": format version ",
                manifest.version(), " is not supported (1 is)");
+  for (const auto& f : manifest.files()) CheckPlainName(dir, f.name());
   return manifest;
 }
 

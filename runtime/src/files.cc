@@ -127,11 +127,16 @@ void SyncDirectory(const std::string& dir) {
   ::close(fd);
 }
 
-std::string ReadFile(const std::string& path, const char* what, std::uint64_t max_bytes) {
+std::string ReadFile(const std::string& path, const char* what, std::uint64_t max_bytes,
+                     Links links) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+                                          (links == Links::kRefuse ? O_NOFOLLOW : 0));
   if (fd < 0) {
-    throw IoError(StrCat("cannot read ", what, " file ", path, ": ", std::strerror(errno)));
+    throw IoError(StrCat("cannot read ", what, " file ", path, ": ",
+                         errno == ELOOP && links == Links::kRefuse
+                             ? "it is a symbolic link, not followed"
+                             : std::strerror(errno)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

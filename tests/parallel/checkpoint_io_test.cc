@@ -163,6 +163,63 @@ TEST(CheckpointIo, PlantedLinksAreNotFollowed) {
   std::filesystem::remove_all(dir);
 }
 
+// A manifest's file names are plain names in the checkpoint's directory:
+// "../other/shard-0.bin" (another checkpoint's shard, its size and checksum
+// recomputed into the manifest), an absolute path, or a link out of the
+// directory is refused naming the manifest's entry, and nothing of the file
+// outside (its size, its checksum) is in the error.
+TEST(CheckpointIo, ManifestNamesArePlainNamesInsideTheCheckpoint) {
+  const std::string root = TempDir(), dir = root + "/a", other = root + "/b";
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(other);
+  proto::Manifest m = OneFileManifest(other);  // b/shard-0.bin, its digest
+  auto expect_refused = [&](const std::string& name, const std::string& shown) {
+    m.mutable_files(0)->set_name(name);
+    WriteManifest(dir, m);  // a valid checksum: as a forger would recompute it
+    for (int reading_shard = 0; reading_shard < 2; ++reading_shard) {
+      try {
+        if (reading_shard) {
+          ReadShardFile(dir, m.files(0));
+        } else {
+          ReadManifest(dir);
+        }
+        ADD_FAILURE() << "accepted the file name " << shown;
+      } catch (const IoError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("manifest.textproto lists the file '" + shown +
+                            "', not a plain file name in the checkpoint directory"),
+                  std::string::npos)
+            << what;
+        EXPECT_EQ(what.find("checksum"), std::string::npos) << what;
+      }
+    }
+  };
+  expect_refused("../b/shard-0.bin", "../b/shard-0.bin");
+  expect_refused(other + "/shard-0.bin", other + "/shard-0.bin");
+  expect_refused("..", "..");
+  expect_refused(std::string("shard\0.bin", 10), "shard\\x00.bin");
+  expect_refused("manifest.textproto", "manifest.textproto");
+  // A plain name that is a link out of the directory is not followed.
+  std::filesystem::create_symlink(other + "/shard-0.bin", dir + "/shard-0.bin");
+  m.mutable_files(0)->set_name("shard-0.bin");
+  WriteManifest(dir, m);
+  try {
+    ReadShardFile(dir, ReadManifest(dir).files(0));
+    ADD_FAILURE() << "read a shard through a link";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/shard-0.bin: it is a symbolic link, not "
+                                         "followed"),
+              std::string::npos)
+        << e.what();
+  }
+  // The manifest itself is not read through a link either.
+  std::filesystem::remove(dir + "/manifest.textproto");
+  std::filesystem::create_symlink(other + "/manifest.textproto", dir + "/manifest.textproto");
+  WriteManifest(other, OneFileManifest(other));
+  EXPECT_THROW(ReadManifest(dir), IoError);
+  std::filesystem::remove_all(root);
+}
+
 // A piece whose shape claims far more than its data: refused before
 // anything is allocated.
 TEST(CheckpointIo, APieceLargerThanItsDataIsRefusedWithoutAllocating) {

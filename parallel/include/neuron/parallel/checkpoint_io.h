@@ -46,13 +46,16 @@ struct FileDigest {
 
 FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces);
 // Verifies size and checksum against the manifest's entry (IoError naming
-// the file otherwise).
+// the file otherwise). IoError too when the entry's name is not a plain
+// file name in `dir` or the file is a symbolic link (never followed).
 std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& file);
 
 // Atomically, and with the directory synced (the rename is durable).
 void WriteManifest(const std::string& dir, const proto::Manifest& manifest);
 // InvalidUsage when the directory holds no complete checkpoint; IoError
-// when the manifest's checksum (its second line) does not match its text.
+// when the manifest's checksum (its second line) does not match its text,
+// when it is a symbolic link, or when it lists a file name that is not a
+// plain name in `dir` ("../x", "/x", ".."): nothing outside is ever read.
 // Removes the temporaries that writers which died left (RemoveStaleTemporaries).
 proto::Manifest ReadManifest(const std::string& dir);
 // Deletes `dir`'s temporaries (NAME.tmp.PID.RANDOM) whose writer PID is gone: a

@@ -40,9 +40,12 @@ void SyncDirectory(const std::string& dir);
 
 // The whole of a regular file of at most `max_bytes`; throws IoError
 // "cannot read <what> file <path>: <reason>" otherwise (a FIFO, a device
-// such as /dev/zero, a directory, a larger file). Never blocks on a FIFO.
+// such as /dev/zero, a directory, a larger file; with Links::kRefuse, a
+// symbolic link: "... it is a symbolic link, not followed"). Never blocks
+// on a FIFO.
 inline constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 36;  // 64 GiB
+enum class Links { kFollow, kRefuse };
 std::string ReadFile(const std::string& path, const char* what,
-                     std::uint64_t max_bytes = kMaxFileBytes);
+                     std::uint64_t max_bytes = kMaxFileBytes, Links links = Links::kFollow);
 
 }  // namespace neuron::runtime
