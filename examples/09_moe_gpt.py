@@ -30,18 +30,25 @@ step (the slowest rank's simulated clock) and its all-to-all time (that
 rank's all_to_all_single calls on the ep group, counts and tokens, forward
 and backward, on the fabric model) with its share of the step; at the end
 the median step after the first and whether the loss fell.
+
+As a `neuronrun matrix` trainer (a matrix model with `experts`; docs/scaling.md):
+--metrics-out writes the run's figures (a RunFigures text proto) and
+--trace-out the operation trace; --zero 3 is --fsdp (0: gradients
+all-reduced by hand), and --pp and --microbatches take only what a layout
+without a pipeline has (pp 1).
 """
 import argparse
+import resource
 import time
 
 import torch
 import torch.distributed as dist
 
 import torchneuron  # registers the "neuron" device and backend
-from torchneuron import fabric
+from torchneuron import fabric, run_figures
 from torchneuron.models.moe_gpt import MoEGPT, MoEGPTConfig, apply_tensor_parallel, loss_fn
 from torchneuron.parallel import moe
-from torchneuron.run_figures import median
+from torchneuron.run_figures import collective_bytes, device_compute_us, median, model_state_mib
 
 
 def parse():
@@ -68,7 +75,20 @@ def parse():
     p.add_argument("--data", default="counting", choices=["counting", "random"],
                    help="sequences counting up from random starts (learnt: the loss "
                         "falls), or uniform random tokens")
-    return p.parse_args()
+    p.add_argument("--zero", type=int, default=0, choices=[0, 3],
+                   help="0: gradients all-reduced by hand; 3: FSDP2 (as --fsdp)")
+    p.add_argument("--pp", type=int, default=1, choices=[1], help="no pipeline: 1")
+    p.add_argument("--microbatches", type=int, default=1,
+                   help="pipeline microbatches: unused without a pipeline")
+    p.add_argument("--metrics-out", help="write the run's figures to this file (a RunFigures "
+                                         "text proto, for neuronrun matrix)")
+    p.add_argument("--trace-out", help="record the operation trace into this directory "
+                                       "(neuronrun replay, the matrix's modelled cells)")
+    args = p.parse_args()
+    args.fsdp = args.fsdp or args.zero == 3
+    if args.trace_out and args.backend == "gloo":
+        p.error("--trace-out records the neuron device's operations: not with --backend gloo")
+    return args
 
 
 def device_and_backend(args):
@@ -126,28 +146,86 @@ def train_step(args, model, opt, mesh, x, y, cfg):
     return loss
 
 
-def report(step, loss, wall, modelled, a2a, model, args):
-    """Every rank's figures to all; rank 0 prints the step. Returns (loss,
-    wall s, modelled us, all-to-all us): the mean loss over the shards, the
-    slowest rank's wall and modelled step and that rank's all-to-all."""
+def report(step, loss, times, model, args):
+    """Every rank's figures to all; rank 0 prints the step. `times`: this
+    rank's (wall s, modelled us, all-to-all us, device compute us). Returns
+    (loss, wall, modelled, all-to-all, compute): the mean loss over the
+    shards, the slowest rank's wall and modelled step, and that rank's
+    all-to-all and compute."""
     dropped = sum(m.stats.dropped for m in moe.moe_layers(model))
-    mine = torch.tensor([loss.item(), wall, modelled, a2a, dropped], dtype=torch.float64)
+    mine = torch.tensor([loss.item(), *times, dropped], dtype=torch.float64)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
     every = torch.stack(every)
     slowest = int(every[:, 2].argmax())
     mean_loss = every[:, 0].mean().item()  # tp ranks hold the same shard: equal weights
-    wall, (modelled, a2a) = every[:, 1].max().item(), every[slowest, 2:4].tolist()
+    wall, (modelled, a2a, compute) = every[:, 1].max().item(), every[slowest, 2:5].tolist()
     assignments = dist.get_world_size() // args.tp * args.batch * args.seq * args.top_k
     if dist.get_rank() == 0:
         line = (f"step {step}: loss {mean_loss:.4f}, wall {wall * 1e3:.1f} ms, dropped "
-                f"{int(every[:, 4].sum().item()) // args.tp} of {assignments * args.layers} "
+                f"{int(every[:, 5].sum().item()) // args.tp} of {assignments * args.layers} "
                 f"assignments")
         if modelled > 0:
             line += (f", modelled Trainium2 step {modelled:.1f} us, all-to-all {a2a:.1f} us "
                      f"({100 * a2a / modelled:.1f}%)")
         print(line, flush=True)
-    return mean_loss, wall, modelled, a2a
+    return mean_loss, wall, modelled, a2a, compute
+
+
+def write_metrics(args, mesh, model, opt, history):
+    """The figures `neuronrun matrix` collects (a RunFigures text proto,
+    launcher/proto/neuron/launcher/matrix_result.proto), from rank 0:
+    medians over the steps after the first, the slowest rank's times, the
+    largest rank's memory."""
+    volume = collective_bytes([mesh[name].get_group() for name in mesh.mesh_dim_names] +
+                              [moe.replica_mesh(mesh).get_group()], len(history))
+    largest = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                            model_state_mib(model.parameters(), opt)], dtype=torch.float64)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    if dist.get_rank() != 0:
+        return
+    world = dist.get_world_size()
+    tokens_per_step = world // args.tp * args.batch * args.seq
+    warm = history[1:] or history
+    wall, modelled, compute = (median([h[k] for h in warm]) for k in (1, 2, 4))
+    figures = {
+        "world": world, "tp": args.tp, "pp": 1, "dp": world // args.tp, "steps": len(history),
+        "loss": history[-1][0], "tokens_per_step": tokens_per_step,
+        "first_step_ms": history[0][1] * 1e3, "wall_step_ms": wall * 1e3,
+        "wall_tokens_per_s": tokens_per_step / wall, "max_rss_mib": largest[0].item(),
+        "model_state_mib": largest[1].item()}
+    if modelled > 0:
+        figures.update({
+            "modelled_step_us": modelled, "compute_us": compute,
+            "exposed_comm_us": max(0.0, modelled - compute),
+            "modelled_tokens_per_s": tokens_per_step / modelled * 1e6,
+            "modelled_tokens_per_s_per_device": tokens_per_step / modelled * 1e6 / world})
+    run_figures.write(args.metrics_out, figures, volume)
+
+
+def train(args, model, opt, mesh, cfg, device, tokens, shard):
+    """The steps (each between the trace's step marks); returns report()'s
+    figures per step."""
+    neuron = device.type == "neuron"
+    ep_group, sequence, history = mesh["ep"].get_group(), 0, []
+    _, sequence = alltoall_since(ep_group, sequence, device)
+    if args.trace_out and neuron:
+        fabric.start_trace()
+    for step in range(args.steps):
+        x = tokens[step, shard, :, :-1].to(device)
+        y = tokens[step, shard, :, 1:].to(device)
+        clock0 = fabric.clock()["compute_us"] if neuron else 0.0
+        compute0 = device_compute_us(device)
+        start = time.perf_counter()
+        fabric.mark("step_begin")
+        loss = train_step(args, model, opt, mesh, x, y, cfg)
+        fabric.mark("step_end")
+        wall = time.perf_counter() - start
+        modelled = fabric.clock()["compute_us"] - clock0 if neuron else 0.0
+        a2a, sequence = alltoall_since(ep_group, sequence, device)
+        times = (wall, modelled, a2a, device_compute_us(device) - compute0)
+        history.append(report(step, loss, times, model, args))
+    return history
 
 
 def report_compiled():
@@ -212,19 +290,12 @@ def main():
               f" x tp {args.tp} on {device.type}, backend {backend}"
               f"{', FSDP2' if args.fsdp else ''}{', compiled' if args.compile else ''}",
               flush=True)
-    ep_group, sequence, history = mesh["ep"].get_group(), 0, []
-    _, sequence = alltoall_since(ep_group, sequence, device)
-    for step in range(args.steps):
-        x = tokens[step, shard, :, :-1].to(device)
-        y = tokens[step, shard, :, 1:].to(device)
-        clock0 = fabric.clock()["compute_us"] if device.type == "neuron" else 0.0
-        start = time.perf_counter()
-        loss = train_step(args, model, opt, mesh, x, y, cfg)
-        wall = time.perf_counter() - start
-        modelled = fabric.clock()["compute_us"] - clock0 if device.type == "neuron" else 0.0
-        a2a, sequence = alltoall_since(ep_group, sequence, device)
-        history.append(report(step, loss, wall, modelled, a2a, model, args))
+    history = train(args, model, opt, mesh, cfg, device, tokens, shard)
     summary(history, device)
+    if args.trace_out:
+        fabric.save_trace(args.trace_out, mesh)
+    if args.metrics_out:
+        write_metrics(args, mesh, model, opt, history)
     if args.compile:
         report_compiled()
     dist.destroy_process_group()

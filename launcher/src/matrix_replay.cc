@@ -41,12 +41,14 @@ proto::RunFigures ReplayFigures(
   const double step = WarmMedian(r.steps, [](const auto& s) { return s.modelled_us; });
   const double compute = WarmMedian(r.steps, [](const auto& s) { return s.compute_us; });
   const double bubble = WarmMedian(r.steps, [](const auto& s) { return s.message_wait_us; });
-  const double tokens = tokens_per_rank_step * r.dp;
+  // An expert-parallel trace's replicas hold ep data-parallel ranks each
+  // (TraceLayout), and its tp positions ep x tp ranks.
+  const double tokens = tokens_per_rank_step * r.dp * r.ep;
   proto::RunFigures f;
   f.set_world(r.world_size);
-  f.set_tp(r.tp);
+  f.set_tp(r.tp / r.ep);
   f.set_pp(r.pp);
-  f.set_dp(r.dp);
+  f.set_dp(r.dp * r.ep);
   f.set_recorded_world(r.recorded_world_size);
   f.set_steps(static_cast<int>(r.steps.size()));
   f.set_tokens_per_step(tokens);

@@ -21,8 +21,9 @@ struct ReplayLayout {
 // runtime::LoadJobTraces): modelled step, compute, exposed communication
 // and bubble (the slowest rank's, medians over the steps after the first),
 // modelled tokens/s in all and per device (`tokens_per_rank_step` tokens
-// per data-parallel rank per step), rank 0's collective bytes per step,
-// world, tp, pp, dp, steps and recorded_world; no loss, wall time or
+// per data-parallel rank per step; an expert-parallel trace's ep ranks of
+// a replica are data-parallel ranks too), rank 0's collective bytes per
+// step, world, tp, pp, dp, steps and recorded_world; no loss, wall time or
 // memory. InvalidUsage or IoError say why the traces cannot be replayed
 // there.
 proto::RunFigures ReplayFigures(

@@ -85,6 +85,13 @@ std::vector<std::string> TrainerArgs(const MatrixSpec& spec, const MatrixCell& c
       trace.string()};
   if (st.sp()) a.push_back("--sp");
   if (c.compile) a.push_back("--compile");
+  if (md.experts() > 0) {  // a Mixture of Experts: its trainer takes expert parallelism
+    for (const std::string& x : {std::string("--ep"), std::to_string(st.ep()),
+                                 std::string("--experts"), std::to_string(md.experts()),
+                                 std::string("--top-k"), std::to_string(md.top_k())}) {
+      a.push_back(x);
+    }
+  }
   return a;
 }
 
@@ -470,7 +477,7 @@ std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& 
 // collective kind in `ops`.
 std::string CsvHeader(const std::set<std::string>& ops) {
   std::string header =
-      "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,zero,sp,microbatches,model,"
+      "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,ep,zero,sp,microbatches,model,"
       "compile,"
       "topology,status,error,loss,loss_diff,first_step_ms,wall_step_ms,modelled_step_us,"
       "compute_us,exposed_comm_us,bubble_us,wall_tokens_per_s,"
@@ -487,7 +494,8 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const Row& w,
   std::ostringstream csv;
   csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
       << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
-      << c.strategy.pp() << "," << c.dp() << "," << c.strategy.zero() << ","
+      << c.strategy.pp() << "," << c.dp() << "," << c.strategy.ep() << ","
+      << c.strategy.zero() << ","
       << (c.strategy.sp() ? 1 : 0) << "," << c.strategy.microbatches() << ","
       << Csv(c.model.name()) << "," << (c.compile ? 1 : 0) << "," << Csv(c.topology)
       << "," << StatusName(r.status()) << "," << Csv(r.error()) << "," << Fixed(w.loss, 6)
@@ -519,7 +527,9 @@ std::string ReportRow(const MatrixCell& c, const CellResult& r, const Row& w) {
   const bool ok = r.status() == CellResult::COMPLETED;
   std::ostringstream md;
   md << "| " << c.id << " | " << c.world() << " | " << c.strategy.tp() << " x "
-     << c.strategy.pp() << " x " << c.dp() << " | " << c.strategy.zero() << " | "
+     << c.strategy.pp() << " x " << c.dp()
+     << (c.strategy.ep() > 1 ? StrCat(" (ep ", c.strategy.ep(), ")") : "") << " | "
+     << c.strategy.zero() << " | "
      << (ok || r.status() == CellResult::MODELLED ? StatusName(r.status()) : "**failed**")
      << " | " << (ok ? Fixed(w.loss, 4) + " (" + Fixed(w.diff, 4) + ")" : "-") << " | "
      << (ok ? Fixed(w.wall_step_ms, 1) : "-") << " | " << Fixed(w.modelled_step_us, 1)

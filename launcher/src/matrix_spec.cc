@@ -107,6 +107,16 @@ void ChooseSources(MatrixSpec& spec, const Locator& at) {
   for (MatrixCell& c : spec.cells) {
     if (!c.modelled) continue;
     std::tie(c.source, c.tp_source) = ReplaySources(spec, c);
+    const int ep = c.strategy.ep();
+    NEURON_CHECK(
+        c.source >= 0 || ep == 1, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
+        " ranks, ep ", ep, ") is modelled, but no real cell of strategy ", c.strategy.name(),
+        ", model ", c.model.name(), " and ", c.batch_per_dp,
+        " sequences per data-parallel rank has 2 replicas of its ep x tp = ",
+        ep * c.strategy.tp(), " ranks to record (", 2 * ep * c.strategy.tp() * c.strategy.pp(),
+        " ranks or more): a replay adds replicas of a recorded ep, it does not model a "
+        "larger ep (the all-to-all's peers and each expert's tokens change with it; add "
+        "such a ranks_per_node or raise max_real_ranks)");
     NEURON_CHECK(
         c.source >= 0, at.At("max_real_ranks"), ": cell ", c.id, " (", c.world(),
         " ranks) is modelled, but no real cell of strategy ", c.strategy.name(),
@@ -130,7 +140,8 @@ namespace {
 // callers').
 bool RecordsLike(const MatrixCell& d, const MatrixCell& cell) {
   return !d.modelled && d.model.name() == cell.model.name() &&
-         d.compile == cell.compile && d.batch_per_dp == cell.batch_per_dp;
+         d.compile == cell.compile && d.batch_per_dp == cell.batch_per_dp &&
+         d.strategy.ep() == cell.strategy.ep();
 }
 
 }  // namespace
@@ -139,7 +150,7 @@ int RecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int below) {
   int best = -1;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
-    if (!RecordsLike(d, cell) || d.world() >= below || d.dp() < 2 ||
+    if (!RecordsLike(d, cell) || d.world() >= below || d.replicas() < 2 ||
         d.strategy.name() != cell.strategy.name()) {
       continue;
     }
@@ -170,6 +181,7 @@ bool SameBut(const proto::Strategy& a, const proto::Strategy& b, bool keep_tp,
 
 std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& cell,
                                     int up_to) {
+  if (cell.strategy.ep() > 1) return {-1, -1};  // ScaleTensorParallel refuses ep traces
   std::map<int, std::vector<int>> by_tp;  // candidates per tp
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& d = spec.cells[i];
@@ -201,6 +213,7 @@ std::pair<int, int> TpRecordingsFor(const MatrixSpec& spec, const MatrixCell& ce
 }
 
 int PpRecordingFor(const MatrixSpec& spec, const MatrixCell& cell, int up_to) {
+  if (cell.strategy.ep() > 1) return -1;  // ScalePipeline refuses ep traces
   int best = -1;
   auto key = [&](int i) {
     const MatrixCell& x = spec.cells[static_cast<std::size_t>(i)];
@@ -267,7 +280,12 @@ void CheckStrategies(const Locator& at, proto::ScalingMatrix& m) {
     if (!at.Written("tp", "strategies", s)) st.set_tp(1);
     if (!at.Written("pp", "strategies", s)) st.set_pp(1);
     if (!at.Written("microbatches", "strategies", s)) st.set_microbatches(4);
-    if (st.name().empty()) st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero()));
+    if (!at.Written("ep", "strategies", s)) st.set_ep(1);
+    if (st.name().empty()) {
+      st.set_name(StrCat("tp", st.tp(), "-pp", st.pp(), "-z", st.zero(),
+                         st.ep() > 1 ? StrCat("-ep", st.ep()) : ""));
+    }
+    CheckRange(st.ep(), 1, kMaxParallel, at.At("ep", "strategies", s));
     CheckRange(st.tp(), 1, kMaxParallel, at.At("tp", "strategies", s));
     CheckRange(st.pp(), 1, kMaxParallel, at.At("pp", "strategies", s));
     CheckRange(st.microbatches(), 1, kMaxParallel, at.At("microbatches", "strategies", s));
@@ -293,6 +311,15 @@ void CheckModels(const Locator& at, proto::ScalingMatrix& m) {
     CheckRange(md.vocab(), 1, kMaxVocab, at.At("vocab", "models", k));
     NEURON_CHECK(md.dim() % md.heads() == 0, at.At("heads", "models", k), ": ",
                  md.heads(), " heads do not divide dim ", md.dim());
+    NEURON_CHECK(md.experts() >= 0 && md.experts() <= 4096, at.At("experts", "models", k),
+                 ": must be 0 (a dense model) to 4096, got ", md.experts());
+    if (md.experts() == 0) {
+      NEURON_CHECK(!at.Written("top_k", "models", k), at.At("top_k", "models", k),
+                   ": top_k is a Mixture of Experts' (set experts too)");
+      continue;
+    }
+    if (!at.Written("top_k", "models", k)) md.set_top_k(std::min(2, md.experts()));
+    CheckRange(md.top_k(), 1, md.experts(), at.At("top_k", "models", k));
   }
 }
 
@@ -306,6 +333,28 @@ void ResolveTopologies(const std::string& path, const Locator& at, proto::Scalin
                  NEURON_SOURCE_DIR, ")");
     m.set_topologies(t, file.string());
   }
+}
+
+// Whether strategy `st` (strategies[s]) can lay out model `md` (models[k])
+// on `dp` data-parallel ranks (of `ranks`, as messages name them).
+void CheckCellLayout(const Locator& at, int s, const proto::Strategy& st, int k,
+                     const proto::Model& md, std::int64_t dp, const std::string& ranks) {
+  NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ", md.heads(),
+               " heads are not divisible by strategy ", st.name(), "'s tp ", st.tp());
+  NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At("layers", "models", k),
+               ": too few layers for strategy ", st.name(), "'s ", st.pp(),
+               " pipeline stages");
+  NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At("seq", "models", k),
+               ": sequence ", md.seq(), " not divisible by tp ", st.tp());
+  if (st.ep() == 1) return;
+  NEURON_CHECK(md.experts() > 0, at.At("ep", "strategies", s), ": expert parallelism (ep ",
+               st.ep(), ") needs a model with experts; model ", md.name(), " has none");
+  NEURON_CHECK(md.experts() % st.ep() == 0, at.At("experts", "models", k), ": ",
+               md.experts(), " experts are not divisible by strategy ", st.name(), "'s ep ",
+               st.ep());
+  NEURON_CHECK(dp % st.ep() == 0, at.At("ep", "strategies", s), ": ep ", st.ep(),
+               " does not divide the ", dp, " data-parallel ranks of ", ranks,
+               " / (tp ", st.tp(), " x pp ", st.pp(), ")");
 }
 
 // The cells of `n` nodes x `r` ranks per node with strategy `s`: one per
@@ -325,14 +374,8 @@ void AddCells(int n, int r, int s, const Locator& at, MatrixSpec& spec) {
   const std::int64_t dp = world / model_parallel;
   for (int k = 0; k < m.models_size(); ++k) {
     const proto::Model& md = m.models(k);
-    NEURON_CHECK(md.heads() % st.tp() == 0, at.At("heads", "models", k), ": ",
-                 md.heads(), " heads are not divisible by strategy ", st.name(),
-                 "'s tp ", st.tp());
-    NEURON_CHECK(md.layers() + 2 >= st.pp(), at.At("layers", "models", k),
-                 ": too few layers for strategy ", st.name(), "'s ", st.pp(),
-                 " pipeline stages");
-    NEURON_CHECK(!st.sp() || md.seq() % st.tp() == 0, at.At("seq", "models", k),
-                 ": sequence ", md.seq(), " not divisible by tp ", st.tp());
+    CheckCellLayout(at, s, st, k, md, dp, StrCat(world, " ranks (", n, " nodes x ", r,
+                                                  " ranks per node)"));
     int per_dp = m.batch();
     if (m.scaling() == proto::STRONG) {
       NEURON_CHECK(m.batch() % dp == 0, at.At("batch"), ": strong scaling's global "

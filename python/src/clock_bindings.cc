@@ -87,7 +87,7 @@ void BindClock(py::module_& m) {
   BindPipelineTrace(m);
   m.def(
       "_save_trace",
-      [](const std::string& path, int rank, int world_size, int tp, int pp, int dp) {
+      [](const std::string& path, int rank, int world_size, int tp, int pp, int dp, int ep) {
         const auto trace = neuron::runtime::ProcessClock()->trace();
         NEURON_CHECK(trace != nullptr, "save_trace: no trace is being recorded "
                      "(call torchneuron.fabric.start_trace() first)");
@@ -95,10 +95,13 @@ void BindClock(py::module_& m) {
         layout.set_tp(tp);
         layout.set_pp(pp);
         layout.set_dp(dp);
+        if (ep > 1) layout.set_ep(ep);
         trace->Save(path, rank, world_size, layout);
       },
       py::arg("path"), py::arg("rank"), py::arg("world_size"), py::arg("tp"), py::arg("pp"),
-      py::arg("dp"), "Writes the recorded trace (op_trace.proto) to `path`.");
+      py::arg("dp"), py::arg("ep") = 1,
+      "Writes the recorded trace (op_trace.proto) to `path`; an expert-parallel job's `tp` "
+      "counts the ep x tp ranks of a replica (op_trace.proto's TraceLayout).");
   m.def(
       "_advance_compute",
       [](double us) {

@@ -157,25 +157,26 @@ def mark(name):
 
 def save_trace(directory, device_mesh=None):
     """Writes the recorded trace to ``directory/rank_<rank>.pb``, with the
-    parallel layout: ``device_mesh``'s "tp" and "pp" dimensions (a torch
-    DeviceMesh whose other dimension is data parallel, ranks ordered pp, dp,
-    tp as ``init_device_mesh`` orders them), else that of
-    ``torchneuron.parallel.initialize`` (tp = pp = 1 without one). Every
-    rank calls it."""
+    parallel layout: ``device_mesh``'s "tp", "pp" and "ep" dimensions (a
+    torch DeviceMesh whose other dimension is data parallel, ranks ordered
+    pp, dp, ep, tp as ``init_device_mesh`` orders them: expert parallelism
+    is torchneuron.parallel.moe's, carved out of data parallelism), else
+    that of ``torchneuron.parallel.initialize`` (tp = pp = 1 without one).
+    An expert-parallel trace counts the ep x tp ranks of a replica as its
+    tp positions (op_trace.proto's TraceLayout). Every rank calls it."""
     import os
     from .parallel import mesh
     rank, world = _dist.get_rank(), _dist.get_world_size()
-    tp, pp = (1, 1)
+    tp, pp, ep = (1, 1, 1)
     if device_mesh is not None:
         names = device_mesh.mesh_dim_names or ()
-        order = [n for n in ("pp", "dp", "tp") if n in names]
+        order = [n for n in ("pp", "dp", "ep", "tp") if n in names]
         if list(names) != order:
             raise ValueError(f"save_trace: the mesh's dimensions {names} must be named from "
-                             "pp, dp and tp, in that order (ranks ordered pp, dp, tp)")
-        tp = device_mesh["tp"].size() if "tp" in names else 1
-        pp = device_mesh["pp"].size() if "pp" in names else 1
+                             "pp, dp, ep and tp, in that order (ranks ordered pp, dp, ep, tp)")
+        tp, pp, ep = (device_mesh[n].size() if n in names else 1 for n in ("tp", "pp", "ep"))
     elif mesh.is_initialized():
         tp, pp = mesh.get_layout().tp, mesh.get_layout().pp
     os.makedirs(directory, exist_ok=True)
-    _C._save_trace(os.path.join(str(directory), f"rank_{rank}.pb"), rank, world, tp, pp,
-                   world // (tp * pp))
+    _C._save_trace(os.path.join(str(directory), f"rank_{rank}.pb"), rank, world, ep * tp, pp,
+                   world // (ep * tp * pp), ep)

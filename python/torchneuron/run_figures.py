@@ -1,7 +1,7 @@
 """A training run's figures as `neuronrun matrix` reads them: a RunFigures
 text proto (launcher/proto/neuron/launcher/matrix_result.proto), written by
 rank 0 of the matrix's trainers (examples/04_train_gpt.py,
-examples/08_upstream_gpt.py).
+examples/08_upstream_gpt.py, examples/09_moe_gpt.py).
 
     figures = {"world": 4, "loss": 4.2, "modelled_step_us": median(steps), ...}
     run_figures.write(path, figures, collective_bytes(groups, len(steps)))
@@ -29,6 +29,29 @@ def collective_bytes(groups, steps):
         for r in records:
             out[r["op"]] = out.get(r["op"], 0) + r["bytes"] / steps
     return out
+
+
+def device_compute_us(device):
+    """The device model's compute on this rank so far: its eager operations
+    and every run of its compiled graphs (0 off the "neuron" device)."""
+    if device.type != "neuron":
+        return 0.0
+    from . import compiler
+    graphs = sum(e["modelled_us"] * e.get("runs", 0) for e in compiler.metrics()
+                 if "modelled_us" in e)
+    return fabric.eager_totals()["modelled_us"] + graphs
+
+
+def model_state_mib(parameters, optimizer):
+    """This rank's share of the model state in MiB: its parameters (their
+    local shards, for DTensors), their gradients and `optimizer`'s state."""
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+    tensors = list(parameters)
+    tensors += [p.grad for p in tensors if p.grad is not None]
+    tensors += [v for state in optimizer.state.values() for v in state.values()
+                if hasattr(v, "numel")]
+    return sum(local(t).numel() * t.element_size() for t in tensors) / 2**20
 
 
 def write(path, figures, bytes_per_step):

@@ -1,6 +1,7 @@
 """neuronrun matrix: the smoke matrix as real jobs (CSV, report, resume), a tp
-scaled from two recordings, the upstream-API example's cells, and bad matrix files refused before any job
-starts, naming file, line and field."""
+scaled from two recordings, the upstream-API example's cells, expert-parallel
+cells, and bad matrix files refused before any job starts, naming file, line
+and field."""
 import csv
 import os
 import re
@@ -204,6 +205,36 @@ def test_the_upstream_example_runs_as_matrix_cells_eager_and_compiled(tmp_path):
             assert abs(float(r["scaled_replay_error_pct"])) <= 2.0, r
 
 
+def test_expert_parallel_cells_run_and_more_replicas_are_modelled(tmp_path):
+    # configs/scaling/moe.textproto without its 2-rank cells (for time):
+    # example 09 at ep 1 and ep 2 on 4 ranks, the 8-rank cells modelled from
+    # their traces.
+    text = open(os.path.join(SOURCE, "configs/scaling/moe.textproto")).read()
+    assert "ranks_per_node: [2, 4, 8]" in text
+    text = text.replace("ranks_per_node: [2, 4, 8]", "ranks_per_node: [4, 8]").replace(
+        '"examples/09_moe_gpt.py"', '"{}"'.format(os.path.join(SOURCE, "examples/09_moe_gpt.py")))
+    rows = run_matrix(text, tmp_path / "moe.textproto", tmp_path / "out")
+    cell = "n1x{}-ep{}-tiny_moe-eager-default".format
+    for ep in (1, 2):
+        r = rows[cell(4, ep)]
+        assert r["status"] == "completed" and r["ep"] == str(ep) and r["dp"] == "4", r
+        # Its own trace (a replica's ep x tp ranks as its positions) replayed:
+        # its modelled step.
+        assert abs(float(r["replayed_step_us"]) - float(r["modelled_step_us"])) <= 0.011, r
+        modelled = rows[cell(8, ep)]
+        assert modelled["status"] == "modelled", modelled
+        assert modelled["modelled_from"] == cell(4, ep), modelled
+        assert modelled["dp"] == "8" and modelled["ep"] == str(ep), modelled
+        assert float(modelled["modelled_step_us"]) > 0, modelled
+        # The token exchanges: all-to-alls at ep 2, none at ep 1.
+        for row in (r, modelled):
+            assert (row["bytes_per_step_alltoall"] != "") == (ep == 2), row
+    # ep carved out of dp trains the same model on the same shards.
+    one, two = (float(rows[cell(4, ep)]["loss"]) for ep in (1, 2))
+    assert abs(one - two) <= 1e-4, (one, two)
+    assert "| 1 x 1 x 8 (ep 2) |" in (tmp_path / "out" / "report.md").read_text()
+
+
 def cell_log(out, cell):
     return (out / "cells" / cell / "output.log").read_text()
 
@@ -280,6 +311,27 @@ BAD_MATRICES = [
     ('name: "x"\nranks_per_node: [2]\nbatch: 0\nstrategies { name: "a" }\n'
      'models { dim: 16 layers: 1 heads: 2 }\n',
      r"m.textproto:3: batch: must be 1 to 1048576, got 0"),
+    # Expert parallelism: its model, its divisors, and no larger ep modelled.
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" ep: 2 }\n'
+     'models { dim: 16 layers: 1 heads: 2 }\n',
+     r"m.textproto:3: strategies\[0\].ep: expert parallelism \(ep 2\) needs a model with "
+     r"experts; model d16-l1 has none"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" ep: 4 }\n'
+     'models { dim: 16 layers: 1 heads: 2 experts: 8 }\n',
+     r"m.textproto:3: strategies\[0\].ep: ep 4 does not divide the 2 data-parallel ranks"),
+    ('name: "x"\nranks_per_node: [6]\nstrategies { name: "a" ep: 3 }\n'
+     'models { dim: 16 layers: 1 heads: 2 experts: 8 }\n',
+     r"m.textproto:4: models\[0\].experts: 8 experts are not divisible by strategy a's "
+     r"ep 3"),
+    ('name: "x"\nranks_per_node: [2]\nstrategies { name: "a" }\n'
+     'models { dim: 16 layers: 1 heads: 2 experts: 2 top_k: 3 }\n',
+     r"m.textproto:4: models\[0\].top_k: must be 1 to 2, got 3"),
+    ('name: "x"\nmax_real_ranks: 4\nranks_per_node: [4, 8]\nstrategies { name: "a" ep: 4 '
+     '}\nmodels { dim: 16 layers: 1 heads: 2 experts: 8 }\n',
+     r"m.textproto:2: max_real_ranks: cell n1x8-a-d16_l1-eager-default \(8 ranks, ep 4\) "
+     r"is modelled, but no real cell .* has 2 replicas of its ep x tp = 4 ranks to record "
+     r"\(8 ranks or more\): a replay adds replicas of a recorded ep, it does not model a "
+     r"larger ep"),
 ]
 
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <ostream>
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,8 @@ struct MatrixCell {
   std::string topology;  // a file, or "" for the embedded trn2 node
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (strategy.tp() * strategy.pp()); }
+  // Data-parallel replicas: dp over the expert-parallel ranks carved out of it.
+  int replicas() const { return dp() / std::max(1, strategy.ep()); }
   int batch_per_dp = 8;  // sequences per data-parallel rank per step
   // Modelled (more ranks than max_real_ranks): replays the trace of the
   // real cell `source` (an index into MatrixSpec::cells), scaled to this
