@@ -4,6 +4,7 @@
     .venv/bin/python examples/10_ssm.py                 # PYTHONPATH=build/python
     .venv/bin/python examples/10_ssm.py --compile       # torch.compile(backend="neuron")
     neuronrun -n 1 examples/10_ssm.py --compile         # neuronrun sets PYTHONPATH
+    neuronrun -n 2 examples/10_ssm.py --compile         # data parallel (DDP), 2 ranks
     .venv/bin/python examples/10_ssm.py --device cpu    # the same on the CPU
 
 The model is torchneuron.models.ssm: token embedding, --layers blocks of
@@ -14,18 +15,28 @@ and the output projection; LM head and cross-entropy. With --compile the
 whole model, loss included, is one forward and one backward graph on the
 device (fullgraph=True: an op the device did not run would be an error).
 
+With more than one rank (WORLD_SIZE > 1, as neuronrun and torchrun set
+it) the model is wrapped in torch's DistributedDataParallel over the
+"neuron" process group ("gloo" with --device cpu) around the model
+(compiled in place with --compile); each rank trains on its own --batch
+sequences.
+
 The data counts up by one (modulo the vocabulary) from a random start per
-sequence: learnt, the loss falls. Per step it prints the loss, the wall
-time on this machine and, on "neuron", the modelled step on a Trainium2
-NeuronCore (the compute clock: eager ops charged one by one, or the
-compiled graphs' plans); at the end the median step after the first and
-whether the loss fell.
+sequence: learnt, the loss falls. Per step rank 0 prints the loss (the
+mean over the ranks), the wall time on this machine and, on "neuron", the
+modelled step on a Trainium2 NeuronCore (the compute clock: eager ops
+charged one by one, or the compiled graphs' plans, and with DDP the waits
+for the gradients' all-reduce; the slowest rank's); at the end the median
+step after the first and whether the loss fell.
 """
 import argparse
+import os
 import sys
 import time
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchneuron  # registers the "neuron" device and the compile backend
 from torchneuron import fabric
@@ -52,28 +63,62 @@ def parse():
     return p.parse_args()
 
 
-def counting_tokens(args):
-    """[steps, batch, seq + 1]: each sequence counts up by one (modulo the
-    vocabulary) from a random start."""
-    g = torch.Generator().manual_seed(args.seed + 1)
+def counting_tokens(args, rank):
+    """[steps, batch, seq + 1] of this rank: each sequence counts up by one
+    (modulo the vocabulary) from a random start."""
+    g = torch.Generator().manual_seed(args.seed + 1 + 1000 * rank)
     start = torch.randint(0, args.vocab, (args.steps, args.batch, 1), generator=g)
     return (start + torch.arange(args.seq + 1)) % args.vocab
 
 
-def main():
-    args = parse()
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device)
+def join_ranks(args):
+    """(rank, ranks): with WORLD_SIZE > 1 this rank joins the process group
+    ("neuron" on the device, "gloo" on the CPU); one process otherwise."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    dist.init_process_group("neuron" if args.device == "neuron" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def build(args, ranks):
+    """(model, what runs the step, optimizer): with --compile the model is
+    compiled in place (fullgraph: its forward and backward each one graph),
+    then with more than one rank wrapped in DDP, whose hooks all-reduce the
+    gradients the backward graph produces."""
+    torch.manual_seed(args.seed)  # the same start on every rank
     cfg = SSMConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, inner=args.inner,
                     state=args.state, layers=args.layers)
-    model = SSMLM(cfg).to(device)
-    step_fn = torch.compile(model, backend="neuron", fullgraph=True) if args.compile else model
+    model = SSMLM(cfg).to(args.device)
+    if args.compile:
+        model.compile(backend="neuron", fullgraph=True)
+    step_fn = DDP(model) if ranks > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True)
-    tokens = counting_tokens(args)
+    return model, step_fn, opt
+
+
+def mean_and_slowest(loss, modelled, ranks):
+    """The loss averaged over the ranks and the slowest rank's modelled
+    step (one all-reduce each; the values themselves with one rank)."""
+    if ranks == 1:
+        return loss, modelled
+    figures = torch.tensor([loss / ranks, modelled], dtype=torch.float64)
+    dist.all_reduce(figures[:1])
+    dist.all_reduce(figures[1:], op=dist.ReduceOp.MAX)
+    return figures[0].item(), figures[1].item()
+
+
+def main():
+    args = parse()
+    rank, ranks = join_ranks(args)
+    device = torch.device(args.device)
+    model, step_fn, opt = build(args, ranks)
+    tokens = counting_tokens(args, rank)
     params = sum(p.numel() for p in model.parameters())
-    print(f"selective-scan LM: {params / 1e3:.1f}K parameters, {args.layers} layers, "
-          f"inner {args.inner}, state {args.state}, seq {args.seq}, batch {args.batch} "
-          f"on {device.type}{', compiled' if args.compile else ', eager'}", flush=True)
+    if rank == 0:
+        print(f"selective-scan LM: {params / 1e3:.1f}K parameters, {args.layers} layers, "
+              f"inner {args.inner}, state {args.state}, seq {args.seq}, batch {args.batch} "
+              f"x {ranks} rank(s) on {device.type}"
+              f"{', compiled' if args.compile else ', eager'}", flush=True)
     on_neuron = device.type == "neuron"
     history = []
     for step in range(args.steps):
@@ -87,16 +132,21 @@ def main():
         value = loss.item()
         wall = time.perf_counter() - start
         modelled = fabric.clock()["compute_us"] - clock0 if on_neuron else 0.0
+        value, modelled = mean_and_slowest(value, modelled, ranks)
         history.append((value, wall, modelled))
-        if step % args.print_every == 0 or step == args.steps - 1:
+        if rank == 0 and (step % args.print_every == 0 or step == args.steps - 1):
             line = f"step {step:3d}  loss {value:.4f}  wall {wall * 1e3:.1f} ms"
             if on_neuron:
                 line += f"  modelled Trainium2 step {modelled:.1f} us"
             print(line, flush=True)
-    return summary(args, history, on_neuron)
+    code = summary(args, history, on_neuron) if rank == 0 else 0
+    if ranks > 1:
+        dist.destroy_process_group()
+    return code
 
 
 def summary(args, history, on_neuron):
+    """Rank 0's closing lines; 0 when the loss fell, 1 otherwise."""
     warm = history[1:] or history
     line = f"median step after the first: wall {median([h[1] for h in warm]) * 1e3:.1f} ms"
     if on_neuron:
