@@ -184,6 +184,47 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
         parallel.load_checkpoint(str(tmp_path), other)
 
 
+def test_optimizer_state_the_checkpoint_lacks_is_an_error_unless_asked_for(tmp_path):
+    model = _tiny_gpt(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    tokens = torch.randint(0, 20, (2, 4))
+    model(tokens, tokens).backward()
+    opt.step()
+    other = _tiny_gpt(2)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    other(tokens, tokens).backward()
+    other_opt.step()
+    before = {k: v.clone() for k, v in other_opt.state[next(other.parameters())].items()}
+    # Wholly: a model-only checkpoint does not wipe the optimizer's state.
+    model_only = tmp_path / "model-only"
+    parallel.save_checkpoint(str(model_only), model, step=1)
+    with pytest.raises(ValueError, match=r"model-only holds no optimizer state .*"
+                                         r"allow_missing_optimizer_state=True"):
+        parallel.load_checkpoint(str(model_only), other, optimizer=other_opt)
+    first = next(other.parameters())
+    assert other_opt.state[first].keys() == before.keys()  # nothing was modified
+    assert all(torch.equal(other_opt.state[first][k], v) for k, v in before.items())
+    parallel.load_checkpoint(str(model_only), other, optimizer=other_opt,
+                             allow_missing_optimizer_state=True)
+    assert other_opt.state[first] == {}
+    # Partly: an entry dropped from the manifest (its checksum recomputed).
+    full = tmp_path / "full"
+    parallel.save_checkpoint(str(full), model, optimizer=opt, step=2)
+    m = torchneuron._C._read_manifest(str(full))
+    dropped = "head.out.weight#exp_avg_sq"
+    tensors = [t for t in m["tensors"] if t[0] != dropped]
+    assert len(tensors) == len(m["tensors"]) - 1
+    torchneuron._C._write_manifest(str(full), m["step"], m["layout"], m["files"], tensors)
+    with pytest.raises(ValueError, match=r"lacks the optimizer state exp_avg_sq of parameter "
+                                         r"'head.out.weight' \(it holds exp_avg, exp_avg_sq, "
+                                         r"step for other parameters"):
+        parallel.load_checkpoint(str(full), other, optimizer=other_opt)
+    parallel.load_checkpoint(str(full), other, optimizer=other_opt,
+                             allow_missing_optimizer_state=True)
+    head = dict(other.named_parameters())["head.out.weight"]
+    assert sorted(other_opt.state[head]) == ["exp_avg", "step"]
+
+
 def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path):
     directory = tmp_path / "ckpt"
     proc = run(2, "checkpoint_killed.py", "--dir", str(directory))

@@ -192,25 +192,61 @@ class _Pieces:
                                  self.directory)
 
 
-def load_checkpoint(directory, model, parts=None, optimizer=None):
+class _OptimizerStateCheck:
+    """Whether the checkpoint holds all the optimizer state a load replaces:
+    every key it holds for any parameter, for each parameter `optimizer`
+    trains. A checkpoint without optimizer state, or with some of it missing
+    (an entry dropped from its manifest), is a ValueError naming what is
+    missing unless `allow_missing` (then a parameter gets what there is, and
+    starts afresh for the rest)."""
+
+    def __init__(self, pieces, optimizer, allow_missing):
+        self.pieces, self.allow_missing = pieces, allow_missing
+        self.trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        self.keys = sorted({n.split("#", 1)[1] for n in pieces.shapes if "#" in n})
+
+    def state_keys(self, name):
+        prefix = name + "#"
+        return sorted(n[len(prefix):] for n in self.pieces.shapes if n.startswith(prefix))
+
+    def check(self, name, param):
+        """The keys to load for parameter `name` (`param`, in the optimizer or not)."""
+        keys = self.state_keys(name)
+        if self.allow_missing or id(param) not in self.trained or (keys and keys == self.keys):
+            return keys
+        where = f"checkpoint {self.pieces.directory}"
+        fix = ("; pass allow_missing_optimizer_state=True to load it anyway (the "
+               "missing state starts afresh), or optimizer=None to load the model only")
+        if not self.keys:
+            raise ValueError(f"{where} holds no optimizer state (it was saved without "
+                             f"an optimizer, or before its first step){fix}")
+        missing = ", ".join(k for k in self.keys if k not in keys)
+        raise ValueError(f"{where} lacks the optimizer state {missing} of parameter "
+                         f"'{name}' (it holds {', '.join(self.keys)} for other parameters: "
+                         f"an entry dropped from its manifest, or a parameter that had no "
+                         f"gradient when it was saved){fix}")
+
+
+def load_checkpoint(directory, model, parts=None, optimizer=None,
+                    allow_missing_optimizer_state=False):
     """Loads a checkpoint saved by save_checkpoint, from any layout, into
     `parts` (default [model]) and `optimizer` (its state is replaced).
     Returns the saved step. Every rank reads the manifest and the files it
-    needs; nothing is modified before every tensor was found and matched."""
+    needs; nothing is modified before every tensor was found and matched.
+    Optimizer state the checkpoint lacks, wholly or for some parameter, is
+    a ValueError unless allow_missing_optimizer_state."""
     parts = parts if parts is not None else [model]
     pieces = _Pieces(directory)
     _, tp_rank, _ = _coordinates()
     name_of = {id(t): n for n, t in model.named_parameters()}
     name_of.update({id(t): n for n, t in model.named_buffers()})
     writes = []  # (function, args), applied once everything resolved
+    if optimizer is not None:
+        checked = _OptimizerStateCheck(pieces, optimizer, allow_missing_optimizer_state)
 
     def value(entry_name, like_tensor, like_param):
         e = _Entry(entry_name, like_tensor, like_param)
         return e.local_part(pieces.full(entry_name, e.full_shape), tp_rank)
-
-    def state_keys(name):
-        prefix = name + "#"
-        return sorted(n[len(prefix):] for n in pieces.shapes if n.startswith(prefix))
 
     for part in parts:
         if isinstance(part, FullyShardedDataParallel):
@@ -222,7 +258,9 @@ def load_checkpoint(directory, model, parts=None, optimizer=None):
                 writes.append((unit.core.load_full_parameters, (values,)))
                 if optimizer is not None and names:
                     state = {}
-                    for key in state_keys(names[0]):
+                    for n in names[1:]:
+                        checked.check(n, unit.core.shard)
+                    for key in checked.check(names[0], unit.core.shard):
                         saved_shape = pieces.shapes[f"{names[0]}#{key}"]
                         if len(saved_shape) > 0:  # shaped like the parameters (moments)
                             per = [value(f"{n}#{key}", torch.empty(s), p)
@@ -238,7 +276,7 @@ def load_checkpoint(directory, model, parts=None, optimizer=None):
                 writes.append((_copy, (p, value(name, p.detach(), p))))
                 if optimizer is not None:
                     state = {}
-                    for key in state_keys(name):
+                    for key in checked.check(name, p):
                         saved_shape = pieces.shapes[f"{name}#{key}"]
                         like = p if len(saved_shape) > 0 else None  # moments, or a step
                         state[key] = value(f"{name}#{key}", p.detach() if like is not None
