@@ -5,8 +5,8 @@
 
 #include "flag_values.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 #include <filesystem>
-#include <fstream>
 
 #include "predict.h"
 #include "prediction_table.h"
@@ -248,9 +248,9 @@ int TableMain(const PredictOptions& base, const TableFlags& flags) {
   if (!flags.out.empty()) {
     std::filesystem::create_directories(flags.out);
     const std::string path = (std::filesystem::path(flags.out) / "report.md").string();
-    std::ofstream file(path);
-    WriteTableReport(table, results, file);
-    NEURON_CHECK(file.good(), "cannot write ", path);
+    std::ostringstream report;
+    WriteTableReport(table, results, report);
+    runtime::WriteFileAtomically(path, report.str());  // never through a planted link
   }
   if (!flags.check) return 0;
   const auto moved = CheckRecordedErrors(table, results, 5.0);

@@ -22,6 +22,7 @@ import torch.distributed as _dist
 
 from . import _C
 from ._C import BackendNeuron
+from .files import write_atomically
 
 
 def _process_group(group):
@@ -112,8 +113,7 @@ def export_chrome_trace(path, group=None):
                        "ts": r["start_us"] + r["modelled_us"],
                        "args": {"allocated_bytes": r["allocated"]}})
         wall += r["wall_us"]
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"traceEvents": events}, f)
+    write_atomically(path, json.dumps({"traceEvents": events}))
 
 
 def clock():

@@ -11,14 +11,25 @@ that failed are left out; modelled cells (replayed traces) appear in the
 first two, marked, and not in the memory plot (they did not run).
 """
 import csv
+import io
 import os
 import sys
+
+from .files import write_atomically
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+
+
+def _save(fig, path):
+    """The figure as a PNG at `path`, written atomically (never through a
+    link planted there)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    write_atomically(path, png.getvalue())
 
 def _float(row, key):
     try:
@@ -50,7 +61,7 @@ def efficiency(rows, out):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "efficiency.png"), dpi=100)
+    _save(fig, os.path.join(out, "efficiency.png"))
     plt.close(fig)
 
 
@@ -67,7 +78,7 @@ def breakdown(rows, out):
     ax.tick_params(axis="x", labelrotation=90, labelsize=6)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "breakdown.png"), dpi=100)
+    _save(fig, os.path.join(out, "breakdown.png"))
     plt.close(fig)
 
 
@@ -86,7 +97,7 @@ def memory(rows, out):
     ax2.set_ylabel("max RSS MiB per rank")
     fig.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "memory.png"), dpi=100)
+    _save(fig, os.path.join(out, "memory.png"))
     plt.close(fig)
 
 

@@ -9,6 +9,7 @@ examples/08_upstream_gpt.py, examples/09_moe_gpt.py).
 import json
 
 from . import fabric
+from .files import write_atomically
 
 
 def median(values):
@@ -60,5 +61,4 @@ def write(path, figures, bytes_per_step):
     lines = [f"{key}: {value!r}" for key, value in figures.items()]
     lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(n)!r} }}"
               for op, n in sorted(bytes_per_step.items())]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_atomically(path, "\n".join(lines) + "\n")

@@ -1,10 +1,12 @@
 // Executables (the compiler-runtime contract): validation, the framed file
 // format, and the modelled timeline of a plan on the NeuronCore's engines.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 
 #include "neuron/runtime/device/executable.h"
@@ -110,6 +112,18 @@ TEST(PlanTiming, InstructionsWaitForTheirEngineAndDependencies) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("\"name\":\"matmul #2\""), std::string::npos);
   EXPECT_NE(text.str().find("\"args\":{\"name\":\"tensor\"}"), std::string::npos);
+  // A link planted at the trace's name is refused, its target untouched.
+  const std::string victim = ::testing::TempDir() + "plan_trace_victim";
+  std::ofstream(victim) << "precious";
+  std::remove(trace.c_str());
+  ASSERT_EQ(::symlink(victim.c_str(), trace.c_str()), 0);
+  EXPECT_NE(ErrorOf([&] { WriteChromeTrace(t, e.name(), trace); })
+                .find(trace + ": it is a symbolic link, not followed"),
+            std::string::npos);
+  std::ifstream kept(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "precious");
+  std::remove(trace.c_str());
+  std::remove(victim.c_str());
 }
 
 TEST(Executable, ValidationNamesTheExecutableAndWhatIsWrong) {

@@ -13,6 +13,7 @@ predict --table captures every row in one process).
 import argparse
 import sys
 
+from ..files import write_atomically
 from ..models.decoder import DecoderConfig
 from .step import StepSpec, capture_step
 
@@ -80,8 +81,7 @@ def write_capture(result, path):
             lines.extend(_text({"steps": step}, 1))
         lines.append("}")
     lines.extend(_text(result["sizes"], 0))
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_atomically(path, "\n".join(lines) + "\n")
 
 
 def _capture(argv):
@@ -118,8 +118,7 @@ def main(argv=None):
     for line in lines:
         out, error = _capture(line.split("\t"))
         if error:
-            with open(out + ".error", "w") as f:
-                f.write(error)
+            write_atomically(out + ".error", error)
     return 0
 
 

@@ -1,11 +1,12 @@
 #include "neuron/runtime/device/plan_timing.h"
 
 #include <algorithm>
-#include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
 
 namespace neuron::runtime {
 namespace {
@@ -108,8 +109,7 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
 
 void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
                       const std::string& path) {
-  std::ofstream out(path);
-  NEURON_CHECK(out.good(), "cannot write trace file ", path);
+  std::ostringstream out;
   out << "{\"traceEvents\":[";
   bool first = true;
   for (int k = 0; k < kEngineCount; ++k) {
@@ -124,6 +124,7 @@ void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
         << ",\"dur\":" << (s.end - s.start).count() << "}";
   }
   out << "]}\n";
+  WriteFileAtomically(path, out.str());  // IoError naming it; never through a link
 }
 
 }  // namespace neuron::runtime
