@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <iterator>
 #include <thread>
 #include <vector>
 
+#include "../helpers/mutator.h"
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/runtime/device/executable.h"
@@ -113,6 +115,41 @@ TEST_F(CompileCacheTest, ARelabelledEntryWithARecomputedChecksumIsNotTrusted) {
   CompileCache next(Disk());
   next.GetOrCompile(k4, Compiler(Graph(4)), device_);
   EXPECT_EQ(next.counters().disk_hits, 1u);
+}
+
+// Fuzzed entries, their frame checksum recomputed when the bytes still
+// parse as an executable (a valid file, as a forger would make): none is
+// ever served from disk, and every lookup gives the compiled executable.
+TEST_F(CompileCacheTest, FuzzedEntriesWithRecomputedChecksumsAreNeverDiskHits) {
+  const CacheKey key = MakeCacheKey(Graph(4), "", device_);
+  const runtime::proto::Executable exe = Lower(Graph(4), device_).executable;
+  const auto compiled = CompileCache(Disk()).GetOrCompile(key, [&] { return exe; }, device_);
+  const std::string path = dir_ + "/" + key.digest + ".nexe";
+  const std::string original = runtime::ExecutableFileBytes(*compiled);
+  std::mt19937_64 rng(0x5eed);
+  int reframed = 0;
+  for (int i = 0; i < 150; ++i) {
+    std::string bytes = neuron::testing::Mutate(original, rng);
+    // Every other one: a byte of the executable changed so that it still
+    // parses, in a valid frame.
+    for (int attempt = 0; i % 2 == 0 && attempt < 20; ++attempt) {
+      std::string payload = compiled->SerializeAsString();
+      payload[rng() % payload.size()] ^= static_cast<char>(1 + rng() % 255);
+      runtime::proto::Executable parsed;
+      if (!parsed.ParseFromString(payload)) continue;
+      bytes = runtime::ExecutableFileBytes(parsed);
+      ++reframed;
+      break;
+    }
+    if (bytes == original) continue;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    CompileCache::Lookup lookup;
+    CompileCache cache(Disk());
+    const auto got = cache.GetOrCompile(key, [&] { return exe; }, device_, &lookup);
+    ASSERT_NE(lookup.kind, CompileCache::Lookup::kDiskHit) << "mutation " << i;
+    ASSERT_EQ(got->SerializeAsString(), compiled->SerializeAsString()) << "mutation " << i;
+  }
+  EXPECT_GT(reframed, 20);
 }
 
 // The key: made once, 0600, 32 bytes, shared by every instance; one that

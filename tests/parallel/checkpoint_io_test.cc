@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 
 #include "../helpers/mutator.h"
 #include "neuron/runtime/error.h"
@@ -218,6 +219,47 @@ TEST(CheckpointIo, ManifestNamesArePlainNamesInsideTheCheckpoint) {
   WriteManifest(other, OneFileManifest(other));
   EXPECT_THROW(ReadManifest(dir), IoError);
   std::filesystem::remove_all(root);
+}
+
+// Fuzzed manifests with their checksum line recomputed (as a forger would):
+// each is read or refused with neuron::Error, and one that is read lists
+// only plain names, so no shard is looked for outside the checkpoint.
+TEST(CheckpointIo, FuzzedManifestsWithRecomputedChecksumsNameOnlyTheirOwnFiles) {
+  const std::string dir = TempDir();
+  proto::Manifest seed_manifest = OneFileManifest(dir);
+  auto* t = seed_manifest.add_tensors();
+  t->set_name("w");
+  t->add_full_shape(2);
+  t->set_dtype("float32");
+  *seed_manifest.add_files() = seed_manifest.files(0);
+  seed_manifest.mutable_files(1)->set_name("shard-1.bin");
+  WriteManifest(dir, seed_manifest);
+  const std::string path = dir + "/manifest.textproto";
+  const std::string written = ReadAll(path);
+  const std::string seed = written.substr(written.find('\n', written.find('\n') + 1) + 1);
+  std::mt19937_64 rng(7);
+  neuron::testing::Fuzz("checkpoint manifest", seed, [&](const std::string& mutated) {
+    // Half the inputs also get a path into a file name: the mutator's
+    // tokens do not make one.
+    std::string text = mutated;
+    const std::size_t name = text.find("name: \"shard-");
+    if (rng() % 2 == 0 && name != std::string::npos) {
+      static const char* const kPaths[] = {"../", "/", "./", "a/../../", "..\""};
+      text.insert(name + 7, kPaths[rng() % 5]);
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(runtime::Fnv1a(text.data(), text.size())));
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << "# torchneuron sharded checkpoint\n# checksum fnv1a64 " << hex << "\n" << text;
+    const proto::Manifest read = ReadManifest(dir);
+    for (const auto& f : read.files()) {
+      ASSERT_TRUE(!f.name().empty() && f.name().find('/') == std::string::npos &&
+                  f.name() != "." && f.name() != "..")
+          << "a manifest naming '" << f.name() << "' was accepted";
+    }
+  });
+  std::filesystem::remove_all(dir);
 }
 
 // A piece whose shape claims far more than its data: refused before
