@@ -42,7 +42,7 @@ struct ShmOptions {
   std::chrono::milliseconds check_interval{100};
   // The job rank of each member, for messages about a member (a dead peer
   // is "rank 3 (member 1 of this group, pid N)"); empty: member i is rank i.
-  std::vector<int> global_ranks;
+  std::vector<int> global_ranks{};
 };
 
 class ShmTransport final : public Transport, public SharedWindows {
