@@ -20,7 +20,8 @@ EagerKind KindOf(const proto::CapturedOp& op) {
                    op.elements() >= 0,
                "captured op ", op.name(), ": negative sizes");
   for (EagerKind kind : {EagerKind::kView, EagerKind::kMatmul, EagerKind::kVector,
-                         EagerKind::kScalar, EagerKind::kCopy, EagerKind::kUnknown}) {
+                         EagerKind::kScalar, EagerKind::kCopy, EagerKind::kFallback,
+                         EagerKind::kUnknown}) {
     if (op.kind() == runtime::Name(kind)) return kind;
   }
   throw InvalidUsage(StrCat("captured op ", op.name(), ": unknown kind \"", op.kind(), "\""));

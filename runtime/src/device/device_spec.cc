@@ -4,6 +4,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cmath>
+#include <utility>
 
 #include "neuron/runtime/text_proto.h"
 #include "neuron/runtime/config.h"
@@ -29,6 +30,19 @@ void CheckElementwise(const proto::ElementwiseEngineSpec& e, const std::string& 
                "device spec ", origin, ": ", engine,
                " needs clock_ghz, lanes and cycles_per_element > 0 (got ", e.clock_ghz(),
                ", ", e.lanes(), ", ", e.cycles_per_element(), ")");
+}
+
+// The host fields are 0 (their default) or positive and finite.
+void CheckHost(const proto::HostSpec& h, const std::string& origin) {
+  const std::pair<double, const char*> fields[] = {
+      {h.link_gbps(), "host.link_gbps"},
+      {h.link_latency_us(), "host.link_latency_us"},
+      {h.sync_us(), "host.sync_us"},
+      {h.cpu_ns_per_element(), "host.cpu_ns_per_element"}};
+  for (const auto& [value, name] : fields) {
+    NEURON_CHECK(value >= 0 && std::isfinite(value), "device spec ", origin, ": ", name,
+                 " must be 0 (its default) or > 0 and finite, got ", value);
+  }
 }
 
 }  // namespace
@@ -115,6 +129,7 @@ void DeviceSpec::Validate() const {
   const double fraction = spec_.dma().collective_compute_fraction();
   NEURON_CHECK(fraction >= 0 && fraction <= 1, "device spec ", origin_,
                ": dma.collective_compute_fraction must be 0 (0.5) to 1, got ", fraction);
+  CheckHost(spec_.host(), origin_);
 }
 
 }  // namespace neuron::runtime

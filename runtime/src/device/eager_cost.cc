@@ -16,14 +16,37 @@ const char* Name(EagerKind kind) {
       return "scalar";
     case EagerKind::kCopy:
       return "copy";
+    case EagerKind::kFallback:
+      return "fallback";
     case EagerKind::kUnknown:
       return "unknown";
   }
   return "?";
 }
 
+namespace {
+
+// `value`, or `fallback` when the spec left it 0.
+double Or(double value, double fallback) { return value > 0 ? value : fallback; }
+
+}  // namespace
+
+FallbackCost FallbackParts(const DeviceSpec& spec, const EagerOp& op) {
+  const proto::HostSpec& host = spec.spec().host();
+  const double bytes_per_us = Or(host.link_gbps(), 32) * 1e3;  // GB/s = 1e3 B/us
+  const double latency = Or(host.link_latency_us(), 2);
+  auto link = [&](std::uint64_t bytes) {
+    return SimDuration(latency + static_cast<double>(bytes) / bytes_per_us);
+  };
+  return {link(op.bytes_in),
+          SimDuration(static_cast<double>(op.elements) * Or(host.cpu_ns_per_element(), 1) /
+                      1e3),
+          link(op.bytes_out), SimDuration(Or(host.sync_us(), 5))};
+}
+
 SimDuration EagerCost(const CostModel& model, const EagerOp& op) {
   if (op.kind == EagerKind::kView) return SimDuration(0);
+  if (op.kind == EagerKind::kFallback) return FallbackParts(model.device(), op).total();
   const std::uint64_t traffic = op.bytes_in + op.bytes_out;
   const std::uint32_t partitions = model.device().spec().sbuf().partitions();
   if (op.kind == EagerKind::kCopy) return model.Dma(op.bytes_out, partitions);

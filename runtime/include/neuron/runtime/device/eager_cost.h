@@ -9,8 +9,11 @@
 //                over max(input, output) elements
 //   scalar       transcendentals (exp, tanh, softmax, ...): the scalar engine
 //   copy         a transfer between host and device, or within HBM: one DMA
-//   unknown      any other op: the roofline of the vector engine over its
-//                elements against its HBM traffic (never free)
+//   fallback     a CPU fallback (op_support.h): its inputs copied to the
+//                host over the host link, the CPU's kernel, its outputs
+//                copied back, and the synchronisation (DeviceSpec's host)
+//   unknown      an op of a capture made before the support table: the
+//                roofline of the vector engine (never free)
 //   view         metadata only (views, empty tensors): free
 //
 // Usage:
@@ -27,7 +30,7 @@
 
 namespace neuron::runtime {
 
-enum class EagerKind { kView, kMatmul, kVector, kScalar, kCopy, kUnknown };
+enum class EagerKind { kView, kMatmul, kVector, kScalar, kCopy, kFallback, kUnknown };
 const char* Name(EagerKind kind);
 
 struct EagerOp {
@@ -46,5 +49,15 @@ struct EagerOp {
 };
 
 SimDuration EagerCost(const CostModel& model, const EagerOp& op);
+
+// A CPU fallback's parts (EagerKind::kFallback), from the spec's host
+// figures (their defaults when 0): each copy is the link's latency plus its
+// bytes at the link's rate; the CPU kernel takes cpu_ns_per_element per
+// element of the op.
+struct FallbackCost {
+  SimDuration to_host, cpu, to_device, sync;
+  SimDuration total() const { return to_host + cpu + to_device + sync; }
+};
+FallbackCost FallbackParts(const DeviceSpec& spec, const EagerOp& op);
 
 }  // namespace neuron::runtime
