@@ -14,6 +14,8 @@
 #include <fstream>
 #include <set>
 
+#include "neuron/collectives/store/auth.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
@@ -27,13 +29,88 @@ constexpr char kMagic[8] = {'N', 'C', 'K', 'P', 'T', 'v', '1', '\n'};
 constexpr const char* kManifest = "manifest.textproto";
 constexpr std::uint64_t kMaxManifestBytes = 256 << 20;
 
-// The manifest's first two lines: what it is, and the checksum of the text
-// after them (a manifest edited by hand, its step or its lists, is refused).
-std::string ManifestHeader(const std::string& text) {
+constexpr const char* kFirstLine = "# torchneuron sharded checkpoint\n";
+constexpr const char* kChecksumLine = "# checksum fnv1a64 ";
+constexpr const char* kMacLine = "# mac hmac-sha256 ";
+constexpr const char* kKeyVariable = "$NEURON_CHECKPOINT_SECRET";
+
+std::string Hex(const std::string& raw) {
+  std::string out;
+  char byte[3];
+  for (unsigned char c : raw) {
+    std::snprintf(byte, sizeof(byte), "%02x", c);
+    out += byte;
+  }
+  return out;
+}
+
+// A keyed file's MAC binds its name (length-prefixed) and its bytes.
+std::string FileMac(const std::string& key, const std::string& name, const std::string& bytes) {
+  return Hex(collectives::auth::Proof(key, "neuron-checkpoint-file\n",
+                                      StrCat(name.size(), ":", name), bytes));
+}
+
+// The manifest's first two lines: what it is, and the checksum (with a key:
+// the MAC) of the text after them (a manifest edited by hand, its step or
+// its lists, is refused).
+std::string ManifestHeader(const std::string& text, const std::string& key) {
+  if (!key.empty()) {
+    return StrCat(kFirstLine, kMacLine,
+                  Hex(collectives::auth::Proof(key, "neuron-checkpoint-manifest\n", text, "")),
+                  "\n");
+  }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx",
                 static_cast<unsigned long long>(runtime::Fnv1a(text.data(), text.size())));
-  return StrCat("# torchneuron sharded checkpoint\n# checksum fnv1a64 ", hex, "\n");
+  return StrCat(kFirstLine, kChecksumLine, hex, "\n");
+}
+
+// IoError unless `header` (the manifest's first two lines) is the one its
+// text has under `key`: a keyed manifest needs its key, and with a key an
+// unkeyed one is refused (a forger would otherwise strip the MACs).
+void CheckManifestHeader(const std::string& dir, const std::string& header,
+                         const std::string& text, const std::string& key) {
+  const std::size_t first = std::strlen(kFirstLine);
+  const bool keyed = header.compare(first, std::strlen(kMacLine), kMacLine) == 0;
+  if (keyed && key.empty()) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " is keyed (HMAC-SHA256): set ",
+                         kKeyVariable, " to the secret it was saved with"));
+  }
+  if (!keyed && !key.empty() &&
+      header.compare(first, std::strlen(kChecksumLine), kChecksumLine) == 0) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " was saved without a key "
+                         "(FNV-1a checksums) and ", kKeyVariable, " is set: with a key only "
+                         "keyed checkpoints are trusted; unset it to load this one"));
+  }
+  if (collectives::auth::ConstantTimeEqual(header, ManifestHeader(text, key))) return;
+  if (keyed) {
+    throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " does not carry the MAC of its "
+                         "contents under ", kKeyVariable, ": it was changed after it was "
+                         "written, or saved with another secret"));
+  }
+  throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " does not carry the checksum of "
+                       "its contents: it was changed after it was written (or written by "
+                       "another program)"));
+}
+
+// IoError unless `bytes` are the file `entry` describes.
+void CheckFile(const std::string& dir, const proto::ManifestFile& entry,
+               const std::string& bytes, const std::string& key) {
+  if (!key.empty()) {
+    if (bytes.size() == entry.bytes() &&
+        collectives::auth::ConstantTimeEqual(FileMac(key, entry.name(), bytes), entry.mac())) {
+      return;
+    }
+    throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " does not carry the MAC the "
+                         "manifest gives it (it has ", bytes.size(), " bytes, the manifest says ",
+                         entry.bytes(), "): the file changed or is truncated"));
+  }
+  const std::uint64_t checksum = runtime::Fnv1a(bytes.data(), bytes.size());
+  if (bytes.size() == entry.bytes() && checksum == entry.checksum()) return;
+  throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " has ", bytes.size(),
+                       " bytes and checksum ", checksum, " but the manifest says ",
+                       entry.bytes(), " and ", entry.checksum(),
+                       ": the file changed or is truncated"));
 }
 
 std::string DtypeName(at::ScalarType t) {
@@ -87,7 +164,15 @@ void CheckPlainName(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces) {
+std::string CheckpointKey() {
+  const auto key = runtime::ConfigRegistry::Get().Find(runtime::ConfigKey::kCheckpointSecret);
+  if (!key) return "";
+  collectives::auth::CheckSecret(*key, kKeyVariable);
+  return *key;
+}
+
+FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece>& pieces,
+                          const std::string& key) {
   proto::ShardFile file;
   for (const TensorPiece& p : pieces) {
     proto::TensorPiece* out = file.add_pieces();
@@ -103,22 +188,19 @@ FileDigest WriteShardFile(const std::string& path, const std::vector<TensorPiece
   std::string bytes(kMagic, sizeof(kMagic));
   bytes += file.SerializeAsString();
   runtime::WriteFileAtomically(path, bytes);
-  return {bytes.size(), runtime::Fnv1a(bytes.data(), bytes.size())};
+  const std::string name = std::filesystem::path(path).filename().string();
+  return {bytes.size(), runtime::Fnv1a(bytes.data(), bytes.size()),
+          key.empty() ? "" : FileMac(key, name, bytes)};
 }
 
-std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& entry) {
+std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::ManifestFile& entry,
+                                       const std::string& key) {
   CheckPlainName(dir, entry.name());
   const std::string path = dir + "/" + entry.name();
   // Not through a link either: the checkpoint's files are its own.
   const std::string bytes =
       runtime::ReadFile(path, "checkpoint", runtime::kMaxFileBytes, runtime::Links::kRefuse);
-  if (bytes.size() != entry.bytes() ||
-      runtime::Fnv1a(bytes.data(), bytes.size()) != entry.checksum()) {
-    throw IoError(StrCat("checkpoint ", dir, ": ", entry.name(), " has ", bytes.size(),
-                         " bytes and checksum ", runtime::Fnv1a(bytes.data(), bytes.size()),
-                         " but the manifest says ", entry.bytes(), " and ", entry.checksum(),
-                         ": the file changed or is truncated"));
-  }
+  CheckFile(dir, entry, bytes, key);
   proto::ShardFile file;
   if (bytes.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0 ||
       !file.ParseFromArray(bytes.data() + sizeof(kMagic),
@@ -159,31 +241,34 @@ std::vector<TensorPiece> ReadShardFile(const std::string& dir, const proto::Mani
   return pieces;
 }
 
-void WriteManifest(const std::string& dir, const proto::Manifest& manifest) {
+void WriteManifest(const std::string& dir, const proto::Manifest& manifest,
+                   const std::string& key) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
-  runtime::WriteFileAtomically(dir + "/" + kManifest, ManifestHeader(text) + text);
+  runtime::WriteFileAtomically(dir + "/" + kManifest, ManifestHeader(text, key) + text);
   // The rename must reach the disk before the previous save's files are
   // removed (RemoveUnlisted).
   runtime::SyncDirectory(dir);
 }
 
-proto::Manifest ReadManifest(const std::string& dir) {
+proto::Manifest ReadManifest(const std::string& dir, const std::string& key) {
   const std::string path = dir + "/" + kManifest;
   NEURON_CHECK(std::filesystem::exists(path), "no complete checkpoint in ", dir, ": ",
                kManifest, " is missing (a save that did not finish leaves none)");
   RemoveStaleTemporaries(dir);
   const std::string bytes = runtime::ReadFile(path, "checkpoint manifest", kMaxManifestBytes,
                                               runtime::Links::kRefuse);
-  // "# torchneuron sharded checkpoint\n# checksum fnv1a64 <hex>\n<text>"
+  // "# torchneuron sharded checkpoint\n# checksum fnv1a64 <hex>\n<text>", or
+  // with a key "...\n# mac hmac-sha256 <hex>\n<text>".
   const std::size_t first = bytes.find('\n');
   const std::size_t second = first == std::string::npos ? first : bytes.find('\n', first + 1);
-  const std::string text = second == std::string::npos ? "" : bytes.substr(second + 1);
-  if (second == std::string::npos || bytes.compare(0, second + 1, ManifestHeader(text)) != 0) {
+  if (second == std::string::npos || bytes.compare(0, first + 1, kFirstLine) != 0) {
     throw IoError(StrCat("checkpoint ", dir, ": ", kManifest, " does not carry the checksum of "
                          "its contents: it was changed after it was written (or written by "
                          "another program)"));
   }
+  const std::string text = bytes.substr(second + 1);
+  CheckManifestHeader(dir, bytes.substr(0, second + 1), text, key);
   proto::Manifest manifest;
   NEURON_CHECK(google::protobuf::TextFormat::ParseFromString(text, &manifest), "checkpoint ",
                dir, ": ", kManifest, " does not parse");

@@ -14,13 +14,15 @@ namespace np = neuron::parallel;
 namespace {
 
 using PieceTuple = std::tuple<std::string, std::vector<std::int64_t>, int, std::int64_t, at::Tensor>;
-using FileTuple = std::tuple<std::string, std::uint64_t, std::uint64_t>;
+// (name, bytes, FNV-1a checksum, hex MAC or "")
+using FileTuple = std::tuple<std::string, std::uint64_t, std::uint64_t, std::string>;
 
 np::proto::ManifestFile ToFile(const FileTuple& f) {
   np::proto::ManifestFile out;
   out.set_name(std::get<0>(f));
   out.set_bytes(std::get<1>(f));
   out.set_checksum(std::get<2>(f));
+  out.set_mac(std::get<3>(f));
   return out;
 }
 
@@ -34,15 +36,15 @@ void BindCheckpoint(py::module_& m) {
         for (const auto& [name, shape, dim, begin, data] : pieces) {
           out.push_back({name, shape, dim, begin, data});
         }
-        const np::FileDigest d = np::WriteShardFile(path, out);
-        return std::make_pair(d.bytes, d.checksum);
+        const np::FileDigest d = np::WriteShardFile(path, out, np::CheckpointKey());
+        return std::make_tuple(d.bytes, d.checksum, d.mac);
       },
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "_read_shard_file",
       [](const std::string& dir, const FileTuple& file) {
         std::vector<PieceTuple> out;
-        for (auto& p : np::ReadShardFile(dir, ToFile(file))) {
+        for (auto& p : np::ReadShardFile(dir, ToFile(file), np::CheckpointKey())) {
           out.emplace_back(p.name, p.full_shape, p.dim, p.begin, p.data);
         }
         return out;
@@ -64,16 +66,16 @@ void BindCheckpoint(py::module_& m) {
             for (auto d : shape) t->add_full_shape(d);
             t->set_dtype(dtype);
           }
-          np::WriteManifest(dir, m);
+          np::WriteManifest(dir, m, np::CheckpointKey());
           np::RemoveUnlisted(dir, m);  // the previous save's files (best effort)
         });
   m.def("_read_manifest", [](const std::string& dir) {
-    const np::proto::Manifest m = np::ReadManifest(dir);
+    const np::proto::Manifest m = np::ReadManifest(dir, np::CheckpointKey());
     py::dict d;
     d["step"] = m.step();
     d["layout"] = m.layout();
     py::list files, tensors;
-    for (const auto& f : m.files()) files.append(py::make_tuple(f.name(), f.bytes(), f.checksum()));
+    for (const auto& f : m.files()) files.append(py::make_tuple(f.name(), f.bytes(), f.checksum(), f.mac()));
     for (const auto& t : m.tensors()) {
       tensors.append(py::make_tuple(
           t.name(), std::vector<std::int64_t>(t.full_shape().begin(), t.full_shape().end()),

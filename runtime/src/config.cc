@@ -98,6 +98,10 @@ const ConfigEntry kEntries[] = {
      "set by neuronrun for its ranks: the agent that started them (if neuronrun is "
      "killed, its watchdog kills every process whose environment holds it)",
      false},
+    {ConfigKey::kCheckpointSecret, "NEURON_CHECKPOINT_SECRET", "",
+     "key of sharded checkpoints: saves are authenticated with HMAC-SHA256 under it "
+     "and loads trust only checkpoints that carry its MAC",
+     true},
 };
 
 }  // namespace

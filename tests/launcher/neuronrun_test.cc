@@ -630,9 +630,9 @@ TEST(NeuronrunBadInput, ShortOrBlankSecretIsRefusedNamingItsSource) {
   const std::vector<std::string> args = {"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
                                          "-n", "1", "/bin/true"};
   const std::vector<std::pair<std::string, std::string>> env_cases = {
-      {"x", "the job secret from $NEURON_RDZV_SECRET has 1 bytes; at least 16 are needed"},
-      {"guessed", "the job secret from $NEURON_RDZV_SECRET has 7 bytes"},
-      {std::string(24, ' '), "the job secret from $NEURON_RDZV_SECRET is only whitespace"}};
+      {"x", "the secret from $NEURON_RDZV_SECRET has 1 bytes; at least 16 are needed"},
+      {"guessed", "the secret from $NEURON_RDZV_SECRET has 7 bytes"},
+      {std::string(24, ' '), "the secret from $NEURON_RDZV_SECRET is only whitespace"}};
   for (const auto& [secret, message] : env_cases) {
     LauncherProcess job(args, {{"NEURON_RDZV_SECRET", secret}});
     EXPECT_EQ(job.Wait(30s), 2);
@@ -648,7 +648,7 @@ TEST(NeuronrunBadInput, ShortOrBlankSecretIsRefusedNamingItsSource) {
   file_args.insert(file_args.end(), args.begin(), args.end());
   LauncherProcess job(file_args);
   EXPECT_EQ(job.Wait(30s), 2);
-  EXPECT_NE(job.Stderr().find(std::string("the job secret from rendezvous secret file ") + tmpl +
+  EXPECT_NE(job.Stderr().find(std::string("the secret from rendezvous secret file ") + tmpl +
                               " is only whitespace or NUL bytes"),
             std::string::npos)
       << job.Stderr();

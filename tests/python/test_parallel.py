@@ -225,6 +225,26 @@ def test_optimizer_state_the_checkpoint_lacks_is_an_error_unless_asked_for(tmp_p
     assert sorted(other_opt.state[head]) == ["exp_avg", "step"]
 
 
+def test_a_keyed_checkpoint_loads_only_under_its_key(tmp_path, monkeypatch):
+    model = _tiny_gpt(1)
+    monkeypatch.setenv("NEURON_CHECKPOINT_SECRET", "s" * 32)
+    parallel.save_checkpoint(str(tmp_path), model, step=4)
+    assert "# mac hmac-sha256 " in (tmp_path / "manifest.textproto").read_text()
+    other = _tiny_gpt(2)
+    assert parallel.load_checkpoint(str(tmp_path), other) == 4
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))
+    monkeypatch.setenv("NEURON_CHECKPOINT_SECRET", "t" * 32)
+    with pytest.raises(RuntimeError, match=r"does not carry the MAC of its contents under "
+                                      r"\$NEURON_CHECKPOINT_SECRET"):
+        parallel.load_checkpoint(str(tmp_path), other)
+    monkeypatch.delenv("NEURON_CHECKPOINT_SECRET")
+    with pytest.raises(RuntimeError, match=r"is keyed \(HMAC-SHA256\): set \$NEURON_CHECKPOINT_SECRET"):
+        parallel.load_checkpoint(str(tmp_path), other)
+    monkeypatch.setenv("NEURON_CHECKPOINT_SECRET", "short")
+    with pytest.raises(RuntimeError, match=r"secret from \$NEURON_CHECKPOINT_SECRET has 5 bytes"):
+        parallel.save_checkpoint(str(tmp_path), model, step=5)
+
+
 def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path):
     directory = tmp_path / "ckpt"
     proc = run(2, "checkpoint_killed.py", "--dir", str(directory))

@@ -44,12 +44,12 @@ std::string Proof(const std::string& secret, const std::string& label,
 }
 
 void CheckSecret(const std::string& secret, const std::string& source) {
-  NEURON_CHECK(secret.size() >= kMinSecretBytes, "the job secret from ", source, " has ",
+  NEURON_CHECK(secret.size() >= kMinSecretBytes, "the secret from ", source, " has ",
                secret.size(), " bytes; at least ", kMinSecretBytes,
                " are needed (generate one with: openssl rand -hex 32)");
   const bool blank = secret.find_first_not_of(std::string(" \t\r\n\v\f\0", 7)) ==
                      std::string::npos;
-  NEURON_CHECK(!blank, "the job secret from ", source,
+  NEURON_CHECK(!blank, "the secret from ", source,
                " is only whitespace or NUL bytes (generate one with: openssl rand -hex 32)");
 }
 

@@ -137,7 +137,7 @@ def save_checkpoint(directory, model, parts=None, optimizer=None, step=0):
     digest = _C._write_shard_file(os.path.join(directory, name), pieces)
     everything = _all_gather((name, digest, infos))
     if rank == 0:
-        files = [(n, d[0], d[1]) for n, d, _ in everything]
+        files = [(n, *d) for n, d, _ in everything]
         tensors = {}
         for _, _, info in everything:
             for n, shape, dtype in info:

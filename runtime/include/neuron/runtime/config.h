@@ -45,6 +45,7 @@ enum class ConfigKey {
   kVisibleCores,         // NEURON_RT_VISIBLE_CORES
   kLogicalCoreConfig,    // NEURON_LOGICAL_NC_CONFIG
   kAgentId,              // NEURON_AGENT_ID
+  kCheckpointSecret,     // NEURON_CHECKPOINT_SECRET
 };
 
 struct ConfigEntry {
