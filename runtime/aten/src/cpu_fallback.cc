@@ -94,6 +94,7 @@ c10::Storage CpuViews::CpuStorage(const c10::Storage& neuron) {
 
 at::Tensor CpuViews::Wrap(const at::Tensor& t, bool written) {
   SeeDevice(t.device());
+  CheckType(info_, t);  // before the kernel runs: nothing is changed
   for (const auto& p : tensors_) {
     if (p.neuron.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
       inputs_.push_back(p.cpu);  // an operand twice (a @ a) is read twice
@@ -248,6 +249,11 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
   const auto start = std::chrono::steady_clock::now();
   const auto& schema = target.schema();
   TORCH_CHECK_NOT_IMPLEMENTED(
+      info.support != runtime::Support::kUnsupported, "The operator '", info.name,
+      "' is not supported on the neuron device: ", info.reason,
+      ". Run it on the CPU: move its inputs there with .cpu(), and its results back with "
+      ".to(\"neuron\").");
+  TORCH_CHECK_NOT_IMPLEMENTED(
       (&target.schema() == info.schema ? info : InfoOf(target)).cpu_kernel, "The operator '", info.name,
       "' has no kernel for the neuron device and no CPU kernel to run in its place. Run it on "
       "the CPU: move its inputs there with .cpu(), and its results back with .to(\"neuron\").");
@@ -273,7 +279,10 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
     for (const auto& in : views.inputs()) alias |= t.is_alias_of(in);
     fresh |= !alias;
   }
-  if (!fresh && !info.writes && !views.outputs().empty()) op.kind = runtime::EagerKind::kView;
+  if ((!fresh && !info.writes && !views.outputs().empty()) ||
+      info.support == runtime::Support::kHostOnly) {
+    op.kind = runtime::EagerKind::kView;
+  }
   Charge(info, op, MicrosecondsSince(start), views.device());
 }
 

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <array>
 #include <set>
 #include <unordered_map>
 
 #include <c10/util/SmallVector.h>
+
+#include "neuron/runtime/device/op_support.h"
 
 namespace neuron::aten {
 namespace {
@@ -38,57 +41,12 @@ MatmulForm FormOf(const std::string& base) {
   return it == forms.end() ? MatmulForm::kNone : it->second;
 }
 
-// Ops of the scalar engine (transcendentals and what is built on them).
-const std::set<std::string>& ScalarOps() {
-  static const std::set<std::string> ops = {
-      "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "gelu",
-      "silu", "mish", "erf", "erfc", "erfinv", "sqrt", "rsqrt", "pow", "sin", "cos", "tan",
-      "softplus", "elu", "selu", "celu", "reciprocal", "logsumexp", "_softmax",
-      "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
-      "tanh_backward", "sigmoid_backward", "gelu_backward", "silu_backward",
-      "log_sigmoid_forward", "log_sigmoid_backward", "_foreach_sqrt", "_foreach_pow"};
-  return ops;
-}
-
-// Ops of the vector engine the model knows by name; the rest are costed the
-// same way but reported as "unknown".
-const std::set<std::string>& VectorOps() {
-  static const std::set<std::string> ops = {
-      "add", "sub", "mul", "div", "neg", "abs", "relu", "threshold_backward", "where",
-      "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp",
-      "clamp_min", "clamp_max", "sum", "mean", "native_layer_norm",
-      "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
-      "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-      "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
-      "fill", "zero", "addcmul", "addcdiv", "lerp", "max", "min", "amax", "amin", "argmax",
-      "argmin", "cat", "stack", "_stack", "index_select", "gather", "scatter", "scatter_add",
-      "index", "index_put", "_index_put_impl", "embedding_dense_backward", "clone",
-      "_copy_from", "copy", "sign", "sgn", "bernoulli", "uniform", "normal", "random",
-      "native_dropout", "native_dropout_backward", "masked_scatter", "cumsum", "sort",
-      "topk", "_foreach_add", "_foreach_mul", "_foreach_div", "_foreach_sub",
-      "_foreach_addcmul", "_foreach_addcdiv", "_foreach_lerp", "_foreach_norm",
-      "linalg_vector_norm", "norm", "mse_loss", "mse_loss_backward", "_fused_adam",
-      "_fused_adamw", "_fused_sgd", "ones_like", "zeros_like", "arange", "nonzero",
-      "_local_scalar_dense", "isnan", "isinf", "logical_not", "logical_and", "logical_or",
-      "bitwise_and", "bitwise_or", "floor", "ceil", "round", "trunc", "remainder", "fmod",
-      "var", "std", "var_mean", "std_mean", "prod", "all", "any", "tril", "triu",
-      "_to_copy", "embedding", "repeat", "flip", "roll", "constant_pad_nd"};
-  return ops;
-}
-
 std::string BaseName(const c10::OperatorName& name) {
   std::string base = name.name;
   const auto colons = base.find("::");
   if (colons != std::string::npos) base = base.substr(colons + 2);
   if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
   return base;
-}
-
-EagerKind KindOf(const std::string& base) {
-  if (FormOf(base) != MatmulForm::kNone) return EagerKind::kMatmul;
-  if (ScalarOps().count(base)) return EagerKind::kScalar;
-  if (VectorOps().count(base)) return EagerKind::kVector;
-  return EagerKind::kUnknown;
 }
 
 bool IsOptionalGenerator(const c10::TypePtr& type) {
@@ -101,7 +59,10 @@ OpInfo Build(const c10::OperatorHandle& op) {
   const auto& schema = op.schema();
   info.name = c10::toString(schema.operator_name());
   info.base = BaseName(schema.operator_name());
-  info.kind = KindOf(info.base);
+  const runtime::OpSupport& row = runtime::SupportOf(info.base);
+  info.support = row.support;
+  info.kind = row.kind;
+  info.reason = row.note;
   info.cpu_kernel = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
   info.cpu_arguments_ok = info.base == "index" || info.base == "index_put" ||
                           info.base == "_index_put_impl" || info.base == "_copy_from" ||
@@ -184,6 +145,30 @@ void DescribeMatmul(MatmulForm form, bool backward, c10::ArrayRef<at::Tensor> in
 
 }  // namespace
 
+runtime::TypeSupport TypeSupportOf(at::ScalarType type) {
+  static const auto table = [] {
+    std::array<runtime::TypeSupport, static_cast<std::size_t>(at::ScalarType::NumOptions)> out{};
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i] = runtime::SupportOfType(c10::toString(static_cast<at::ScalarType>(i)));
+    }
+    return out;
+  }();
+  const auto index = static_cast<std::size_t>(type);
+  return index < table.size() ? table[index] : runtime::TypeSupport::kNative;
+}
+
+void CheckType(const OpInfo& info, const at::Tensor& t) {
+  if (info.support == runtime::Support::kHostOnly ||
+      TypeSupportOf(t.scalar_type()) != runtime::TypeSupport::kUnsupported) {
+    return;
+  }
+  const char* type = c10::toString(t.scalar_type());
+  TORCH_CHECK(false, info.name, " on a ", type, " tensor of the neuron device: ",
+              runtime::TypeUnsupportedReason(type),
+              ". Run it on the CPU (.cpu(), and .to(\"neuron\") after), or carry the real "
+              "and imaginary parts as real tensors.");
+}
+
 const OpInfo& InfoOf(const c10::OperatorHandle& op) {
   // The schema object lives as long as the operator: its address is the key.
   thread_local std::unordered_map<const void*, const OpInfo*> local;
@@ -205,19 +190,30 @@ runtime::EagerOp Describe(const OpInfo& info, c10::ArrayRef<at::Tensor> inputs,
   op.kind = info.kind;
   std::int64_t in_elements = 0, out_elements = 0;
   int operands = 0;
+  bool lacking_type = false;  // a type the core lacks (float64): a CPU fallback
   for (const auto& t : inputs) {
     if (!t.defined()) continue;
+    // A 0-dimensional input is a number (Python's 2.0 is a double one): it
+    // does not make the op a float64 one, as it does not make its result.
+    lacking_type |= t.dim() > 0 &&
+                    TypeSupportOf(t.scalar_type()) == runtime::TypeSupport::kCpuFallback;
     in_elements = std::max<std::int64_t>(in_elements, t.numel());
     op.bytes_in += t.numel() * t.element_size();
     ++operands;
   }
   for (const auto& t : outputs) {
     if (!t.defined()) continue;
+    CheckType(info, t);
+    lacking_type |= TypeSupportOf(t.scalar_type()) == runtime::TypeSupport::kCpuFallback;
     out_elements += t.numel();
     op.bytes_out += t.numel() * t.element_size();
   }
   op.elements = std::max(in_elements, out_elements);
   op.inputs = std::clamp(operands, 1, 3);
+  if (lacking_type && info.support == runtime::Support::kNative) {
+    op.kind = EagerKind::kFallback;
+    return op;
+  }
   if (op.kind == EagerKind::kMatmul) {
     DescribeMatmul(FormOf(info.base), info.base.find("backward") != std::string::npos, inputs,
                    outputs, op);
