@@ -1,10 +1,12 @@
 #include "neuron/aten/caching_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -50,7 +52,30 @@ void Count(StatArray& stats, std::uint64_t size, std::int64_t amount) {
 
 std::int64_t Signed(std::uint64_t n) { return static_cast<std::int64_t>(n); }
 
+// The aggregate allocated, reserved and active bytes of `t`.
+MemoryLevels Levels(const c10::CachingDeviceAllocator::DeviceStats& t) {
+  constexpr auto kAll = static_cast<std::size_t>(StatType::AGGREGATE);
+  return {static_cast<std::uint64_t>(t.allocated_bytes[kAll].current),
+          static_cast<std::uint64_t>(t.reserved_bytes[kAll].current),
+          static_cast<std::uint64_t>(t.active_bytes[kAll].current)};
+}
+
+// The calling thread's current stream on device `index`.
+c10::StreamId CurrentStream(c10::DeviceIndex index) {
+  const c10::Device where(c10::DeviceType::PrivateUse1, index);
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getStream(where).id();
+}
+
 }  // namespace
+
+const char* BlockStateName(BlockState state) {
+  switch (state) {
+    case BlockState::kActiveAllocated: return "active_allocated";
+    case BlockState::kActivePendingFree: return "active_pending_free";
+    case BlockState::kInactive: return "inactive";
+  }
+  return "inactive";
+}
 
 // One block of device memory: its host memory, either the allocator's own
 // (cached when freed) or an adopted CPU storage's (released when freed).
@@ -59,6 +84,9 @@ struct CachingAllocator::Block {
   std::uint64_t size = 0;  // rounded
   std::uint64_t requested = 0;
   c10::DeviceIndex device = 0;
+  c10::StreamId stream = 0;                 // current when allocated
+  std::vector<c10::StreamId> stream_uses;   // other streams it was used on
+  BlockState state = BlockState::kActiveAllocated;
   c10::Storage adopted;    // set for adopted memory
 };
 
@@ -117,10 +145,11 @@ void CachingAllocator::ReserveLocked(Device& d, c10::DeviceIndex index, std::uin
   Count(d.torch_stats.segment, size, 1);
   Count(d.torch_stats.reserved_bytes, size, Signed(size));
   ++d.torch_stats.num_device_alloc;
+  d.phases.Raise(Levels(d.torch_stats));
 }
 
-// A block is active exactly while it is allocated: operations are
-// synchronous, so no stream holds a freed block.
+// A new block is allocated and active; it stops being allocated when its
+// tensor frees it and active when no stream uses it any more (Release).
 void CachingAllocator::CountAllocationLocked(Device& d, std::uint64_t size,
                                              std::uint64_t requested) {
   d.stats.allocated += size;
@@ -133,12 +162,16 @@ void CachingAllocator::CountAllocationLocked(Device& d, std::uint64_t size,
   Count(t.allocated_bytes, size, Signed(size));
   Count(t.active_bytes, size, Signed(size));
   Count(t.requested_bytes, size, Signed(requested));
+  d.phases.Raise(Levels(d.torch_stats));
 }
 
 CachingAllocator::Block* CachingAllocator::Take(c10::DeviceIndex index, std::uint64_t size,
-                                                std::uint64_t requested) {
+                                                std::uint64_t requested,
+                                                c10::StreamId stream) {
+  std::vector<c10::Storage> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(mutex_);
   Device& d = device(index);
+  ProcessEventsLocked(d, dropped);
   Block* block = nullptr;
   auto cached = d.cache.find(size);
   if (cached != d.cache.end()) {
@@ -153,6 +186,9 @@ CachingAllocator::Block* CachingAllocator::Take(c10::DeviceIndex index, std::uin
     block->device = index;
   }
   block->requested = requested;
+  block->stream = stream;
+  block->state = BlockState::kActiveAllocated;
+  d.active.insert(block);
   CountAllocationLocked(d, size, requested);
   return block;
 }
@@ -161,7 +197,7 @@ c10::DataPtr CachingAllocator::allocate(std::size_t bytes) {
   const c10::DeviceIndex index = CurrentDevice();
   const c10::Device where(c10::DeviceType::PrivateUse1, index);
   if (bytes == 0) return c10::DataPtr(nullptr, where);
-  Block* block = Take(index, RoundedSize(bytes), bytes);
+  Block* block = Take(index, RoundedSize(bytes), bytes, CurrentStream(index));
   return c10::DataPtr(block->ptr, block, &CachingAllocator::Delete, where);
 }
 
@@ -172,6 +208,7 @@ c10::DataPtr CachingAllocator::Adopt(c10::Storage storage, c10::DeviceIndex inde
   block->size = size;
   block->device = index;
   block->requested = size;
+  block->stream = CurrentStream(index);
   block->adopted = std::move(storage);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -182,36 +219,70 @@ c10::DataPtr CachingAllocator::Adopt(c10::Storage storage, c10::DeviceIndex inde
       delete block;  // the storage is dropped with it
       throw;
     }
+    d.active.insert(block);
     CountAllocationLocked(d, size, size);
   }
   return c10::DataPtr(block->ptr, block, &CachingAllocator::Delete,
                       c10::Device(c10::DeviceType::PrivateUse1, index));
 }
 
+// As CUDA's free: allocated drops now; active drops when the block is
+// free of stream use (FreeBlockLocked), at once or at the next
+// ProcessEventsLocked.
 void CachingAllocator::Release(Block* block) {
-  c10::Storage adopted;  // dropped outside the lock
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Device& d = device(block->device);
-    d.stats.allocated -= block->size;
-    d.allocated.store(d.stats.allocated, std::memory_order_relaxed);
-    ++d.stats.frees;
-    auto& t = d.torch_stats;
-    Count(t.allocation, block->size, -1);
-    Count(t.active, block->size, -1);
-    Count(t.allocated_bytes, block->size, -Signed(block->size));
-    Count(t.active_bytes, block->size, -Signed(block->size));
-    Count(t.requested_bytes, block->size, -Signed(block->requested));
-    if (block->adopted) {
-      d.stats.reserved -= block->size;
-      Count(t.segment, block->size, -1);
-      Count(t.reserved_bytes, block->size, -Signed(block->size));
-      ++t.num_device_free;
-      adopted = std::move(block->adopted);
-      delete block;
-    } else {
-      d.cache.emplace(block->size, block);
-    }
+  std::vector<c10::Storage> dropped;  // released after the lock
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = device(block->device);
+  d.stats.allocated -= block->size;
+  d.allocated.store(d.stats.allocated, std::memory_order_relaxed);
+  ++d.stats.frees;
+  Count(d.torch_stats.allocation, block->size, -1);
+  Count(d.torch_stats.allocated_bytes, block->size, -Signed(block->size));
+  if (block->stream_uses.empty()) {
+    FreeBlockLocked(d, block, dropped);
+  } else {
+    block->state = BlockState::kActivePendingFree;
+    d.pending.push_back(block);
+  }
+}
+
+void CachingAllocator::FreeBlockLocked(Device& d, Block* block,
+                                       std::vector<c10::Storage>& dropped) {
+  auto& t = d.torch_stats;
+  Count(t.active, block->size, -1);
+  Count(t.active_bytes, block->size, -Signed(block->size));
+  Count(t.requested_bytes, block->size, -Signed(block->requested));
+  d.active.erase(block);
+  block->stream_uses.clear();
+  if (block->adopted) {
+    d.stats.reserved -= block->size;
+    Count(t.segment, block->size, -1);
+    Count(t.reserved_bytes, block->size, -Signed(block->size));
+    ++t.num_device_free;
+    dropped.push_back(std::move(block->adopted));
+    delete block;
+  } else {
+    block->state = BlockState::kInactive;
+    block->requested = 0;
+    d.cache.emplace(block->size, block);
+  }
+}
+
+// CUDA queries each pending block's events here; every stream's work is
+// done once issued, so every pending block is free.
+void CachingAllocator::ProcessEventsLocked(Device& d, std::vector<c10::Storage>& dropped) {
+  for (Block* block : d.pending) FreeBlockLocked(d, block, dropped);
+  d.pending.clear();
+}
+
+void CachingAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  if (ptr.get_deleter() != &CachingAllocator::Delete) return;
+  auto* block = static_cast<Block*>(ptr.get_context());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stream.id() == block->stream) return;  // its own stream needs no wait
+  auto& uses = block->stream_uses;
+  if (std::find(uses.begin(), uses.end(), stream.id()) == uses.end()) {
+    uses.push_back(stream.id());
   }
 }
 
@@ -274,8 +345,40 @@ std::pair<std::size_t, std::size_t> CachingAllocator::getMemoryInfo(c10::DeviceI
 }
 
 void CachingAllocator::EmptyCache() {
+  std::vector<c10::Storage> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int i = 0; i < device_count_; ++i) FreeCachedLocked(devices_[i]);
+  for (int i = 0; i < device_count_; ++i) {
+    ProcessEventsLocked(devices_[i], dropped);
+    FreeCachedLocked(devices_[i]);
+  }
+}
+
+std::vector<BlockInfo> CachingAllocator::Blocks() const {
+  std::vector<BlockInfo> out;
+  auto info = [&out](const Block* b) {
+    out.push_back({b->device, reinterpret_cast<std::uintptr_t>(b->ptr), b->size,
+                   b->requested, b->stream, b->state});
+  };
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < device_count_; ++i) {
+    for (const Block* b : devices_[i].active) info(b);
+    for (const auto& [size, b] : devices_[i].cache) info(b);
+  }
+  std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) {
+    return a.device != b.device ? a.device < b.device : a.address < b.address;
+  });
+  return out;
+}
+
+std::string CachingAllocator::SetPhase(c10::DeviceIndex index, const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = device(CheckIndex(index, "set_memory_phase"));
+  return d.phases.Enter(phase, Levels(d.torch_stats));
+}
+
+std::vector<PhasePeak> CachingAllocator::PhasePeaks(c10::DeviceIndex index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return device(CheckIndex(index, "memory_phase_peaks")).phases.Peaks();
 }
 
 }  // namespace neuron::aten

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 
+#include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
 #include "neuron/runtime/sim_clock.h"
 
@@ -85,7 +86,11 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeDevice(c10::DeviceIndex) const override {}
-  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  // The allocator keeps a block used on another stream active after it is
+  // freed, as CUDA's does (caching_allocator.h).
+  void recordDataPtrOnStream(const c10::DataPtr& ptr, const c10::Stream& s) const override {
+    CachingAllocator::Get().recordStream(ptr, s);
+  }
 
   void record(void** event, const c10::Stream&, c10::DeviceIndex,
               c10::EventFlag) const override {

@@ -119,7 +119,11 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
   return CopyFrom(self, dst, false);
 }
 
-void RecordStream(at::Tensor&, c10::Stream) {}  // operations are synchronous
+// Tensor.record_stream: the allocator keeps the storage's block active
+// after it is freed until the stream's use is processed (caching_allocator.h).
+void RecordStream(at::Tensor& self, c10::Stream stream) {
+  CachingAllocator::Get().recordStream(self.storage().data_ptr(), stream);
+}
 
 // The CPU's native_dropout, step by step on the device: the CPU kernel
 // takes no generator and would draw from the CPU's default one, so DTensor's
