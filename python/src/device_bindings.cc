@@ -57,6 +57,53 @@ py::dict MemoryStats(c10::DeviceIndex index) {
   return d;
 }
 
+// torch.cuda.memory_snapshot()'s segments: one per block (blocks are never
+// split), each holding its one block; no stack frames are recorded.
+py::list MemorySnapshot() {
+  py::list out;
+  for (const na::BlockInfo& b : na::CachingAllocator::Get().Blocks()) {
+    const bool live = b.state == na::BlockState::kActiveAllocated;
+    const bool active = live || b.state == na::BlockState::kActivePendingFree;
+    py::dict block;
+    block["address"] = b.address;
+    block["size"] = b.size;
+    block["requested_size"] = b.requested;
+    block["state"] = na::BlockStateName(b.state);
+    block["frames"] = py::list();
+    py::dict seg;
+    seg["device"] = static_cast<int>(b.device);
+    seg["address"] = b.address;
+    seg["total_size"] = b.size;
+    seg["allocated_size"] = live ? b.size : 0;
+    seg["active_size"] = active ? b.size : 0;
+    seg["requested_size"] = b.requested;
+    seg["stream"] = b.stream;
+    seg["segment_type"] = b.size <= (1u << 20) ? "small" : "large";  // memory_stats' pools
+    seg["segment_pool_id"] = py::make_tuple(0, 0);
+    seg["is_expandable"] = false;
+    seg["frames"] = py::list();
+    py::list blocks;
+    blocks.append(block);
+    seg["blocks"] = blocks;
+    out.append(seg);
+  }
+  return out;
+}
+
+// (phase, {"allocated_bytes", "reserved_bytes", "active_bytes"}) peaks.
+py::list MemoryPhasePeaks(int index) {
+  py::list out;
+  for (const na::PhasePeak& p :
+       na::CachingAllocator::Get().PhasePeaks(static_cast<c10::DeviceIndex>(index))) {
+    py::dict levels;
+    levels["allocated_bytes"] = p.peak.allocated;
+    levels["reserved_bytes"] = p.peak.reserved;
+    levels["active_bytes"] = p.peak.active;
+    out.append(py::make_tuple(p.phase, levels));
+  }
+  return out;
+}
+
 py::list EagerRecords() {
   py::list out;
   for (const auto& r : na::OpLog::Get().Records()) {
@@ -111,6 +158,11 @@ void BindDevice(py::module_& m) {
     return na::CachingAllocator::Get().getMemoryInfo(static_cast<c10::DeviceIndex>(index));
   });
   m.def("_empty_cache", [] { na::CachingAllocator::Get().EmptyCache(); });
+  m.def("_memory_snapshot", &MemorySnapshot);
+  m.def("_set_memory_phase", [](int index, const std::string& phase) {
+    return na::CachingAllocator::Get().SetPhase(static_cast<c10::DeviceIndex>(index), phase);
+  });
+  m.def("_memory_phase_peaks", &MemoryPhasePeaks);
   m.def("_eager_records", &EagerRecords);
   m.def("_eager_totals", &EagerTotals);
   m.def("_eager_reset", [] { na::OpLog::Get().Reset(); });

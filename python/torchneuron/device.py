@@ -31,9 +31,10 @@ __all__ = [
     "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
     "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
     "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
-    "mem_get_info", "memory_reserved", "memory_stats", "reset_accumulated_memory_stats",
+    "mem_get_info", "memory", "memory_phase", "memory_phase_peaks", "memory_reserved",
+    "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "seed", "seed_all",
-    "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
+    "set_device", "set_memory_phase", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
     "synchronize",
 ]
 
@@ -225,8 +226,16 @@ def mem_get_info(device=None):
 
 
 def empty_cache():
-    """Returns the cached blocks of every device to the system."""
+    """Completes the frees waiting on stream use, then returns the cached
+    blocks of every device to the system."""
     _C._empty_cache()
+
+
+# The summary, the snapshot and the peaks by phase (device_memory.py);
+# torch.neuron.memory is that module, as torch.cuda.memory is CUDA's.
+from . import device_memory as memory  # noqa: E402
+from .device_memory import (  # noqa: E402,F401
+    memory_phase, memory_phase_peaks, memory_snapshot, memory_summary, set_memory_phase)
 
 
 # Random numbers: one generator per device, with the CPU's algorithm; its
