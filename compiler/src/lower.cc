@@ -34,7 +34,8 @@ std::string Where(const proto::Graph& g, int i, const proto::Node& n) {
 void LowerNode(LoweringContext& cx, int i, const proto::Node& n) {
   const std::string where = Where(cx.graph(), i, n);
   const NativeOp* op = FindNativeOp(n.op());
-  NEURON_CHECK(op != nullptr, where, ": is not supported on the device");
+  NEURON_CHECK(op != nullptr, where, ": is not supported on the device (",
+               NotNativeReason(n.op()), ")");
   const std::string source = n.source().empty() ? n.op() : n.source();
   std::vector<std::string> in;
   for (const auto& name : n.inputs()) in.push_back(cx.OnChip(name));

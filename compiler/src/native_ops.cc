@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "neuron/runtime/device/op_support.h"
 #include "op_lowerings.h"
 
 namespace neuron::compiler {
@@ -170,5 +171,26 @@ const NativeOp* FindNativeOp(const std::string& name) {
 }
 
 bool IsNativeOp(const std::string& name) { return FindNativeOp(name) != nullptr; }
+
+std::string SupportKey(const std::string& name) {
+  std::string base = name;
+  const auto dot = base.find('.');
+  if (dot != std::string::npos) base = base.substr(dot + 1);  // the namespace
+  base = base.substr(0, base.find('.'));                      // the overload
+  if (base.size() > 1 && base.back() == '_' && base[base.size() - 2] != '_') base.pop_back();
+  return base;
+}
+
+std::string NotNativeReason(const std::string& name) {
+  const runtime::OpSupport& row = runtime::SupportOf(SupportKey(name));
+  if (row.support == runtime::Support::kUnsupported) {
+    return std::string("unsupported: ") + row.note;
+  }
+  if (row.support == runtime::Support::kCpuFallback) {
+    return std::string("a CPU fallback: ") + row.note;
+  }
+  return std::string("eager runs it as ") + runtime::Name(row.support) +
+         "; the compiler has no lowering for it";
+}
 
 }  // namespace neuron::compiler

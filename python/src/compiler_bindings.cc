@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "neuron/compiler/compiled_graph.h"
 #include "neuron/compiler/native_ops.h"
+#include "neuron/runtime/device/op_support.h"
 #include "neuron/compiler/torch_tensors.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/sgemm.h"
@@ -174,6 +175,15 @@ void BindCompiler(py::module_& m) {
         return names;
       },
       "The IR ops the device runs (compiler/src/native_ops.cc).");
+  m.def(
+      "_unsupported_reason",
+      [](const std::string& ir_op) -> std::string {
+        const auto& row = neuron::runtime::SupportOf(neuron::compiler::SupportKey(ir_op));
+        return row.support == neuron::runtime::Support::kUnsupported ? row.note : "";
+      },
+      py::arg("ir_op"),
+      "Neuron's reason when the device's support table refuses IR op `ir_op` (e.g. "
+      "aten.quantize_per_tensor), else \"\" (runtime/device/op_support.h).");
   m.def(
       "_fallback_allowed",
       [] {

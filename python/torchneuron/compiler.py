@@ -453,6 +453,22 @@ def _kind(node, native):
     return "collective" if _collective(node) else "cpu"
 
 
+def _refuse_unsupported(nodes, name, where):
+    """Raises InvalidUsageError for the first node whose op the device's
+    support table refuses (docs/operators.md, N), naming it, Neuron's
+    reason and the source line: such an op is not a CPU fallback."""
+    for n in nodes:
+        if not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        op = _op_name(n.target)
+        reason = _C._unsupported_reason(op)
+        if reason:
+            source = _source(n, where)
+            raise _C.InvalidUsageError(
+                f"torchneuron.compile: graph {name}: {op}" + (f" ({source})" if source else "")
+                + f" is not supported on the device: {reason}")
+
+
 def _split_by_device(gm, name, where, fullgraph):
     """Runs the graph as segments: maximal runs of native ops compiled for
     the device, the rest eagerly: functional collectives on their group's
@@ -674,6 +690,7 @@ def _replay(base, views):
 
 def _compile_fx(gm, example_inputs, name, fullgraph, where):
     _drop_unused_random_ops(gm)
+    _refuse_unsupported([n for n in gm.graph.nodes if n.op == "call_function"], name, where)
     collectives = any(_collective(n) for n in gm.graph.nodes if n.op == "call_function")
     if collectives or (not fullgraph and _C._fallback_allowed()):
         split = _split_by_device(gm, name, where, fullgraph)

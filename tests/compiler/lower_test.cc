@@ -16,6 +16,7 @@
 #include "neuron/compiler/device_dtypes.h"
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/native_ops.h"
+#include "neuron/runtime/device/op_support.h"
 #include "neuron/compiler/passes.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/device/executor.h"
@@ -127,6 +128,24 @@ TEST(NativeOps, EveryRowHasALoweringAndANameOfItsOwn) {
         << op.name << ": " << op.engine;
   }
   EXPECT_EQ(FindNativeOp("aten.softplus"), nullptr);
+}
+
+// The compiler's rows are the runtime's native (or host-only) ops, so eager
+// and compiled graphs agree on what runs on the device; what the compiler
+// refuses carries the runtime table's reason.
+TEST(NativeOps, AgreeWithTheRuntimesSupportTable) {
+  for (const NativeOp& op : NativeOps()) {
+    const runtime::OpSupport& row = runtime::SupportOf(SupportKey(op.name));
+    EXPECT_TRUE(row.support == runtime::Support::kNative ||
+                row.support == runtime::Support::kHostOnly)
+        << op.name << " (" << SupportKey(op.name) << ") is " << runtime::Name(row.support)
+        << " in runtime/src/device/op_support.cc";
+  }
+  EXPECT_EQ(SupportKey("aten.bernoulli_.float"), "bernoulli");
+  EXPECT_EQ(SupportKey("aten.sum.dim_IntList"), "sum");
+  EXPECT_EQ(SupportKey("aten._softmax"), "_softmax");
+  EXPECT_EQ(NotNativeReason("aten.sort.stable").rfind("a CPU fallback: a sort", 0), 0u);
+  EXPECT_EQ(NotNativeReason("aten.quantize_per_tensor").rfind("unsupported: quantized", 0), 0u);
 }
 
 TEST(Lower, AnMlpRunsOnTheExecutorAndMatchesTheReference) {

@@ -91,3 +91,12 @@ def test_complex_types_are_refused_with_neurons_message():
         c * c
     with pytest.raises(NotImplementedError, match=r"aten::_fft_r2c.*NCC_EVRF004"):
         torch.fft.rfft(x[:, 0])
+
+
+def test_a_compiled_graph_with_an_unsupported_op_is_an_error_not_a_cpu_segment():
+    x = torch.randn(16, device="neuron")
+    f = torch.compile(lambda x: torch.fft.rfft(x * 2).abs(), backend="neuron")
+    with pytest.raises(Exception, match=r"aten._fft_r2c \(File .*test_op_support.py.*\) is not "
+                       r"supported on the device: Complex data types are not supported on the "
+                       r"Neuron device \(NCC_EVRF004\)"):
+        f(x)

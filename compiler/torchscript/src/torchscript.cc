@@ -333,7 +333,8 @@ class Translator {
   // arguments as attributes named by the op's schema.
   std::string TranslateByName(Node* n, const at::Tensor& result, const std::string& where) {
     const std::string name = IrOpName(n);
-    NEURON_CHECK(IsNativeOp(name), where, ": ", name, " is not supported on the device");
+    NEURON_CHECK(IsNativeOp(name), where, ": ", name, " is not supported on the device (",
+                 NotNativeReason(name), ")");
     std::vector<std::string> tensors;
     std::map<std::string, proto::Attribute> attrs;
     const auto& args = n->schema().arguments();

@@ -104,7 +104,9 @@ const OpSupport kTable[] = {
     VECTOR("max_pool2d_with_indices_backward"), VECTOR("avg_pool2d"),
     VECTOR("avg_pool2d_backward"), VECTOR("_adaptive_avg_pool2d"),
     VECTOR("_adaptive_avg_pool2d_backward"), VECTOR("upsample_nearest2d"),
-    VECTOR("upsample_nearest2d_backward"),
+    VECTOR("upsample_nearest2d_backward"), VECTOR("slice_backward"),
+    VECTOR("select_backward"), VECTOR("zeros"), VECTOR("ones"), VECTOR("full"),
+    VECTOR("new_zeros"), VECTOR("new_ones"), VECTOR("new_full"),
     // A scalar read back to the host: one transfer.
     NATIVE("_local_scalar_dense", kCopy, "DMA to the host"),
     // CPU fallbacks TorchNeuron's way: the CPU's kernel, with the copies.
@@ -125,7 +127,7 @@ const OpSupport kTable[] = {
     UNSUPPORTED("_fft_c2c", kComplex), UNSUPPORTED("complex", kComplex),
     UNSUPPORTED("polar", kComplex),
     // Metadata: no device work.
-    HOST("empty"), HOST("empty_strided"), HOST("as_strided"), HOST("view"),
+    HOST("empty"), HOST("empty_strided"), HOST("empty_like"), HOST("new_empty"), HOST("reshape"), HOST("as_strided"), HOST("view"),
     HOST("_unsafe_view"), HOST("_reshape_alias"), HOST("expand"), HOST("permute"),
     HOST("t"), HOST("transpose"), HOST("squeeze"), HOST("unsqueeze"), HOST("select"),
     HOST("slice"), HOST("narrow"), HOST("split"), HOST("split_with_sizes"),

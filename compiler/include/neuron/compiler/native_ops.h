@@ -4,7 +4,9 @@
 // dispatches through this table and refuses every other op, and
 // docs/operators.md is generated from it (`neuron-op-table`, checked by a
 // test), so the three cannot drift apart. The device's own operations are
-// runtime/device/device_ops.h's.
+// runtime/device/device_ops.h's. Each row's op is native (or host-only
+// metadata) in the runtime's support table (runtime/device/op_support.h),
+// which says what becomes of every other op; a test keeps the two agreeing.
 //
 //   for (const NativeOp& op : NativeOps()) std::cout << op.name;
 //   IsNativeOp("aten.bmm")  // true
@@ -31,5 +33,12 @@ const std::vector<NativeOp>& NativeOps();
 // The row of IR op `name`; null when the device does not run it.
 const NativeOp* FindNativeOp(const std::string& name);
 bool IsNativeOp(const std::string& name);
+// The key of IR op `name` in the runtime's support table: no namespace,
+// overload or trailing in-place underscore ("aten.bernoulli_.float" ->
+// "bernoulli", "aten._softmax" -> "_softmax").
+std::string SupportKey(const std::string& name);
+// Why the device does not run IR op `name`, from the support table:
+// "CPU fallback: <why>" or "unsupported: <Neuron's reason>".
+std::string NotNativeReason(const std::string& name);
 
 }  // namespace neuron::compiler
