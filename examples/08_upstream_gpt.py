@@ -185,11 +185,23 @@ def model_state_mib(modules, opt):
     return sum(local(t).numel() * t.element_size() for t in tensors) / 2**20
 
 
-def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
+# The memory phases of a run on "neuron" (torch.neuron.memory_phase_peaks):
+# building and sharding the model, the first step (compiles, makes the
+# optimizer state), the steps after.
+PHASES = ("load", "warmup", "step")
+
+
+def set_memory_phase(device, phase):
+    """Makes `phase` the device's memory phase (None: none); off "neuron", nothing."""
+    if device.type == "neuron":
+        torch.neuron.set_memory_phase(phase)
+
+
+def write_metrics(args, mesh, modules, opt, history, tokens_per_step, device):
     """The figures `neuronrun matrix` collects (a RunFigures text proto,
     launcher/proto/neuron/launcher/matrix_result.proto), from rank 0: medians
     over the steps after the first, the slowest rank's times, the largest
-    rank's memory."""
+    rank's memory (by phase on "neuron")."""
     volume = collective_bytes([mesh[name].get_group() for name in mesh.mesh_dim_names],
                               len(history))
     mine = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -198,6 +210,8 @@ def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
         warm = torchneuron.compiler.measure_warm_compile()
         times = torchneuron.compiler.compile_times()
         mine[2:] = [times["cold_s"] * 1e3, -1.0 if warm is None else warm * 1e3, times["graphs"]]
+    peaks = torch.neuron.memory_phase_peaks() if device.type == "neuron" else {}
+    mine += [peaks.get(p, {}).get("allocated_bytes", 0) / 2**20 for p in PHASES]
     largest = torch.tensor(mine, dtype=torch.float64)
     dist.all_reduce(largest, op=dist.ReduceOp.MAX)
     if dist.get_rank() != 0:
@@ -223,7 +237,8 @@ def write_metrics(args, mesh, modules, opt, history, tokens_per_step):
         figures["cold_compile_ms"] = largest[2].item()
         if largest[3].item() >= 0:
             figures["warm_compile_ms"] = largest[3].item()
-    run_figures.write(args.metrics_out, figures, volume)
+    by_phase = {p: largest[5 + i].item() for i, p in enumerate(PHASES) if p in peaks}
+    run_figures.write(args.metrics_out, figures, volume, by_phase)
 
 
 def report_memory(device):
@@ -280,6 +295,7 @@ def main():
     mesh = init_device_mesh(device.type, (args.pp, dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
     cfg = PlainGPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, heads=args.heads,
                          layers=args.layers)
+    set_memory_phase(device, "load")
     modules, schedule = build_stages(args, cfg, mesh, device)
     opt = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=args.lr)
 
@@ -295,6 +311,7 @@ def main():
     if args.trace_out:
         fabric.start_trace()
     for step in range(args.steps):
+        set_memory_phase(device, "warmup" if step == 0 else "step")
         x = tokens[step, dp_rank, :, :-1].to(device)
         y = tokens[step, dp_rank, :, 1:].to(device)
         clock0 = fabric.clock()["compute_us"] if device.type == "neuron" else 0.0
@@ -307,6 +324,7 @@ def main():
         modelled = (fabric.clock()["compute_us"] - clock0) if device.type == "neuron" else 0.0
         times = (wall, modelled, device_compute_us(device) - compute0)
         history.append(report_step(args, step, loss, times, dp, last_stage, tokens_per_step))
+    set_memory_phase(device, None)
     if dist.get_rank() == 0:
         first, last = history[0][3], history[-1][3]
         print(f"training: loss {first:.4f} -> {last:.4f} over {len(history)} steps "
@@ -314,7 +332,7 @@ def main():
     if args.trace_out:
         fabric.save_trace(args.trace_out, mesh)
     if args.metrics_out:
-        write_metrics(args, mesh, modules, opt, history, tokens_per_step)
+        write_metrics(args, mesh, modules, opt, history, tokens_per_step, device)
 
     if args.checkpoint:
         # This rank's stages (their parameter names keep the full model's

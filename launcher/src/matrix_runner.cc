@@ -450,6 +450,50 @@ std::string ReplayCheck(const MatrixSpec& spec, const std::vector<CellResult>& r
   return md.str();
 }
 
+// The memory phases the cells' trainers reported: "load", "compile",
+// "warmup", "step" in that order when present, then any others by name.
+std::vector<std::string> MemoryPhases(const std::vector<CellResult>& results) {
+  std::set<std::string> seen;
+  for (const auto& r : results) {
+    for (const auto& [phase, mib] : r.figures().peak_allocated_mib_by_phase()) seen.insert(phase);
+  }
+  std::vector<std::string> phases;
+  for (const char* known : {"load", "compile", "warmup", "step"}) {
+    if (seen.erase(known) > 0) phases.push_back(known);
+  }
+  phases.insert(phases.end(), seen.begin(), seen.end());
+  return phases;
+}
+
+// A cell's peak allocated MiB in `phase`: NaN (an empty field) when absent.
+double PhasePeak(const CellResult& r, const std::string& phase) {
+  const auto& peaks = r.figures().peak_allocated_mib_by_phase();
+  const auto it = peaks.find(phase);
+  return Figure(r, it == peaks.end() ? 0 : it->second, it != peaks.end());
+}
+
+// The cells' device memory by phase (trainers on "neuron"), when any has it.
+std::string PhaseMemory(const MatrixSpec& spec, const std::vector<CellResult>& results,
+                        const std::vector<std::string>& phases) {
+  if (phases.empty()) return "";
+  std::ostringstream md;
+  md << "\n## Device memory by phase\n\nPeak allocated device memory (MiB; the largest "
+        "rank's, `torch.neuron.memory_phase_peaks`) in each memory phase the trainer set: "
+        "load (the model built and sharded), warmup (the first step: it compiles and makes "
+        "the optimizer state), step (the steps after).\n\n| cell |";
+  for (const auto& p : phases) md << " " << p << " |";
+  md << "\n|---|";
+  for (std::size_t i = 0; i < phases.size(); ++i) md << "---|";
+  md << "\n";
+  for (std::size_t i = 0; i < spec.cells.size(); ++i) {
+    if (results[i].figures().peak_allocated_mib_by_phase().empty()) continue;
+    md << "| " << spec.cells[i].id << " |";
+    for (const auto& p : phases) md << " " << Fixed(PhasePeak(results[i], p), 3) << " |";
+    md << "\n";
+  }
+  return md.str();
+}
+
 // The compiled cells' compile time: IR to executables, the slowest rank's,
 // with an empty compile cache (cold) and loading from the disk cache (warm).
 std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& results) {
@@ -474,8 +518,8 @@ std::string CompileTimes(const MatrixSpec& spec, const std::vector<CellResult>& 
 }
 
 // results.csv's header: the cell, then its figures, then one column per
-// collective kind in `ops`.
-std::string CsvHeader(const std::set<std::string>& ops) {
+// collective kind in `ops`, then one per memory phase in `phases`.
+std::string CsvHeader(const std::set<std::string>& ops, const std::vector<std::string>& phases) {
   std::string header =
       "cell,strategy,nodes,ranks_per_node,world,tp,pp,dp,ep,zero,sp,microbatches,model,"
       "compile,"
@@ -485,12 +529,13 @@ std::string CsvHeader(const std::set<std::string>& ops) {
       "cold_compile_ms,warm_compile_ms,modelled_from,replayed_step_us,scaled_from,"
       "scaled_replay_step_us,scaled_replay_error_pct,replay_error";
   for (const auto& op : ops) header += ",bytes_per_step_" + op;
+  for (const auto& phase : phases) header += ",peak_allocated_mib_" + phase;
   return header + "\n";
 }
 
 // One cell's row of results.csv; `w` its figures (RowOf).
 std::string CsvRow(const MatrixCell& c, const CellResult& r, const Row& w,
-                   const std::set<std::string>& ops) {
+                   const std::set<std::string>& ops, const std::vector<std::string>& phases) {
   std::ostringstream csv;
   csv << Csv(c.id) << "," << Csv(c.strategy.name()) << "," << c.nodes << ","
       << c.ranks_per_node << "," << c.world() << "," << c.strategy.tp() << ","
@@ -518,6 +563,7 @@ std::string CsvRow(const MatrixCell& c, const CellResult& r, const Row& w,
     const bool present = it != f.bytes_per_step().end();
     csv << "," << Fixed(Figure(r, present ? it->second : 0, present), 0);
   }
+  for (const auto& phase : phases) csv << "," << Fixed(PhasePeak(r, phase), 3);
   csv << "\n";
   return csv.str();
 }
@@ -566,18 +612,20 @@ void WriteReports(const MatrixSpec& spec, const std::vector<CellResult>& results
   for (const auto& r : results) {
     for (const auto& [op, bytes] : r.figures().bytes_per_step()) ops.insert(op);
   }
-  std::string csv = CsvHeader(ops), md = ReportHeader(spec, out);
+  const std::vector<std::string> phases = MemoryPhases(results);
+  std::string csv = CsvHeader(ops, phases), md = ReportHeader(spec, out);
   std::vector<std::string> failures;
   for (std::size_t i = 0; i < spec.cells.size(); ++i) {
     const MatrixCell& c = spec.cells[i];
     const CellResult& r = results[i];
     const CellResult& b = results[static_cast<std::size_t>(base[i])];
     const Row w = RowOf(r, b);
-    csv += CsvRow(c, r, w, ops);
+    csv += CsvRow(c, r, w, ops, phases);
     md += ReportRow(c, r, w);
     if (!HasFigures(r)) failures.push_back(c.id + ": " + r.error());
   }
-  md += ReplayCheck(spec, results) + CompileTimes(spec, results);
+  md += ReplayCheck(spec, results) + CompileTimes(spec, results) +
+        PhaseMemory(spec, results, phases);
   md += "\n![scaling efficiency](efficiency.png)\n\n![modelled step time breakdown]"
         "(breakdown.png)\n\n![memory per rank](memory.png)\n";
   if (!failures.empty()) {

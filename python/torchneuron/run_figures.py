@@ -55,10 +55,13 @@ def model_state_mib(parameters, optimizer):
     return sum(local(t).numel() * t.element_size() for t in tensors) / 2**20
 
 
-def write(path, figures, bytes_per_step):
-    """Writes `figures` (RunFigures' field names to numbers) and the bytes
-    per step by collective op as a RunFigures text proto."""
+def write(path, figures, bytes_per_step, peak_allocated_mib_by_phase=None):
+    """Writes `figures` (RunFigures' field names to numbers), the bytes per
+    step by collective op and the peak allocated MiB by memory phase as a
+    RunFigures text proto."""
     lines = [f"{key}: {value!r}" for key, value in figures.items()]
     lines += [f"bytes_per_step {{ key: {json.dumps(op)} value: {float(n)!r} }}"
               for op, n in sorted(bytes_per_step.items())]
+    lines += [f"peak_allocated_mib_by_phase {{ key: {json.dumps(phase)} value: {float(mib)!r} }}"
+              for phase, mib in (peak_allocated_mib_by_phase or {}).items()]
     write_atomically(path, "\n".join(lines) + "\n")

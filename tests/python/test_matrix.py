@@ -177,6 +177,13 @@ def test_the_upstream_example_runs_as_matrix_cells_eager_and_compiled(tmp_path):
         assert abs(float(r["replayed_step_us"]) - float(r["modelled_step_us"])) <= 0.011, r
         if r["compile"] == "1":
             assert float(r["cold_compile_ms"]) > 0, r
+        # Device memory by phase: the weights at load, the optimizer state
+        # and activations on top in the first step, the steps after no lower
+        # than what the first step left.
+        load, warmup, step = (float(r[f"peak_allocated_mib_{p}"]) for p in ("load", "warmup", "step"))
+        assert 0 < load < warmup and step > 0, r
+    report = open(tmp_path / "report.md").read()
+    assert "## Device memory by phase" in report and "| cell | load | warmup | step |" in report
     # Compiled blocks train as eager: every step's loss (printed to 4
     # decimals) in each cell's log, and nothing of the compiled cells' step
     # runs on the CPU (FSDP2's and TP's collectives between device graphs).
