@@ -90,6 +90,29 @@ py::list MemorySnapshot() {
   return out;
 }
 
+// torch.cuda.memory._snapshot()'s "device_traces": per device, its recorded
+// history as {action, addr, size, stream, time_us, frames} (frames empty;
+// device_free on "oom").
+py::list MemoryTraces() {
+  py::list out;
+  for (const auto& device : na::CachingAllocator::Get().Traces()) {
+    py::list entries;
+    for (const na::TraceEntry& e : device) {
+      py::dict d;
+      d["action"] = na::TraceActionName(e.action);
+      d["addr"] = e.addr;
+      d["size"] = e.size;
+      d["stream"] = e.stream;
+      d["time_us"] = e.time_us;
+      d["frames"] = py::list();
+      if (e.action == na::TraceAction::kOom) d["device_free"] = e.device_free;
+      entries.append(d);
+    }
+    out.append(entries);
+  }
+  return out;
+}
+
 // (phase, {"allocated_bytes", "reserved_bytes", "active_bytes"}) peaks.
 py::list MemoryPhasePeaks(int index) {
   py::list out;
@@ -163,6 +186,10 @@ void BindDevice(py::module_& m) {
     return na::CachingAllocator::Get().SetPhase(static_cast<c10::DeviceIndex>(index), phase);
   });
   m.def("_memory_phase_peaks", &MemoryPhasePeaks);
+  m.def("_record_memory_history", [](std::size_t max_entries) {
+    na::CachingAllocator::Get().RecordHistory(max_entries);
+  });
+  m.def("_memory_traces", &MemoryTraces);
   m.def("_eager_records", &EagerRecords);
   m.def("_eager_totals", &EagerTotals);
   m.def("_eager_reset", [] { na::OpLog::Get().Reset(); });

@@ -11,11 +11,15 @@ snapshot and the peaks by phase (re-exported by torchneuron.device).
 The figures are the caching allocator's (docs/device.md, "Memory"): blocks
 are never split, so every segment holds one block, inactive_split is 0, and
 no stack frames are recorded.
+
+    torch.neuron.memory._record_memory_history()   # history for device_traces
+    torch.cuda._memory_viz.trace_plot(torch.neuron.memory._snapshot())
 """
 
 import collections
 import contextlib
 import pickle
+import sys
 
 from . import _C
 
@@ -108,12 +112,28 @@ def memory_snapshot():
     return _C._memory_snapshot()
 
 
+def _record_memory_history(enabled="all", context="all", stacks="all",
+                           max_entries=sys.maxsize, device=None):
+    """Starts ("all", or True) or stops (None, "state", or False) recording
+    every device's allocation history for _snapshot()'s "device_traces",
+    keeping the last `max_entries` entries per device; stopping drops it.
+    As torch.cuda.memory._record_memory_history, without stack frames:
+    `context` and `stacks` are accepted and change nothing."""
+    if enabled is True:
+        enabled = "all"
+    if enabled not in (None, False, "state", "all"):
+        raise ValueError(f'_record_memory_history: enabled must be None, "state" or "all", '
+                         f"got {enabled!r}")
+    if enabled == "all" and max_entries < 1:
+        raise ValueError(f"_record_memory_history: max_entries must be at least 1, got {max_entries}")
+    _C._record_memory_history(min(max_entries, 2**62) if enabled == "all" else 0)
+
+
 def _snapshot(device=None):
     """torch.cuda.memory._snapshot()'s dict, which torch.cuda._memory_viz
-    reads: {"segments": memory_snapshot(), "device_traces": one empty list
-    per device (no history is recorded)}."""
-    return {"segments": memory_snapshot(),
-            "device_traces": [[] for _ in range(_C._device_count())]}
+    reads: {"segments": memory_snapshot(), "device_traces": per device, the
+    history recorded since _record_memory_history (empty when off)}."""
+    return {"segments": memory_snapshot(), "device_traces": _C._memory_traces()}
 
 
 def _dump_snapshot(filename="dump_snapshot.pickle"):

@@ -1,7 +1,7 @@
 """The "neuron" device's memory with torch.cuda's meanings: active against
 allocated while a freed block waits on stream use, memory_summary in
 torch.cuda.memory_summary's form, memory_snapshot read by PyTorch's own
-visualiser (torch.cuda._memory_viz), and peaks by phase on a small
+visualiser (torch.cuda._memory_viz) with its recorded history, and peaks by phase on a small
 training loop. One process, device 0.
 """
 import gc
@@ -131,12 +131,42 @@ def test_memory_snapshot_is_read_by_pytorchs_memory_visualiser(tmp_path):
     assert "seg_" in _memory_viz.segments(snapshot, format_flamegraph=lambda lines: lines)
     assert "snapshot.pickle" in _memory_viz.segment_plot(snapshot)
     assert "snapshot.pickle" in _memory_viz.trace_plot(snapshot)
-    assert _memory_viz.trace(snapshot) == ""  # no history recorded
+    assert _memory_viz.trace(snapshot) == ""  # no history recorded (not asked for)
     path = tmp_path / "snapshot.pickle"
     torch.neuron.memory._dump_snapshot(str(path))
     import pickle
     assert pickle.loads(path.read_bytes())["segments"] == torch.neuron.memory_snapshot()
     del live
+
+
+def test_recorded_history_is_read_by_pytorchs_trace_views():
+    torch.neuron.empty_cache()
+    torch.neuron.memory._record_memory_history(max_entries=100)
+    try:
+        x = torch.empty(3 * MIB, dtype=torch.uint8, device="neuron")
+        big = x.data_ptr()
+        x.record_stream(torch.neuron.Stream())
+        del x
+        y = torch.empty(10, device="neuron")  # completes x's free first
+        small = y.data_ptr()
+        del y
+        torch.neuron.empty_cache()
+        snapshot = torch.neuron.memory._snapshot()
+    finally:
+        torch.neuron.memory._record_memory_history(None)
+    trace = [(e["action"], e["addr"], e["size"]) for e in snapshot["device_traces"][0]]
+    assert trace == [
+        ("segment_alloc", big, 4 * MIB), ("alloc", big, 3 * MIB), ("free_requested", big, 3 * MIB),
+        ("free_completed", big, 3 * MIB), ("segment_alloc", small, 512), ("alloc", small, 40),
+        ("free_requested", small, 40), ("free_completed", small, 40),
+        ("segment_free", small, 512), ("segment_free", big, 4 * MIB)]
+    text = _memory_viz.trace(snapshot)
+    assert f"a = cudaMalloc({big}, 4.0MiB)\nb = a[0:3.0MiB]\ndel b # 3.0MiB\n" in text
+    assert "cudaFree(a) # 4.0MiB" in text
+    assert "snapshot.pickle" in _memory_viz.trace_plot(snapshot, filter_freed=True)
+    assert torch.neuron.memory._snapshot()["device_traces"][0] == []  # stopped and dropped
+    with pytest.raises(ValueError, match='enabled must be None, "state" or "all", got \'yes\''):
+        torch.neuron.memory._record_memory_history("yes")
 
 
 # --- peaks by phase -------------------------------------------------------------

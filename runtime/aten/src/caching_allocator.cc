@@ -88,6 +88,8 @@ struct CachingAllocator::Block {
   std::vector<c10::StreamId> stream_uses;   // other streams it was used on
   BlockState state = BlockState::kActiveAllocated;
   c10::Storage adopted;    // set for adopted memory
+
+  std::uintptr_t address() const { return reinterpret_cast<std::uintptr_t>(ptr); }
 };
 
 CachingAllocator& CachingAllocator::Get() {
@@ -117,6 +119,7 @@ std::uint64_t CachingAllocator::Allocated(c10::DeviceIndex index) const {
 
 void CachingAllocator::FreeCachedLocked(Device& d) {
   for (auto& [size, block] : d.cache) {
+    d.trace.Record({TraceAction::kSegmentFree, block->address(), size, block->stream});
     c10::free_cpu(block->ptr);
     d.stats.reserved -= size;
     Count(d.torch_stats.segment, size, -1);
@@ -133,6 +136,7 @@ void CachingAllocator::ReserveLocked(Device& d, c10::DeviceIndex index, std::uin
     ++d.stats.ooms;
     ++d.torch_stats.num_ooms;
     const std::uint64_t free = d.stats.capacity - d.stats.reserved;
+    d.trace.Record({TraceAction::kOom, 0, size, CurrentStream(index), free});
     TORCH_CHECK_WITH(OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
                      Bytes(size), ". Device neuron:", static_cast<int>(index),
                      " has a total capacity of ", Bytes(d.stats.capacity), " of which ",
@@ -184,11 +188,13 @@ CachingAllocator::Block* CachingAllocator::Take(c10::DeviceIndex index, std::uin
     block->ptr = c10::alloc_cpu(size);
     block->size = size;
     block->device = index;
+    d.trace.Record({TraceAction::kSegmentAlloc, block->address(), size, stream});
   }
   block->requested = requested;
   block->stream = stream;
   block->state = BlockState::kActiveAllocated;
   d.active.insert(block);
+  d.trace.Record({TraceAction::kAlloc, block->address(), requested, stream});
   CountAllocationLocked(d, size, requested);
   return block;
 }
@@ -220,6 +226,8 @@ c10::DataPtr CachingAllocator::Adopt(c10::Storage storage, c10::DeviceIndex inde
       throw;
     }
     d.active.insert(block);
+    d.trace.Record({TraceAction::kSegmentAlloc, block->address(), size, block->stream});
+    d.trace.Record({TraceAction::kAlloc, block->address(), size, block->stream});
     CountAllocationLocked(d, size, size);
   }
   return c10::DataPtr(block->ptr, block, &CachingAllocator::Delete,
@@ -238,6 +246,7 @@ void CachingAllocator::Release(Block* block) {
   ++d.stats.frees;
   Count(d.torch_stats.allocation, block->size, -1);
   Count(d.torch_stats.allocated_bytes, block->size, -Signed(block->size));
+  d.trace.Record({TraceAction::kFreeRequested, block->address(), block->requested, block->stream});
   if (block->stream_uses.empty()) {
     FreeBlockLocked(d, block, dropped);
   } else {
@@ -249,6 +258,7 @@ void CachingAllocator::Release(Block* block) {
 void CachingAllocator::FreeBlockLocked(Device& d, Block* block,
                                        std::vector<c10::Storage>& dropped) {
   auto& t = d.torch_stats;
+  d.trace.Record({TraceAction::kFreeCompleted, block->address(), block->requested, block->stream});
   Count(t.active, block->size, -1);
   Count(t.active_bytes, block->size, -Signed(block->size));
   Count(t.requested_bytes, block->size, -Signed(block->requested));
@@ -259,6 +269,7 @@ void CachingAllocator::FreeBlockLocked(Device& d, Block* block,
     Count(t.segment, block->size, -1);
     Count(t.reserved_bytes, block->size, -Signed(block->size));
     ++t.num_device_free;
+    d.trace.Record({TraceAction::kSegmentFree, block->address(), block->size, block->stream});
     dropped.push_back(std::move(block->adopted));
     delete block;
   } else {
@@ -356,7 +367,7 @@ void CachingAllocator::EmptyCache() {
 std::vector<BlockInfo> CachingAllocator::Blocks() const {
   std::vector<BlockInfo> out;
   auto info = [&out](const Block* b) {
-    out.push_back({b->device, reinterpret_cast<std::uintptr_t>(b->ptr), b->size,
+    out.push_back({b->device, b->address(), b->size,
                    b->requested, b->stream, b->state});
   };
   std::lock_guard<std::mutex> lock(mutex_);
@@ -374,6 +385,24 @@ std::string CachingAllocator::SetPhase(c10::DeviceIndex index, const std::string
   std::lock_guard<std::mutex> lock(mutex_);
   Device& d = device(CheckIndex(index, "set_memory_phase"));
   return d.phases.Enter(phase, Levels(d.torch_stats));
+}
+
+void CachingAllocator::RecordHistory(std::size_t max_entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < device_count_; ++i) {
+    if (max_entries == 0) {
+      devices_[i].trace.Disable();
+    } else {
+      devices_[i].trace.Enable(max_entries);
+    }
+  }
+}
+
+std::vector<std::vector<TraceEntry>> CachingAllocator::Traces() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<TraceEntry>> out;
+  for (int i = 0; i < device_count_; ++i) out.push_back(devices_[i].trace.Entries());
+  return out;
 }
 
 std::vector<PhasePeak> CachingAllocator::PhasePeaks(c10::DeviceIndex index) const {

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "neuron/aten/memory_phases.h"
+#include "neuron/aten/memory_trace.h"
 
 namespace neuron::aten {
 
@@ -124,6 +125,13 @@ class CachingAllocator final : public c10::DeviceAllocator {
   std::string SetPhase(c10::DeviceIndex device, const std::string& phase);
   std::vector<PhasePeak> PhasePeaks(c10::DeviceIndex device) const;
 
+  // Records every device's allocation history, keeping the last
+  // `max_entries` per device; 0 stops recording and drops it
+  // (torch.cuda.memory._record_memory_history, without stack frames).
+  void RecordHistory(std::size_t max_entries);
+  // Each device's recorded history, oldest first (empty when not recording).
+  std::vector<std::vector<TraceEntry>> Traces() const;
+
   // The rounded size a request of `bytes` takes.
   static std::uint64_t RoundedSize(std::uint64_t bytes);
 
@@ -137,6 +145,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
     std::unordered_set<Block*> active;  // allocated or pending blocks
     std::vector<Block*> pending;        // freed, waiting on stream use
     MemoryPhases phases;
+    MemoryTrace trace;
   };
 
   CachingAllocator();  // one Device per device of the Inventory
