@@ -40,6 +40,8 @@ const OpSupport kTable[] = {
     MATMUL("convolution_backward"), MATMUL("convolution_backward_overrideable"),
     MATMUL("_scaled_dot_product_flash_attention_for_cpu"),
     MATMUL("_scaled_dot_product_flash_attention_for_cpu_backward"),
+    MATMUL("_scaled_dot_product_efficient_attention"),
+    MATMUL("_scaled_dot_product_efficient_attention_backward"),
     // Transcendentals and what is built on them: the scalar engine.
     SCALAR("exp"), SCALAR("exp2"), SCALAR("expm1"), SCALAR("log"), SCALAR("log2"),
     SCALAR("log10"), SCALAR("log1p"), SCALAR("tanh"), SCALAR("sigmoid"), SCALAR("gelu"),
@@ -109,6 +111,8 @@ const OpSupport kTable[] = {
     VECTOR("new_zeros"), VECTOR("new_ones"), VECTOR("new_full"),
     // A scalar read back to the host: one transfer.
     NATIVE("_local_scalar_dense", kCopy, "DMA to the host"),
+    NATIVE("_copy_from", kCopy, "DMA between host and device, or within HBM"),
+    NATIVE("_copy_from_and_resize", kCopy, "DMA between host and device, or within HBM"),
     // CPU fallbacks TorchNeuron's way: the CPU's kernel, with the copies.
     FALLBACK("nonzero", kShape), FALLBACK("_unique", kShape), FALLBACK("_unique2", kShape),
     FALLBACK("unique_dim", kShape), FALLBACK("unique_consecutive", kShape),
@@ -134,7 +138,7 @@ const OpSupport kTable[] = {
     HOST("unbind"), HOST("chunk"), HOST("unfold"), HOST("diagonal"), HOST("detach"),
     HOST("alias"), HOST("view_as_real"), HOST("view_as_complex"), HOST("_conj"),
     HOST("_neg_view"), HOST("resize"), HOST("set"), HOST("lift_fresh"),
-    HOST("_has_compatible_shallow_copy_type"), HOST("is_same_size"), HOST("result_type"),
+    HOST("_has_compatible_shallow_copy_type"), HOST("record_stream"), HOST("is_same_size"), HOST("result_type"),
 };
 
 #undef NATIVE
