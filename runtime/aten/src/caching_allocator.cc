@@ -216,9 +216,11 @@ c10::DataPtr CachingAllocator::Adopt(c10::Storage storage, c10::DeviceIndex inde
   block->requested = size;
   block->stream = CurrentStream(index);
   block->adopted = std::move(storage);
+  std::vector<c10::Storage> dropped;  // released after the lock
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Device& d = device(index);
+    ProcessEventsLocked(d, dropped);
     try {
       ReserveLocked(d, index, size);
     } catch (...) {

@@ -21,12 +21,17 @@
 // current when it was allocated; recordStream(ptr, s) on another stream
 // marks it used there. Freeing a block so marked takes it out of allocated
 // at once but keeps it active ("active_pending_free") until the allocator
-// next processes its events: at the next allocation on its device or at
-// EmptyCache. Work on every stream is complete once issued (operations are
-// synchronous), so that is the first moment it becomes reusable. A request that
-// would take reserved past the capacity first empties the cache, then throws
-// c10::OutOfMemoryError naming the request, the capacity, what is free, and
-// the allocated and reserved bytes. Thread-safe.
+// next processes its events: at the next allocation on its device (allocate
+// or Adopt) or at EmptyCache. Work on every stream is complete once issued
+// (operations are synchronous), so that is the first moment it becomes
+// reusable.
+//
+// A request that would take reserved past the capacity first empties the
+// cache, then throws c10::OutOfMemoryError naming the request, the
+// capacity, what is free, and the allocated and reserved bytes. Blocks()
+// lists every block (memory_snapshot), SetPhase/PhasePeaks keep peaks per
+// named phase (memory_phases.h), RecordHistory/Traces the allocation
+// history (memory_trace.h). Thread-safe.
 //
 // It is PyTorch's allocator of the device (c10::GetAllocator(PrivateUse1):
 // storages made on "neuron", torch.UntypedStorage, torch.load) and a
