@@ -50,4 +50,5 @@ PYBIND11_MODULE(_C, m) {
   BindCheckpoint(m);
   BindPipeline(m);
   BindPredict(m);
+  BindNki(m);
 }

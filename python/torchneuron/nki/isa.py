@@ -1,0 +1,136 @@
+"""torchneuron.nki.isa (nisa): single engine instructions, after AWS NKI's
+nki.isa, with the engines' operand rules.
+
+nc_matmul(stationary, moving) -> PSUM float32 [M, N] = stationary.T @ moving:
+  both operands in SBUF, their partition dimensions (the contraction K)
+  equal and <= the tensor engine's pe_rows (128), the stationary free size
+  M <= pe_columns (128), the moving free size N <= max_moving_free (512);
+  float8/bfloat16/float16/float32 inputs (float32 at the spec's slowdown).
+  Accumulate K > 128 with `acc += nisa.nc_matmul(...)` into a PSUM tile.
+"""
+
+import torch
+
+from .. import _C
+from . import kernel as _kernel
+from . import language as nl
+from .errors import fail
+from .tiles import PSUM, SBUF, Tile
+
+_MATMUL_DTYPES = (torch.bfloat16, torch.float16, torch.float32,
+                  getattr(torch, "float8_e4m3fn", torch.bfloat16),
+                  getattr(torch, "float8_e5m2", torch.bfloat16))
+
+
+def _check_matmul_operand(tile, role):
+    nl.check_read(tile, f"nisa.nc_matmul's {role}")
+    if tile.buffer != SBUF:
+        fail(f"nisa.nc_matmul's {role} is a {tile.buffer.upper()} tile: the tensor "
+             f"engine reads SBUF (copy it with nl.copy first)")
+    if len(tile.shape) != 2:
+        fail(f"nisa.nc_matmul's {role} has shape {tile.shape}: the tensor engine takes "
+             f"2-D tiles [partition, free]")
+    if tile.dtype not in _MATMUL_DTYPES:
+        fail(f"nisa.nc_matmul's {role} is {tile.dtype}: the tensor engine takes float8, "
+             f"bfloat16, float16 or float32")
+
+
+def nc_matmul(stationary, moving):
+    """stationary [K, M] and moving [K, N] (SBUF) -> PSUM float32 [M, N]."""
+    _check_matmul_operand(stationary, "stationary")
+    _check_matmul_operand(moving, "moving")
+    spec = _kernel.spec()
+    (k, m), (k2, n) = stationary.shape, moving.shape
+    if k != k2:
+        fail(f"nisa.nc_matmul: stationary {stationary.shape} and moving {moving.shape} "
+             f"differ in the partition (contraction) dimension")
+    if k > spec["pe_rows"]:
+        fail(f"nisa.nc_matmul: contraction over {k} partitions; the tensor engine "
+             f"contracts at most {spec['pe_rows']}")
+    if m > spec["pe_columns"]:
+        fail(f"nisa.nc_matmul: stationary free size {m} (shape {stationary.shape}); the "
+             f"tensor engine's stationary tile holds at most {spec['pe_columns']}")
+    if n > spec["max_moving_free"]:
+        fail(f"nisa.nc_matmul: moving free size {n} (shape {moving.shape}); the tensor "
+             f"engine's moving tile holds at most {spec['max_moving_free']}")
+    fp32 = stationary.dtype == torch.float32 or moving.dtype == torch.float32
+    result = nl.new_tile((m, n), torch.float32, PSUM)
+    nl.issue("nc_matmul", "tensor", lambda _: _C._nki_matmul_us(m, k, n, fp32),
+             [stationary, moving], [result])
+    nl.write(result, stationary.data.float().t() @ moving.data.float())
+    result.from_matmul = True
+    return result
+
+
+def nc_transpose(x):
+    """x [P, F] (SBUF) -> PSUM [F, P] of x's dtype: a matmul of x (stationary)
+    with the identity (moving [P, P]) on the tensor engine."""
+    _check_matmul_operand(x, "stationary (transposed tile)")
+    p, f = x.shape
+    if f > _kernel.spec()["pe_columns"]:
+        fail(f"nisa.nc_transpose: a tile of shape {x.shape} has free size {f}; the "
+             f"transposed tile's partitions hold at most {_kernel.spec()['pe_columns']}")
+    result = nl.new_tile((f, p), x.dtype, PSUM)
+    fp32 = x.dtype == torch.float32
+    nl.issue("nc_transpose", "tensor", lambda _: _C._nki_matmul_us(f, p, p, fp32), [x],
+             [result])
+    nl.write(result, x.data.t())
+    return result
+
+
+def activation(op, data, bias=None, scale=1.0, dtype=None):
+    """op(data * scale + bias) on the scalar engine, one instruction: `op` a
+    language function (nl.exp, nl.tanh, ...) or None (identity); `bias` a
+    tile [P, 1] (per partition) or a number; `scale` a number or a [P, 1]
+    tile."""
+    fn = _ACTIVATIONS.get(op, None)
+    if op is not None and fn is None:
+        fail(f"nisa.activation: {getattr(op, '__name__', op)} is not a scalar engine "
+             f"activation (nl.exp, nl.log, nl.tanh, nl.sigmoid, nl.sqrt, nl.rsqrt, nl.relu)")
+    extras = [t for t in (bias, scale) if isinstance(t, Tile)]
+    for extra in extras:
+        nl.check_read(extra, "nisa.activation")
+        if extra.shape != (data.shape[0], 1):
+            fail(f"nisa.activation: a bias or scale tile of shape {extra.shape}; it "
+                 f"must be [{data.shape[0]}, 1] (one value per partition)")
+    b = bias.data.float() if isinstance(bias, Tile) else (bias or 0.0)
+    s = scale.data.float() if isinstance(scale, Tile) else scale
+    return nl.elementwise("activation", "scalar", [data],
+                          lambda a: (fn or (lambda v: v))(a * s + b), dtype=dtype,
+                          extra_reads=extras)
+
+
+_ACTIVATIONS = {nl.exp: torch.exp, nl.log: torch.log, nl.tanh: torch.tanh,
+                nl.sigmoid: torch.sigmoid, nl.sqrt: torch.sqrt, nl.rsqrt: torch.rsqrt,
+                nl.relu: torch.relu}
+
+
+def tensor_copy(src, dtype=None):
+    """A copy into a new SBUF tile on the vector engine."""
+    return nl.copy(src, dtype=dtype)
+
+
+def tensor_tensor(x, y, op, dtype=None):
+    """op(x, y) elementwise on the vector engine (op: nl.add, nl.multiply, ...)."""
+    return op(x, y, dtype=dtype)
+
+
+def tensor_reduce(op, data, axis, dtype=None, keepdims=True):
+    """A free-axis reduction on the vector engine (op: nl.max, nl.sum, ...)."""
+    return op(data, axis, dtype=dtype, keepdims=keepdims)
+
+
+def affine_select(data, on_false_value, partition_step=1, free_step=-1, offset=0,
+                  dtype=None):
+    """data where offset + p * partition_step + f * free_step >= 0 (p the
+    partition index, f the free index of a 2-D tile), else on_false_value:
+    the gpsimd engine's masked select (a causal mask: the defaults keep
+    f <= p + offset)."""
+    def select(a):
+        p = torch.arange(a.shape[0]).unsqueeze(1)
+        f = torch.arange(a.shape[1]).unsqueeze(0)
+        keep = offset + p * partition_step + f * free_step >= 0
+        return torch.where(keep, a, torch.tensor(float(on_false_value)))
+    if len(data.shape) != 2:
+        fail(f"nisa.affine_select takes a 2-D tile, got shape {data.shape}")
+    return nl.elementwise("affine_select", "gpsimd", [data], select, dtype=dtype)
