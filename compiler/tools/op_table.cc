@@ -56,7 +56,9 @@ void TypeTable(std::ostringstream& out) {
       {"float32", "Float"}, {"bfloat16", "BFloat16"}, {"float16", "Half"},
       {"int64", "Long"}, {"int32", "Int"}, {"int16", "Short"}, {"int8", "Char"},
       {"uint8", "Byte"}, {"bool", "Bool"}, {"float64", "Double"},
-      {"complex64", "ComplexFloat"}, {"complex128", "ComplexDouble"}};
+      {"float8_e4m3fn", "Float8_e4m3fn"}, {"float8_e5m2", "Float8_e5m2"},
+      {"complex64", "ComplexFloat"}, {"complex128", "ComplexDouble"},
+      {"float8_e4m3fnuz", "Float8_e4m3fnuz"}, {"float8_e5m2fnuz", "Float8_e5m2fnuz"}};
   for (const auto& [torch_name, aten_name] : types) {
     const TypeSupport support = neuron::runtime::SupportOfType(aten_name);
     out << "| `torch." << torch_name << "` | "

@@ -100,3 +100,11 @@ def test_a_compiled_graph_with_an_unsupported_op_is_an_error_not_a_cpu_segment()
                        r"supported on the device: Complex data types are not supported on the "
                        r"Neuron device \(NCC_EVRF004\)"):
         f(x)
+
+
+def test_fnuz_float8_is_refused_with_neurons_message():
+    x = torch.randn(8, device="neuron").to(torch.float8_e4m3fnuz)  # copies convert: allowed
+    assert torch.equal(x.float().cpu(), x.cpu().float())
+    with pytest.raises(RuntimeError, match=r"aten::neg on a Float8_e4m3fnuz tensor of the neuron "
+                       r"device: .*F8E4M3FNUZ.*NCC_EVRF005.*convert it to a supported type"):
+        torch.neg(x)

@@ -56,6 +56,11 @@ TEST(OpSupport, TypesTheCoreLacks) {
   EXPECT_EQ(SupportOfType("ComplexDouble"), TypeSupport::kUnsupported);
   EXPECT_NE(std::string(TypeUnsupportedReason("ComplexFloat")).find("NCC_EVRF004"),
             std::string::npos);
+  EXPECT_EQ(SupportOfType("Float8_e4m3fn"), TypeSupport::kNative);  // Trainium2's FP8
+  EXPECT_EQ(SupportOfType("Float8_e5m2fnuz"), TypeSupport::kUnsupported);
+  EXPECT_NE(std::string(TypeUnsupportedReason("Float8_e4m3fnuz")).find("NCC_EVRF005"),
+            std::string::npos);
+  EXPECT_STREQ(TypeUnsupportedReason("Float"), "");
 }
 
 // 1 MiB in, 1 MiB out over 256 Ki elements at the defaults: 32 GB/s and 2 us a

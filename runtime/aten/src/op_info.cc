@@ -165,8 +165,9 @@ void CheckType(const OpInfo& info, const at::Tensor& t) {
   const char* type = c10::toString(t.scalar_type());
   TORCH_CHECK(false, info.name, " on a ", type, " tensor of the neuron device: ",
               runtime::TypeUnsupportedReason(type),
-              ". Run it on the CPU (.cpu(), and .to(\"neuron\") after), or carry the real "
-              "and imaginary parts as real tensors.");
+              ". Run it on the CPU (.cpu(), and .to(\"neuron\") after), or ",
+              t.is_complex() ? "carry the real and imaginary parts as real tensors."
+                             : "convert it to a supported type (.to(torch.float16)).");
 }
 
 const OpInfo& InfoOf(const c10::OperatorHandle& op) {

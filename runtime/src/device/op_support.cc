@@ -22,6 +22,9 @@ constexpr const char* kQuantized =
     "quantized tensors are not supported on Neuron (TorchNeuron's compatibility table: N)";
 constexpr const char* kComplex =
     "Complex data types are not supported on the Neuron device (NCC_EVRF004)";
+constexpr const char* kFnuz =
+    "The compiler found usage of F8E4M3FNUZ, F8E4M3B11FNUZ, or F8E5M2FNUZ data type which is "
+    "not supported (NCC_EVRF005)";
 constexpr const char* kMeta = "metadata: sizes, strides and storage only";
 
 #define NATIVE(name, kind, engine) {name, kN, EagerKind::kind, engine}
@@ -183,14 +186,22 @@ const OpSupport& SupportOf(std::string_view base) {
   return it == by_name->end() ? kUnlisted : *it->second;
 }
 
+namespace {
+
+bool IsFnuz(std::string_view name) {
+  return name.size() > 4 && name.substr(0, 6) == "Float8" && name.substr(name.size() - 4) == "fnuz";
+}
+
+}  // namespace
+
 TypeSupport SupportOfType(std::string_view name) {
   if (name == "Double") return TypeSupport::kCpuFallback;
-  if (name.substr(0, 7) == "Complex") return TypeSupport::kUnsupported;
+  if (name.substr(0, 7) == "Complex" || IsFnuz(name)) return TypeSupport::kUnsupported;
   return TypeSupport::kNative;
 }
 
 const char* TypeUnsupportedReason(std::string_view name) {
-  return name.substr(0, 7) == "Complex" ? kComplex : "";
+  return name.substr(0, 7) == "Complex" ? kComplex : IsFnuz(name) ? kFnuz : "";
 }
 
 }  // namespace neuron::runtime

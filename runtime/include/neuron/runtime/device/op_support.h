@@ -52,10 +52,12 @@ const OpSupport& SupportOf(std::string_view base);
 // Element types the NeuronCore's engines lack (docs/device.md, "Types the
 // NeuronCore lacks"), by their PyTorch names.
 enum class TypeSupport { kNative, kCpuFallback, kUnsupported };
-// float64 ("Double"): a CPU fallback; complex ("ComplexFloat", ...):
-// unsupported; every other type: native.
+// float64 ("Double"): a CPU fallback; complex ("ComplexFloat", ...) and the
+// FNUZ float8 variants ("Float8_e4m3fnuz", "Float8_e5m2fnuz"): unsupported;
+// every other type: native.
 TypeSupport SupportOfType(std::string_view scalar_type_name);
-// Neuron's message for a type it refuses, e.g. complex types' NCC_EVRF004.
+// Neuron's message for a type it refuses: complex types' NCC_EVRF004, the
+// FNUZ float8 types' NCC_EVRF005; "" for the others.
 const char* TypeUnsupportedReason(std::string_view scalar_type_name);
 
 }  // namespace neuron::runtime
