@@ -1,8 +1,11 @@
-// Device memory counters with PyTorch's meaning (torch.cuda.memory_stats):
-// reserved (arenas the runtime holds) >= allocated (bytes of live
-// buffers) >= active (bytes of buffers the running plan uses), each with
-// its current value and its peak, overall and per phase (load, compile,
-// step, ...).
+// Memory counters of a compiled plan's runs (Executor): reserved (arenas
+// the runtime holds) >= allocated (bytes of live buffers) >= active (bytes
+// of buffers the running plan uses), each with its current value and its
+// peak, overall and per phase (load, compile, step, ...). "active" here is
+// a subset of allocated, unlike torch.cuda's active_bytes (allocated plus
+// frees waiting on streams); the "neuron" device's torch.cuda-style
+// counters and Python-set phases are the CachingAllocator's
+// (runtime/aten, torch.neuron.memory_stats / memory_phase_peaks).
 //
 // Usage:
 //   MemoryCounters mem;
