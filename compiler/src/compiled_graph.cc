@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "neuron/compiler/graph_runs.h"
 #include "neuron/compiler/graph_text.h"
 #include "neuron/compiler/lower.h"
 #include "neuron/compiler/passes.h"
@@ -71,17 +72,17 @@ std::shared_ptr<CompiledGraph> CompiledGraph::Compile(const std::string& ir_text
   info.sbuf_lower_bound = compiled->executable_->sbuf_lower_bound();
   info.psum_lower_bound = compiled->executable_->psum_lower_bound();
   compiled->prepared_ = runtime::Executor::Prepare(*compiled->executable_);
-  compiled->timing_ =
-      runtime::TimePlan(*compiled->executable_, compiled->executor_.model());
-  info.modelled_us = compiled->timing_.total.count();
-  info.mfu = compiled->timing_.mfu;
+  compiled->timing_ = std::make_shared<const runtime::PlanTiming>(
+      runtime::TimePlan(*compiled->executable_, compiled->executor_.model()));
+  info.modelled_us = compiled->timing_->total.count();
+  info.mfu = compiled->timing_->mfu;
   for (const auto& i : compiled->executable_->instructions()) {
     if (i.op() != runtime::proto::OP_FUSED) continue;
     ++info.fused_groups;
     info.fused_ops += i.fused_size();
   }
   for (int k = 0; k < runtime::kEngineCount; ++k) {
-    info.engine_us[k] = compiled->timing_.busy[k].count();
+    info.engine_us[k] = compiled->timing_->busy[k].count();
   }
   // The plan's extents, aligned as the planner aligns.
   for (const auto& b : compiled->executable_->buffers()) {
@@ -107,7 +108,11 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
   std::map<std::string, runtime::HostView> bound;
   for (std::size_t i = 0; i < inputs.size(); ++i) bound[info_.inputs[i]] = inputs[i];
   // Validated when loaded or compiled; the timeline is the plan's.
+  const auto wall_start = std::chrono::steady_clock::now();
   auto outputs = executor_.Compute(prepared_, bound);
+  const double wall_us = std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - wall_start)
+                             .count();
   std::vector<runtime::HostTensor> out;
   for (std::size_t k = 0; k < info_.outputs.size(); ++k) {
     auto& t = outputs.at(info_.outputs[k]);
@@ -122,7 +127,9 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
     }
   }
   // The rank's compute stream ran the graph for its modelled time.
-  runtime::ProcessClock()->AdvanceCompute(timing_.total);
+  const runtime::SimDuration start = runtime::ProcessClock()->compute();
+  runtime::ProcessClock()->AdvanceCompute(timing_->total);
+  GraphRunLog::Get().Record({info_.name, start, timing_->total, wall_us, timing_});
   std::lock_guard<std::mutex> lock(mutex_);
   ++info_.runs;
   return out;
@@ -134,7 +141,7 @@ CompiledGraphInfo CompiledGraph::info() const {
 }
 
 void CompiledGraph::WriteTimeline(const std::string& path) const {
-  runtime::WriteChromeTrace(timing_, info_.name, path);
+  runtime::WriteChromeTrace(*timing_, info_.name, path);
 }
 
 }  // namespace neuron::compiler

@@ -1,10 +1,13 @@
 // torchneuron._C's simulated time: this rank's clocks, its operation trace
-// and the device model's matmul time. Thin: the behaviour lives in
+// the compiled graphs' runs and the device model's matmul time. Thin: the behaviour lives in
 // neuron::runtime.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
+
 #include "bindings.h"
+#include "neuron/compiler/graph_runs.h"
 #include "neuron/runtime/device/cost_model.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/op_trace.h"
@@ -55,9 +58,50 @@ void BindPipelineTrace(py::module_& m) {
       "Sets the pipeline stage's plan in the trace being recorded, if any.");
 }
 
+// The compiled graphs' runs (neuron::compiler::GraphRunLog) for profiles:
+// ([run dicts], {plan id: [(engine, op, start_us, end_us), ...]}), each
+// run naming its plan by id (plans are shared by the runs of a graph).
+void BindGraphRuns(py::module_& m) {
+  m.def(
+      "_graph_runs",
+      [] {
+        const auto runs = neuron::compiler::GraphRunLog::Get().Runs();
+        py::list out;
+        py::dict plans;
+        std::map<const neuron::runtime::PlanTiming*, int> ids;
+        for (const auto& r : runs) {
+          const auto [it, added] = ids.emplace(r.timing.get(), static_cast<int>(ids.size()));
+          if (added) {
+            py::list schedule;
+            for (const auto& i : r.timing->schedule) {
+              schedule.append(py::make_tuple(neuron::runtime::Name(i.engine), i.op,
+                                             i.start.count(), i.end.count()));
+            }
+            plans[py::int_(it->second)] = schedule;
+          }
+          py::dict d;
+          d["name"] = r.name;
+          d["start_us"] = r.start.count();
+          d["modelled_us"] = r.modelled.count();
+          d["wall_us"] = r.wall_us;
+          d["plan"] = it->second;
+          out.append(d);
+        }
+        return py::make_tuple(out, plans);
+      },
+      "The latest compiled-graph runs of this process and their plans' engine timelines.");
+  m.def(
+      "_graph_runs_total", [] { return neuron::compiler::GraphRunLog::Get().total(); },
+      "Compiled-graph runs since the last reset, however many the log still holds.");
+  m.def(
+      "_graph_runs_reset", [] { neuron::compiler::GraphRunLog::Get().Reset(); },
+      "Clears the compiled-graph run log.");
+}
+
 }  // namespace
 
 void BindClock(py::module_& m) {
+  BindGraphRuns(m);
   m.def(
       "_clock",
       [] {

@@ -11,7 +11,8 @@ on this machine and its modelled time on the simulated Trainium2 fabric
 
 ``clock()`` gives this rank's two simulated clocks (compute, advanced by
 compiled graphs and by eager operations on "neuron" tensors; collective, by
-the fabric model). ``eager_records()`` lists the eager operations. The other functions take
+the fabric model). ``eager_records()`` lists the eager operations,
+``graph_runs()`` the runs of compiled graphs. The other functions take
 an optional ``group`` (default: the default group), which must be a neuron
 process group. The statistics are local to the rank
 and wait for the operations issued before the call to complete.
@@ -82,37 +83,82 @@ def reset_eager():
     _C._eager_reset()
 
 
+def graph_runs():
+    """Returns one dict per run of a compiled graph (the latest 65536):
+    name, start_us (this rank's simulated compute clock when it was issued),
+    modelled_us (its plan's time on the device model), wall_us (the
+    executor's), and engines: its plan's instructions as (engine, op,
+    start_us, end_us) from the run's start."""
+    runs, plans = _C._graph_runs()
+    for r in runs:
+        r["engines"] = plans[r.pop("plan")]
+    return runs
+
+
+def reset_graph_runs():
+    """Clears the compiled-graph run log."""
+    _C._graph_runs_reset()
+
+
+def _collective_events(path, group):
+    """The collectives of `group` (the default group when there is one) as
+    Chrome events, and this rank (0 without a group)."""
+    import json
+    if group is None and not _dist.is_initialized():
+        return [], 0
+    rank = _dist.get_rank()
+    _process_group(group).write_chrome_trace(path)
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    for e in events:
+        e["tid"] = f"rank {rank} collectives"
+    return events, rank
+
+
+def _compute_events(rank):
+    """Eager operations and compiled-graph runs, in issue order on the
+    simulated clock, each once on the simulated clock and once on the wall
+    clock (laid end to end: the wall track shows durations, not gaps); each
+    run's engine timeline on a track per engine; the device memory after
+    each eager operation."""
+    work = [("op", r) for r in eager_records()] + [("graph", r) for r in graph_runs()]
+    work.sort(key=lambda w: w[1]["start_us"])
+    events, wall, track = [], 0.0, f"rank {rank} compute"
+    for kind, r in work:
+        if kind == "op":
+            name, args = r["op"], {"bytes": r["bytes"], "kind": r["kind"]}
+        else:
+            name, args = f"graph {r['name']}", {"kind": "compiled graph"}
+        events.append({"name": name, "ph": "X", "pid": "simulated", "tid": track,
+                       "ts": r["start_us"], "dur": r["modelled_us"], "args": args})
+        events.append({"name": name, "ph": "X", "pid": "wall", "tid": track, "ts": wall,
+                       "dur": r["wall_us"], "args": args})
+        wall += r["wall_us"]
+        if kind == "op":
+            events.append({"name": f"rank {rank} device memory", "ph": "C",
+                           "pid": "simulated", "ts": r["start_us"] + r["modelled_us"],
+                           "args": {"allocated_bytes": r["allocated"]}})
+            continue
+        for engine, op, begin, end in r["engines"]:
+            events.append({"name": op, "ph": "X", "pid": "simulated",
+                           "tid": f"rank {rank} {engine} engine", "ts": r["start_us"] + begin,
+                           "dur": end - begin, "args": {"graph": r["name"]}})
+    return events
+
+
 def export_chrome_trace(path, group=None):
     """Writes this rank's trace to ``path`` (chrome://tracing, Perfetto): the
-    collectives of ``group`` (default: the default group, when there is one)
-    and the eager operations of the "neuron" device, each on its own track,
-    once on the simulated clock (process "simulated") and once on the wall
-    clock (process "wall"); and the device memory allocated after each
+    collectives of ``group`` (default: the default group, when there is one),
+    the eager operations of the "neuron" device and the runs of compiled
+    graphs ("graph NAME"), each on its own track, once on the simulated
+    clock (process "simulated") and once on the wall clock (process
+    "wall"); each graph run's engine timeline (a track per engine, on the
+    simulated clock); and the device memory allocated after each eager
     operation (a counter on the simulated clock)."""
     import json
     path = str(path)
-    events = []
-    rank = 0
-    if group is not None or _dist.is_initialized():
-        rank = _dist.get_rank()
-        _process_group(group).write_chrome_trace(path)
-        with open(path, encoding="utf-8") as f:
-            events = json.load(f)["traceEvents"]
-        for e in events:
-            e["tid"] = f"rank {rank} collectives"
-    wall = 0.0
-    for r in eager_records():
-        args = {"bytes": r["bytes"], "kind": r["kind"]}
-        events.append({"name": r["op"], "ph": "X", "pid": "simulated",
-                       "tid": f"rank {rank} compute", "ts": r["start_us"],
-                       "dur": r["modelled_us"], "args": args})
-        events.append({"name": r["op"], "ph": "X", "pid": "wall",
-                       "tid": f"rank {rank} compute", "ts": wall, "dur": r["wall_us"],
-                       "args": args})
-        events.append({"name": f"rank {rank} device memory", "ph": "C", "pid": "simulated",
-                       "ts": r["start_us"] + r["modelled_us"],
-                       "args": {"allocated_bytes": r["allocated"]}})
-        wall += r["wall_us"]
+    events, rank = _collective_events(path, group)
+    events += _compute_events(rank)
     write_atomically(path, json.dumps({"traceEvents": events}))
 
 

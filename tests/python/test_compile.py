@@ -849,3 +849,44 @@ def test_outputs_that_are_views_share_their_bases_memory():
     xt = torch.randn(5, 6).t()
     for got, expected in zip(run([xt, w]), f(xt.contiguous(), w)):
         torch.testing.assert_close(got, expected)
+
+
+def test_one_trace_holds_compiled_runs_with_their_engines_a_collective_and_eager_ops(tmp_path):
+    import torch.distributed as dist
+    from torchneuron import fabric
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fabric.reset_eager()
+        fabric.reset_graph_runs()
+        f = torch.compile(lambda x, w: torch.relu(x @ w), backend="neuron")
+        x, w = torch.randn(8, 16, device="neuron"), torch.randn(16, 4, device="neuron")
+        f(x, w)
+        y = f(x, w)
+        dist.all_reduce(y)
+        torch.special.i0(y)  # no Neuron kernel: a CPU fallback, eager
+        runs = fabric.graph_runs()
+        assert [r["name"] for r in runs] == [runs[0]["name"]] * 2, runs
+        graph = next(m for m in torchneuron.compiler.metrics() if m["name"] == runs[0]["name"])
+        for r in runs:
+            assert r["modelled_us"] == pytest.approx(graph["modelled_us"]) and r["wall_us"] > 0
+            assert r["engines"] and max(end for *_, end in r["engines"]) == \
+                pytest.approx(r["modelled_us"])
+        # Issued one after the other on the compute clock.
+        assert runs[1]["start_us"] >= runs[0]["start_us"] + runs[0]["modelled_us"]
+        path = tmp_path / "trace.json"
+        fabric.export_chrome_trace(path)
+        events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+        compute = [e for e in events if e["tid"] == "rank 0 compute" and e["pid"] == "simulated"]
+        mine = [e for e in compute if e["name"] == f"graph {runs[0]['name']}"]
+        assert [e["ts"] for e in mine] == [r["start_us"] for r in runs], mine
+        assert any(e["name"] == "aten::i0" for e in compute), compute
+        engines = {e["tid"] for e in events if e["tid"].endswith(" engine")}
+        assert "rank 0 tensor engine" in engines, engines
+        tensor = [e for e in events if e["tid"] == "rank 0 tensor engine"]
+        assert all(runs[0]["start_us"] <= e["ts"] for e in tensor)
+        assert any(e["tid"] == "rank 0 collectives" for e in events), events
+        # The wall clock's track holds the same work, end to end.
+        wall = [e for e in events if e["pid"] == "wall" and e["tid"] == "rank 0 compute"]
+        assert len(wall) == len(compute)
+    finally:
+        dist.destroy_process_group()

@@ -8,7 +8,8 @@
 //   g->info().modelled_us;  g->info().cache_key;
 //
 // Each run advances the process's simulated compute stream
-// (runtime::ProcessClock) by the plan's modelled time. Errors (unsupported
+// (runtime::ProcessClock) by the plan's modelled time and is recorded in
+// GraphRunLog (graph_runs.h) for profiles. Errors (unsupported
 // ops, dtypes, sizes) are InvalidUsage naming the node.
 #pragma once
 
@@ -73,7 +74,8 @@ class CompiledGraph {
   std::shared_ptr<const runtime::proto::Executable> executable_;
   runtime::PreparedPlan prepared_;  // of *executable_, for every run
   runtime::Executor executor_;
-  runtime::PlanTiming timing_;  // of every run: the plan's, input-independent
+  // Of every run: the plan's, input-independent (shared with GraphRunLog).
+  std::shared_ptr<const runtime::PlanTiming> timing_;
   CompiledGraphInfo info_;
   mutable std::mutex mutex_;
 };
