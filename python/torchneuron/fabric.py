@@ -18,6 +18,8 @@ process group. The statistics are local to the rank
 and wait for the operations issued before the call to complete.
 """
 
+import os as _os
+
 import torch as _torch
 import torch.distributed as _dist
 
@@ -160,6 +162,33 @@ def export_chrome_trace(path, group=None):
     events, rank = _collective_events(path, group)
     events += _compute_events(rank)
     write_atomically(path, json.dumps({"traceEvents": events}))
+
+
+_MAX_TRACE_BYTES = 1 << 30
+
+
+def merge_chrome_traces(paths, out):
+    """Writes one Chrome/Perfetto trace to ``out`` holding the events of the
+    rank traces ``paths`` (export_chrome_trace's, whose tracks are named by
+    rank), so a job's ranks are seen on one timeline. Raises ValueError
+    naming a file that is not such a trace or is over 1 GiB."""
+    import json
+    events = []
+    for path in map(str, paths):
+        size = _os.path.getsize(path)
+        if size > _MAX_TRACE_BYTES:
+            raise ValueError(f"merge_chrome_traces: {path} has {size} bytes, over the "
+                             f"{_MAX_TRACE_BYTES} a trace may have")
+        with open(path, encoding="utf-8") as f:
+            try:
+                found = json.load(f)["traceEvents"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"merge_chrome_traces: {path} is not a Chrome trace "
+                                 f"(no traceEvents list): {e}") from None
+        if not isinstance(found, list):
+            raise ValueError(f"merge_chrome_traces: {path}: traceEvents is not a list")
+        events += found
+    write_atomically(out, json.dumps({"traceEvents": events}))
 
 
 def clock():

@@ -888,5 +888,15 @@ def test_one_trace_holds_compiled_runs_with_their_engines_a_collective_and_eager
         # The wall clock's track holds the same work, end to end.
         wall = [e for e in events if e["pid"] == "wall" and e["tid"] == "rank 0 compute"]
         assert len(wall) == len(compute)
+        # A job's ranks on one timeline: a second rank's trace merged in.
+        other = tmp_path / "rank1.json"
+        other.write_text(path.read_text().replace('"rank 0 ', '"rank 1 '))
+        fabric.merge_chrome_traces([path, other], tmp_path / "job.json")
+        merged = json.loads((tmp_path / "job.json").read_text())["traceEvents"]
+        assert len(merged) == 2 * len(json.loads(path.read_text())["traceEvents"])
+        assert {"rank 0 tensor engine", "rank 1 tensor engine"} <= {e.get("tid") for e in merged}
+        (tmp_path / "bad.json").write_text("{}")
+        with pytest.raises(ValueError, match=r"bad.json is not a Chrome trace"):
+            fabric.merge_chrome_traces([path, tmp_path / "bad.json"], tmp_path / "job.json")
     finally:
         dist.destroy_process_group()
