@@ -9,10 +9,12 @@ device model's time for it (runtime CostModel through torchneuron._C):
     start = max(engine free, inputs ready, outputs free)
     end   = start + modelled time
 
-The tensor, vector, scalar and gpsimd engines each run one instruction at a
-time. DMA transfers share the DMA engines' bandwidth one after another,
-while each transfer's fixed latency overlaps the others (the 16 queues keep
-several in flight, as in the compiler's TimePlan). An elementwise
+The tensor, vector, scalar and gpsimd engines each run their instructions
+one at a time, in program order. DMA transfers share the DMA engines'
+bandwidth: a transfer's bytes move in the earliest window after its inputs
+are ready in which no other transfer's bytes move (a transfer issued later
+may fill an earlier gap: the 16 queues do not wait for each other), and its
+fixed latency overlaps the others' (as in the compiler's TimePlan). An elementwise
 instruction that waits on another engine's result pays the engine's
 dependent overhead (CostModel::Elementwise's `dependent`).
 """
@@ -46,6 +48,7 @@ class Schedule:
     def __init__(self):
         self.free = {e: 0.0 for e in ENGINES}
         self.instructions = []
+        self.dma_busy = []  # (start, end) windows of the DMA bandwidth, sorted
 
     def ready(self, reads, writes):
         """When an instruction reading `reads` and writing `writes`
@@ -73,13 +76,26 @@ class Schedule:
         """Schedules one DMA: its bytes move on the shared bandwidth after
         the previous transfer's, its latency overlaps."""
         total, latency = _C._nki_dma_us(int(nbytes), max(1, int(partitions)))
-        deps = self.ready(reads, writes)
-        moving = max(self.free["dma"], deps)
-        self.free["dma"] = moving + (total - latency)
+        moving = self._dma_window(self.ready(reads, writes), total - latency)
         end = moving + total
         self._finish(reads, writes, end)
         self.instructions.append(Instruction(name, "dma", moving, end, line))
         return end
+
+    def _dma_window(self, earliest, length):
+        """The start of the first free window of `length` at or after
+        `earliest` in the DMA bandwidth's busy windows; books it."""
+        start = earliest
+        index = 0
+        for index, (busy_start, busy_end) in enumerate(self.dma_busy):
+            if start + length <= busy_start:
+                break
+            start = max(start, busy_end)
+        else:
+            index = len(self.dma_busy)
+        self.dma_busy.insert(index, (start, start + length))
+        self.free["dma"] = max(self.free["dma"], start + length)
+        return start
 
     @staticmethod
     def _finish(reads, writes, end):
