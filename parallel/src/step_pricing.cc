@@ -49,6 +49,8 @@ const char* EngineOf(EagerKind kind) {
       return "scalar";
     case EagerKind::kCopy:
       return "dma";
+    case EagerKind::kFallback:
+      return "host";  // a CPU fallback: the link, the host's kernel, the sync
     default:
       return "vector";
   }
@@ -113,6 +115,8 @@ double CompiledUs(const proto::CapturedOp& op, EagerKind kind, const CostModel& 
       return 0;
     case EagerKind::kCopy:
       return hbm;
+    case EagerKind::kFallback:  // a CPU segment of the graph: as eager's fallback
+      return runtime::FallbackParts(model.device(), AsEager(op, kind)).total().count();
     case EagerKind::kMatmul: {
       const double batch = static_cast<double>(std::max<std::int64_t>(op.batch(), 1));
       return std::max(batch * CompiledMatmulUs(model, op.m(), op.k(), op.n(), op.fp32(),

@@ -57,6 +57,24 @@ TEST(StepPricing, EagerPricingIsTheEagerDevicesOwnCharge) {
   }
 }
 
+// A captured CPU fallback (sort) costs its copies over the host link, the
+// CPU's kernel and the sync, eager or compiled (a CPU segment), on the host.
+TEST(StepPricing, CpuFallbacksArePricedAsFallbacksOnTheHost) {
+  const CostModel model(DeviceSpec::Default());
+  proto::CapturedOp op;
+  op.set_name("aten::sort.stable");
+  op.set_kind("fallback");
+  op.set_elements(2000);
+  op.set_bytes_in(4000);
+  op.set_bytes_out(12000);
+  for (Pricing pricing : {Pricing::kEager, Pricing::kCompiled}) {
+    const OpPrice price = PriceOp(op, model, {pricing, 205});
+    EXPECT_DOUBLE_EQ(price.us, (2 + 4000 / 32e3) + 2000 / 1e3 + (2 + 12000 / 32e3) + 5)
+        << Name(pricing);
+    EXPECT_EQ(price.engine, "host");
+  }
+}
+
 TEST(StepPricing, CompiledMatmulsPayTheOverheadPerInstructionWithoutTheFixedDmaCost) {
   const CostModel model(DeviceSpec::Default());
   const auto op = Matmul(4096, 4096, 4096);

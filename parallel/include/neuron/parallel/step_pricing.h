@@ -63,7 +63,8 @@ using CollectivePricer =
 
 struct OpPrice {
   double us = 0;
-  std::string engine;  // "tensor", "vector", "scalar", "dma", or "" for a view
+  std::string engine;  // "tensor", "vector", "scalar", "dma", "host" (a CPU fallback),
+                       // or "" for a view
   double flops = 0;    // matmul and attention FLOPs
 };
 
