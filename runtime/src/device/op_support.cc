@@ -25,7 +25,7 @@ constexpr const char* kComplex =
 constexpr const char* kFnuz =
     "The compiler found usage of F8E4M3FNUZ, F8E4M3B11FNUZ, or F8E5M2FNUZ data type which is "
     "not supported (NCC_EVRF005)";
-constexpr const char* kMeta = "metadata: sizes, strides and storage only";
+constexpr const char* kMeta = "sizes, strides and storage only, no device work";
 
 #define NATIVE(name, kind, engine) {name, kN, EagerKind::kind, engine}
 #define MATMUL(name) NATIVE(name, kMatmul, kTensorEngine)
