@@ -55,7 +55,7 @@ TEST(FabricPipeline, ThreeLevelAllReduceRunsOneRingPerDimension) {
                          "allgather over torus dim 0",      "allgather over torus dim 1"};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(sched.stages[i].name, names[i]);
   // 3 + 3 steps per phase inside the node where one ring of 16 pays 15.
-  EXPECT_EQ(sched.steps.size(), 3u + 3u + 1u + 1u + 3u + 3u);
+  EXPECT_EQ(StepCount(sched), 3u + 3u + 1u + 1u + 3u + 3u);
   const double expected = 3 * ReduceHop(s / 4, f.a, f.b) + 3 * ReduceHop(s / 16, f.a, f.b) +
                           ReduceHop(s / 32, f.ae, f.be) + Hop(s / 32, f.ae, f.be) +
                           3 * Hop(s / 16, f.a, f.b) + 3 * Hop(s / 4, f.a, f.b);

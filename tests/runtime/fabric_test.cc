@@ -212,11 +212,12 @@ TEST(FabricModel, HierarchicalAllReduceMovesTheRightVolume) {
                                    FabricAlgorithm::kHierarchical);
   double per_rank = 0;
   for (const auto& step : sched.steps) {
-    for (const auto& t : step.transfers) per_rank += t.src == 0 ? t.bytes : 0;
+    for (const auto& t : step.transfers) per_rank += t.src == 0 ? t.bytes * step.repeat : 0;
   }
   EXPECT_NEAR(per_rank, 2.0 * 3 / 4 * s + 2.0 * 1 / 8 * s, 1e-6);
   // Four chips on a row of each node's torus: rings of 4, then the nodes.
-  EXPECT_EQ(sched.steps.size(), 3u + 1u + 1u + 3u);
+  EXPECT_EQ(StepCount(sched), 3u + 1u + 1u + 3u);
+  EXPECT_EQ(sched.steps.size(), 4u);  // each ring's steps: one entry, repeated
   ASSERT_EQ(sched.stages.size(), 4u);
   EXPECT_EQ(sched.stages[0].name, "reduce-scatter over torus dim 1");
   EXPECT_EQ(sched.stages[1].name, "reduce-scatter over nodes");

@@ -24,28 +24,28 @@ Step RingStep(const std::vector<int>& ring, double bytes, bool reduce) {
   return step;
 }
 
-// Several groups stepping together: step k of every group in one step.
+// Several groups stepping together: step k of every group in one step,
+// `steps` times (one entry repeated).
 void AppendRings(Schedule& s, const std::vector<std::vector<int>>& rings, double chunk,
                  std::size_t steps, bool reduce) {
-  for (std::size_t k = 0; k < steps; ++k) {
-    Step step;
-    for (const auto& ring : rings) {
-      if (ring.size() < 2) continue;
-      const Step part = RingStep(ring, chunk, reduce);
-      step.transfers.insert(step.transfers.end(), part.transfers.begin(), part.transfers.end());
-    }
-    s.steps.push_back(std::move(step));
+  if (steps == 0) return;
+  Step step;
+  for (const auto& ring : rings) {
+    if (ring.size() < 2) continue;
+    const Step part = RingStep(ring, chunk, reduce);
+    step.transfers.insert(step.transfers.end(), part.transfers.begin(), part.transfers.end());
   }
+  step.repeat = steps;
+  s.steps.push_back(std::move(step));
 }
 
-// Every rank sends `bytes` to every other rank in one step.
+// Every rank sends `bytes` to every other rank in one step (kept as the
+// ranks: Step::mesh).
 Step MeshStep(const std::vector<int>& ranks, double bytes, bool reduce) {
   Step step;
-  for (int a : ranks) {
-    for (int b : ranks) {
-      if (a != b) step.transfers.push_back({a, b, bytes, reduce});
-    }
-  }
+  step.mesh = ranks;
+  step.mesh_bytes = bytes;
+  step.mesh_reduce = reduce;
   return step;
 }
 

@@ -9,205 +9,141 @@
 
 namespace neuron::runtime {
 
-namespace {
+FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes)
+    : links_(topology, job_nodes) {}
 
-std::string ChipName(int chip) { return "chip " + std::to_string(chip); }
-
-int Index(const std::vector<int>& coords, const std::vector<int>& dims) {
-  int index = 0;
-  for (std::size_t d = 0; d < dims.size(); ++d) index = index * dims[d] + coords[d];
-  return index;
+Link FabricGraph::link(int id) const {
+  const Hop hop = links_.At(id);
+  return Link{hop.from, hop.to, hop.bytes_per_second, hop.latency, links_.Name(id), hop.down};
 }
 
-}  // namespace
-
-std::vector<int> TorusCoordinates(int local_chip, const std::vector<int>& dims) {
-  std::vector<int> coords(dims.size());
-  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
-    coords[d] = local_chip % dims[d];
-    local_chip /= dims[d];
+int FabricGraph::Tree::Index(int v, const FabricLinks& links) const {
+  if (all) return v;
+  const int cpn = links.chips_per_node();
+  if (v < links.num_chips()) {
+    if (v / cpn == source_node) return v % cpn;
+    if (v / cpn == remote_node) return cpn + v % cpn;
+    return -1;
   }
-  return coords;
+  const auto it = std::lower_bound(hubs.begin(), hubs.end(), v);
+  if (it == hubs.end() || *it != v) return -1;
+  return 2 * cpn + static_cast<int>(it - hubs.begin());
 }
 
-FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes) {
-  const auto& spec = topology.spec();
-  const int nodes = static_cast<int>(spec.num_nodes() != 0 ? spec.num_nodes()
-                                                           : std::max<std::uint32_t>(job_nodes, 1));
-  chips_per_node_ = static_cast<int>(spec.chips_per_node());
-  num_chips_ = nodes * chips_per_node_;
-  const bool efa_switch = nodes > 1 && spec.inter_node() == proto::TopologySpec::EFA;
-  const bool node_switches = spec.intra_node() == proto::TopologySpec::SWITCH;
-  const bool shared = SharedSwitch(spec);
-  // Vertices: the chips, the EFA switch (index num_chips_), then the
-  // NeuronSwitches (one per node, or one for all when shared).
-  efa_switch_ = efa_switch ? num_chips_ : -1;
-  const int first_switch = num_chips_ + (efa_switch ? 1 : 0);
-  num_vertices_ = first_switch + (node_switches ? (shared ? 1 : nodes) : 0);
-  out_links_.resize(num_vertices_);
-  for (int node = 0; node < nodes; ++node) {
-    if (!node_switches) {
-      AddTorusLinks(spec, node);
-    } else if (!shared) {
-      AddSwitchPorts(spec, node * chips_per_node_, chips_per_node_, first_switch + node);
+int FabricGraph::TemplateNode(int node) const {
+  for (int n = 0; n < links_.num_nodes(); ++n) {
+    if (n != node && !links_.Faulty(n)) return n;
+  }
+  return -1;
+}
+
+FabricGraph::Tree FabricGraph::MakeTree(int from, int remote) const {
+  Tree tree;
+  const int cpn = links_.chips_per_node();
+  tree.source_node = from / cpn;
+  tree.remote_node = remote;
+  tree.all = !links_.RoutesThroughHub();
+  std::vector<int> held;  // the vertices held, for the search
+  if (tree.all) {
+    for (int v = 0; v < links_.num_vertices(); ++v) held.push_back(v);
+  } else {
+    for (int node : {tree.source_node, remote}) {
+      if (node < 0) continue;
+      for (int c = 0; c < cpn; ++c) held.push_back(node * cpn + c);
+      if (links_.NodeSwitch(node) >= 0) tree.hubs.push_back(links_.NodeSwitch(node));
+    }
+    if (links_.efa_switch() >= 0) tree.hubs.push_back(links_.efa_switch());
+    std::sort(tree.hubs.begin(), tree.hubs.end());
+    tree.hubs.erase(std::unique(tree.hubs.begin(), tree.hubs.end()), tree.hubs.end());
+    held.insert(held.end(), tree.hubs.begin(), tree.hubs.end());
+  }
+  const std::size_t size = tree.all ? held.size() : 2 * cpn + tree.hubs.size();
+  // Dijkstra: cost = (latency, hops) compared in order, then the vertex id.
+  using Cost = std::tuple<double, int>;
+  std::vector<Cost> best(size, {std::numeric_limits<double>::infinity(), 0});
+  tree.via.assign(size, -1);
+  std::priority_queue<std::pair<Cost, int>, std::vector<std::pair<Cost, int>>, std::greater<>>
+      queue;
+  best[static_cast<std::size_t>(tree.Index(from, links_))] = {0.0, 0};
+  queue.push({{0.0, 0}, from});
+  auto relax = [&](const Cost& cost, int id) {
+    const Hop hop = links_.At(id);
+    const int to = tree.Index(hop.to, links_);
+    if (hop.down || to < 0) return;
+    const Cost next{std::get<0>(cost) + hop.latency.count(), std::get<1>(cost) + 1};
+    if (next < best[static_cast<std::size_t>(to)]) {
+      best[static_cast<std::size_t>(to)] = next;
+      tree.via[static_cast<std::size_t>(to)] = id;
+      queue.push({next, hop.to});
+    }
+  };
+  while (!queue.empty()) {
+    const auto [cost, v] = queue.top();
+    queue.pop();
+    if (cost > best[static_cast<std::size_t>(tree.Index(v, links_))]) continue;
+    if (v < links_.num_chips()) {
+      links_.ForEachFromChip(v, [&](int id) { relax(cost, id); });
+      continue;
+    }
+    for (int chip : held) {  // a hub: its links to the chips held
+      if (chip >= links_.num_chips()) break;
+      const int id = links_.HubToChip(v, chip);
+      if (id >= 0) relax(cost, id);
     }
   }
-  if (shared) AddSwitchPorts(spec, 0, num_chips_, first_switch);
-  if (nodes > 1 && !shared) AddInterNodeLinks(spec, nodes);
-  ApplyFaults(spec);
-  trees_.resize(num_chips_);
-  tree_made_ = std::make_unique<std::once_flag[]>(num_chips_);
+  return tree;
 }
 
-int FabricGraph::AddLink(int from, int to, const proto::LinkSpec& spec, std::string name) {
-  Link link;
-  link.from = from;
-  link.to = to;
-  link.bytes_per_second = spec.bandwidth_gbps() * 1e9;
-  link.latency = SimDuration(spec.latency_us());
-  link.name = std::move(name);
-  links_.push_back(link);
-  out_links_[from].push_back(static_cast<int>(links_.size()) - 1);
-  return static_cast<int>(links_.size()) - 1;
+const FabricGraph::Tree& FabricGraph::TreeFor(int from, int remote) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& slot = trees_[static_cast<std::uint64_t>(from) << 32 |
+                      static_cast<std::uint32_t>(remote + 1)];
+  if (!slot) slot = std::make_unique<Tree>(MakeTree(from, remote));
+  return *slot;
 }
 
-void FabricGraph::AddTorusLinks(const proto::TopologySpec& spec, int node) {
-  const std::vector<int> dims(spec.torus_dims().begin(), spec.torus_dims().end());
-  const int base = node * chips_per_node_;
-  for (int c = 0; c < chips_per_node_; ++c) {
-    const auto coords = TorusCoordinates(c, dims);
-    for (std::size_t d = 0; d < dims.size(); ++d) {
-      if (dims[d] == 1) continue;
-      // +1 and -1 neighbours; in a dimension of 2 they are the same chip.
-      for (int step : {+1, -1}) {
-        if (dims[d] == 2 && step == -1) continue;
-        auto n = coords;
-        n[d] = (n[d] + step + dims[d]) % dims[d];
-        const int neighbour = base + Index(n, dims);
-        AddLink(base + c, neighbour, spec.intra_node_link(),
-                ChipName(base + c) + " -> " + ChipName(neighbour));
-      }
+FabricGraph::View FabricGraph::Reaching(int from, int to) const {
+  const int chips = links_.num_chips();
+  NEURON_CHECK(from >= 0 && from < chips && to >= 0 && to < chips, "route between chips ", from,
+               " and ", to, " outside the fabric's ", chips, " chips");
+  const int cpn = links_.chips_per_node();
+  const int a = from / cpn, b = to / cpn;
+  View view{nullptr, to, 0};
+  if (!links_.RoutesThroughHub()) {
+    view.tree = &TreeFor(from, -1);
+  } else if (b != a && links_.Faulty(b)) {
+    view.tree = &TreeFor(from, b);
+  } else {
+    const int twin = TemplateNode(a);
+    view.tree = &TreeFor(from, twin);
+    if (b != a && b != twin) {
+      view.shift = b - twin;
+      view.target = to - view.shift * cpn;
     }
   }
-}
-
-void FabricGraph::AddSwitchPorts(const proto::TopologySpec& spec, int first_chip, int chips,
-                                 int sw) {
-  // As the EFA NICs: the way in to the switch carries the hop latency, the
-  // switch does not block, the way out only limits bandwidth.
-  proto::LinkSpec out = spec.intra_node_link();
-  out.set_latency_us(0);
-  for (int chip = first_chip; chip < first_chip + chips; ++chip) {
-    AddLink(chip, sw, spec.intra_node_link(), ChipName(chip) + " switch port out");
-    AddLink(sw, chip, out, ChipName(chip) + " switch port in");
-  }
-}
-
-void FabricGraph::AddInterNodeLinks(const proto::TopologySpec& spec, int nodes) {
-  if (spec.inter_node() == proto::TopologySpec::EFA) {
-    // Each chip's NIC: egress carries the hop latency, the switch does not
-    // block, ingress only limits bandwidth.
-    const int sw = num_chips_;
-    proto::LinkSpec ingress = spec.inter_node_link();
-    ingress.set_latency_us(0);
-    for (int chip = 0; chip < num_chips_; ++chip) {
-      AddLink(chip, sw, spec.inter_node_link(), ChipName(chip) + " NIC out");
-      AddLink(sw, chip, ingress, ChipName(chip) + " NIC in");
-    }
-    return;
-  }
-  // UltraServer: same-coordinate chips of consecutive nodes form a ring.
-  for (int node = 0; node < nodes; ++node) {
-    for (int step : {+1, -1}) {
-      if (nodes == 2 && step == -1) continue;
-      const int other = (node + step + nodes) % nodes;
-      for (int c = 0; c < chips_per_node_; ++c) {
-        const int a = node * chips_per_node_ + c, b = other * chips_per_node_ + c;
-        AddLink(a, b, spec.inter_node_link(), ChipName(a) + " -> " + ChipName(b));
-      }
-    }
-  }
-}
-
-void FabricGraph::ApplyFaults(const proto::TopologySpec& spec) {
-  for (const auto& fault : spec.faults()) {
-    const int a = fault.from_chip();
-    const int b = fault.to_chip();
-    bool found = false;
-    for (auto& link : links_) {
-      const bool one_way = fault.one_way();
-      const int sw = efa_switch_;  // -1 (no vertex) without EFA between nodes
-      const bool nic = sw >= 0 && b == -1 && link.to == sw && link.from == a;
-      const bool nic_in = sw >= 0 && ((!one_way && b == -1 && link.from == sw && link.to == a) ||
-                                      (one_way && a == -1 && link.from == sw && link.to == b));
-      const bool pair = a >= 0 && b >= 0 &&
-                        ((link.from == a && link.to == b) ||
-                         (!one_way && link.from == b && link.to == a));
-      if (!nic && !nic_in && !pair) continue;
-      found = true;
-      if (fault.down()) {
-        link.down = true;
-        if (!down_links_.empty()) down_links_ += ", ";
-        down_links_ += link.name;
-      } else {
-        link.bytes_per_second /= fault.slowdown();
-      }
-    }
-    NEURON_CHECK(found, "fault names a link that does not exist: ",
-                 a == -1 ? std::string("NIC") : "chip " + std::to_string(a), " -> ",
-                 b == -1 ? std::string("NIC") : "chip " + std::to_string(b));
-  }
-}
-
-const std::vector<int>& FabricGraph::TreeFrom(int src) const {
-  std::call_once(tree_made_[src], [&] {
-    // Dijkstra: cost = (latency, hops) compared in order.
-    using Cost = std::tuple<double, int>;
-    std::vector<Cost> best(num_vertices_, {std::numeric_limits<double>::infinity(), 0});
-    std::vector<int> via(num_vertices_, -1);
-    std::priority_queue<std::pair<Cost, int>, std::vector<std::pair<Cost, int>>,
-                        std::greater<>> queue;
-    best[src] = {0.0, 0};
-    queue.push({best[src], src});
-    while (!queue.empty()) {
-      const auto [cost, v] = queue.top();
-      queue.pop();
-      if (cost > best[v]) continue;
-      for (int id : out_links_[v]) {
-        const Link& link = links_[id];
-        if (link.down) continue;
-        const Cost next{std::get<0>(cost) + link.latency.count(), std::get<1>(cost) + 1};
-        if (next < best[link.to]) {
-          best[link.to] = next;
-          via[link.to] = id;
-          queue.push({next, link.to});
-        }
-      }
-    }
-    trees_[src] = std::move(via);
-  });
-  return trees_[src];
-}
-
-const std::vector<int>& FabricGraph::TreeReaching(int from, int to) const {
-  NEURON_CHECK(from >= 0 && from < num_chips_ && to >= 0 && to < num_chips_,
-               "route between chips ", from, " and ", to, " outside the fabric's ",
-               num_chips_, " chips");
-  const std::vector<int>& via = TreeFrom(from);
-  NEURON_CHECK(from == to || via[to] >= 0, "no route from chip ", from, " to chip ", to,
-               " on the fabric: links down: ", down_links_);
-  return via;
+  const int index = view.tree->Index(view.target, links_);
+  NEURON_CHECK(from == to || (index >= 0 && view.tree->via[static_cast<std::size_t>(index)] >= 0),
+               "no route from chip ", from, " to chip ", to,
+               " on the fabric: links down: ", links_.down_links());
+  return view;
 }
 
 std::vector<int> FabricGraph::Route(int from, int to) const {
   std::vector<int> route;
   if (from == to) {
-    TreeReaching(from, to);  // the range check
+    Reaching(from, to);  // the range check
     return route;
   }
   ForEachLink(from, to, [&](int id) { route.push_back(id); });
   std::reverse(route.begin(), route.end());
   return route;
+}
+
+std::size_t FabricGraph::route_entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [key, tree] : trees_) n += tree->via.size() + tree->hubs.size();
+  return n;
 }
 
 void CheckRoutes(const Topology& topology, std::uint32_t num_nodes,

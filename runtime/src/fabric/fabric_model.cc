@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_map>
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/reduction_rate.h"
@@ -36,8 +37,14 @@ std::vector<Stage> StagesOf(const Schedule& schedule) {
 
 // The most distinct ranks one rank sends to in `step` (0 when it is empty).
 int MostPeers(const Step& step) {
+  if (step.transfers.empty()) {  // a mesh: each rank sends to every other
+    std::vector<int> ranks = step.mesh;
+    std::sort(ranks.begin(), ranks.end());
+    const auto distinct = std::unique(ranks.begin(), ranks.end()) - ranks.begin();
+    return distinct > 1 ? static_cast<int>(distinct) - 1 : 0;
+  }
   std::vector<std::pair<int, int>> pairs;
-  for (const Transfer& t : step.transfers) pairs.emplace_back(t.src, t.dst);
+  ForEachTransfer(step, [&](const Transfer& t) { pairs.emplace_back(t.src, t.dst); });
   std::sort(pairs.begin(), pairs.end());
   pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
   int most = 0;
@@ -51,7 +58,7 @@ int MostPeers(const Step& step) {
 // How many times `step` pays its algorithm's step_us: once per peer when a
 // rank's sends go one after another, else once (never for an empty step).
 int StepCostCount(const Schedule& schedule, const Step& step) {
-  if (step.transfers.empty()) return 0;
+  if (Empty(step)) return 0;
   return schedule.serial_sends ? MostPeers(step) : 1;
 }
 
@@ -104,11 +111,16 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
   for (const Stage& stage : stages) {
     SimDuration sum{0};
     for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
+      // A repeated step is priced once: the same transfers take the same time.
+      double bytes_hops = 0;
       const SimDuration t =
-          StepTime(schedule.steps[i], scale, &result.link_bytes) +
+          StepTime(schedule.steps[i], scale, &bytes_hops) +
           SimDuration(costs.step_us * StepCostCount(schedule, schedule.steps[i]));
-      result.steps.push_back(t);
-      sum += t;
+      for (std::size_t r = 0; r < schedule.steps[i].repeat; ++r) {
+        result.steps.push_back(t);
+        result.link_bytes += bytes_hops;
+        sum += t;
+      }
     }
     result.stages.push_back(sum);
     stage_us.push_back(sum.count());
@@ -126,15 +138,15 @@ SimulationResult FabricModel::Simulate(const Schedule& schedule) const {
 }
 
 std::vector<int> FabricModel::StageResources(const Schedule& schedule, const Stage& stage) const {
-  const int links = static_cast<int>(graph_.links().size());
+  const int links = graph_.num_links();
   std::vector<int> used;
   for (std::size_t i = stage.first_step; i < stage.end_step; ++i) {
-    for (const Transfer& t : schedule.steps[i].transfers) {
+    ForEachTransfer(schedule.steps[i], [&](const Transfer& t) {
       const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
       if (a == b) used.push_back(links + static_cast<int>(a));
       graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
                          [&](int id) { used.push_back(id); });
-    }
+    });
   }
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
@@ -191,65 +203,83 @@ double FabricModel::PipelineMicros(const Schedule& schedule, const std::vector<S
   return total;
 }
 
-SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_bytes) const {
-  const int n = world_size();
-  // Sharers per link, per chip for on-chip copies, per rank for reductions.
-  std::vector<int> sharers(graph_.links().size(), 0);
-  std::map<std::uint32_t, int> on_chip_sharers;
+// What the transfers of one step share: links (only those routes cross:
+// a step costs what its transfers do, not the size of the fabric), chips
+// (on-chip copies), reductions per receiving rank, and, when the DMA rate
+// is capped, each rank's DMA rings (its sends and receives).
+struct FabricModel::StepShares {
+  std::unordered_map<int, int> links;
+  std::map<std::uint32_t, int> on_chip;
   std::map<int, int> reducers;
-  // Per rank, its DMA rings' sharers: counted only when the rate is capped.
+  std::vector<int> sends, receives;
+};
+
+FabricModel::StepShares FabricModel::CountShares(const Step& step) const {
+  const int n = world_size();
+  StepShares shares;
   const bool capped = std::isfinite(calibration_.rank_dma_bytes_per_second());
-  std::vector<int> sends(capped ? n : 0, 0), receives(capped ? n : 0, 0);
-  for (const Transfer& t : step.transfers) {
+  shares.sends.assign(capped ? n : 0, 0);
+  shares.receives.assign(capped ? n : 0, 0);
+  ForEachTransfer(step, [&](const Transfer& t) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
-    if (t.reduce) ++reducers[t.dst];
+    if (t.reduce) ++shares.reducers[t.dst];
     if (capped) {
-      ++sends[t.src];
-      ++receives[t.dst];
+      ++shares.sends[t.src];
+      ++shares.receives[t.dst];
     }
     const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
     if (a == b) {
-      ++on_chip_sharers[a];
-      continue;
+      ++shares.on_chip[a];
+      return;
     }
-    graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b), [&](int id) { ++sharers[id]; });
+    graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
+                       [&](int id) { ++shares.links[id]; });
+  });
+  return shares;
+}
+
+SimDuration FabricModel::TransferTime(const Transfer& t, const StepShares& shares, double scale,
+                                      std::vector<int>& route, double* link_bytes) const {
+  const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
+  const double bytes = t.bytes * scale;
+  SimDuration latency{0};
+  double rate = 0;
+  if (a == b) {
+    const auto& on_chip = topology_.spec().on_chip_link();
+    latency = SimDuration(on_chip.latency_us());
+    rate = on_chip.bandwidth_gbps() * 1e9 / shares.on_chip.at(a);
+  } else {
+    route.clear();
+    graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
+                       [&](int id) { route.push_back(id); });
+    rate = std::numeric_limits<double>::infinity();
+    for (auto id = route.rbegin(); id != route.rend(); ++id) {  // first hop first
+      const Hop link = graph_.hop(*id);
+      latency += link.latency;
+      rate = std::min(rate, link.bytes_per_second / shares.links.at(*id));
+    }
+    *link_bytes += bytes * static_cast<double>(route.size());
   }
-  const auto& on_chip = topology_.spec().on_chip_link();
+  if (!shares.sends.empty()) {
+    rate = std::min(rate, calibration_.rank_dma_bytes_per_second() /
+                              std::max(shares.sends[t.src], shares.receives[t.dst]));
+  }
+  double seconds = bytes / rate;
+  if (t.reduce) {
+    const double reduce = bytes / (reduce_bytes_per_second_ / shares.reducers.at(t.dst));
+    seconds = (seconds + reduce + std::max(seconds, reduce)) / 2;
+  }
+  return latency + (bytes > 0 ? SimSeconds(seconds) : SimDuration(0));
+}
+
+SimDuration FabricModel::StepTime(const Step& step, double scale, double* link_bytes) const {
+  const StepShares shares = CountShares(step);
   SimDuration slowest{0};
   std::vector<int> route;  // reused: one allocation per step at most
-  for (const Transfer& t : step.transfers) {
-    const auto a = placement_[t.src].chip, b = placement_[t.dst].chip;
-    const double bytes = t.bytes * scale;
-    SimDuration latency{0};
-    double rate = 0;
-    if (a == b) {
-      latency = SimDuration(on_chip.latency_us());
-      rate = on_chip.bandwidth_gbps() * 1e9 / on_chip_sharers[a];
-    } else {
-      route.clear();
-      graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
-                         [&](int id) { route.push_back(id); });
-      rate = std::numeric_limits<double>::infinity();
-      for (auto id = route.rbegin(); id != route.rend(); ++id) {  // first hop first
-        const Link& link = graph_.link(*id);
-        latency += link.latency;
-        rate = std::min(rate, link.bytes_per_second / sharers[*id]);
-      }
-      *link_bytes += bytes * static_cast<double>(route.size());
-    }
-    if (capped) {
-      rate = std::min(rate, calibration_.rank_dma_bytes_per_second() /
-                                std::max(sends[t.src], receives[t.dst]));
-    }
-    double seconds = bytes / rate;
-    if (t.reduce) {
-      const double reduce = bytes / (reduce_bytes_per_second_ / reducers[t.dst]);
-      seconds = (seconds + reduce + std::max(seconds, reduce)) / 2;
-    }
-    const SimDuration time = latency + (bytes > 0 ? SimSeconds(seconds) : SimDuration(0));
-    slowest = std::max(slowest, time);
-  }
+  ForEachTransfer(step, [&](const Transfer& t) {
+    slowest = std::max(slowest, TransferTime(t, shares, scale, route, link_bytes));
+  });
   return slowest;
 }
 

@@ -74,6 +74,11 @@ class FabricModel {
   int num_nodes() const { return num_nodes_; }
 
  private:
+  struct StepShares;
+  StepShares CountShares(const Step& step) const;
+  // One transfer's time in its step (`route`: scratch space).
+  SimDuration TransferTime(const Transfer& t, const StepShares& shares, double scale,
+                           std::vector<int>& route, double* link_bytes) const;
   SimDuration StepTime(const Step& step, double scale, double* link_bytes) const;
   // Resource ids a stage's steps use: link ids, then chips (on-chip
   // copies); sorted, unique.

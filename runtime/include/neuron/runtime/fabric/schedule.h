@@ -31,11 +31,42 @@ struct Transfer {
 
 struct Step {
   std::vector<Transfer> transfers;
+  // The step runs this many times in a row, the same transfers each time
+  // (a ring's n - 1 steps): one entry, so a schedule holds O(ranks)
+  // transfers, not O(ranks^2), and the model prices the step once.
+  std::size_t repeat = 1;
+  // Besides `transfers`, a mesh: every rank of `mesh` sends `mesh_bytes` to
+  // every other, in the order `for a in mesh: for b in mesh: if a != b`
+  // (ForEachTransfer), stored as its ranks: O(ranks), not the O(ranks^2)
+  // transfers it stands for.
+  std::vector<int> mesh = {};
+  double mesh_bytes = 0;
+  bool mesh_reduce = false;
 };
+
+// Calls f(const Transfer&) for every transfer of `step`: `transfers`, then
+// the mesh's.
+template <typename F>
+void ForEachTransfer(const Step& step, F f) {
+  for (const Transfer& t : step.transfers) f(t);
+  for (int a : step.mesh) {
+    for (int b : step.mesh) {
+      if (a != b) f(Transfer{a, b, step.mesh_bytes, step.mesh_reduce});
+    }
+  }
+}
+
+// True when `step` has no transfer.
+inline bool Empty(const Step& step) {
+  for (int r : step.mesh) {
+    if (r != step.mesh.front()) return false;
+  }
+  return step.transfers.empty();
+}
 
 struct Stage {
   std::string name;  // e.g. "reduce-scatter over torus dim 1"
-  std::size_t first_step = 0;
+  std::size_t first_step = 0;  // entries of Schedule::steps
   std::size_t end_step = 0;  // one past the last
 };
 
@@ -61,6 +92,13 @@ struct Schedule {
   // a step's calibrated cost counts once per peer rather than once.
   bool serial_sends = false;
 };
+
+// The steps `schedule` runs: its entries' repeats added up.
+inline std::size_t StepCount(const Schedule& schedule) {
+  std::size_t n = 0;
+  for (const Step& step : schedule.steps) n += step.repeat;
+  return n;
+}
 
 // One message of `bytes` from rank `src` to rank `dst` ("p2p"): no
 // collective, so it pays the wire and the DMA rate only.
