@@ -1,6 +1,8 @@
 #include "neuron/runtime/fabric/fabric_links.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "neuron/runtime/error.h"
 
@@ -59,13 +61,15 @@ FabricLinks::FabricLinks(const Topology& topology, std::uint32_t job_nodes) {
       }
     }
   }
-  intra_links_ = num_chips_ * intra_per_chip_;
-  if (efa) {
-    inter_links_ = 2 * num_chips_;
-  } else if (num_nodes_ > 1 && !shared_switch_) {
-    ring_directions_ = num_nodes_ == 2 ? 1 : 2;
-    inter_links_ = num_nodes_ * ring_directions_ * chips_per_node_;
-  }
+  if (!efa && num_nodes_ > 1 && !shared_switch_) ring_directions_ = num_nodes_ == 2 ? 1 : 2;
+  const std::int64_t chips = num_chips_;
+  const std::int64_t intra = chips * intra_per_chip_;
+  const std::int64_t inter = efa ? 2 * chips : chips * ring_directions_;
+  NEURON_CHECK(intra + inter <= std::numeric_limits<int>::max(), "topology ", topology.origin(),
+               ": ", num_nodes_, " nodes of ", chips_per_node_, " chips have ", intra + inter,
+               " links, more than the ", std::numeric_limits<int>::max(), " a fabric can number");
+  intra_links_ = static_cast<int>(intra);
+  inter_links_ = static_cast<int>(inter);
   hub_ = ring_directions_ == 0;
   ApplyFaults(spec);
 }
