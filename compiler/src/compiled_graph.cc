@@ -1,5 +1,7 @@
 #include "neuron/compiler/compiled_graph.h"
 
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -138,6 +140,16 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
 CompiledGraphInfo CompiledGraph::info() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return info_;
+}
+
+std::string CompiledGraph::PlanText() const {
+  runtime::proto::Executable plan = *executable_;
+  for (auto& c : *plan.mutable_constants()) {
+    c.set_data(StrCat("<", c.data().size(), " bytes>"));
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(plan, &text);
+  return text;
 }
 
 void CompiledGraph::WriteTimeline(const std::string& path) const {

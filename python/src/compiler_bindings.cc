@@ -16,6 +16,7 @@
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/device/sgemm.h"
 #include "neuron/runtime/dtype_list.h"
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/executable.pb.h"
 
 namespace py = pybind11;
@@ -97,6 +98,8 @@ void BindCompiledGraph(py::module_& m) {
       .def(
           "write_timeline", &CompiledGraph::WriteTimeline, py::arg("path"),
           "Writes the plan's modelled timeline as a Chrome trace (one track per engine).")
+      .def("plan_text", &CompiledGraph::PlanText,
+           "The plan as protobuf text, constants' bytes replaced by their count.")
       .def(
           "info", [](const CompiledGraph& g) { return InfoDict(g.info()); },
           "The graph's compile figures and its modelled time (a dict).");
@@ -184,6 +187,22 @@ void BindCompiler(py::module_& m) {
       py::arg("ir_op"),
       "Neuron's reason when the device's support table refuses IR op `ir_op` (e.g. "
       "aten.quantize_per_tensor), else \"\" (runtime/device/op_support.h).");
+  m.def(
+      "_compile_artifacts_dir",
+      [] {
+        const auto value = neuron::runtime::ConfigRegistry::Get().Find(
+            neuron::runtime::ConfigKey::kCompileArtifacts);
+        if (!value || *value == "0") return std::string();
+        if (*value != "1") return *value;
+        const std::string& cache = CompiledGraph::Cache().dir();
+        if (cache.empty()) {
+          throw neuron::InvalidUsage(
+              "NEURON_COMPILE_ARTIFACTS=1 writes next to the compile cache, but the cache "
+              "is memory only (NEURON_CACHE_DIR is set empty): give a directory instead");
+        }
+        return cache + "/artifacts";
+      },
+      "Where compiled graphs' artifacts go (NEURON_COMPILE_ARTIFACTS): \"\" for nowhere.");
   m.def(
       "_fallback_allowed",
       [] {

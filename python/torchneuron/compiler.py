@@ -24,6 +24,7 @@ import warnings
 import torch
 
 from . import _C
+from . import compile_record as _compile_record
 
 # torch dtype -> the IR's name, from the project's one dtype list.
 _DTYPES = {getattr(torch, name): ir for name, ir, _on_device in _C._dtypes()}
@@ -374,12 +375,21 @@ def to_ir(gm, name, where="", returned=None, logical=()):
     return text, order, t.outputs, [], t.back
 
 
-def _record(entry):
+def _record(entry, gm, settings, text=None, graph=None):
+    """Adds `entry` to metrics() with the graph's input signature and the
+    settings it was compiled with, and writes its artifacts when asked
+    (compile_record)."""
+    entry["inputs"] = _compile_record.input_signature(gm)
+    entry.update(settings or _compile_record.DEFAULT_SETTINGS)
     with _lock:
         _metrics.append(entry)
+    row = _row(entry)
+    if graph is not None:
+        row.update(graph.info())
+    _compile_record.write_artifacts(entry, row, gm, text, graph)
 
 
-def _fallback(gm, name, ops, fullgraph, reason):
+def _fallback(gm, name, ops, fullgraph, reason, settings=None):
     listed = ", ".join(f"{op}" + (f" ({src})" if src else "") for op, src in ops)
     if fullgraph or not _C._fallback_allowed():
         raise _C.InvalidUsageError(
@@ -391,7 +401,7 @@ def _fallback(gm, name, ops, fullgraph, reason):
         counts[op] = counts.get(op, 0) + 1
     entry = {"name": name, "graph_id": None, "compiled": False, "fallback_ops": counts,
              "fallback_reason": reason, "fallback_us": 0.0, "fallback_bytes": 0, "runs": 0}
-    _record(entry)
+    _record(entry, gm, settings)
     warnings.warn(f"torchneuron.compile: graph {name} runs on the CPU: {reason}: {listed}",
                   stacklevel=2)
 
@@ -469,7 +479,7 @@ def _refuse_unsupported(nodes, name, where):
                 + f" is not supported on the device: {reason}")
 
 
-def _split_by_device(gm, name, where, fullgraph):
+def _split_by_device(gm, name, where, fullgraph, settings=None):
     """Runs the graph as segments: maximal runs of native ops compiled for
     the device, the rest eagerly: functional collectives on their group's
     backend, other ops on the CPU (timed, warned about once; an error when
@@ -490,7 +500,8 @@ def _split_by_device(gm, name, where, fullgraph):
             if kind == "cpu":
                 cpu_nodes.append((op, _source(n, where)))
     if cpu_nodes and (fullgraph or not _C._fallback_allowed()):
-        _fallback(gm, name, cpu_nodes, fullgraph, "operators the device does not run")  # raises
+        _fallback(gm, name, cpu_nodes, fullgraph, "operators the device does not run",
+                  settings)  # raises
     part, last, parts = 0, None, {}
 
     def partition(node):
@@ -507,7 +518,7 @@ def _split_by_device(gm, name, where, fullgraph):
              "collectives": ops["collective"],
              "fallback_reason": "operators the device does not run", "fallback_us": 0.0,
              "fallback_bytes": 0, "collective_us": 0.0, "runs": 0, "segments": len(parts)}
-    _record(entry)
+    _record(entry, gm, settings)
     if ops["cpu"]:  # collectives are the group's, timed by the fabric model: no fallback
         listed = ", ".join(f"{op} x{k}" for op, k in sorted(ops["cpu"].items()))
         on_device = sum(1 for k in parts.values() if k == "device")
@@ -516,7 +527,7 @@ def _split_by_device(gm, name, where, fullgraph):
                       stacklevel=3)
     for index, kind in parts.items():
         sub = getattr(split, f"submod_{index}")
-        segment = (_CompiledSegment(sub, f"{name}_seg{index}", where, fullgraph)
+        segment = (_CompiledSegment(sub, f"{name}_seg{index}", where, fullgraph, settings)
                    if kind == "device" else _EagerSegment(sub, entry, kind))
         setattr(split, f"submod_{index}", segment)
 
@@ -533,11 +544,11 @@ class _CompiledSegment(torch.nn.Module):
     compiler refuses after all (an op's limits, e.g. integer arithmetic)
     runs on the CPU, reported as any fallback (an error under fullgraph)."""
 
-    def __init__(self, gm, name, where, fullgraph):
+    def __init__(self, gm, name, where, fullgraph, settings):
         super().__init__()
         single = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
         self.single = isinstance(single, torch.fx.Node)
-        self.run = _compile_fx(gm, None, name, fullgraph, where)
+        self.run = _compile_fx(gm, None, name, fullgraph, where, settings)
 
     def forward(self, *args):
         out = self.run(list(args))
@@ -688,19 +699,20 @@ def _replay(base, views):
     return base
 
 
-def _compile_fx(gm, example_inputs, name, fullgraph, where):
+def _compile_fx(gm, example_inputs, name, fullgraph, where, settings=None):
     _drop_unused_random_ops(gm)
     _refuse_unsupported([n for n in gm.graph.nodes if n.op == "call_function"], name, where)
     collectives = any(_collective(n) for n in gm.graph.nodes if n.op == "call_function")
     if collectives or (not fullgraph and _C._fallback_allowed()):
-        split = _split_by_device(gm, name, where, fullgraph)
+        split = _split_by_device(gm, name, where, fullgraph, settings)
         if split is not None:
             return split
     returned, derived = _view_outputs(gm)
     logical = {returned[base] for kind, base, _ in derived.values() if kind == "output"}
     text, order, outputs, unsupported, back = to_ir(gm, name, where, returned, logical)
     if unsupported:
-        return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR")
+        return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR",
+                         settings)
     try:
         start = time.perf_counter()
         graph = _C._compile_graph(text)
@@ -711,7 +723,7 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
         # left after the passes, not the FX graph's).
         found = re.search(r"node \d+ \(([^)]+)\)(?: from (.*?))?: ", str(e))
         ops = [(found.group(1), found.group(2) or where)] if found else [("?", where)]
-        return _fallback(gm, name, ops, fullgraph, str(e))
+        return _fallback(gm, name, ops, fullgraph, str(e), settings)
     info = graph.info()
     if info["cache_report"]:  # an explained miss (NEURON_CACHE_EXPLAIN=1), a damaged entry
         warnings.warn(f"torchneuron.compile: graph {name}: {info['cache_report']}",
@@ -719,7 +731,7 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where):
     entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
              "fallback_us": 0.0, "fallback_bytes": 0, "compile_s": seconds,
              "compiled_here": info["cache"] == "compiled", "text": text}
-    _record(entry)
+    _record(entry, gm, settings, text, graph)
 
     names = sorted({o for o in outputs if o is not None})
     results = [names.index(o) if o is not None else None for o in outputs]
@@ -804,16 +816,23 @@ def metrics():
     bound, modelled time and MFU of the last run, runs, and for CPU graphs
     the fallback ops, time and bytes; a split
     graph's row also counts its segments and the collectives run between
-    them ("collectives")."""
+    them ("collectives"). Every row has the graph's input signature
+    ("inputs": "float32[8, 16]", ...) and the settings it was compiled with
+    (compile_record.settings: "mode", "options", "fullgraph"), and
+    "artifacts", the directory of its files, under NEURON_COMPILE_ARTIFACTS."""
     out = []
     with _lock:
         entries = list(_metrics)
     for e in entries:
-        row = {k: v for k, v in e.items() if k not in ("graph", "text")}
+        row = _row(e)
         if e.get("graph") is not None:
             row.update(e["graph"].info())
         out.append(row)
     return out
+
+
+def _row(entry):
+    return {k: v for k, v in entry.items() if k not in ("graph", "text")}
 
 
 def export_timeline(path, name=None):

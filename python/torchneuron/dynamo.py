@@ -36,6 +36,7 @@ import warnings
 
 import torch
 
+from . import compile_record as _compile_record
 from . import compiler as _compiler
 
 # The backend's documented options (torch.compile(..., options={...})).
@@ -163,14 +164,16 @@ def _device_operators(gm):
     return gm
 
 
-def _aot(gm, example_inputs, name, strict, where):
+def _aot(gm, example_inputs, name, strict, where, settings):
     """Compiles `gm` through AOTAutograd: its forward, backward and inference
-    graphs each through torchneuron.compiler."""
+    graphs each through torchneuron.compiler (`settings`: what metrics()
+    records they were compiled with)."""
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(kind):
         def compile_graph(graph, inputs):
-            return _compiler._compile_fx(graph, inputs, f"{name}_{kind}", strict, where)
+            return _compiler._compile_fx(graph, inputs, f"{name}_{kind}", strict, where,
+                                         settings)
         return compile_graph
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"))(_device_operators(gm),
@@ -198,8 +201,9 @@ class _PerShape:
     """A graph with symbolic sizes, run as one static-shape compilation per
     concrete input shape (the device's executables have static shapes)."""
 
-    def __init__(self, gm, name, strict, where):
+    def __init__(self, gm, name, strict, where, settings):
         self.gm, self.name, self.strict, self.where = gm, name, strict, where
+        self.settings = settings
         self.compiled = {}
 
     def __call__(self, *args):
@@ -208,7 +212,8 @@ class _PerShape:
         if fn is None:
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             fn = _aot(_specialised(self.gm, args), tensors,
-                      f"{self.name}_s{len(self.compiled)}", self.strict, self.where)
+                      f"{self.name}_s{len(self.compiled)}", self.strict, self.where,
+                      self.settings)
             self.compiled[key] = fn
         return fn(*[a for a in args if isinstance(a, torch.Tensor)])
 
@@ -228,9 +233,10 @@ def neuron_backend(gm, example_inputs, mode=None, options=None):
               else False)
     name = f"{_label(gm)}_{next(_counter)}"
     where = _where(gm)
+    settings = _compile_record.settings(mode, options, _fullgraph(), OPTIONS)
     if _symbolic(example_inputs):
         _warn_once("dynamic", 'torch.compile(backend="neuron"): shapes are static on the '
                    "device; each input shape compiles executables of its own")
-        return _PerShape(gm, name, strict, where)
-    return _aot(gm, example_inputs, name, strict, where)
+        return _PerShape(gm, name, strict, where, settings)
+    return _aot(gm, example_inputs, name, strict, where, settings)
 

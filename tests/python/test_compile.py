@@ -900,3 +900,39 @@ def test_one_trace_holds_compiled_runs_with_their_engines_a_collective_and_eager
             fabric.merge_chrome_traces([path, tmp_path / "bad.json"], tmp_path / "job.json")
     finally:
         dist.destroy_process_group()
+
+
+def test_each_graph_records_its_inputs_and_settings_and_writes_its_artifacts(tmp_path,
+                                                                             monkeypatch):
+    before = len(torchneuron.compiler.metrics())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        f = torch.compile(lambda x, w: torch.relu(x @ w) + 1, backend="neuron",
+                          options={"fallback": False, "bogus": 1})
+        f(torch.randn(8, 16), torch.randn(16, 4))
+        h = torch.compile(lambda x: x.exp() - 1, backend="neuron", mode="max-autotune")
+        h(torch.randn(3))
+    row, other = torchneuron.compiler.metrics()[before:]
+    assert row["inputs"] == ["float32[8, 16]", "float32[16, 4]"], row
+    assert row["mode"] == "default" and "requested_mode" not in row, row
+    assert row["options"] == {"fallback": False} and row["ignored_options"] == ["bogus"], row
+    assert row["fullgraph"] is False and "artifacts" not in row, row
+    assert (other["mode"], other["requested_mode"]) == ("default", "max-autotune"), other
+    assert other["inputs"] == ["float32[3]"] and other["options"] == {"fallback": True}, other
+    # NEURON_COMPILE_ARTIFACTS: the FX graph, the IR, the plan and the record.
+    monkeypatch.setenv("NEURON_COMPILE_ARTIFACTS", str(tmp_path / "artifacts"))
+    g = torch.compile(lambda x: torch.tanh(x) * 2, backend="neuron", fullgraph=True)
+    g(torch.randn(4, 4))
+    (row,) = torchneuron.compiler.metrics()[before + 2:]
+    assert row["fullgraph"] is True and row["options"] == {"fallback": True}, row
+    path = row["artifacts"]
+    assert path == str(tmp_path / "artifacts" / f"{row['name']}-{row['graph_id'][:16]}")
+    assert "torch.ops.aten.tanh.default" in open(os.path.join(path, "fx_graph.txt")).read()
+    assert open(os.path.join(path, "ir.txt")).read().startswith(f"graph {row['name']}(")
+    plan = open(os.path.join(path, "plan.textproto")).read()
+    assert f'graph_id: "{row["graph_id"]}"' in plan and "instructions {" in plan, plan[:300]
+    record = json.load(open(os.path.join(path, "record.json")))
+    assert record["inputs"] == ["float32[4, 4]"] and record["graph_id"] == row["graph_id"]
+    monkeypatch.setenv("NEURON_COMPILE_ARTIFACTS", "0")
+    torch.compile(lambda x: torch.tanh(x) * 3, backend="neuron")(torch.randn(4, 4))
+    assert "artifacts" not in torchneuron.compiler.metrics()[-1]

@@ -110,6 +110,10 @@ class CompileCache {
              const runtime::DeviceSpec& device, Lookup::Kind* kind);
 
   Options options_;
+
+ public:
+  // The cache's directory; "" when it is memory only.
+  const std::string& dir() const { return options_.dir; }
   std::string mac_key_;  // authenticates disk entries (cache_auth.h); "" without a disk
   mutable std::mutex mutex_;
   std::list<std::string> lru_;  // most recent first

@@ -66,6 +66,9 @@ class CompiledGraph {
   // The plan's modelled timeline as a Chrome trace (chrome://tracing,
   // Perfetto): one track per engine; IoError names the path.
   void WriteTimeline(const std::string& path) const;
+  // The plan as protobuf text (runtime/proto executable.proto), each
+  // constant's bytes replaced by their count: what the artifacts hold.
+  std::string PlanText() const;
   // The process's compile cache (NEURON_CACHE_DIR, NEURON_CACHE_EXPLAIN).
   static CompileCache& Cache();
 
