@@ -51,4 +51,5 @@ PYBIND11_MODULE(_C, m) {
   BindPipeline(m);
   BindPredict(m);
   BindNki(m);
+  BindFallbackReport(m);
 }

@@ -56,10 +56,13 @@ _torch._C._set_multithreading_enabled(False)
 
 from . import compiler, fabric, rendezvous
 from . import monitored_barrier as _monitored_barrier
+from . import fallback_report as _fallback_report
 from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
 
 __version__ = "0.1.0"
+
+_fallback_report._install_from_environment()  # NEURON_FALLBACK_REPORT=1: the whole run
 
 __all__ = [
     "CollectiveTimeoutError",

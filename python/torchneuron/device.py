@@ -237,6 +237,9 @@ from . import device_memory as memory  # noqa: E402
 from .device_memory import (  # noqa: E402,F401
     memory_phase, memory_phase_peaks, memory_snapshot, memory_summary, set_memory_phase)
 
+# CPU fallbacks with their source lines, for a region (fallback_report.py).
+from .fallback_report import FallbackReport, FallbackRow, fallback_report  # noqa: E402,F401
+
 
 # Random numbers: one generator per device, with the CPU's algorithm; its
 # state is a seed and an offset (16 bytes, as CUDA's), which DTensor's RNG

@@ -70,6 +70,11 @@ const ConfigEntry kEntries[] = {
      "host of the job's rendezvous store (rank 0's; torchrun contract, set by "
      "torchneuron.init under mpirun and srun)",
      false},
+    {ConfigKey::kFallbackReport, "NEURON_FALLBACK_REPORT", "0",
+     "1: each process records its CPU fallbacks on \"neuron\" (operator, count, modelled "
+     "cost, share, source line) from import torchneuron and prints the report to stderr "
+     "at exit",
+     false},
     {ConfigKey::kFallback, "NEURON_FALLBACK", "1",
      "0: a compiled graph with operators the device does not support is an error "
      "instead "
@@ -102,10 +107,6 @@ const ConfigEntry kEntries[] = {
      "key of sharded checkpoints: saves are authenticated with HMAC-SHA256 under it "
      "and loads trust only checkpoints that carry its MAC",
      true},
-    {ConfigKey::kCompileArtifacts, "NEURON_COMPILE_ARTIFACTS", "",
-     "1: write each compiled graph's FX graph, IR text, plan and record under the compile "
-     "cache's artifacts/ directory; another value: under that directory; unset or 0: none",
-     false},
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
+#include "neuron/aten/fallback_report.h"
 #include "neuron/aten/host_views.h"
 #include "neuron/aten/op_log.h"
 #include "neuron/runtime/device/device_spec.h"
@@ -242,6 +243,9 @@ void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us,
   clock->AdvanceCompute(cost);
   OpLog::Get().Add({info.name.c_str(), start, cost.count(), wall_us, op.bytes_in + op.bytes_out,
                     runtime::Name(op.kind), CachingAllocator::Get().Allocated(device)});
+  if (op.kind == runtime::EagerKind::kFallback && FallbackReport::Recording()) {
+    FallbackReport::Add(info.name.c_str(), cost.count());  // torch.neuron.fallback_report
+  }
 }
 
 void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,

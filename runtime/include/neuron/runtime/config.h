@@ -38,6 +38,7 @@ enum class ConfigKey {
   kDeviceFile,           // NEURON_DEVICE_FILE
   kCacheDir,             // NEURON_CACHE_DIR
   kCacheExplain,         // NEURON_CACHE_EXPLAIN
+  kFallbackReport,       // NEURON_FALLBACK_REPORT
   kFallback,             // NEURON_FALLBACK
   kMasterAddr,           // MASTER_ADDR (torchrun contract)
   kSharedTensors,        // NEURON_SHARED_TENSORS
@@ -46,7 +47,6 @@ enum class ConfigKey {
   kLogicalCoreConfig,    // NEURON_LOGICAL_NC_CONFIG
   kAgentId,              // NEURON_AGENT_ID
   kCheckpointSecret,     // NEURON_CHECKPOINT_SECRET
-  kCompileArtifacts,     // NEURON_COMPILE_ARTIFACTS
 };
 
 struct ConfigEntry {
