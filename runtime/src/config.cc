@@ -107,6 +107,10 @@ const ConfigEntry kEntries[] = {
      "key of sharded checkpoints: saves are authenticated with HMAC-SHA256 under it "
      "and loads trust only checkpoints that carry its MAC",
      true},
+    {ConfigKey::kCompileArtifacts, "NEURON_COMPILE_ARTIFACTS", "",
+     "1: write each compiled graph's FX graph, IR text, plan and record under the compile "
+     "cache's artifacts/ directory; another value: under that directory; unset or 0: none",
+     false},
 };
 
 }  // namespace

@@ -47,6 +47,7 @@ enum class ConfigKey {
   kLogicalCoreConfig,    // NEURON_LOGICAL_NC_CONFIG
   kAgentId,              // NEURON_AGENT_ID
   kCheckpointSecret,     // NEURON_CHECKPOINT_SECRET
+  kCompileArtifacts,     // NEURON_COMPILE_ARTIFACTS
 };
 
 struct ConfigEntry {
