@@ -1,5 +1,7 @@
 #include "neuron/aten/op_log.h"
 
+#include "neuron/aten/device_trace.h"
+
 namespace neuron::aten {
 
 OpLog& OpLog::Get() {
@@ -8,6 +10,7 @@ OpLog& OpLog::Get() {
 }
 
 void OpLog::Add(EagerRecord record) {
+  if (DeviceTrace::Recording()) DeviceTrace::Add(record);  // a torch.profiler session
   std::lock_guard<std::mutex> lock(mutex_);
   ++totals_.operations;
   totals_.modelled_us += record.modelled_us;
