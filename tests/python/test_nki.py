@@ -1,7 +1,8 @@
 """torchneuron.nki: kernels against their references, every hardware rule
 named with the kernel's line, the list scheduler's timelines, a kernel as a
 torch operator on "neuron" (eager, compiled, under autograd) and the
-flash attention kernel's parity with scaled_dot_product_attention."""
+flash attention kernels' parity with scaled_dot_product_attention and its
+gradient."""
 import os
 import sys
 
@@ -16,7 +17,10 @@ import torchneuron.nki as nki  # noqa: E402
 import torchneuron.nki.isa as nisa  # noqa: E402
 import torchneuron.nki.language as nl  # noqa: E402
 from torchneuron import fabric  # noqa: E402
-from torchneuron.nki.attention import attention_reference, flash_attention  # noqa: E402
+from torchneuron.nki.attention import (  # noqa: E402
+    attention_lse_reference, flash_attention, flash_attention_lse)
+from torchneuron.nki.attention_backward import flash_attention_backward  # noqa: E402
+from torchneuron.nki.attention_op import attention  # noqa: E402
 
 
 def line_of(marker):
@@ -143,15 +147,20 @@ def unwritten_read(a):
 
 
 RULES = [
-    (too_many_partitions, "rule: partitions", r"256 partitions: the partition dimension .* at most 128"),
-    (over_sbuf, "rule: sbuf", r"SBUF over capacity: .* on top of 229376 live bytes per partition exceeds the 229376"),
-    (over_psum, "rule: psum", r"PSUM over capacity: .* 16384 live bytes per partition exceeds the 16384"),
+    (too_many_partitions, "rule: partitions",
+     r"256 partitions: the partition dimension .* at most 128"),
+    (over_sbuf, "rule: sbuf",
+     r"SBUF over capacity: .* on top of 229376 live bytes per partition exceeds the 229376"),
+    (over_psum, "rule: psum",
+     r"PSUM over capacity: .* 16384 live bytes per partition exceeds the 16384"),
     (over_a_bank, "rule: bank", r"a PSUM tile fits one bank \(2048 bytes per partition"),
     (wide_stationary, "rule: stationary", r"stationary free size 256 .* at most 128"),
     (wide_moving, "rule: moving", r"moving free size 1024 .* at most 512"),
     (contraction_mismatch, "rule: contraction", r"differ in the partition \(contraction\)"),
-    (matmul_from_psum, "rule: psum operand", r"stationary is a PSUM tile: the tensor engine reads SBUF"),
-    (unwritten_read, "rule: unwritten", r"nl.exp reads a SBUF tile of shape \(128, 4\) with 256 unwritten"),
+    (matmul_from_psum, "rule: psum operand",
+     r"stationary is a PSUM tile: the tensor engine reads SBUF"),
+    (unwritten_read, "rule: unwritten",
+     r"nl.exp reads a SBUF tile of shape \(128, 4\) with 256 unwritten"),
 ]
 
 
@@ -260,20 +269,40 @@ def test_a_kernel_op_in_a_compiled_graph_runs_as_a_cpu_segment_and_equals_eager(
 
 # ---- flash attention ----------------------------------------------------------
 
+ATTENTION_SHAPES = [[(1, 2, 256, 64)] * 3, [(2, 1, 200, 32)] * 3]  # S = 2 tiles, and 1.6
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_matches_scaled_dot_product_attention(causal):
-    shapes = [[(1, 2, 256, 64)] * 3, [(2, 1, 200, 32)] * 3]
-    results = nki.check(flash_attention, shapes=shapes,
+    results = nki.check(flash_attention, shapes=ATTENTION_SHAPES,
                         dtypes=[torch.float32, torch.bfloat16], causal=causal)
     assert all(r["time_us"] > 0 for r in results)
     assert results[0]["max_abs_error"] < 1e-5
+    nki.check(flash_attention_lse, shapes=ATTENTION_SHAPES[1:], causal=causal)
 
 
-def test_flash_attention_op_on_neuron_and_its_gradient():
+def _backward_inputs(causal):
+    def make(shapes, dtype, gen):
+        q, k, v, dout = (torch.randn(shapes[0], generator=gen).to(dtype) for _ in range(4))
+        out, lse = attention_lse_reference(q, k, v, causal)
+        return [q, k, v, out, dout, lse]
+    return make
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_backward_matches_autograd(causal):
+    results = nki.check(flash_attention_backward, shapes=[[s[0]] for s in ATTENTION_SHAPES],
+                        dtypes=[torch.float32, torch.bfloat16],
+                        make_inputs=_backward_inputs(causal), causal=causal)
+    assert results[0]["max_abs_error"] < 1e-5
+
+
+def test_flash_attention_op_on_neuron_and_its_gradient_by_the_backward_kernel():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 128, 32) for _ in range(3))
     leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
-    out = torch.ops.nki.flash_attention(*leaves, True)
+    fabric.reset_eager()
+    out = attention(*leaves, causal=True)
     assert out.device.type == "neuron"
     ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     expected = torch.nn.functional.scaled_dot_product_attention(*ref_leaves, is_causal=True)
@@ -283,4 +312,5 @@ def test_flash_attention_op_on_neuron_and_its_gradient():
     expected.backward(grad)
     for got, want in zip(leaves, ref_leaves):
         torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-5)
-    assert attention_reference(q, k, v, True).shape == out.shape
+    kernels = [r["op"] for r in fabric.eager_records() if r["kind"] == "nki"]
+    assert kernels == ["nki::flash_attention_lse", "nki::flash_attention_backward"]

@@ -13,7 +13,8 @@ after AWS NKI (docs/nki.md).
     nki.check(add_kernel, shapes=[[(128, 64)] * 2], dtypes=[torch.float32])
     op = nki.as_op(add_kernel, "mylib::add")  # a torch operator on "neuron"
 
-Shipped: torchneuron.nki.attention.flash_attention (torch.ops.nki.flash_attention).
+Shipped: flash attention, forward and backward kernels (torchneuron.nki.attention,
+attention_backward) and operators (attention_op.attention, torch.ops.nki.flash_attention_*).
 """
 
 from . import isa, language
@@ -21,7 +22,8 @@ from .checks import check
 from .errors import KernelError
 from .kernel import Kernel, KernelRun, jit, spec
 from .op import as_op
-from . import attention  # noqa: E402  (registers torch.ops.nki.flash_attention)
+from . import attention, attention_backward, attention_op  # noqa: E402  (torch.ops.nki.*)
 
-__all__ = ["Kernel", "KernelError", "KernelRun", "as_op", "attention", "check", "isa", "jit",
+__all__ = ["Kernel", "KernelError", "KernelRun", "as_op", "attention", "attention_backward",
+           "attention_op", "check", "isa", "jit",
            "language", "spec"]

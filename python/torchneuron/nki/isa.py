@@ -105,9 +105,48 @@ _ACTIVATIONS = {nl.exp: torch.exp, nl.log: torch.log, nl.tanh: torch.tanh,
                 nl.relu: torch.relu}
 
 
-def tensor_copy(src, dtype=None):
-    """A copy into a new SBUF tile on the vector engine."""
-    return nl.copy(src, dtype=dtype)
+def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None):
+    """nisa.activation, and in the same scalar engine instruction its
+    result's reduction along the free dimension (reduce_op: nl.add / nl.sum
+    or nl.maximum / nl.max) written into `reduce_res`, a [P, 1] tile."""
+    result = activation(op, data, bias=bias, scale=scale, dtype=dtype)
+    reduce = {nl.add: torch.sum, nl.sum: torch.sum, nl.maximum: torch.amax,
+              nl.max: torch.amax}.get(reduce_op)
+    if reduce is None:
+        fail(f"nisa.activation_reduce: reduce_op {getattr(reduce_op, '__name__', reduce_op)} "
+             f"is not nl.add or nl.maximum")
+    if not isinstance(reduce_res, Tile) or reduce_res.shape != (data.shape[0], 1):
+        fail(f"nisa.activation_reduce: reduce_res must be a [{data.shape[0]}, 1] tile")
+    reduce_res.alloc.ready_us = max(reduce_res.alloc.ready_us, result.alloc.ready_us)
+    nl.write(reduce_res, reduce(result.data.float(), dim=1, keepdim=True))
+    return result
+
+
+def scalar_tensor_tensor(data, op0, operand0, op1, operand1, dtype=None):
+    """(data op0 operand0) op1 operand1 in one vector engine instruction:
+    operand0 a number or a [P, 1] tile, operand1 a tile of data's shape
+    (op0, op1: nl.add, nl.subtract, nl.multiply, nl.maximum, ...)."""
+    fns = {nl.add: torch.add, nl.subtract: torch.sub, nl.multiply: torch.mul,
+           nl.divide: torch.div, nl.maximum: torch.maximum, nl.minimum: torch.minimum}
+    f0, f1 = fns.get(op0), fns.get(op1)
+    if f0 is None or f1 is None:
+        fail("nisa.scalar_tensor_tensor: op0 and op1 are nl.add, nl.subtract, "
+             "nl.multiply, nl.divide, nl.maximum or nl.minimum")
+    extras = []
+    if isinstance(operand0, Tile):
+        nl.check_read(operand0, "nisa.scalar_tensor_tensor")
+        if operand0.shape != (data.shape[0], 1):
+            fail(f"nisa.scalar_tensor_tensor: operand0 of shape {operand0.shape}; it must "
+                 f"be a number or [{data.shape[0]}, 1]")
+        extras.append(operand0)
+    s = operand0.data.float() if isinstance(operand0, Tile) else torch.tensor(float(operand0))
+    return nl.elementwise("scalar_tensor_tensor", "vector", [data, operand1],
+                          lambda a, b: f1(f0(a, s), b), dtype=dtype, extra_reads=extras)
+
+
+def tensor_copy(src, dtype=None, engine="vector"):
+    """A copy into a new SBUF tile on the vector, scalar or gpsimd engine."""
+    return nl.copy(src, dtype=dtype, engine=engine)
 
 
 def tensor_tensor(x, y, op, dtype=None):

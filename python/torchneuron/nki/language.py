@@ -205,13 +205,15 @@ def transpose(x):
 
 # ---- vector and scalar engines --------------------------------------------
 
-def copy(x, dtype=None):
-    """A copy of x into a new SBUF tile (vector engine): PSUM -> SBUF, or a
-    change of dtype."""
-    return elementwise("copy", "vector", [x], lambda a: a, dtype=dtype)
+def copy(x, dtype=None, engine="vector"):
+    """A copy of x into a new SBUF tile: PSUM -> SBUF, or a change of dtype;
+    on the vector engine, or the scalar or gpsimd engine to balance them."""
+    if engine not in ("vector", "scalar", "gpsimd"):
+        fail(f"nl.copy: engine {engine!r} does not copy (vector, scalar or gpsimd)")
+    return elementwise("copy", engine, [x], lambda a: a, dtype=dtype)
 
 
-def copy_into(dst, value):
+def copy_into(dst, value, engine="vector"):
     """tile[...] = value: a vector engine copy (or memset for a number)."""
     if isinstance(value, (int, float)):
         issue("memset", "gpsimd", engine_cost("gpsimd", dst.shape, 1), [], [dst])
@@ -220,7 +222,7 @@ def copy_into(dst, value):
     check_read(value, "tile assignment")
     if value.shape != dst.shape:
         fail(f"assigning a tile of shape {value.shape} to a tile region of shape {dst.shape}")
-    elementwise("copy", "vector", [value], lambda a: a, dtype=dst.dtype, out=dst)
+    elementwise("copy", engine, [value], lambda a: a, dtype=dst.dtype, out=dst)
 
 
 def accumulate(acc, other):

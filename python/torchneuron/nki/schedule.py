@@ -1,24 +1,28 @@
 """The engines' timelines of one kernel run: a list scheduler.
 
-Each instruction goes to one engine in program order. It starts when its
-engine is free and its inputs are ready (the end of the instruction that
-last wrote each tile it reads), and, for the tiles it writes, when the
-previous writer and readers of those tiles are done; it ends after the
-device model's time for it (runtime CostModel through torchneuron._C):
+Each instruction goes to one engine. It may start once its inputs are ready
+(the end of the instruction that last wrote each tile it reads) and, for
+the tiles it writes, once their previous writer and readers are done; it
+takes the device model's time for it (runtime CostModel through
+torchneuron._C), and is placed in the earliest window of its engine from
+then on that is long enough:
 
-    start = max(engine free, inputs ready, outputs free)
+    start = the first free window of the engine at or after
+            max(inputs ready, outputs free)
     end   = start + modelled time
 
-The tensor, vector, scalar and gpsimd engines each run their instructions
-one at a time, in program order. DMA transfers share the DMA engines'
-bandwidth: a transfer's bytes move in the earliest window after its inputs
-are ready in which no other transfer's bytes move (a transfer issued later
-may fill an earlier gap: the 16 queues do not wait for each other), and its
-fixed latency overlaps the others' (as in the compiler's TimePlan). An elementwise
-instruction that waits on another engine's result pays the engine's
-dependent overhead (CostModel::Elementwise's `dependent`).
+so an instruction issued later whose inputs are ready early fills a gap an
+earlier one left, as NKI's compiler schedules the independent iterations of
+affine_range loops; the engines then run them in that order. The tensor,
+vector, scalar and gpsimd engines each run one instruction at a time. DMA
+transfers share the DMA engines' bandwidth the same way (the 16 queues do
+not wait for each other), while each transfer's fixed latency overlaps the
+others' (as in the compiler's TimePlan). An elementwise instruction that
+starts when an input becomes ready (rather than when its engine frees) pays
+the engine's dependent overhead (CostModel::Elementwise's `dependent`).
 """
 
+import bisect
 import dataclasses
 
 from .. import _C
@@ -46,11 +50,13 @@ class Schedule:
     run on one thread)."""
 
     def __init__(self):
-        self.free = {e: 0.0 for e in ENGINES}
+        # Each engine's busy windows: starts and ends, sorted, not overlapping.
+        self.starts = {e: [] for e in ENGINES}
+        self.ends = {e: [] for e in ENGINES}
         self.instructions = []
-        self.dma_busy = []  # (start, end) windows of the DMA bandwidth, sorted
 
-    def ready(self, reads, writes):
+    @staticmethod
+    def ready(reads, writes):
         """When an instruction reading `reads` and writing `writes`
         (allocations) may start, engine aside."""
         t = 0.0
@@ -64,38 +70,41 @@ class Schedule:
         """Schedules one instruction on `engine`; `cost(dependent)` is its
         modelled time in us. Returns its end."""
         deps = self.ready(reads, writes)
-        start = max(self.free[engine], deps)
-        duration = cost(deps > self.free[engine])
+        waited = cost(deps > 0)
+        start = self._first_window(engine, deps, waited)
+        duration = waited if start == deps and deps > 0 else cost(False)
+        self._book(engine, start, duration)
         end = start + duration
-        self.free[engine] = end
         self._finish(reads, writes, end)
         self.instructions.append(Instruction(name, engine, start, end, line))
         return end
 
     def issue_dma(self, name, nbytes, partitions, reads, writes, line):
-        """Schedules one DMA: its bytes move on the shared bandwidth after
-        the previous transfer's, its latency overlaps."""
+        """Schedules one DMA: its bytes move in the DMA bandwidth's first
+        free window after its inputs, its latency overlaps."""
         total, latency = _C._nki_dma_us(int(nbytes), max(1, int(partitions)))
-        moving = self._dma_window(self.ready(reads, writes), total - latency)
+        moving = self._first_window("dma", self.ready(reads, writes), total - latency)
+        self._book("dma", moving, total - latency)
         end = moving + total
         self._finish(reads, writes, end)
         self.instructions.append(Instruction(name, "dma", moving, end, line))
         return end
 
-    def _dma_window(self, earliest, length):
+    def _first_window(self, engine, earliest, length):
         """The start of the first free window of `length` at or after
-        `earliest` in the DMA bandwidth's busy windows; books it."""
+        `earliest` on `engine`."""
+        starts, ends = self.starts[engine], self.ends[engine]
         start = earliest
-        index = 0
-        for index, (busy_start, busy_end) in enumerate(self.dma_busy):
-            if start + length <= busy_start:
+        for i in range(bisect.bisect_right(ends, earliest), len(starts)):
+            if start + length <= starts[i]:
                 break
-            start = max(start, busy_end)
-        else:
-            index = len(self.dma_busy)
-        self.dma_busy.insert(index, (start, start + length))
-        self.free["dma"] = max(self.free["dma"], start + length)
+            start = max(start, ends[i])
         return start
+
+    def _book(self, engine, start, length):
+        index = bisect.bisect_right(self.starts[engine], start)
+        self.starts[engine].insert(index, start)
+        self.ends[engine].insert(index, start + length)
 
     @staticmethod
     def _finish(reads, writes, end):
