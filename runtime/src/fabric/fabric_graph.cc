@@ -1,6 +1,7 @@
 #include "neuron/runtime/fabric/fabric_graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <queue>
 #include <tuple>
@@ -9,8 +10,12 @@
 
 namespace neuron::runtime {
 
+namespace {
+std::atomic<std::uint64_t> next_serial{1};
+}  // namespace
+
 FabricGraph::FabricGraph(const Topology& topology, std::uint32_t job_nodes)
-    : links_(topology, job_nodes) {}
+    : links_(topology, job_nodes), serial_(next_serial++) {}
 
 Link FabricGraph::link(int id) const {
   const Hop hop = links_.At(id);
@@ -95,10 +100,22 @@ FabricGraph::Tree FabricGraph::MakeTree(int from, int remote) const {
 }
 
 const FabricGraph::Tree& FabricGraph::TreeFor(int from, int remote) const {
+  // The last tree this thread asked for, of which graph: a model asks for
+  // the same one transfer after transfer (a mesh's are by source). Graphs
+  // are told apart by a serial number (an address can be reused), and a
+  // graph never frees a tree it made.
+  struct Last {
+    std::uint64_t graph = 0, key = 0;
+    const Tree* tree = nullptr;
+  };
+  thread_local Last last;
+  const std::uint64_t key = static_cast<std::uint64_t>(from) << 32 |
+                            static_cast<std::uint32_t>(remote + 1);
+  if (last.graph == serial_ && last.key == key) return *last.tree;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& slot = trees_[static_cast<std::uint64_t>(from) << 32 |
-                      static_cast<std::uint32_t>(remote + 1)];
+  auto& slot = trees_[key];
   if (!slot) slot = std::make_unique<Tree>(MakeTree(from, remote));
+  last = {serial_, key, slot.get()};
   return *slot;
 }
 

@@ -203,27 +203,52 @@ double FabricModel::PipelineMicros(const Schedule& schedule, const std::vector<S
   return total;
 }
 
-// What the transfers of one step share: links (only those routes cross:
-// a step costs what its transfers do, not the size of the fabric), chips
+// Transfers per link: in a table of every link when the step's transfers
+// outnumber the fabric's links / 8, else only the links routes cross (a
+// step costs what its transfers do, not the size of the fabric).
+class LinkCounts {
+ public:
+  LinkCounts(int links, std::size_t transfers)
+      : dense_(static_cast<std::size_t>(links) <= 8 * transfers ? static_cast<std::size_t>(links)
+                                                                : 0, 0) {}
+  void Add(int id) {
+    if (dense_.empty()) {
+      ++sparse_[id];
+    } else {
+      ++dense_[static_cast<std::size_t>(id)];
+    }
+  }
+  int Get(int id) const {
+    return dense_.empty() ? sparse_.at(id) : dense_[static_cast<std::size_t>(id)];
+  }
+
+ private:
+  std::vector<int> dense_;
+  std::unordered_map<int, int> sparse_;
+};
+
+// What the transfers of one step share: links, chips
 // (on-chip copies), reductions per receiving rank, and, when the DMA rate
 // is capped, each rank's DMA rings (its sends and receives).
 struct FabricModel::StepShares {
-  std::unordered_map<int, int> links;
+  LinkCounts links;
   std::map<std::uint32_t, int> on_chip;
-  std::map<int, int> reducers;
+  std::vector<int> reducers;  // per rank: transfers reducing there
   std::vector<int> sends, receives;
 };
 
 FabricModel::StepShares FabricModel::CountShares(const Step& step) const {
   const int n = world_size();
-  StepShares shares;
+  const std::size_t ranks = step.mesh.size();
+  StepShares shares{LinkCounts(graph_.num_links(), step.transfers.size() + ranks * ranks), {},
+                    std::vector<int>(static_cast<std::size_t>(n), 0), {}, {}};
   const bool capped = std::isfinite(calibration_.rank_dma_bytes_per_second());
   shares.sends.assign(capped ? n : 0, 0);
   shares.receives.assign(capped ? n : 0, 0);
   ForEachTransfer(step, [&](const Transfer& t) {
     NEURON_ASSERT(t.src >= 0 && t.src < n && t.dst >= 0 && t.dst < n,
                   "transfer between ranks ", t.src, " and ", t.dst, " of ", n);
-    if (t.reduce) ++shares.reducers[t.dst];
+    if (t.reduce) ++shares.reducers[static_cast<std::size_t>(t.dst)];
     if (capped) {
       ++shares.sends[t.src];
       ++shares.receives[t.dst];
@@ -234,7 +259,7 @@ FabricModel::StepShares FabricModel::CountShares(const Step& step) const {
       return;
     }
     graph_.ForEachLink(static_cast<int>(a), static_cast<int>(b),
-                       [&](int id) { ++shares.links[id]; });
+                       [&](int id) { shares.links.Add(id); });
   });
   return shares;
 }
@@ -257,7 +282,7 @@ SimDuration FabricModel::TransferTime(const Transfer& t, const StepShares& share
     for (auto id = route.rbegin(); id != route.rend(); ++id) {  // first hop first
       const Hop link = graph_.hop(*id);
       latency += link.latency;
-      rate = std::min(rate, link.bytes_per_second / shares.links.at(*id));
+      rate = std::min(rate, link.bytes_per_second / shares.links.Get(*id));
     }
     *link_bytes += bytes * static_cast<double>(route.size());
   }
@@ -267,7 +292,7 @@ SimDuration FabricModel::TransferTime(const Transfer& t, const StepShares& share
   }
   double seconds = bytes / rate;
   if (t.reduce) {
-    const double reduce = bytes / (reduce_bytes_per_second_ / shares.reducers.at(t.dst));
+    const double reduce = bytes / (reduce_bytes_per_second_ / shares.reducers[static_cast<std::size_t>(t.dst)]);
     seconds = (seconds + reduce + std::max(seconds, reduce)) / 2;
   }
   return latency + (bytes > 0 ? SimSeconds(seconds) : SimDuration(0));

@@ -104,6 +104,7 @@ class FabricGraph {
   int TemplateNode(int node) const;
 
   FabricLinks links_;
+  std::uint64_t serial_;  // this graph's, among every graph the process made
   mutable std::mutex mutex_;
   // (chip << 32 | remote + 1) -> its tree
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<Tree>> trees_;
