@@ -12,6 +12,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/collective_schedules.h"
 #include "neuron/runtime/fabric/fabric_graph.h"
 #include "neuron/runtime/fabric/fabric_links.h"
@@ -101,6 +102,24 @@ TEST(FabricScale, RoutesHoldWhatTheyUseNotTheChipCount) {
   EXPECT_LE(huge.route_entries(), 2u * (2 * 16 + 1));  // one tree: node 0, the EFA switch, a twin
   EXPECT_EQ(huge.Route(0, huge.num_chips() - 1).size(), 2u);  // NIC out, NIC in
   EXPECT_EQ(huge.link(huge.Route(3, huge.num_chips() - 1)[1]).name, "chip 1048575 NIC in");
+}
+
+// 65,536 nodes of a 16 x 16 x 16 torus have 2^31 links: refused, naming
+// the counts, rather than numbered past an int.
+TEST(FabricScale, AFabricOfMoreLinksThanAnIntNumbersIsRefused) {
+  const Topology big = Topology::FromText(
+      "chips_per_node: 4096 torus_dims: [16, 16, 16] num_nodes: 65536 ranks_per_chip: 1 "
+      "intra_node_link { bandwidth_gbps: 100 latency_us: 1 } "
+      "inter_node_link { bandwidth_gbps: 25 latency_us: 15 }",
+      "big");
+  try {
+    const FabricGraph graph(big, 0);
+    FAIL() << "numbered " << graph.num_links() << " links";
+  } catch (const InvalidUsage& e) {
+    EXPECT_NE(std::string(e.what()).find("65536 nodes of 4096 chips have 2147483648 links"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A ring collective holds one step's transfers, repeated, and a mesh its
