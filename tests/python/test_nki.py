@@ -270,11 +270,12 @@ def test_a_kernel_op_in_a_compiled_graph_runs_as_a_cpu_segment_and_equals_eager(
 # ---- flash attention ----------------------------------------------------------
 
 ATTENTION_SHAPES = [[(1, 2, 256, 64)] * 3, [(2, 1, 200, 32)] * 3]  # S = 2 tiles, and 1.6
+LONG = [[(1, 1, 640, 32)] * 3]  # two key blocks of 512 and 128: the running rescale
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_matches_scaled_dot_product_attention(causal):
-    results = nki.check(flash_attention, shapes=ATTENTION_SHAPES,
+    results = nki.check(flash_attention, shapes=ATTENTION_SHAPES + LONG,
                         dtypes=[torch.float32, torch.bfloat16], causal=causal)
     assert all(r["time_us"] > 0 for r in results)
     assert results[0]["max_abs_error"] < 1e-5
