@@ -261,6 +261,9 @@ int Main(int argc, char** argv) {
       std::cout << HelpText();
       return 0;
     }
+    if (options.fallback_report) {  // the ranks inherit it (docs/launcher.md)
+      ::setenv(runtime::VariableName(runtime::ConfigKey::kFallbackReport), "1", 1);
+    }
     agent = std::make_unique<Agent>(Resolve(options));
   } catch (const Error& e) {
     std::cerr << "neuronrun: error: " << e.what() << std::endl;

@@ -56,6 +56,8 @@ using Setter = std::function<void(const std::string& flag, const std::string& va
 bool FlagOption(const std::string& arg, LaunchOptions& o) {
   if (arg == "--tee") {
     o.tee = true;
+  } else if (arg == "--fallback-report") {
+    o.fallback_report = true;
   } else if (arg == "--no-python") {
     o.no_python = true;
   } else if (arg == "--standalone") {
@@ -280,6 +282,9 @@ Output:
   --log-dir DIR            write each rank's output to
                            DIR/attempt_K/rank_N.{stdout,stderr}
   --tee                    with --log-dir, also print to the console
+  --fallback-report        each rank prints, at exit, the CPU fallbacks it
+                           ran on "neuron" (count, modelled cost, share,
+                           source line); sets NEURON_FALLBACK_REPORT=1
 
 Simulated fabric:
   --topology FILE          fabric topology (protobuf text, configs/topologies/);

@@ -1,7 +1,8 @@
 """torch.neuron.fallback_report (python/torchneuron/fallback_report.py): a
 region's CPU fallbacks by operator and the user's source line, their share
 of the region's modelled compute, nothing recorded outside a region, and
-NEURON_FALLBACK_REPORT=1's report at the end of a neuronrun job."""
+the report at the end of a neuronrun --fallback-report job (which sets
+NEURON_FALLBACK_REPORT=1 for its ranks)."""
 import inspect
 import os
 import subprocess
@@ -73,7 +74,7 @@ def test_nothing_is_recorded_outside_a_region():
     assert sum(r[3] for r in _C._fallback_report_rows()) - sum(r[3] for r in before) == 2
 
 
-def test_neuronrun_prints_each_ranks_report_at_exit(tmp_path):
+def test_neuronrun_fallback_report_prints_each_ranks_report_at_exit(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""\
         import torch
@@ -82,9 +83,9 @@ def test_neuronrun_prints_each_ranks_report_at_exit(tmp_path):
         for _ in range(2):
             torch.sort(x, dim=1)
         """))
-    env = dict(os.environ, NEURON_FALLBACK_REPORT="1")
-    done = subprocess.run([NEURONRUN, "-n", "2", str(script)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_FALLBACK_REPORT"}
+    done = subprocess.run([NEURONRUN, "-n", "2", "--fallback-report", str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         assert f"[rank {rank}]: neuron fallback report: 1 CPU fallback site(s)" in done.stderr

@@ -28,6 +28,7 @@ struct LaunchOptions {
   std::uint32_t max_restarts = 0;
   std::string log_dir;
   bool tee = false;
+  bool fallback_report = false;          // sets NEURON_FALLBACK_REPORT=1 for the ranks
   std::string topology_file;             // empty: embedded trn2 node
   std::string device_file;               // empty: the ranks' NEURON_DEVICE_FILE, else v3
   std::string run_id;                    // empty: random
