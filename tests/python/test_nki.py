@@ -22,6 +22,10 @@ from torchneuron.nki.attention import (  # noqa: E402
 from torchneuron.nki.attention_backward import flash_attention_backward  # noqa: E402
 from torchneuron.nki.attention_op import attention  # noqa: E402
 
+# Kernels compute on small tiles, where torch's intra-op threads only
+# contend with the other test processes for the cores.
+torch.set_num_threads(1)
+
 
 def line_of(marker):
     """The line number of this file's line holding `marker`."""
