@@ -3,6 +3,7 @@ named with the kernel's line, the list scheduler's timelines, a kernel as a
 torch operator on "neuron" (eager, compiled, under autograd) and the
 flash attention kernels' parity with scaled_dot_product_attention and its
 gradient."""
+import json
 import os
 import sys
 
@@ -195,6 +196,26 @@ def test_engines_run_in_parallel_and_wait_for_their_inputs():
     busy = run.busy_us()
     assert run.time_us < busy["dma"] + busy["vector"]
     assert run.time_us == pytest.approx(max(i.end_us for i in run.instructions))
+
+
+@nki.jit(reference=matmul_reference)
+def matmul_untransposed(x, y):
+    """nl.matmul(x, y) with x [M, K] as stored: transposed by the language."""
+    out = nl.ndarray((x.shape[0], y.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.copy(nl.matmul(nl.load(x), nl.load(y)), dtype=x.dtype))
+    return out
+
+
+def test_nl_matmul_transposes_its_first_operand_on_the_tensor_engine(tmp_path):
+    nki.check(matmul_untransposed, shapes=[[(96, 128), (128, 200)]])
+    run = matmul_untransposed.run(torch.randn(96, 128), torch.randn(128, 200))
+    assert [i.name for i in run.timelines()["tensor"]] == ["nc_transpose", "nc_matmul"]
+    path = tmp_path / "kernel.json"
+    run.export_chrome_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {e["tid"] for e in events} == set(run.timelines())
+    assert [e["name"] for e in events if e["tid"] == "tensor"] == ["nc_transpose", "nc_matmul"]
+    assert all(e["args"]["line"].startswith("test_nki.py:") for e in events)
 
 
 def test_a_matmul_is_priced_by_the_tensor_engine_model():

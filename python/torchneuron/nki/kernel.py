@@ -93,6 +93,19 @@ class KernelRun:
         """{engine: busy microseconds}."""
         return self.schedule.busy_us()
 
+    def export_chrome_trace(self, path):
+        """Writes the run's engine timelines to `path` (chrome://tracing,
+        Perfetto): one track per engine, each instruction an event on the
+        kernel's clock (us from its start) with its kernel line."""
+        import json
+        import os
+        events = [{"name": i.name, "ph": "X", "pid": f"nki {self.name}", "tid": i.engine,
+                   "ts": i.start_us, "dur": i.duration_us,
+                   "args": {"line": f"{os.path.basename(i.line[0])}:{i.line[1]}"}}
+                  for i in self.instructions]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": events}, f)
+
 
 class Kernel:
     """A kernel function with its reference (a torch implementation of the
