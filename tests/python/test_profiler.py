@@ -95,3 +95,21 @@ def test_a_cpu_only_profile_has_no_device_time():
     # The next device profile holds only its own ops.
     prof, records = _profile(lambda: a + a)
     assert [k.name for e in prof.events() for k in e.kernels] == ["aten::add.Tensor [vector]"]
+
+
+def test_the_autograd_profilers_device_time_is_the_modelled_time_in_whole_us():
+    # torch.autograd.profiler's legacy device timing reads the device's
+    # profiler stubs (the compute clock) and keeps whole microseconds.
+    from torch.autograd.profiler import profile as autograd_profile
+    a = torch.randn(256, 256, device="neuron")
+    fabric.reset_eager()
+    with autograd_profile(use_device="neuron") as prof:
+        (a @ a).relu()
+    mm, relu = fabric.eager_records()
+    events = {e.name: e for e in prof.function_events}
+    for name, record in (("aten::mm", mm), ("aten::relu", relu)):
+        assert record["modelled_us"] >= 2
+        device_us = events[name].self_device_time_total  # the modelled time, truncated
+        assert record["modelled_us"] - 1 < device_us <= record["modelled_us"] + 1e-6, name
+    assert events["aten::matmul"].device_time_total == events["aten::mm"].device_time_total
+    assert all(e.cpu_time_total >= 0 for e in prof.function_events)
