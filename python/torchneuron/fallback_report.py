@@ -17,9 +17,8 @@ how many times, its modelled cost, its share of the modelled compute time
 of the region (the device model's charges to the rank's compute clock:
 eager operations, compiled graphs, advance_compute), and the user's
 source line: the innermost frame of the Python stack, when the operator was
-dispatched, outside torch's and torchneuron's packages (backward operations
-name the line that called ``backward()``). A compiled graph's CPU segments
-run their operators eagerly: they are listed too.
+dispatched, outside torch's and torchneuron's packages. A compiled graph's
+CPU segments run their operators eagerly: they are listed too.
 
 ``NEURON_FALLBACK_REPORT=1`` (docs/configuration.md) records a process's
 whole run from ``import torchneuron`` and prints the report to stderr at

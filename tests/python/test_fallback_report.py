@@ -93,3 +93,8 @@ def test_neuronrun_fallback_report_prints_each_ranks_report_at_exit(tmp_path):
                if line.startswith(f"[rank {rank}]: aten::sort.stable")]
         assert len(row) == 1 and row[0].split()[3] == "2", done.stderr
         assert row[0].endswith(f"{script}:5"), done.stderr
+
+
+def test_stopping_without_a_recording_report_is_an_error():
+    with pytest.raises(torchneuron.InvalidUsageError, match="without a recording report"):
+        _C._fallback_report_stop()
