@@ -6,6 +6,7 @@ gradient."""
 import json
 import os
 import sys
+import warnings
 
 NEURONRUN = os.environ["NEURONRUN"]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python"))
@@ -295,7 +296,7 @@ def test_a_kernel_op_in_a_compiled_graph_runs_as_a_cpu_segment_and_equals_eager(
 # ---- flash attention ----------------------------------------------------------
 
 ATTENTION_SHAPES = [[(1, 2, 256, 64)] * 3, [(2, 1, 200, 32)] * 3]  # S = 2 tiles, and 1.6
-LONG = [[(1, 1, 640, 32)] * 3]  # two key blocks of 512 and 128: the running rescale
+LONG = [[(1, 1, 640, 32)] * 3]  # key blocks of 512 and 128: the running rescale
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -336,6 +337,35 @@ def test_flash_attention_op_on_neuron_and_its_gradient_by_the_backward_kernel():
     grad = torch.randn_like(expected)
     out.backward(grad.to("neuron"))
     expected.backward(grad)
+    for got, want in zip(leaves, ref_leaves):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-5)
+    kernels = [r["op"] for r in fabric.eager_records() if r["kind"] == "nki"]
+    assert kernels == ["nki::flash_attention_lse", "nki::flash_attention_backward"]
+    kernels = [r["op"] for r in fabric.eager_records() if r["kind"] == "nki"]
+    assert kernels == ["nki::flash_attention_lse", "nki::flash_attention_backward"]
+
+
+def test_flash_attention_in_a_compiled_graph_forward_and_backward():
+    """Compiled: the graphs are split around the kernels' operators (their
+    fake shapes let Dynamo and AOTAutograd trace them), which run between
+    the compiled parts on the "neuron" tensors, charged by their schedules;
+    results and gradients those of scaled_dot_product_attention."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 32) for _ in range(3))
+    leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    f = torch.compile(lambda a, b, c: attention(a, b, c, causal=True) * 2, backend="neuron")
+    fabric.reset_eager()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(*leaves)
+        out.sum().backward()
+    split = [str(w.message) for w in caught if "on the CPU" in str(w.message)]
+    assert len(split) == 2 and "runs nki.flash_attention_forward x1" in split[0]
+    assert "runs nki.flash_attention_backward x1" in split[1]
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*ref_leaves, is_causal=True) * 2
+    expected.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
     for got, want in zip(leaves, ref_leaves):
         torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-5)
     kernels = [r["op"] for r in fabric.eager_records() if r["kind"] == "nki"]

@@ -52,7 +52,8 @@ def attention_lse_reference(q, k, v, causal=False):
     scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if causal:
         n = q.shape[-2]
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, -math.inf)
     return attention_reference(q, k, v, causal), torch.logsumexp(scores, dim=-1)
 
 

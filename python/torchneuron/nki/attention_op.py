@@ -17,10 +17,14 @@ from .op import as_op
 
 forward_op = as_op(flash_attention_lse, "nki::flash_attention_forward", outputs=2,
                    schema="(Tensor q, Tensor k, Tensor v, bool causal=False) -> "
-                          "(Tensor, Tensor)")
+                          "(Tensor, Tensor)",
+                   fake=lambda q, k, v, causal=False: (
+                       torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)))
 backward_op = as_op(flash_attention_backward, "nki::flash_attention_backward", outputs=3,
                     schema="(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, "
-                           "Tensor lse, bool causal=False) -> (Tensor, Tensor, Tensor)")
+                           "Tensor lse, bool causal=False) -> (Tensor, Tensor, Tensor)",
+                    fake=lambda q, k, v, out, dout, lse, causal=False: (
+                        torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
 
 
 def _setup_context(ctx, inputs, output):

@@ -11,7 +11,9 @@ torch.compile's tracing. Autograd: `backward(ctx, *grads)` and
 takes them; the backward is usually another kernel's operator.
 
 In a torch.compile(backend="neuron") graph the operator is not lowered by
-the compiler: the graph runs it as a CPU segment (docs/nki.md).
+the compiler: the graph is split around it (a CPU segment) and it runs
+between the compiled parts, charged by its schedule as in eager
+(docs/nki.md).
 """
 
 import inspect
@@ -33,9 +35,13 @@ def default_schema(kernel, outputs=1):
     return f"({', '.join(params)}) -> {ret}"
 
 
-def as_op(kernel, name, schema=None, outputs=1, backward=None, setup_context=None):
+def as_op(kernel, name, schema=None, outputs=1, backward=None, setup_context=None,
+          fake=None):
     """Registers `kernel` as the torch operator `name` ("namespace::op");
-    returns it (callable; torch.ops.namespace.op is the same operator)."""
+    returns it (callable; torch.ops.namespace.op is the same operator).
+    `fake` (the outputs' shapes from fake inputs) replaces the reference
+    as the fake implementation when the reference cannot run on fake
+    tensors."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"nki.as_op: {kernel!r} is not a kernel (use @nki.jit)")
     schema = schema or default_schema(kernel, outputs)
@@ -44,7 +50,9 @@ def as_op(kernel, name, schema=None, outputs=1, backward=None, setup_context=Non
         return kernel(*args)
 
     op = torch.library.custom_op(name, run, mutates_args=(), schema=schema)
-    if kernel.reference is not None:
+    if fake is not None:
+        op.register_fake(fake)
+    elif kernel.reference is not None:
         def fake(*args):
             out = kernel.reference(*args)
             return out.clone() if isinstance(out, torch.Tensor) else tuple(o.clone() for o in out)
