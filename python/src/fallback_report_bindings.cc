@@ -34,8 +34,11 @@ bool Internal(const char* file) {
 
 // The innermost frame of the calling thread's Python stack whose file is
 // outside the internal prefixes: the user's line that dispatched the op.
+// A thread Python does not know (a C++ worker) is not made to take the GIL.
 na::FallbackSite PythonUserSite() {
-  if (!Py_IsInitialized()) return {"<no Python frame>", 0};
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
+    return {"<no Python frame>", 0};
+  }
   py::gil_scoped_acquire gil;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);

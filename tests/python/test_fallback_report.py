@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -98,3 +99,18 @@ def test_neuronrun_fallback_report_prints_each_ranks_report_at_exit(tmp_path):
 def test_stopping_without_a_recording_report_is_an_error():
     with pytest.raises(torchneuron.InvalidUsageError, match="without a recording report"):
         _C._fallback_report_stop()
+
+
+def test_a_python_threads_fallback_names_its_own_line():
+    x = torch.randn(16, device="neuron")
+    lines = []
+
+    def work():
+        torch.sort(x); lines.append(_line())  # noqa: E702
+
+    with torch.neuron.fallback_report() as report:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    assert [(r.op, r.file, r.line) for r in report.rows] == [("aten::sort.stable", __file__,
+                                                              lines[0])]
