@@ -96,20 +96,21 @@ const NativeOp kNativeOps[] = {
      LowerCumsum},
     {"aten.flip", "vector", "any dims, any dtype (a pass per flipped dim)", LowerFlip},
     // Data movement: strided copies of raw elements, bitwise.
-    {"aten.view", "vector", "", LowerCopy},
-    {"aten._unsafe_view", "vector", "", LowerCopy},
+    {"aten.view", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten._unsafe_view", "vector", "", LowerCopy, OpTrait::kSameBytes},
     {"aten.reshape", "vector", "", LowerCopy},
     {"aten._reshape_alias", "vector", "", LowerCopy},
-    {"aten.detach", "vector", "", LowerCopy},
+    {"aten.detach", "vector", "", LowerCopy, OpTrait::kSameBytes},
     {"aten.clone", "vector", "contiguous result", LowerCopy},
-    {"aten.alias", "vector", "", LowerCopy},
-    {"aten.unsqueeze", "vector", "", LowerCopy},
-    {"aten.squeeze", "vector", "", LowerCopy},
-    {"aten.squeeze.dim", "vector", "", LowerCopy},
-    {"aten.t", "vector", "2-D", LowerTranspose2d},
-    {"aten.transpose.int", "vector", "", LowerView},
-    {"aten.permute", "vector", "", LowerView},
-    {"aten.expand", "vector", "", LowerView},
+    {"aten.alias", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten.unsqueeze", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten.squeeze", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten.squeeze.dim", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten.squeeze.dims", "vector", "", LowerCopy, OpTrait::kSameBytes},
+    {"aten.t", "vector", "2-D", LowerTranspose2d, OpTrait::kLayout},
+    {"aten.transpose.int", "vector", "", LowerView, OpTrait::kLayout},
+    {"aten.permute", "vector", "", LowerView, OpTrait::kLayout},
+    {"aten.expand", "vector", "", LowerView, OpTrait::kSameBytes},
     {"aten.select.int", "vector", "", LowerView},
     {"aten.slice", "vector", "step >= 1", LowerView},
     {"aten.unbind.int", "vector", "", LowerView},
@@ -129,11 +130,13 @@ const NativeOp kNativeOps[] = {
     {"aten.native_dropout", "gpsimd",
      "the mask from a hash of (the run's seed, drawn from torch's generator; the site; "
      "the element)",
-     LowerDropout},
+     LowerDropout, OpTrait::kRandom},
     {"aten.native_dropout_backward", "gpsimd", "", LowerDropout},
     {"aten.bernoulli_.float", "gpsimd",
-     "as aten.native_dropout's mask (functional on the device)", LowerDropout},
-    {"aten.bernoulli.p", "gpsimd", "as aten.bernoulli_.float", LowerDropout},
+     "as aten.native_dropout's mask (functional on the device)", LowerDropout,
+     OpTrait::kRandom},
+    {"aten.bernoulli.p", "gpsimd", "as aten.bernoulli_.float", LowerDropout,
+     OpTrait::kRandom},
     {"aten.embedding_dense_backward", "gpsimd",
      "padding_idx honoured; no scale_grad_by_freq", LowerIndexing},
     // Constants.
@@ -154,6 +157,20 @@ const NativeOp kNativeOps[] = {
 };
 
 }  // namespace
+
+const char* Name(OpTrait trait) {
+  switch (trait) {
+    case OpTrait::kNone:
+      return "";
+    case OpTrait::kRandom:
+      return "random";
+    case OpTrait::kSameBytes:
+      return "same_bytes";
+    case OpTrait::kLayout:
+      return "layout";
+  }
+  return "";
+}
 
 const std::vector<NativeOp>& NativeOps() {
   static const std::vector<NativeOp> ops(std::begin(kNativeOps), std::end(kNativeOps));

@@ -162,14 +162,8 @@ void BindSgemm(py::module_& m) {
       "Runs the executor's sgemm (_executor_sgemm()) on float32 tensors: c (+)= a x b.");
 }
 
-}  // namespace
-
-void BindCompiler(py::module_& m) {
-  using neuron::compiler::CompiledGraph;
-  BindCompiledGraph(m);
-  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
-        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
-        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+// The native op table and the support table, as the Python frontend reads them.
+void BindOpTables(py::module_& m) {
   m.def(
       "_native_ops",
       [] {
@@ -179,6 +173,23 @@ void BindCompiler(py::module_& m) {
       },
       "The IR ops the device runs (compiler/src/native_ops.cc).");
   m.def(
+      "_native_ops_with",
+      [](const std::string& trait) {
+        std::vector<std::string> names;
+        for (const auto& op : neuron::compiler::NativeOps()) {
+          if (!trait.empty() && trait == neuron::compiler::Name(op.trait)) {
+            names.push_back(op.name);
+          }
+        }
+        if (names.empty()) {
+          throw py::value_error("_native_ops_with: no op has trait '" + trait + "'");
+        }
+        return names;
+      },
+      py::arg("trait"),
+      "The native IR ops of a trait (\"random\", \"same_bytes\", \"layout\"): those the "
+      "frontend treats alike (compiler/include/neuron/compiler/native_ops.h, OpTrait).");
+  m.def(
       "_unsupported_reason",
       [](const std::string& ir_op) -> std::string {
         const auto& row = neuron::runtime::SupportOf(neuron::compiler::SupportKey(ir_op));
@@ -187,6 +198,17 @@ void BindCompiler(py::module_& m) {
       py::arg("ir_op"),
       "Neuron's reason when the device's support table refuses IR op `ir_op` (e.g. "
       "aten.quantize_per_tensor), else \"\" (runtime/device/op_support.h).");
+}
+
+}  // namespace
+
+void BindCompiler(py::module_& m) {
+  using neuron::compiler::CompiledGraph;
+  BindCompiledGraph(m);
+  m.def("_compile_graph", &CompiledGraph::Compile, py::arg("text"),
+        py::arg("options") = "", py::call_guard<py::gil_scoped_release>(),
+        "Compiles IR text (neuron::compiler's text form) through the compile cache.");
+  BindOpTables(m);
   m.def(
       "_compile_artifacts_dir",
       [] {

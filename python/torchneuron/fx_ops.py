@@ -6,13 +6,18 @@ import re
 
 import torch
 
+from . import _C
+
 # Ops whose .Tensor overload is not their default's tensor-operand form:
 # clamp.Tensor takes tensor bounds, which the device's clamp does not.
 _TENSOR_OVERLOAD_KEPT = frozenset({"clamp", "clamp_min", "clamp_max"})
 
 
+# The op sets below come from the native op table's traits
+# (compiler/include/neuron/compiler/native_ops.h, OpTrait), defined there once.
+
 # Ops that draw random bits (each a stream of the run's dropout seed).
-_RANDOM = ("aten.native_dropout", "aten.bernoulli_.float", "aten.bernoulli.p")
+_RANDOM = frozenset(_C._native_ops_with("random"))
 
 
 def _op_name(target):
@@ -56,16 +61,14 @@ def _source(node, fallback=""):
 # Views whose result is its input's bytes, contiguous as they are: an
 # output made by a chain of them from an input or another value is made
 # from that tensor in Python (a view, as eager's), not stored by the graph.
-_SAME_BYTES = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.detach",
-                         "aten.expand", "aten.squeeze", "aten.squeeze.dim",
-                         "aten.squeeze.dims", "aten.unsqueeze"})
+_SAME_BYTES = frozenset(_C._native_ops_with("same_bytes"))
 
 
 # Views that reorder their input's dims: an output made by a chain of
 # them and same-bytes views from an input is that input's view in Python
 # too (a saved weight's t(), as eager saves it); the next graph reads it as
 # its bytes lie (_Translation.placeholder).
-_LAYOUT = frozenset({"aten.t", "aten.permute", "aten.transpose.int"})
+_LAYOUT = frozenset(_C._native_ops_with("layout"))
 
 
 def _view_of_first_arg(node, ops):

@@ -936,3 +936,18 @@ def test_each_graph_records_its_inputs_and_settings_and_writes_its_artifacts(tmp
     monkeypatch.setenv("NEURON_COMPILE_ARTIFACTS", "0")
     torch.compile(lambda x: torch.tanh(x) * 3, backend="neuron")(torch.randn(4, 4))
     assert "artifacts" not in torchneuron.compiler.metrics()[-1]
+
+
+def test_squeeze_of_several_dims_runs_on_the_device_and_is_a_view_output():
+    before = len(torchneuron.compiler.metrics())
+    x = torch.randn(1, 3, 1, 4)
+    f = torch.compile(lambda x: (x * 2).squeeze((0, 2)) + 1, backend="neuron", fullgraph=True)
+    assert torch.equal(f(x), (x * 2).squeeze((0, 2)) + 1)
+    # An output that is squeeze.dims of an input is made in Python, a view.
+    g = torch.compile(lambda x: (x.squeeze((0, 2)), x * 3), backend="neuron", fullgraph=True)
+    view, _ = g(x)
+    assert view.data_ptr() == x.data_ptr() and view.shape == (3, 4)
+    assert all(m["compiled"] and not m["fallback_ops"]
+               for m in torchneuron.compiler.metrics()[before:])
+    with pytest.raises(ValueError, match="no op has trait 'bogus'"):
+        torchneuron._C._native_ops_with("bogus")

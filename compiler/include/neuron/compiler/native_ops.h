@@ -22,11 +22,21 @@ class LoweringContext;  // compiler/src/lowering_context.h
 struct OpCall;          // compiler/src/op_lowerings.h
 using LowerFn = void (*)(LoweringContext& cx, const OpCall& call);
 
+// What the frontends treat alike (torchneuron/fx_ops.py): kRandom draws
+// the run's random bits (a stream of its dropout seed); kSameBytes is a
+// view whose result is its input's bytes as they lie (an output made by
+// such views is made in Python, not stored); kLayout a view that reorders
+// its input's dims.
+enum class OpTrait { kNone, kRandom, kSameBytes, kLayout };
+// "", "random", "same_bytes", "layout".
+const char* Name(OpTrait trait);
+
 struct NativeOp {
   const char* name;    // the IR op, e.g. "aten.addmm"
   const char* engine;  // where it runs: "tensor", "vector", "scalar", "gpsimd"
   const char* limits;  // what the device accepts ("" when anything the op takes)
   LowerFn lower;       // its lowering
+  OpTrait trait = OpTrait::kNone;
 };
 
 const std::vector<NativeOp>& NativeOps();
