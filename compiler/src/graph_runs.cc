@@ -7,7 +7,12 @@ GraphRunLog& GraphRunLog::Get() {
   return log;
 }
 
+void GraphRunLog::SetObserver(Observer observer) {
+  observer_.store(observer, std::memory_order_release);
+}
+
 void GraphRunLog::Record(GraphRun run) {
+  if (Observer observer = observer_.load(std::memory_order_acquire)) observer(run);
   std::lock_guard<std::mutex> lock(mutex_);
   if (runs_.size() == kCapacity) runs_.pop_front();
   runs_.push_back(std::move(run));

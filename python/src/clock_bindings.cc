@@ -5,8 +5,12 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "bindings.h"
+#include "neuron/aten/device_trace.h"
 #include "neuron/compiler/graph_runs.h"
 #include "neuron/runtime/device/cost_model.h"
 #include "neuron/runtime/error.h"
@@ -58,10 +62,33 @@ void BindPipelineTrace(py::module_& m) {
       "Sets the pipeline stage's plan in the trace being recorded, if any.");
 }
 
+// "graph NAME", kept for the process's life (the device trace keeps names
+// as pointers); one per graph name.
+const char* GraphOpName(const std::string& graph) {
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert("graph " + graph).first->c_str();
+}
+
+// A compiled graph's run on torch.profiler's device lane, as an eager op of
+// kind "compiled graph" whose device time is the run's modelled time.
+void ToDeviceTrace(const neuron::compiler::GraphRun& run) {
+  if (!neuron::aten::DeviceTrace::Recording()) return;
+  neuron::aten::EagerRecord record;
+  record.op = GraphOpName(run.name);
+  record.start_us = run.start.count();
+  record.modelled_us = run.modelled.count();
+  record.wall_us = run.wall_us;
+  record.kind = "compiled graph";
+  neuron::aten::DeviceTrace::Add(record);
+}
+
 // The compiled graphs' runs (neuron::compiler::GraphRunLog) for profiles:
 // ([run dicts], {plan id: [(engine, op, start_us, end_us), ...]}), each
 // run naming its plan by id (plans are shared by the runs of a graph).
 void BindGraphRuns(py::module_& m) {
+  neuron::compiler::GraphRunLog::SetObserver(&ToDeviceTrace);
   m.def(
       "_graph_runs",
       [] {

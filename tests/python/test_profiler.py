@@ -113,3 +113,17 @@ def test_the_autograd_profilers_device_time_is_the_modelled_time_in_whole_us():
         assert record["modelled_us"] - 1 < device_us <= record["modelled_us"] + 1e-6, name
     assert events["aten::matmul"].device_time_total == events["aten::mm"].device_time_total
     assert all(e.cpu_time_total >= 0 for e in prof.function_events)
+
+
+def test_a_compiled_graphs_run_is_a_device_kernel_of_its_modelled_time():
+    f = torch.compile(lambda x, w: torch.relu(x @ w), backend="neuron")
+    x, w = torch.randn(8, 16, device="neuron"), torch.randn(16, 4, device="neuron")
+    f(x, w)  # compiled outside the profile
+    fabric.reset_graph_runs()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        f(x, w)
+    (run,) = fabric.graph_runs()
+    name = f"graph {run['name']} [compiled graph]"
+    kernels = [k for e in prof.events() for k in e.kernels if k.name == name]
+    assert len(kernels) == 1, [k.name for e in prof.events() for k in e.kernels]
+    assert kernels[0].duration == pytest.approx(run["modelled_us"], abs=NS)

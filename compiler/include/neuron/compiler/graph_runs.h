@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,12 @@ class GraphRunLog {
   static constexpr std::size_t kCapacity = 65536;
   static GraphRunLog& Get();
 
+  // Called with every run as it is recorded, e.g. by torchneuron._C to give
+  // torch.profiler's device lane the run (the compiler cannot see the
+  // torch-facing device's trace). One observer; null: none.
+  using Observer = void (*)(const GraphRun& run);
+  static void SetObserver(Observer observer);
+
   void Record(GraphRun run);
   std::vector<GraphRun> Runs() const;
   std::uint64_t total() const;
@@ -44,6 +51,7 @@ class GraphRunLog {
   mutable std::mutex mutex_;
   std::deque<GraphRun> runs_;
   std::uint64_t total_ = 0;
+  inline static std::atomic<Observer> observer_{nullptr};
 };
 
 }  // namespace neuron::compiler
