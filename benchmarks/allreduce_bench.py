@@ -3,6 +3,7 @@ MPI_Allreduce (vader shared memory) and a single-thread memcpy, side by side
 in one run, with ratios and the issues' targets checked.
 
     .venv/bin/python benchmarks/allreduce_bench.py --build build [--ranks 2 4 8 16]
+    .venv/bin/python benchmarks/allreduce_bench.py --build build --ranks 16 --launch-rounds 8
 
 Every figure is float32 sum, the slowest rank's average over 256 MiB worth
 of timed iterations (5 to 50) after 2 warm-up ones (8 bytes: 100000 after
@@ -68,12 +69,45 @@ def ours(build, n, registered, sizes=SIZES):
     return out
 
 
-def torch_allreduce(build, n, python, backend, shared=False):
+def torch_allreduce(build, n, python, backend, shared=False, sizes=SIZES):
     script = os.path.join(HERE, "scripts", "torch_allreduce.py")
     env = dict(os.environ, NEURON_SHARED_TENSORS="1" if shared else "0")
     text = run([f"{build}/launcher/neuronrun", "-n", str(n), "--python", python, script,
-                backend] + [str(s) for s in SIZES], env=env)
+                backend] + [str(s) for s in sizes], env=env)
     return parse(backend, text)
+
+
+def torch_direct(build, n, python, size):
+    """torch_allreduce.py's neuron figure for `size` with the n ranks started
+    directly (env://, as a user's own script or scheduler would), not by
+    neuronrun: the store is made here on port 0 and the ranks join it as
+    torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE)."""
+    import datetime
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, n, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=600))
+    script = os.path.join(HERE, "scripts", "torch_allreduce.py")
+    pythonpath = os.pathsep.join(filter(None, [os.path.join(build, "python"),
+                                               os.environ.get("PYTHONPATH")]))
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+                   RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
+                   TORCHELASTIC_USE_AGENT_STORE="True", PYTHONPATH=pythonpath,
+                   NEURON_SHARED_TENSORS="0")
+        procs.append(subprocess.Popen([python, script, "neuron", str(size)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate() for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit(f"direct launch failed: {outputs}")
+    return parse("neuron", outputs[0][0])[size][0]
+
+
+def launch_compare(build, n, python, size, rounds):
+    """[(neuronrun us, direct us)] of the torch neuron allreduce of `size`
+    at n ranks, the two launches alternating."""
+    return [(torch_allreduce(build, n, python, "neuron", sizes=[size])[size][0],
+             torch_direct(build, n, python, size)) for _ in range(rounds)]
 
 
 def mpi(build, n, sizes=SIZES):
@@ -99,7 +133,15 @@ def main():
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--latency-rounds", type=int, default=7,
                    help="paired 8-byte runs at 2 ranks (the latency target's figures)")
+    p.add_argument("--launch-rounds", type=int, default=0,
+                   help="only compare launches: the torch neuron allreduce of 64 MiB at the "
+                        "largest --ranks under neuronrun and started directly (env://), "
+                        "alternating this many times")
     args = p.parse_args()
+    if args.launch_rounds > 0:
+        report_launches(launch_compare(args.build, max(args.ranks), args.python, 64 << 20,
+                                       args.launch_rounds), max(args.ranks))
+        return
 
     memcpy = float(run([f"{args.build}/benchmarks/memcpy_bandwidth", str(64 << 20)]).split()[2])
     print(f"single-thread memcpy, 64 MiB: {memcpy:.2f} GB/s\n")
@@ -154,6 +196,15 @@ def main():
     print("targets missed:" if misses else "all targets met")
     for miss in misses:
         print("  " + miss)
+
+
+def report_launches(pairs, n):
+    print(f"torch neuron allreduce, 64 MiB, {n} ranks, us per op (neuronrun / direct env://):")
+    print("  " + ", ".join(f"{a:.0f} / {d:.0f}" for a, d in pairs))
+    for name, figures in (("neuronrun", [a for a, _ in pairs]), ("direct", [d for _, d in pairs])):
+        print(f"  {name:>9}: best {min(figures):.0f}, median {statistics.median(figures):.0f}")
+    a, d = (statistics.median(x) for x in zip(*pairs))
+    print(f"  medians neuronrun / direct: {a / d:.2f}x (<= 1: neuronrun no slower)")
 
 
 if __name__ == "__main__":
