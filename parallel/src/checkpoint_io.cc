@@ -34,20 +34,11 @@ constexpr const char* kChecksumLine = "# checksum fnv1a64 ";
 constexpr const char* kMacLine = "# mac hmac-sha256 ";
 constexpr const char* kKeyVariable = "$NEURON_CHECKPOINT_SECRET";
 
-std::string Hex(const std::string& raw) {
-  std::string out;
-  char byte[3];
-  for (unsigned char c : raw) {
-    std::snprintf(byte, sizeof(byte), "%02x", c);
-    out += byte;
-  }
-  return out;
-}
-
 // A keyed file's MAC binds its name (length-prefixed) and its bytes.
 std::string FileMac(const std::string& key, const std::string& name, const std::string& bytes) {
-  return Hex(collectives::auth::Proof(key, "neuron-checkpoint-file\n",
-                                      StrCat(name.size(), ":", name), bytes));
+  namespace auth = collectives::auth;
+  return auth::Hex(auth::Proof(key, "neuron-checkpoint-file\n", StrCat(name.size(), ":", name),
+                               bytes));
 }
 
 // The manifest's first two lines: what it is, and the checksum (with a key:
@@ -55,9 +46,9 @@ std::string FileMac(const std::string& key, const std::string& name, const std::
 // its lists, is refused).
 std::string ManifestHeader(const std::string& text, const std::string& key) {
   if (!key.empty()) {
+    namespace auth = collectives::auth;
     return StrCat(kFirstLine, kMacLine,
-                  Hex(collectives::auth::Proof(key, "neuron-checkpoint-manifest\n", text, "")),
-                  "\n");
+                  auth::Hex(auth::Proof(key, "neuron-checkpoint-manifest\n", text, "")), "\n");
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx",

@@ -60,22 +60,26 @@ def input_signature(gm):
     return out
 
 
-def _directory(entry):
+def metrics_row(entry):
+    """The metrics() row of a graph's entry: its fields but the compiled
+    graph and IR text, with the compiled graph's figures (info())."""
+    row = {k: v for k, v in entry.items() if k not in ("graph", "text")}
+    if entry.get("graph") is not None:
+        row.update(entry["graph"].info())
+    return row
+
+
+def write_artifacts(entry, gm, text=None, graph=None):
+    """Writes the artifacts of the graph `entry` (compiled to `graph`, None
+    for one that runs on the CPU) when NEURON_COMPILE_ARTIFACTS asks for
+    them; returns their directory or None."""
     base = _C._compile_artifacts_dir()
     if not base:
         return None
-    tag = (entry.get("graph_id") or "cpu")[:16]
-    path = os.path.join(base, f"{entry['name']}-{tag}")
+    row = metrics_row(entry)
+    tag = (row.get("graph_id") or "cpu")[:16]
+    path = os.path.join(base, f"{row['name']}-{tag}")
     os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
-def write_artifacts(entry, row, gm, text=None, graph=None):
-    """Writes the artifacts of the graph `entry` (its metrics() `row`) when
-    NEURON_COMPILE_ARTIFACTS asks for them; returns their directory or None."""
-    path = _directory(row)
-    if path is None:
-        return None
     write_atomically(os.path.join(path, "fx_graph.txt"), gm.print_readable(print_output=False))
     if text is not None:
         write_atomically(os.path.join(path, "ir.txt"), text)

@@ -41,10 +41,7 @@ def _record(entry, gm, settings, text=None, graph=None):
     entry.update(settings or _compile_record.DEFAULT_SETTINGS)
     with _lock:
         _metrics.append(entry)
-    row = _row(entry)
-    if graph is not None:
-        row.update(graph.info())
-    _compile_record.write_artifacts(entry, row, gm, text, graph)
+    _compile_record.write_artifacts(entry, gm, text, graph)
 
 
 def _fallback(gm, name, ops, fullgraph, reason, settings=None):
@@ -354,19 +351,9 @@ def metrics():
     ("inputs": "float32[8, 16]", ...) and the settings it was compiled with
     (compile_record.settings: "mode", "options", "fullgraph"), and
     "artifacts", the directory of its files, under NEURON_COMPILE_ARTIFACTS."""
-    out = []
     with _lock:
         entries = list(_metrics)
-    for e in entries:
-        row = _row(e)
-        if e.get("graph") is not None:
-            row.update(e["graph"].info())
-        out.append(row)
-    return out
-
-
-def _row(entry):
-    return {k: v for k, v in entry.items() if k not in ("graph", "text")}
+    return [_compile_record.metrics_row(e) for e in entries]
 
 
 def export_timeline(path, name=None):

@@ -18,9 +18,8 @@ std::string RandomBytes(std::size_t n) {
   return out;
 }
 
-std::string GenerateSecret() {
+std::string Hex(const std::string& raw) {
   static constexpr char kHex[] = "0123456789abcdef";
-  const std::string raw = RandomBytes(32);
   std::string hex;
   hex.reserve(raw.size() * 2);
   for (unsigned char c : raw) {
@@ -29,6 +28,8 @@ std::string GenerateSecret() {
   }
   return hex;
 }
+
+std::string GenerateSecret() { return Hex(RandomBytes(32)); }
 
 std::string Proof(const std::string& secret, const std::string& label,
                   const std::string& a, const std::string& b) {

@@ -9,6 +9,8 @@ namespace neuron::collectives::auth {
 
 // 32 random bytes from the OS, as 64 lowercase hex digits.
 std::string GenerateSecret();
+// `raw` as lowercase hex digits, two per byte.
+std::string Hex(const std::string& raw);
 // `n` random bytes from the OS.
 std::string RandomBytes(std::size_t n);
 // HMAC-SHA256(secret, label | a | b), 32 raw bytes.
