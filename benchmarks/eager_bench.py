@@ -16,6 +16,31 @@ import sys
 import time
 
 
+def make(torch, device, hidden=256, batch=32):
+    """The benchmark's model (MLP 64-hidden-hidden-10, GELU, LayerNorm) on
+    `device`, its AdamW and a batch: (model, optimizer, x, y), the same
+    numbers on every device."""
+    import torch.nn as nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, hidden), nn.GELU(), nn.LayerNorm(hidden),
+                          nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 10)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 64, generator=g).to(device)
+    y = torch.randint(0, 10, (batch,), generator=g).to(device)
+    return model, opt, x, y
+
+
+def step(model, opt, x, y):
+    """One training step; returns the loss."""
+    import torch.nn.functional as F
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
@@ -26,30 +51,10 @@ def main():
     sys.path.insert(0, os.path.join(args.build, "python"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
     from torchneuron import fabric
     torch.set_num_threads(1)
 
-    def make(device):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, args.hidden), nn.GELU(), nn.LayerNorm(args.hidden),
-                              nn.Linear(args.hidden, args.hidden), nn.GELU(),
-                              nn.Linear(args.hidden, 10)).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        g = torch.Generator().manual_seed(1)
-        x = torch.randn(args.batch, 64, generator=g).to(device)
-        y = torch.randint(0, 10, (args.batch,), generator=g).to(device)
-        return model, opt, x, y
-
-    def step(model, opt, x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    runs = {d: make(d) for d in ("cpu", "neuron")}
+    runs = {d: make(torch, d, args.hidden, args.batch) for d in ("cpu", "neuron")}
     wall = {"cpu": [], "neuron": []}
     for _ in range(10):  # warm-up
         for d in runs:

@@ -16,25 +16,14 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eager_bench  # noqa: E402  (its model and step)
+
 
 def model_and_step(torch, device):
-    """eager_bench's model (MLP 64-256-256-10, GELU, LayerNorm, AdamW, batch
-    32) on `device` and one training step of it."""
-    import torch.nn as nn
-    import torch.nn.functional as F
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256),
-                          nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(32, 64, generator=g).to(device)
-    y = torch.randint(0, 10, (32,), generator=g).to(device)
-
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    return step
+    """eager_bench's model and batch on `device` and one training step of it."""
+    model, opt, x, y = eager_bench.make(torch, device)
+    return lambda: eager_bench.step(model, opt, x, y)
 
 
 def measure(configs, steps_by_device, rounds, steps):
