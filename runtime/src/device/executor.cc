@@ -9,6 +9,8 @@
 
 #include "arena_pool.h"
 #include "elided_copies.h"
+#include "exec_kernels.h"
+#include "exec_operands.h"
 #include "fused_blocks.h"
 #include "kernels.h"
 #include "neuron/runtime/device/device_ops.h"
@@ -21,14 +23,8 @@
 namespace neuron::runtime {
 namespace {
 
-struct Placed {
-  const proto::Buffer* buffer = nullptr;
-  std::uint8_t* data = nullptr;
-  std::size_t elements() const {
-    const std::size_t size = ElementBytes(buffer->dtype());
-    return size == 0 ? 0 : buffer->bytes() / size;
-  }
-};
+using detail::Placed;
+using detail::What;
 
 // Each buffer's place for one run: the plan's buffers in order, found by
 // id through the prepared plan's index.
@@ -45,17 +41,6 @@ class Placement {
   const std::unordered_map<std::uint32_t, std::size_t>& index_;
   std::vector<Placed> places_;
 };
-
-// "executable 'name': instruction 7 (matmul)", written only into the
-// message of an error (NEURON_CHECK formats its message when it fails).
-struct What {
-  const proto::Executable& executable;
-  const proto::Instruction& instruction;
-};
-std::ostream& operator<<(std::ostream& out, const What& w) {
-  return out << "executable '" << w.executable.name() << "': instruction "
-             << w.instruction.id() << " (" << DeviceOpName(w.instruction.op()) << ")";
-}
 
 // Holds the run's device memory in the counters; gives it back however the
 // run ends.
@@ -82,6 +67,15 @@ class MemoryHold {
   std::uint64_t reserved_, allocated_;
 };
 
+}  // namespace
+
+namespace detail {
+
+std::ostream& operator<<(std::ostream& out, const What& w) {
+  return out << "executable '" << w.executable.name() << "': instruction "
+             << w.instruction.id() << " (" << DeviceOpName(w.instruction.op()) << ")";
+}
+
 void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
             const std::vector<Placed>& out, const What& what) {
   NEURON_CHECK(in.size() == 1 && out.size() == 1, what,
@@ -94,12 +88,6 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
     std::memmove(out[0].data, in[0].data, i.bytes());
 }
 
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-bool Overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  const auto* x = static_cast<const std::uint8_t*>(a);
-  const auto* y = static_cast<const std::uint8_t*>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
 
 // The `n` float32 elements of `p`: its memory itself when it holds float32
 // and does not overlap `out` (which the op writes), else a converted copy
@@ -191,77 +179,6 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                    out[0].data + i.out_offset() * width, width, view);
 }
 
-// A float operand of an op over `n` elements: all of them, or fewer that
-// repeat (a bias); with `mask`, a BOOL or U8 mask as 1 where set, else 0.
-// InvalidUsage names the buffer otherwise.
-std::vector<float> FloatOperand(const Placed& p, std::size_t n, const What& what,
-                                bool mask = false) {
-  const proto::ElementType type = p.buffer->dtype();
-  NEURON_CHECK(mask ? type == proto::BOOL || type == proto::U8 : kernels::IsFloat(type),
-               what, ": buffer ", p.buffer->name(), " is ", proto::ElementType_Name(type),
-               mask ? ", not a BOOL or U8 mask" : ", not float");
-  const std::size_t m = std::min(p.elements(), n);
-  NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
-               p.elements(), " elements does not repeat over ", n);
-  if (!mask) return kernels::ToFloat(p.data, type, m);
-  std::vector<float> set(m);
-  for (std::size_t e = 0; e < m; ++e) set[e] = p.data[e] != 0 ? 1.0f : 0.0f;
-  return set;
-}
-
-// A float operand read in place: the buffer's own memory when it holds
-// float32, else a float32 copy. Moving keeps `data` valid.
-struct FloatIn {
-  const float* data = nullptr;
-  std::size_t size = 0;
-  std::vector<float> copy;
-};
-
-// FloatOperand's elements, without a copy when they are float32 already.
-FloatIn FloatOperandIn(const Placed& p, std::size_t n, const What& what,
-                       bool mask = false) {
-  FloatIn r;
-  if (!mask && p.buffer->dtype() == proto::F32) {
-    const std::size_t m = std::min(p.elements(), n);
-    NEURON_CHECK(m > 0 && n % m == 0, what, ": buffer ", p.buffer->name(), " of ",
-                 p.elements(), " elements does not repeat over ", n);
-    r.data = reinterpret_cast<const float*>(p.data);
-    r.size = m;
-    return r;
-  }
-  r.copy = FloatOperand(p, n, what, mask);
-  r.data = r.copy.data();
-  r.size = r.copy.size();
-  return r;
-}
-
-// An op's float output of `n` elements: the buffer's own memory when it
-// holds float32 and overlaps none of `reads`, else a float32 result that
-// Finish() converts into it.
-class FloatOut {
- public:
-  FloatOut(const Placed& p, std::size_t n, const std::vector<FloatIn>& reads)
-      : placed_(p), direct_(p.buffer->dtype() == proto::F32) {
-    for (const FloatIn& r : reads) {
-      direct_ =
-          direct_ && !Overlap(r.data, r.size * sizeof(float), p.data, n * sizeof(float));
-    }
-    if (!direct_) result_.resize(n);
-  }
-  float* data() {
-    return direct_ ? reinterpret_cast<float*>(placed_.data) : result_.data();
-  }
-  void Finish() {
-    if (!direct_)
-      kernels::FromFloat(result_.data(), result_.size(), placed_.buffer->dtype(),
-                         placed_.data);
-  }
-
- private:
-  const Placed& placed_;
-  bool direct_;
-  std::vector<float, UninitializedAllocator<float>> result_;  // every element is written
-};
 
 // Where each sub-op of fused instruction `i` (over n elements) reads its
 // operands: kChainValue (the chain's value so far) or k, operands[k], the
@@ -886,18 +803,19 @@ void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
   if (!direct) kernels::FromFloat(result.data(), n, out[0].buffer->dtype(), out[0].data);
 }
 
-using Runner = void (*)(const proto::Instruction&, const std::vector<Placed>&,
-                        const std::vector<Placed>&, const What&);
+}  // namespace detail
+
+namespace {
 
 // The kernel family of an instruction: its op's row of the registry
 // (device_ops.h). The loader refused ops outside it.
-Runner RunnerFor(const proto::Instruction& i) {
+detail::Kernel KernelFor(const proto::Instruction& i) {
   switch (i.op()) {
-#define NEURON_DEVICE_OP_RUNNER(Id, Kernel, Inputs, Passes) \
+#define NEURON_DEVICE_OP_KERNEL(Id, Kernel, Inputs, Passes) \
   case proto::OP_##Id:                                      \
-    return Run##Kernel;
-    NEURON_FORALL_DEVICE_OPS(NEURON_DEVICE_OP_RUNNER)
-#undef NEURON_DEVICE_OP_RUNNER
+    return detail::Run##Kernel;
+    NEURON_FORALL_DEVICE_OPS(NEURON_DEVICE_OP_KERNEL)
+#undef NEURON_DEVICE_OP_KERNEL
     default:
       break;
   }
@@ -1158,7 +1076,7 @@ std::map<std::string, HostTensor> Executor::Compute(
     in.clear(), out.clear();
     for (auto b : facts.reads[static_cast<std::size_t>(k)]) in.push_back(placed[b]);
     for (auto b : facts.writes[static_cast<std::size_t>(k)]) out.push_back(placed[b]);
-    RunnerFor(i)(i, in, out, What{e, i});
+    KernelFor(i)(i, in, out, What{e, i});
   }
 
   return TakeOutputs(e, placed, blocks);

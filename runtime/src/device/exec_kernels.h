@@ -1,0 +1,46 @@
+// The executor's kernel families: one entry point per family named in the
+// op registry's Kernel column (device_ops.h), Run##Kernel, which
+// executor.cc's dispatch table calls for each instruction of a plan. Each
+// family lives in the file that matches its lowering (compiler/src/
+// lower_*.cc) and checks its instruction's buffers (count, dtype, size)
+// before it touches them, throwing InvalidUsage that names `what`.
+// executor.h lists the ops' semantics.
+//
+//   const detail::Kernel run = detail::RunMatmul;
+//   run(instruction, {a, b}, {c}, What{executable, instruction});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "neuron/runtime/device/executor.h"
+#include "neuron/runtime/executable.pb.h"
+
+namespace neuron::runtime::detail {
+
+// A buffer of the plan and where its bytes are for this run.
+struct Placed {
+  const proto::Buffer* buffer = nullptr;
+  std::uint8_t* data = nullptr;
+  std::size_t elements() const {
+    const std::size_t size = ElementBytes(buffer->dtype());
+    return size == 0 ? 0 : buffer->bytes() / size;
+  }
+};
+
+// "executable 'name': instruction 7 (matmul)", written only into the
+// message of an error (NEURON_CHECK formats its message when it fails).
+struct What {
+  const proto::Executable& executable;
+  const proto::Instruction& instruction;
+};
+std::ostream& operator<<(std::ostream& out, const What& w);
+
+// A kernel family's entry point: runs instruction `i` reading the buffers
+// `in` and writing `out` (the instruction's inputs and outputs, in order).
+using Kernel = void (*)(const proto::Instruction& i, const std::vector<Placed>& in,
+                        const std::vector<Placed>& out, const What& what);
+
+}  // namespace neuron::runtime::detail
