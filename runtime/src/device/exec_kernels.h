@@ -43,4 +43,10 @@ std::ostream& operator<<(std::ostream& out, const What& w);
 using Kernel = void (*)(const proto::Instruction& i, const std::vector<Placed>& in,
                         const std::vector<Placed>& out, const What& what);
 
+// exec_views.cc: load, store, spill, reload (DMA) and strided_copy.
+void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
+            const std::vector<Placed>& out, const What& what);
+void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
+                    const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
