@@ -111,6 +111,12 @@ const ConfigEntry kEntries[] = {
      "1: write each compiled graph's FX graph, IR text, plan and record under the compile "
      "cache's artifacts/ directory; another value: under that directory; unset or 0: none",
      false},
+    {ConfigKey::kAdaptiveEager, "NEURON_ADAPTIVE_EAGER", "0",
+     "1: eager ops on \"neuron\" are queued into regions that the compiler fuses and "
+     "prices at their flush points (a host read, a collective, a sync, a size limit)",
+     false},
+    {ConfigKey::kAdaptiveEagerMaxOps, "NEURON_ADAPTIVE_EAGER_MAX_OPS", "256",
+     "adaptive eager: the ops a region holds at most before it is flushed", false},
 };
 
 }  // namespace

@@ -48,6 +48,8 @@ enum class ConfigKey {
   kAgentId,              // NEURON_AGENT_ID
   kCheckpointSecret,     // NEURON_CHECKPOINT_SECRET
   kCompileArtifacts,     // NEURON_COMPILE_ARTIFACTS
+  kAdaptiveEager,        // NEURON_ADAPTIVE_EAGER
+  kAdaptiveEagerMaxOps,  // NEURON_ADAPTIVE_EAGER_MAX_OPS
 };
 
 struct ConfigEntry {
