@@ -49,4 +49,8 @@ void RunDma(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
                     const std::vector<Placed>& out, const What& what);
 
+// exec_matmul.cc: matmul.
+void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
