@@ -53,4 +53,13 @@ void RunStridedCopy(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunMatmul(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what);
 
+// exec_elementwise.cc: the Elementwise rows, fused chains, compare_* and
+// where.
+void RunElementwise(const proto::Instruction& i, const std::vector<Placed>& in,
+                    const std::vector<Placed>& out, const What& what);
+void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
+              const std::vector<Placed>& out, const What& what);
+void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
