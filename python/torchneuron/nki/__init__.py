@@ -14,7 +14,9 @@ after AWS NKI (docs/nki.md).
     op = nki.as_op(add_kernel, "mylib::add")  # a torch operator on "neuron"
 
 Shipped: flash attention, forward and backward kernels (torchneuron.nki.attention,
-attention_backward) and operators (attention_op.attention, torch.ops.nki.flash_attention_*).
+attention_backward) and operators (attention_op.attention, torch.ops.nki.flash_attention_*);
+Mamba's selective scan (torchneuron.nki.selective_scan, selective_scan_op.selective_scan,
+torch.ops.nki.selective_scan).
 """
 
 from . import isa, language
@@ -23,7 +25,8 @@ from .errors import KernelError
 from .kernel import Kernel, KernelRun, jit, spec
 from .op import as_op
 from . import attention, attention_backward, attention_op  # noqa: E402  (torch.ops.nki.*)
+from . import selective_scan, selective_scan_op  # noqa: E402
 
 __all__ = ["Kernel", "KernelError", "KernelRun", "as_op", "attention", "attention_backward",
            "attention_op", "check", "isa", "jit",
-           "language", "spec"]
+           "language", "selective_scan", "selective_scan_op", "spec"]

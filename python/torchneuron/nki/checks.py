@@ -20,9 +20,11 @@ TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2),
               torch.float16: (5e-3, 5e-3)}
 
 
-def check(kernel, shapes, dtypes=(torch.float32,), make_inputs=None, seed=0, **kwargs):
+def check(kernel, shapes, dtypes=(torch.float32,), make_inputs=None, seed=0,
+          tolerances=None, **kwargs):
     """Compares `kernel` with kernel.reference over `shapes` x `dtypes`;
     `make_inputs(shapes, dtype, generator)` replaces the random inputs;
+    `tolerances` ({dtype: (rtol, atol)}) replaces TOLERANCES' entries;
     `kwargs` go to both."""
     if kernel.reference is None:
         raise ValueError(f"nki.check: kernel {kernel.name} declares no reference "
@@ -35,14 +37,15 @@ def check(kernel, shapes, dtypes=(torch.float32,), make_inputs=None, seed=0, **k
                       [torch.randn(s, generator=gen).to(dtype) for s in case])
             run = kernel.run(*inputs, **kwargs)
             expected = kernel.reference(*inputs, **kwargs)
-            results.append(_compare(kernel.name, case, dtype, run, expected))
+            tolerance = {**TOLERANCES, **(tolerances or {})}.get(dtype, (1e-4, 1e-4))
+            results.append(_compare(kernel.name, case, dtype, run, expected, tolerance))
     return results
 
 
-def _compare(name, case, dtype, run, expected):
+def _compare(name, case, dtype, run, expected, tolerance):
     got = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
     want = expected if isinstance(expected, tuple) else (expected,)
-    rtol, atol = TOLERANCES.get(dtype, (1e-4, 1e-4))
+    rtol, atol = tolerance
     error = 0.0
     for i, (g, w) in enumerate(zip(got, want)):
         try:

@@ -122,13 +122,15 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dty
     return result
 
 
+_TENSOR_TENSOR = {nl.add: torch.add, nl.subtract: torch.sub, nl.multiply: torch.mul,
+                  nl.divide: torch.div, nl.maximum: torch.maximum, nl.minimum: torch.minimum}
+
+
 def scalar_tensor_tensor(data, op0, operand0, op1, operand1, dtype=None):
     """(data op0 operand0) op1 operand1 in one vector engine instruction:
     operand0 a number or a [P, 1] tile, operand1 a tile of data's shape
     (op0, op1: nl.add, nl.subtract, nl.multiply, nl.maximum, ...)."""
-    fns = {nl.add: torch.add, nl.subtract: torch.sub, nl.multiply: torch.mul,
-           nl.divide: torch.div, nl.maximum: torch.maximum, nl.minimum: torch.minimum}
-    f0, f1 = fns.get(op0), fns.get(op1)
+    f0, f1 = _TENSOR_TENSOR.get(op0), _TENSOR_TENSOR.get(op1)
     if f0 is None or f1 is None:
         fail("nisa.scalar_tensor_tensor: op0 and op1 are nl.add, nl.subtract, "
              "nl.multiply, nl.divide, nl.maximum or nl.minimum")
@@ -149,9 +151,64 @@ def tensor_copy(src, dtype=None, engine="vector"):
     return nl.copy(src, dtype=dtype, engine=engine)
 
 
-def tensor_tensor(x, y, op, dtype=None):
-    """op(x, y) elementwise on the vector engine (op: nl.add, nl.multiply, ...)."""
-    return op(x, y, dtype=dtype)
+def tensor_tensor(x, y, op, dtype=None, engine="vector"):
+    """op(x, y) elementwise (op: nl.add, nl.subtract, nl.multiply,
+    nl.divide, nl.maximum, nl.minimum) on the vector engine, or the gpsimd
+    engine to balance them."""
+    fn = _TENSOR_TENSOR.get(op)
+    if fn is None:
+        fail(f"nisa.tensor_tensor: op {getattr(op, '__name__', op)} is not nl.add, "
+             f"nl.subtract, nl.multiply, nl.divide, nl.maximum or nl.minimum")
+    if engine not in ("vector", "gpsimd"):
+        fail(f"nisa.tensor_tensor: engine {engine!r} does not run it (vector or gpsimd)")
+    return nl.elementwise(op.__name__, engine, [x, y],
+                          lambda a, b: fn(torch.as_tensor(a), torch.as_tensor(b)),
+                          dtype=dtype)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, dtype=None):
+    """The vector engine's scan along the free dimension of two [P, F]
+    tiles of one shape, in float32 (NKI's operand order):
+
+        result[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])
+        result[:, i] = op1(op0(data0[:, i], result[:, i - 1]), data1[:, i])
+
+    `initial` a number or a [P, 1] tile (a previous scan's last column);
+    op0, op1 as for tensor_tensor (a linear recurrence h_i = a_i h_{i-1} +
+    b_i is op0 = nl.multiply, op1 = nl.add); data0 and data1 not both in
+    PSUM. One instruction: each lane walks its F elements of both inputs in
+    order."""
+    f0, f1 = _TENSOR_TENSOR.get(op0), _TENSOR_TENSOR.get(op1)
+    if f0 is None or f1 is None:
+        fail("nisa.tensor_tensor_scan: op0 and op1 are nl.add, nl.subtract, nl.multiply, "
+             "nl.divide, nl.maximum or nl.minimum")
+    for t in (data0, data1):
+        nl.check_read(t, "nisa.tensor_tensor_scan")
+        if not isinstance(t, Tile) or len(t.shape) != 2:
+            fail(f"nisa.tensor_tensor_scan takes 2-D tiles [partition, free], got shape "
+                 f"{getattr(t, 'shape', t)}")
+    if data0.shape != data1.shape:
+        fail(f"nisa.tensor_tensor_scan: data0 {data0.shape} and data1 {data1.shape} differ")
+    if data0.buffer == PSUM and data1.buffer == PSUM:
+        fail("nisa.tensor_tensor_scan: data0 and data1 are both PSUM tiles; the vector "
+             "engine's scan reads at most one operand from PSUM (copy one to SBUF)")
+    extras = []
+    if isinstance(initial, Tile):
+        nl.check_read(initial, "nisa.tensor_tensor_scan")
+        if initial.shape != (data0.shape[0], 1):
+            fail(f"nisa.tensor_tensor_scan: initial of shape {initial.shape}; it must be "
+                 f"a number or [{data0.shape[0]}, 1]")
+        extras.append(initial)
+    start = initial.data.float()[:, 0] if isinstance(initial, Tile) else float(initial)
+
+    def scan(a, b):
+        out, carry = torch.empty_like(a), torch.as_tensor(start).expand(a.shape[0])
+        for i in range(a.shape[1]):
+            carry = f1(f0(a[:, i], carry), b[:, i])
+            out[:, i] = carry
+        return out
+    return nl.elementwise("tensor_tensor_scan", "vector", [data0, data1], scan,
+                          dtype=dtype, extra_reads=extras)
 
 
 def tensor_reduce(op, data, axis, dtype=None, keepdims=True):

@@ -175,6 +175,9 @@ def store(dst, value):
     if value.buffer != SBUF:
         fail(f"nl.store reads SBUF; the value is a {value.buffer.upper()} tile (copy it "
              f"to SBUF with nl.copy first)")
+    if any(st == 0 and n > 1 for st, n in zip(dst.data.stride(), dst.data.shape)):
+        fail(f"nl.store into a broadcast view of HBM tensor {dst.name} (shape {dst.shape}): "
+             f"several elements would share one address")
     if value.data.numel() != dst.data.numel():
         fail(f"nl.store: a tile of shape {value.shape} into an HBM view of shape {dst.shape}")
     nbytes = dst.data.numel() * dst.data.element_size()

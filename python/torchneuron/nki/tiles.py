@@ -161,6 +161,18 @@ class HbmTensor:
         reading it gathers strided bytes)."""
         return HbmTensor(self.data.permute(*dims), self.name)
 
+    def broadcast_to(self, *shape):
+        """A view repeating dimensions of size 1 (an access pattern of
+        stride 0: a DMA reading it moves every repeated byte). A row
+        [1, F] broadcast to [128, F] loads the same row into every
+        partition."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        try:
+            return HbmTensor(self.data.expand(*shape), self.name)
+        except RuntimeError:
+            fail(f"broadcasting HBM tensor {self.name} of shape {self.shape} to {shape}: "
+                 f"only dimensions of size 1 repeat")
+
     def __setitem__(self, index, value):
         fail(f"assigning to HBM tensor {self.name}: write HBM with nl.store(dst, value=tile)")
 

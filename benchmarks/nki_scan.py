@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The selective scan kernel (torchneuron.nki.selective_scan) against the
+same scan (torchneuron.models.ssm.selective_scan, the closed form the model
+runs) as eager operations on "neuron" and as a compiled graph: each one's
+modelled time on the simulated NeuronCore (the device model; the machine's
+wall time does not enter), per shape.
+
+    .venv/bin/python benchmarks/nki_scan.py [--build build]
+                                            [--shapes 1x256x128x16,1x512x128x16]
+                                            [--dtype float32]
+
+Shapes are batch x T x inner x state. Columns: kernel (its list schedule's
+time), eager (the model's scan as eager ops on "neuron"), compiled
+(torch.compile(backend="neuron") of it, the second call's charge to the
+compute clock; graph_us the graph's modelled time from
+torchneuron.compiler.metrics(); cpu_segments counts the compiler's warnings
+of parts it ran on the CPU), and compiled / kernel. docs/performance.md
+records a run.
+"""
+import argparse
+import os
+import sys
+import warnings
+
+
+def charged(fn):
+    from torchneuron import fabric
+    before = fabric.clock()["charged_us"]
+    fn()
+    return fabric.clock()["charged_us"] - before
+
+
+def inputs(shape, dtype):
+    """x, delta, A, B, C on "neuron" as the model makes them (delta a
+    sigmoid, A = exp(A_log) in [1, 4])."""
+    import torch
+    batch, seq, inner, state = shape
+    torch.manual_seed(0)
+    x = torch.randn(batch, seq, inner)
+    delta = torch.sigmoid(torch.randn(batch, seq, inner))
+    A = torch.exp(torch.linspace(0.0, 1.4, inner))
+    B, C = torch.randn(batch, seq, state), torch.randn(batch, seq, state)
+    return [v.to(dtype).to("neuron") for v in (x, delta, A, B, C)]
+
+
+def measure(shape, dtype):
+    import torch
+    import torchneuron
+    from torchneuron.models.ssm import selective_scan as model_scan
+    from torchneuron.nki.selective_scan import selective_scan
+    args = inputs(shape, dtype)
+    mask = torch.ones(shape[1], shape[1], dtype=torch.bool).triu(1).to("neuron")
+    rows = {"kernel": selective_scan.run(*args).time_us}
+    rows["eager"] = charged(lambda: model_scan(*args, mask))
+    compiled = torch.compile(model_scan, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(*args, mask)  # compiles
+    rows["compiled"] = charged(lambda: compiled(*args, mask))
+    graphs = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("selective_scan")]
+    rows["graph_us"] = graphs[-1].get("modelled_us", float("nan")) if graphs else float("nan")
+    rows["cpu_segments"] = sum("on the CPU" in str(w.message) for w in caught)
+    torch._dynamo.reset()
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    p.add_argument("--shapes", default="1x256x128x16,1x512x128x16,1x512x256x16")
+    p.add_argument("--dtype", default="float32")
+    args = p.parse_args()
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    import torch
+    dtype = getattr(torch, args.dtype)
+    print(f"selective scan, shape (batch x T x inner x state), {args.dtype}: modelled us")
+    print(f"{'shape':>16} {'kernel':>10} {'eager':>10} {'compiled':>10} {'graph_us':>10} "
+          f"{'cpu_segments':>12} {'compiled/kernel':>15}")
+    for text in args.shapes.split(","):
+        shape = tuple(int(x) for x in text.split("x"))
+        r = measure(shape, dtype)
+        print(f"{text:>16} {r['kernel']:10.1f} {r['eager']:10.1f} {r['compiled']:10.1f} "
+              f"{r['graph_us']:10.1f} {r['cpu_segments']:12d} "
+              f"{r['compiled'] / r['kernel']:15.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
