@@ -62,4 +62,13 @@ void RunFused(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunSelect(const proto::Instruction& i, const std::vector<Placed>& in,
                const std::vector<Placed>& out, const What& what);
 
+// exec_rows.cc: the Shaped rows (softmaxes, sum_rows, transpose),
+// layer_norm_rows, nll_loss_rows and their backwards.
+void RunShaped(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what);
+void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
+                  const std::vector<Placed>& out, const What& what);
+void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
+                const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
