@@ -71,4 +71,8 @@ void RunLayerNorm(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what);
 
+// exec_scans.cc: cumsum and reverse.
+void RunScan(const proto::Instruction& i, const std::vector<Placed>& in,
+             const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
