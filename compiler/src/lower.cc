@@ -13,6 +13,7 @@
 #include "emit.h"
 #include "epilogue_tiles.h"
 #include "fusion.h"
+#include "lower_custom.h"
 #include "lowering_context.h"
 #include "neuron/compiler/native_ops.h"
 #include "neuron/compiler/passes.h"
@@ -30,9 +31,11 @@ std::string Where(const proto::Graph& g, int i, const proto::Node& n) {
 }
 
 // Node `i` as device steps: its inputs loaded on chip, then its op's
-// lowering; an op outside the table is InvalidUsage naming the node.
+// lowering; a custom kernel over HBM (lower_custom.h); an op outside the
+// table is InvalidUsage naming the node.
 void LowerNode(LoweringContext& cx, int i, const proto::Node& n) {
   const std::string where = Where(cx.graph(), i, n);
+  if (n.op() == kCustomKernelOp) return LowerCustomKernel(cx, n, where);  // reads HBM
   const NativeOp* op = FindNativeOp(n.op());
   NEURON_CHECK(op != nullptr, where, ": is not supported on the device (",
                NotNativeReason(n.op()), ")");

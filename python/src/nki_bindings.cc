@@ -1,8 +1,10 @@
 // torchneuron._C's kernel-language support (torchneuron.nki): the device
 // spec's on-chip figures, the device model's price of one engine
 // instruction, a CPU view of a "neuron" tensor's memory, and charging a
-// kernel run to the rank's compute clock as one eager operation. Thin: the
-// cost model lives in neuron::runtime, the device in neuron::aten.
+// kernel run to the rank's compute clock as one eager operation, and the
+// callbacks that run a kernel inside a compiled graph's plan
+// (OP_CUSTOM_KERNEL). Thin: the cost model lives in neuron::runtime, the
+// device in neuron::aten.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -14,6 +16,8 @@
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/host_views.h"
 #include "neuron/aten/op_log.h"
+#include "neuron/compiler/torch_tensors.h"
+#include "neuron/runtime/device/custom_kernels.h"
 #include "neuron/runtime/device/cost_model.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/sim_clock.h"
@@ -85,6 +89,54 @@ at::Tensor HostView(const at::Tensor& t) {
                                 c10::DispatchKey::CPU, t);
 }
 
+// CPU tensors over a plan's operands (no copy).
+std::vector<at::Tensor> Tensors(const std::vector<nr::KernelOperand>& operands) {
+  std::vector<at::Tensor> out;
+  for (const auto& o : operands) {
+    out.push_back(at::from_blob(
+        o.data, o.shape,
+        at::TensorOptions().dtype(neuron::compiler::ScalarTypeOf(o.dtype))));
+  }
+  return out;
+}
+
+// `results` (what the kernel returned) into the plan's outputs, checked
+// against their shapes and dtypes.
+void CopyResults(const std::string& key, const py::object& results,
+                 const std::vector<nr::KernelOperand>& outputs) {
+  const auto list = results.cast<std::vector<at::Tensor>>();
+  NEURON_CHECK(list.size() == outputs.size(), "nki kernel ", key, " in a compiled graph returned ",
+               list.size(), " tensors, the graph expects ", outputs.size());
+  const auto targets = Tensors(outputs);
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    NEURON_CHECK(list[k].sizes() == targets[k].sizes() &&
+                     list[k].scalar_type() == targets[k].scalar_type(),
+                 "nki kernel ", key, " in a compiled graph: output ", k, " is ",
+                 list[k].scalar_type(), list[k].sizes(), ", the graph traced ",
+                 targets[k].scalar_type(), targets[k].sizes());
+    targets[k].copy_(list[k]);
+  }
+}
+
+// Registers `fn(list of input tensors) -> list of output tensors` as the
+// custom kernel `key`; the executor calls it without the GIL held.
+void RegisterGraphKernel(const std::string& key, py::function fn) {
+  // Kept for the process: plans may run it until exit.
+  auto held = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function*) {});
+  nr::RegisterCustomKernel(key, [key, held](const std::vector<nr::KernelOperand>& in,
+                                            const std::vector<nr::KernelOperand>& out) {
+    py::gil_scoped_acquire gil;
+    try {
+      CopyResults(key, (*held)(Tensors(in)), out);
+    } catch (py::error_already_set& e) {
+      throw neuron::InvalidUsage("nki kernel " + key + " in a compiled graph: " + e.what());
+    } catch (const py::cast_error& e) {
+      throw neuron::InvalidUsage("nki kernel " + key +
+                                 " in a compiled graph did not return tensors: " + e.what());
+    }
+  });
+}
+
 }  // namespace
 
 void BindNki(py::module_& m) {
@@ -116,4 +168,7 @@ void BindNki(py::module_& m) {
   m.def("_nki_charge", &Charge, py::arg("name"), py::arg("modelled_us"), py::arg("wall_us"),
         py::arg("bytes"), py::arg("device"),
         "Charges a kernel run to the compute clock as one eager operation (kind nki).");
+  m.def("_nki_register_graph_kernel", &RegisterGraphKernel, py::arg("key"), py::arg("fn"),
+        "Registers fn(list of input tensors) -> list of outputs as the custom kernel `key` "
+        "that compiled graphs' plans call (OP_CUSTOM_KERNEL).");
 }

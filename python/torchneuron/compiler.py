@@ -25,7 +25,7 @@ import torch
 
 from . import _C
 from . import compile_record as _compile_record
-from .fx_ops import _op_name, _source, _stack_line  # noqa: F401 (torchneuron.dynamo's)
+from .fx_ops import _kernel_of, _op_name, _source, _stack_line  # noqa: F401 (torchneuron.dynamo's)
 from .fx_to_ir import to_ir
 from .graph_views import _drop_unused_random_ops, _input_view, _view_outputs
 
@@ -93,6 +93,8 @@ def _on_device(node, native):
         return _on_device(node.args[0], native)
     if not isinstance(node.target, torch._ops.OpOverload):
         return False
+    if _kernel_of(node.target) is not None:  # a kernel: one node of the plan
+        return True
     op = _op_name(node.target)
     if op in _FLOAT_ONLY:
         meta = node.meta.get("tensor_meta")
@@ -240,7 +242,9 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where, settings=None):
             return split
     returned, derived = _view_outputs(gm)
     logical = {returned[base] for kind, base, _ in derived.values() if kind == "output"}
-    text, order, outputs, unsupported, back = to_ir(gm, name, where, returned, logical)
+    kernels = []
+    text, order, outputs, unsupported, back = to_ir(gm, name, where, returned, logical,
+                                                    kernels)
     if unsupported:
         return _fallback(gm, name, unsupported, fullgraph, "not expressible in the IR",
                          settings)
@@ -261,7 +265,7 @@ def _compile_fx(gm, example_inputs, name, fullgraph, where, settings=None):
                       stacklevel=2)
     entry = {"name": name, "compiled": True, "graph": graph, "fallback_ops": {},
              "fallback_us": 0.0, "fallback_bytes": 0, "compile_s": seconds,
-             "compiled_here": info["cache"] == "compiled", "text": text}
+             "compiled_here": info["cache"] == "compiled", "text": text, "kernels": kernels}
     _record(entry, gm, settings, text, graph)
 
     names = sorted({o for o in outputs if o is not None})

@@ -3,6 +3,7 @@ as the IR spells it, the user's source line of a node, and the sets of ops
 it treats alike (random ops, views of their input's bytes, layout views)."""
 
 import re
+import sys
 
 import torch
 
@@ -30,6 +31,18 @@ def _op_name(target):
     if overload == "default" or (overload == "Tensor" and packet not in _TENSOR_OVERLOAD_KEPT):
         return f"{space}.{packet}"
     return f"{space}.{packet}.{overload}"
+
+
+def _graph_kernels():
+    """torchneuron.nki.graph_kernel, or None while torchneuron.nki is not
+    imported (then no operator runs a kernel)."""
+    return sys.modules.get("torchneuron.nki.graph_kernel")
+
+
+def _kernel_of(target):
+    """The torchneuron.nki kernel an operator runs (nki.as_op), or None."""
+    module = _graph_kernels()
+    return module.kernel_of(target) if module is not None else None
 
 
 def _stack_line(node):

@@ -7,7 +7,8 @@ import operator
 import torch
 
 from . import _C
-from .fx_ops import _LAYOUT, _RANDOM, _op_name, _source, _view_of_first_arg
+from .fx_ops import (_LAYOUT, _RANDOM, _graph_kernels, _kernel_of, _op_name, _source,
+                     _view_of_first_arg)
 
 
 # torch dtype -> the IR's name, from the project's one dtype list.
@@ -183,6 +184,7 @@ class _Translation:
         self.names, self.multi = {}, set()
         self.outputs = None
         self.streams = 0  # random ops so far: each draws its own stream of the seed
+        self.kernels = []  # each kernel operator's summary (graph_kernel.ir_call)
 
     def placeholder(self, node, meta):
         """An input. One traced with a permuted dense layout (a transpose of
@@ -234,8 +236,26 @@ class _Translation:
             self.back[stored] = _inverse(order)
         return stored
 
+    def kernel_call(self, node):
+        """A kernel operator's node (nki.as_op) as one nki.kernel IR line,
+        priced by the kernel's own schedule (nki/graph_kernel.py)."""
+        try:
+            args, attrs, summary = _graph_kernels().ir_call(node)
+            out, several = _results(node, "nki.kernel", node.meta.get("tensor_meta"))
+        except _Unsupported:
+            self.unsupported.append((_op_name(node.target), _source(node, self.where)))
+            return
+        if several:
+            self.multi.add(node)
+        self.kernels.append(summary)
+        self.lines.append(f"  {out} = nki.kernel({', '.join('%' + self.names[a] for a in args)})"
+                          f" {{{', '.join(attrs)}}}  # {_source(node, self.where)}")
+        self.names[node] = node.name
+
     def call(self, node):
         """An aten op node as one IR line."""
+        if _kernel_of(node.target) is not None:
+            return self.kernel_call(node)
         op = _op_name(node.target)
         try:
             tensors, attrs = _arg_operands(node, self.names)
@@ -282,7 +302,7 @@ class _Translation:
             self.unsupported.append((str(node.target), _source(node, self.where)))
 
 
-def to_ir(gm, name, where="", returned=None, logical=()):
+def to_ir(gm, name, where="", returned=None, logical=(), kernels=None):
     """Translates an FX graph of aten ops into the compiler's IR text.
 
     Returns (text, inputs, outputs, unsupported, back). The IR is canonical: its
@@ -299,10 +319,14 @@ def to_ir(gm, name, where="", returned=None, logical=()):
     the output node's list (_view_outputs). A returned value traced with
     a permuted dense layout is returned in memory order, `outputs` naming
     it NAME_stored, unless it is in `logical` (_Translation.stored_output);
-    `back` maps such names to the dims that permute it back."""
+    `back` maps such names to the dims that permute it back. `kernels`,
+    when given, receives each kernel operator's summary (its op, kernel,
+    key, modelled time_us, busy_us per engine, hbm_bytes)."""
     t = _Translation(where, returned, (n.name for n in gm.graph.nodes), logical)
     for node in gm.graph.nodes:
         t.node(node)
+    if kernels is not None:
+        kernels.extend(t.kernels)
     if t.unsupported:
         return None, None, t.outputs, t.unsupported, {}
     inputs = t.inputs

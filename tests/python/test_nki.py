@@ -281,16 +281,7 @@ def test_a_kernel_op_under_autograd_uses_the_backward_kernel():
     assert ops == ["nki::multiply"] * 3  # forward, then one per input's gradient
 
 
-def test_a_kernel_op_in_a_compiled_graph_runs_as_a_cpu_segment_and_equals_eager():
-    """Not yet one node priced by the kernel's plan (docs/nki.md): the
-    compiler splits the graph around it."""
-    def f(a, b):
-        return torch.ops.nki_test.multiply(a + 1, b) * 2
-
-    a, b = torch.randn(128, 8), torch.randn(128, 8)
-    with pytest.warns(UserWarning, match=r"runs nki_test.multiply x1 on the CPU"):
-        out = torch.compile(f, backend="neuron")(a.to("neuron"), b.to("neuron"))
-    torch.testing.assert_close(out.cpu(), (a + 1) * b * 2)
+# A kernel operator in a compiled graph: tests/python/test_nki_graphs.py.
 
 
 # ---- flash attention ----------------------------------------------------------

@@ -10,16 +10,16 @@ torch.compile's tracing. Autograd: `backward(ctx, *grads)` and
 `setup_context(ctx, inputs, output)` as torch.library.register_autograd
 takes them; the backward is usually another kernel's operator.
 
-In a torch.compile(backend="neuron") graph the operator is not lowered by
-the compiler: the graph is split around it (a CPU segment) and it runs
-between the compiled parts, charged by its schedule as in eager
-(docs/nki.md).
+In a torch.compile(backend="neuron") graph the operator is one node of the
+compiled plan, priced by the kernel's own schedule for the traced shapes
+and run by calling the kernel (graph_kernel.py, docs/nki.md).
 """
 
 import inspect
 
 import torch
 
+from . import graph_kernel
 from .kernel import Kernel
 
 
@@ -50,6 +50,7 @@ def as_op(kernel, name, schema=None, outputs=1, backward=None, setup_context=Non
         return kernel(*args)
 
     op = torch.library.custom_op(name, run, mutates_args=(), schema=schema)
+    graph_kernel.register_op(name, kernel)
     if fake is not None:
         op.register_fake(fake)
     elif kernel.reference is not None:

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "neuron/runtime/device/custom_kernels.h"
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
@@ -103,32 +104,14 @@ class IdSet {
 
 namespace {
 
-// Instruction `i` of the executable `where`: a registered op on its
-// engine, existing buffers, dependencies on earlier instructions only
-// (`earlier`), sound cost parameters, fused sub-ops reading its inputs.
-void CheckInstruction(const proto::Instruction& i, const std::string& where,
-                      const IdSet& buffers, const IdSet& earlier) {
-  // Built only for a message: validation runs on every cache load.
-  const auto what = [&] {
-    return StrCat(where, ": instruction ", i.id(), " (", DeviceOpName(i.op()), ")");
-  };
-  NEURON_CHECK(!earlier.Contains(i.id()), what(), ": id used twice");
-  const DeviceOp* op = FindDeviceOp(i.op());
-  NEURON_CHECK(op != nullptr, what(), ": unknown op ", static_cast<int>(i.op()),
-               " (device_ops.h lists the device's)");
-  // DMA ops on the DMA engine and matmul on the tensor engine, only.
-  NEURON_CHECK(op->dma == (i.engine() == proto::DMA) &&
+// A device op's engine (DMA ops on the DMA engine and matmul on the tensor
+// engine, only) and cost parameters.
+template <typename What>
+void CheckEngineAndCost(const proto::Instruction& i, const DeviceOp& op, const What& what) {
+  NEURON_CHECK(op.dma == (i.engine() == proto::DMA) &&
                    (i.op() == proto::OP_MATMUL) == (i.engine() == proto::TENSOR),
                what(), ": not an op of engine ", proto::EngineKind_Name(i.engine()));
   NEURON_CHECK(i.engine() != proto::ENGINE_UNSPECIFIED, what(), ": no engine");
-  for (auto b : i.inputs())
-    NEURON_CHECK(buffers.Contains(b), what(), ": input buffer ", b, " does not exist");
-  for (auto b : i.outputs())
-    NEURON_CHECK(buffers.Contains(b), what(), ": output buffer ", b, " does not exist");
-  for (auto d : i.deps()) {
-    NEURON_CHECK(earlier.Contains(d), what(), ": depends on instruction ", d,
-                 ", which is not an earlier instruction");
-  }
   switch (i.engine()) {
     case proto::TENSOR:
       NEURON_CHECK(i.m() >= 0 && i.k() >= 0 && i.n() >= 0, what(),
@@ -142,6 +125,34 @@ void CheckInstruction(const proto::Instruction& i, const std::string& where,
                    ": needs elements >= 0 "
                    "and operand_count >= 1, got ",
                    i.elements(), " and ", i.operand_count());
+  }
+}
+
+// Instruction `i` of the executable `where`: a registered op on its
+// engine, existing buffers, dependencies on earlier instructions only
+// (`earlier`), sound cost parameters, fused sub-ops reading its inputs.
+void CheckInstruction(const proto::Instruction& i, const std::string& where,
+                      const IdSet& buffers, const IdSet& earlier) {
+  // Built only for a message: validation runs on every cache load.
+  const auto what = [&] {
+    return StrCat(where, ": instruction ", i.id(), " (", DeviceOpName(i.op()), ")");
+  };
+  NEURON_CHECK(!earlier.Contains(i.id()), what(), ": id used twice");
+  const DeviceOp* op = FindDeviceOp(i.op());
+  NEURON_CHECK(op != nullptr, what(), ": unknown op ", static_cast<int>(i.op()),
+               " (device_ops.h lists the device's)");
+  if (i.op() == proto::OP_CUSTOM_KERNEL) {  // on the engines it names, for its time
+    CheckCustomKernelInstruction(i, what());
+  } else {
+    CheckEngineAndCost(i, *op, what);
+  }
+  for (auto b : i.inputs())
+    NEURON_CHECK(buffers.Contains(b), what(), ": input buffer ", b, " does not exist");
+  for (auto b : i.outputs())
+    NEURON_CHECK(buffers.Contains(b), what(), ": output buffer ", b, " does not exist");
+  for (auto d : i.deps()) {
+    NEURON_CHECK(earlier.Contains(d), what(), ": depends on instruction ", d,
+                 ", which is not an earlier instruction");
   }
   NEURON_CHECK(i.op() == proto::OP_FUSED || i.fused().empty(), what(),
                ": only a fused instruction has fused ops");

@@ -9,6 +9,7 @@
 
 #include "arena_pool.h"
 #include "elided_copies.h"
+#include "exec_custom.h"
 #include "exec_kernels.h"
 #include "exec_operands.h"
 #include "fused_blocks.h"

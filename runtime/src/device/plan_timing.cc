@@ -30,11 +30,37 @@ Engine EngineOf(proto::EngineKind kind) {
       StrCat("plan timing: engine ", static_cast<int>(kind), " is not an engine"));
 }
 
+// A custom kernel: from when its dependencies ended and all its engines
+// are free, for kernel_us, holding them all; each busy its own time.
+void TimeCustomKernel(const proto::Instruction& i, SimDuration start,
+                      std::array<SimDuration, kEngineCount>& engine_free, PlanTiming& t,
+                      std::unordered_map<std::uint32_t, SimDuration>& end_of) {
+  for (int e : i.kernel_engines())
+    start = std::max(start, engine_free[static_cast<int>(EngineOf(
+                                static_cast<proto::EngineKind>(e)))]);
+  const SimDuration end = start + SimDuration(i.kernel_us());
+  ScheduledInstruction s{i.id(), EngineOf(i.engine()), i.kernel(), start, end, {}};
+  for (int k = 0; k < i.kernel_engines_size(); ++k) {
+    const Engine engine = EngineOf(static_cast<proto::EngineKind>(i.kernel_engines(k)));
+    engine_free[static_cast<int>(engine)] = end;
+    t.busy[static_cast<int>(engine)] += SimDuration(i.kernel_busy_us(k));
+    if (engine != s.engine) s.also.push_back(engine);
+  }
+  t.hbm_bytes += i.bytes();
+  end_of[i.id()] = end;
+  t.total = std::max(t.total, end);
+  t.schedule.push_back(std::move(s));
+}
+
 }  // namespace
 
 InstructionCost CostOf(const proto::Instruction& i, const CostModel& model, bool fp32) {
   const Engine engine = EngineOf(i.engine());
   InstructionCost cost;
+  if (i.op() == proto::OP_CUSTOM_KERNEL) {  // priced by its own schedule
+    cost.time = SimDuration(i.kernel_us());
+    return cost;
+  }
   switch (engine) {
     case Engine::kTensor: {
       const MatmulCost matmul = model.Matmul(i.m(), i.k(), i.n(), fp32);
@@ -80,6 +106,10 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     const int index = static_cast<int>(engine);
     SimDuration start = engine_free[index];
     for (auto d : i.deps()) start = std::max(start, end_of.at(d));
+    if (i.op() == proto::OP_CUSTOM_KERNEL) {
+      TimeCustomKernel(i, start, engine_free, t, end_of);
+      continue;
+    }
     const bool fp32 = engine == Engine::kTensor && !i.inputs().empty() &&
                       buffers.at(i.inputs(0))->dtype() == proto::F32;
     const InstructionCost cost = CostOf(i, model, fp32);
@@ -119,9 +149,14 @@ void WriteChromeTrace(const PlanTiming& timing, const std::string& name,
     first = false;
   }
   for (const auto& s : timing.schedule) {
-    out << ",{\"name\":\"" << s.op << " #" << s.id << "\",\"ph\":\"X\",\"pid\":\"" << name
-        << "\",\"tid\":" << static_cast<int>(s.engine) << ",\"ts\":" << s.start.count()
-        << ",\"dur\":" << (s.end - s.start).count() << "}";
+    std::vector<Engine> engines{s.engine};  // a custom kernel: on each engine it holds
+    engines.insert(engines.end(), s.also.begin(), s.also.end());
+    for (Engine engine : engines) {
+      out << ",{\"name\":\"" << s.op << " #" << s.id << "\",\"ph\":\"X\",\"pid\":\""
+          << name << "\",\"tid\":" << static_cast<int>(engine)
+          << ",\"ts\":" << s.start.count() << ",\"dur\":" << (s.end - s.start).count()
+          << "}";
+    }
   }
   out << "]}\n";
   WriteFileAtomically(path, out.str());  // IoError naming it; never through a link

@@ -87,7 +87,8 @@
   X(CLAMP_MIN, Elementwise, 1, 0)              \
   X(CLAMP_MAX, Elementwise, 1, 0)              \
   X(CUMSUM, Scan, 1, 1)                        \
-  X(REVERSE, Scan, 1, 1)
+  X(REVERSE, Scan, 1, 1)                       \
+  X(CUSTOM_KERNEL, Custom, 0, 0)
 
 namespace neuron::runtime {
 

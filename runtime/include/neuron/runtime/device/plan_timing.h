@@ -1,7 +1,9 @@
 // Modelled time of an executable on the simulated NeuronCore: each
 // instruction starts when its engine is free and its dependencies ended
 // (engines overlap one another, DMA overlaps compute) and lasts what the
-// cost model says. A DMA holds its engine for its bytes only: the next one
+// cost model says. A custom kernel (OP_CUSTOM_KERNEL) lasts its own
+// schedule's time (kernel_us) and starts when all its engines are free,
+// holding them all until it ends (each counted busy for its kernel_busy_us). A DMA holds its engine for its bytes only: the next one
 // starts while its fixed latency runs (CostModel::DmaLatency); `busy`
 // counts what engines were held.
 //
@@ -30,9 +32,10 @@ constexpr int kEngineCount = 5;  // tensor, vector, scalar, gpsimd, dma
 struct ScheduledInstruction {
   std::uint32_t id = 0;
   Engine engine = Engine::kTensor;
-  std::string op;
+  std::string op;  // a custom kernel's: its key (proto::Instruction::kernel)
   SimDuration start{0};
   SimDuration end{0};
+  std::vector<Engine> also;  // a custom kernel: the other engines it holds
 };
 
 struct PlanTiming {
