@@ -209,9 +209,26 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
   return launches;
 }
 
+RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
+  if (config_.preload.empty() || launches.empty()) return launcher::Spawn;
+  if (!zygote_ && !zygote_failed_) {
+    try {
+      zygote_ = std::make_unique<Zygote>(config_.program_path, launches.front().spawn.env,
+                                         config_.preload);
+    } catch (const Error& e) {
+      zygote_failed_ = true;
+      std::cerr << "neuronrun: " << e.what() << "; the ranks start as fresh interpreters"
+                << std::endl;
+    }
+  }
+  if (!zygote_) return launcher::Spawn;
+  return [zygote = zygote_.get()](const SpawnRequest& r) { return zygote->Spawn(r); };
+}
+
 void Agent::EndAttempt(Attempt& attempt) {
   std::set<pid_t> groups;
   if (attempt.group != nullptr) groups = attempt.group->process_groups();
+  if (zygote_) groups.insert(zygote_->pid());  // its own group, kept for the restarts
   attempt.group.reset();  // kills what is left of every rank's group
   for (const Stray& s : KillStrayDescendants(guard_.watchdog(), groups)) {
     std::cerr << "neuronrun: killed pid " << s.pid << " (" << s.name
@@ -225,9 +242,11 @@ Agent::Result Agent::RunAttempt(std::uint32_t round, const World& world,
   OutputOptions output;
   output.console = o.log_dir.empty() || o.tee;
   if (!o.log_dir.empty()) output.log_dir = o.log_dir + "/attempt_" + std::to_string(round);
+  std::vector<RankLaunch> launches = MakeLaunches(round, world);
+  RankGroup::Spawner spawn = RankSpawner(launches);
   attempt.group = std::make_unique<RankGroup>(
-      io_, guard_, output, MakeLaunches(round, world),
-      [this, &attempt](const RankExit& exit) { OnRankExit(attempt, exit); });
+      io_, guard_, output, std::move(launches),
+      [this, &attempt](const RankExit& exit) { OnRankExit(attempt, exit); }, std::move(spawn));
 
   attempt.watcher = std::thread([this, &attempt, round] {
     RoundEnd end;

@@ -25,6 +25,7 @@
 #include "process_guard.h"
 #include "rank_group.h"
 #include "rendezvous.h"
+#include "zygote.h"
 
 namespace neuron::launcher {
 
@@ -44,6 +45,7 @@ struct JobConfig {
   std::string topology_file;   // absolute, or empty for the embedded default
   std::string device_file;     // absolute, or empty: the inherited environment's
   std::string python_path;     // prepended to the ranks' PYTHONPATH
+  std::vector<std::string> preload;  // Python ranks fork from a zygote importing these
 };
 
 class Agent {
@@ -67,6 +69,11 @@ class Agent {
   // left outside their process groups (strays.h).
   void EndAttempt(Attempt& attempt);
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
+  // How this attempt's ranks start: forked by the zygote (--preload; made
+  // at the first attempt with `launches`' first environment, kept for the
+  // restarts), else launcher::Spawn (also when the zygote cannot serve:
+  // said once on stderr).
+  RankGroup::Spawner RankSpawner(const std::vector<RankLaunch>& launches);
   // The CPU local rank `local` is pinned to (--bind-to), or -1.
   int CpuFor(std::uint32_t local) const;
   void WaitSignals(Attempt& attempt);
@@ -88,6 +95,8 @@ class Agent {
   std::unique_ptr<collectives::TcpStore> watch_store_;
   std::unique_ptr<Rendezvous> rendezvous_;
   std::string store_endpoint_;
+  std::unique_ptr<Zygote> zygote_;
+  bool zygote_failed_ = false;
 };
 
 }  // namespace neuron::launcher

@@ -44,7 +44,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecChild(pid_t parent, int out, int err, const Pipe& status,
-                            const char* path, char** argv, char** envp, int cpu) {
+                            const char* path, char** argv, char** envp, int cpu,
+                            int pass_fd) {
   ::setpgid(0, 0);
   if (cpu >= 0) {
     cpu_set_t set;
@@ -68,6 +69,7 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   ::dup2(err, STDERR_FILENO);
   // Sockets and pipes of neuronrun (its store server among them) stay here.
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (pass_fd >= 0) ::fcntl(pass_fd, F_SETFD, 0);
   ::execve(path, argv, envp);
   const int error = errno;
   ssize_t ignored = ::write(status.write, &error, sizeof(error));
@@ -102,7 +104,10 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   // output file, both ends of the output "pipes" are that file.
   std::vector<Pipe> pipes;
   try {
-    if (!request.output_file.empty()) {
+    if (request.inherit_stderr) {
+      pipes.push_back({-1, ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)});
+      pipes.push_back({-1, ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)});
+    } else if (!request.output_file.empty()) {
       const int fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
       pipes.push_back({-1, fd});
       pipes.push_back({-1, ::dup(fd)});
@@ -126,7 +131,7 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ExecChild(parent, out.write, err.write, status, request.path.c_str(), argv.data(),
-              envp.data(), request.cpu);
+              envp.data(), request.cpu, request.pass_fd);
   }
   const int fork_errno = errno;
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);

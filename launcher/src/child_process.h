@@ -18,6 +18,11 @@ struct SpawnRequest {
   int cpu = -1;                   // >= 0: the child runs on this CPU only
   // Non-empty: stdout and stderr appended to this file instead of pipes.
   std::string output_file;
+  // stdout and stderr are neuronrun's stderr (no pipes, no output_file).
+  bool inherit_stderr = false;
+  // >= 0: this descriptor of neuronrun stays open in the child, under the
+  // same number (every other one above 2 is closed at exec).
+  int pass_fd = -1;
 };
 
 struct SpawnedChild {

@@ -28,6 +28,7 @@
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/fabric/trace_scaling.h"
 #include "secret.h"
+#include "zygote.h"
 
 namespace neuron::launcher {
 namespace {
@@ -99,6 +100,11 @@ JobConfig Resolve(LaunchOptions o) {
   }
   for (const auto& arg : o.program_args) c.program_argv.push_back(arg);
   c.python_path = NEURON_PYTHON_PACKAGE_DIR;
+  const std::string preload =
+      o.preload ? *o.preload : runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPreload);
+  if (RunsUnderPython(o) && !preload.empty()) {
+    c.preload = ParsePreload(preload, o.preload ? "--preload" : "NEURON_PRELOAD");
+  }
   return c;
 }
 
@@ -110,7 +116,9 @@ constexpr const char* kMatrixHelp =
     "efficiency.png, breakdown.png and memory.png. A rerun skips completed cells;\n"
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
     "job starts, a real cell of more ranks than this host runs at once included\n"
-    "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). Exit status:\n"
+    "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). A cell's Python\n"
+    "ranks fork from one interpreter that imported torch (neuronrun --preload torch;\n"
+    "NEURON_PRELOAD, set even empty, overrides). Exit status:\n"
     "0 every cell completed, 1 some failed, 2 a bad file.\n";
 
 // neuronrun matrix FILE [--out DIR] [--max-host-ranks N]

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,11 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> common;
   if (!c.topology.empty()) common = {"--topology", c.topology};
+  // The ranks fork from one interpreter that imported torch (zygote.h),
+  // unless NEURON_PRELOAD (even empty) says otherwise.
+  if (std::getenv("NEURON_PRELOAD") == nullptr) {
+    common.insert(common.end(), {"--preload", "torch"});
+  }
   std::vector<pid_t> agents;
   Environment env;
   if (c.compile) {  // a fresh compile cache: the cell's compile time is cold

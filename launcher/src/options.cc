@@ -11,6 +11,7 @@
 #include <map>
 
 #include "child_process.h"
+#include "zygote.h"
 #include "flag_values.h"
 #include "neuron/runtime/error.h"
 
@@ -125,6 +126,10 @@ const std::map<std::string, Setter>& ValueOptions() {
     m["--rdzv-id"] = run_id;
     m["--python"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
       o.python = v;
+    };
+    m["--preload"] = [](const std::string&, const std::string& v, LaunchOptions& o) {
+      if (!v.empty()) ParsePreload(v, "--preload");  // a bad name is refused here, naming it
+      o.preload = v;
     };
     m["--bind-to"] = [](const std::string& f, const std::string& v, LaunchOptions& o) {
       NEURON_CHECK(v == "core" || v == "none" || v == "auto", f,
@@ -297,6 +302,14 @@ Simulated fabric:
   --python PATH            interpreter for .py scripts (default:
                            $NEURON_PYTHON, else the Python
                            neuronrun was built with)
+  --preload MODULE[,MODULE...]
+                           import the modules once in one interpreter (a
+                           zygote) and fork each Python rank from it, so
+                           no rank spends seconds on `import torch`
+                           (default: $NEURON_PRELOAD; empty: none). The
+                           modules must not read per-rank variables at
+                           import nor start threads; if the zygote cannot
+                           serve, the ranks start as fresh interpreters
 
 When a rank exits non-zero or dies by a signal, neuronrun sends SIGTERM to
 every other rank (SIGKILL after the grace period), prints a summary naming

@@ -76,9 +76,9 @@ struct RankGroup::Rank {
 };
 
 RankGroup::RankGroup(asio::io_context& io, ProcessGuard& guard, OutputOptions output,
-                     std::vector<RankLaunch> ranks, ExitCallback on_exit)
+                     std::vector<RankLaunch> ranks, ExitCallback on_exit, Spawner spawn)
     : io_(io), guard_(guard), output_(std::move(output)), on_exit_(std::move(on_exit)),
-      kill_timer_(io) {
+      spawn_(std::move(spawn)), kill_timer_(io) {
   for (auto& launch : ranks) {
     ranks_.push_back(std::make_unique<Rank>(io_, std::move(launch)));
   }
@@ -114,7 +114,7 @@ void RankGroup::Start() {
         [this, r](std::string_view line) { OnLine(*r, true, line); });
     SpawnedChild child;
     try {
-      child = Spawn(rank->launch.spawn);
+      child = spawn_(rank->launch.spawn);
     } catch (const Error&) {
       Kill();
       throw;

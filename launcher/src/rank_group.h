@@ -50,13 +50,17 @@ struct RankExit {
 class RankGroup {
  public:
   using ExitCallback = std::function<void(const RankExit&)>;
+  // How a rank is started: launcher::Spawn, or a Zygote's Spawn. Either
+  // way the rank ends up a child of this process (zygote.h).
+  using Spawner = std::function<SpawnedChild(const SpawnRequest&)>;
 
   // `guard` learns every rank's process group for as long as it exists.
   // `on_exit` sees each rank once it has exited and its pipes are drained,
   // in the order the ranks were reaped (so the first failure is the first
   // exit observed, however long each rank's output takes to drain).
   RankGroup(boost::asio::io_context& io, ProcessGuard& guard, OutputOptions output,
-            std::vector<RankLaunch> ranks, ExitCallback on_exit);
+            std::vector<RankLaunch> ranks, ExitCallback on_exit,
+            Spawner spawn = launcher::Spawn);
   ~RankGroup();
 
   // Starts every rank; on an IoError the ranks already started are killed.
@@ -89,6 +93,7 @@ class RankGroup {
   OutputOptions output_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   ExitCallback on_exit_;
+  Spawner spawn_;
   std::deque<Rank*> reaped_;  // exited, not yet delivered, in reap order
   boost::asio::steady_timer kill_timer_;
   std::string console_out_;  // pending whole lines for fd 1

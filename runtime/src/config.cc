@@ -16,6 +16,10 @@ const ConfigEntry kEntries[] = {
      "interpreter neuronrun uses for .py scripts (needs torch); default: the "
      "build's",
      false},
+    {ConfigKey::kPreload, "NEURON_PRELOAD", "",
+     "modules neuronrun imports once and forks each Python rank from (MODULE[,MODULE...], "
+     "e.g. torch); set by `neuronrun --preload`; unset or empty: each rank a fresh interpreter",
+     false},
     {ConfigKey::kTopologyFile, "NEURON_TOPOLOGY_FILE", "",
      "fabric topology (protobuf text); empty = embedded trn2 node", false},
     {ConfigKey::kNodeIndex, "NEURON_NODE_INDEX", "0",

@@ -33,6 +33,9 @@ struct LaunchOptions {
   std::string device_file;               // empty: the ranks' NEURON_DEVICE_FILE, else v3
   std::string run_id;                    // empty: random
   std::string python;                    // empty: NEURON_PYTHON or default
+  // Python modules a zygote imports once, each Python rank forked from it
+  // (zygote.h); nullopt: NEURON_PRELOAD's; empty: none.
+  std::optional<std::string> preload;
   std::chrono::milliseconds grace_period{5000};
   // Rank placement on this node's CPUs: "core" (rank i on the i-th allowed
   // CPU, modulo), "none", or "auto": core when the ranks fit the CPUs (as

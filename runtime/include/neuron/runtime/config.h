@@ -22,6 +22,7 @@ namespace neuron::runtime {
 
 enum class ConfigKey {
   kPython,               // NEURON_PYTHON
+  kPreload,              // NEURON_PRELOAD
   kTopologyFile,         // NEURON_TOPOLOGY_FILE
   kNodeIndex,            // NEURON_NODE_INDEX
   kChipIndex,            // NEURON_CHIP_INDEX

@@ -1,0 +1,198 @@
+#include "zygote.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "neuron/runtime/error.h"
+#include "neuron/runtime/files.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+// Generous: the zygote imports torch (seconds) on a machine that may be
+// running a job's worth of ranks.
+constexpr std::chrono::seconds kReadyTimeout(300);
+constexpr std::chrono::seconds kReplyTimeout(60);
+constexpr std::size_t kMaxReply = 4096;
+
+struct Fd {
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+  int fd;
+};
+
+// One datagram of `fields` (NUL-separated) with `fds` attached.
+void SendWithDescriptors(int socket, const std::string& payload, int out, int err) {
+  iovec iov{const_cast<char*>(payload.data()), payload.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {out, err};
+  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  ssize_t n;
+  do {
+    n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(payload.size())) {
+    throw IoError(StrCat("neuronrun --preload: cannot send a rank to the zygote: ",
+                         n < 0 ? std::strerror(errno) : "short write"));
+  }
+}
+
+// The rank's request: neuronrun's pid, its CPU, its arguments after the
+// interpreter's name, its environment.
+std::string RequestPayload(const SpawnRequest& request) {
+  std::string p = StrCat(::getpid(), '\0', request.cpu, '\0', request.argv.size() - 1, '\0');
+  for (std::size_t i = 1; i < request.argv.size(); ++i) p.append(request.argv[i]).push_back('\0');
+  for (const auto& e : request.env) p.append(e).push_back('\0');
+  if (!p.empty()) p.pop_back();
+  return p;
+}
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+void MakePipe(Pipe& p) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw IoError(StrCat("pipe2 failed: ", std::strerror(errno)));
+  }
+  p.read.fd = fds[0];
+  p.write.fd = fds[1];
+}
+
+}  // namespace
+
+std::vector<std::string> ParsePreload(const std::string& list, const char* source) {
+  std::vector<std::string> modules;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    bool ok = !name.empty() && name.front() != '.' && name.back() != '.' &&
+              name.find("..") == std::string::npos && !std::isdigit(name.front());
+    for (char c : name) ok &= std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+    NEURON_CHECK(ok, source, " '", list, "': '", name,
+                 "' is not a Python module name (expected MODULE[,MODULE...])");
+    modules.push_back(name);
+    start = end + 1;
+  }
+  return modules;
+}
+
+Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
+               const std::vector<std::string>& modules) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    throw IoError(StrCat("neuronrun --preload: socketpair failed: ", std::strerror(errno)));
+  }
+  Fd theirs(pair[1]);
+  socket_ = pair[0];
+  std::string list;
+  for (const auto& m : modules) list += (list.empty() ? "" : ",") + m;
+  SpawnRequest request;
+  request.path = python;
+  request.argv = {python, "-m", "neuronrun_zygote", std::to_string(theirs.fd), list};
+  request.env = env;
+  request.inherit_stderr = true;
+  request.pass_fd = theirs.fd;
+  try {
+    pid_ = launcher::Spawn(request).pid;
+    const std::string ready = Receive(kReadyTimeout);
+    if (ready != "ready") {
+      throw IoError(StrCat("neuronrun --preload ", list, ": the zygote (", python, ") ",
+                           ready.rfind("error ", 0) == 0 ? ready.substr(6) : "said '" + ready + "'"));
+    }
+  } catch (...) {
+    Close();
+    throw;
+  }
+}
+
+Zygote::~Zygote() { Close(); }
+
+void Zygote::Close() {
+  if (socket_ >= 0) ::close(socket_);  // end of file: the zygote returns
+  socket_ = -1;
+  if (pid_ > 0) {
+    ::kill(-pid_, SIGKILL);  // its process group: it and any half-made rank
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_ = -1;
+}
+
+std::string Zygote::Receive(std::chrono::seconds timeout) {
+  pollfd p{socket_, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(timeout).count()));
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) {
+    throw TimeoutError(StrCat("neuronrun --preload: the zygote (pid ", pid_,
+                              ") did not answer within ", timeout.count(), " s"));
+  }
+  char buffer[kMaxReply];
+  ssize_t n;
+  do {
+    n = ::recv(socket_, buffer, sizeof(buffer), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    throw IoError(StrCat("neuronrun --preload: the zygote (pid ", pid_, ") exited",
+                         n < 0 ? StrCat(": ", std::strerror(errno)) : std::string()));
+  }
+  return std::string(buffer, static_cast<std::size_t>(n));
+}
+
+SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
+  NEURON_CHECK(request.argv.size() >= 2, "neuronrun --preload: no program to run");
+  Pipe out, err;
+  if (!request.output_file.empty()) {
+    out.write.fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
+    err.write.fd = ::fcntl(out.write.fd, F_DUPFD_CLOEXEC, 3);
+  } else {
+    MakePipe(out);
+    MakePipe(err);
+  }
+  SendWithDescriptors(socket_, RequestPayload(request), out.write.fd, err.write.fd);
+  ::close(out.write.release());  // the rank holds the write ends now
+  ::close(err.write.release());
+  const std::string reply = Receive(kReplyTimeout);
+  const pid_t pid = reply.rfind("pid ", 0) == 0 ? std::atoi(reply.c_str() + 4) : -1;
+  if (pid <= 0) {
+    throw IoError(StrCat("cannot start ", request.argv[1], " through the zygote: ",
+                         reply.rfind("error ", 0) == 0 ? reply.substr(6) : reply));
+  }
+  for (const Fd* fd : {&out.read, &err.read}) {
+    if (fd->fd >= 0) ::fcntl(fd->fd, F_SETFL, ::fcntl(fd->fd, F_GETFL) | O_NONBLOCK);
+  }
+  return {pid, out.read.release(), err.read.release()};
+}
+
+}  // namespace neuron::launcher

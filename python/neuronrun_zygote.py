@@ -1,0 +1,200 @@
+"""neuronrun's zygote (`neuronrun --preload MODULES`): one Python interpreter
+imports MODULES once, then forks every rank from that state, so each rank
+starts with them imported instead of spending seconds of CPU on `import
+torch`.
+
+Started by neuronrun as `python -m neuronrun_zygote FD MODULE[,MODULE...]`,
+with the environment of the job's first rank, FD one end of a
+SOCK_SEQPACKET socket pair. The protocol, one datagram each:
+
+  zygote -> neuronrun   b"ready" once MODULES are imported, or
+                        b"error MESSAGE" (an import failed; the zygote exits)
+  neuronrun -> zygote   a rank: NUL-separated fields
+                          NEURONRUN_PID, CPU (-1: unpinned), ARGC, ARGV...,
+                          ENV... ("NAME=value")
+                        with two descriptors attached (SCM_RIGHTS): the
+                        rank's stdout and stderr
+  zygote -> neuronrun   b"pid N", or b"error MESSAGE"
+
+ARGV is what a fresh interpreter would get after the interpreter's own
+name: SCRIPT ARGS... or -m MODULE ARGS... . Each rank is forked twice (a
+short-lived middle process forks it and exits), so it is re-parented to
+neuronrun, a child subreaper: neuronrun waits for it, signals its process
+group and reads its pipes as for a rank it started itself. End of file on
+the socket ends the zygote.
+
+A rank differs from a fresh interpreter in what MODULES did at import with
+the first rank's environment: they must not read per-rank variables (RANK,
+LOCAL_RANK, ...) then, and must start no thread (a thread does not survive
+fork; the zygote refuses to serve if one was started).
+"""
+
+import os
+import socket
+import sys
+
+_MAX_REQUEST = 1 << 20  # a rank's argv and environment, bytes
+_REPARENT_TIMEOUT_S = 10.0
+
+
+def _preload(modules):
+    """Imports `modules`; returns None or the error neuronrun reports."""
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException as e:  # noqa: BLE001 (SystemExit from a module too)
+            return f"importing {name} failed: {type(e).__name__}: {e}"
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        return (f"importing {', '.join(modules)} started {threads - 1} thread(s); "
+                "a forked rank would inherit a broken copy of them")
+    return None
+
+
+def _parse(data):
+    fields = data.decode("utf-8", "surrogateescape").split("\0")
+    parent, cpu, argc = int(fields[0]), int(fields[1]), int(fields[2])
+    argv = fields[3:3 + argc]
+    env = dict(e.split("=", 1) for e in fields[3 + argc:] if "=" in e)
+    return parent, cpu, argv, env
+
+
+def _become_rank(parent, cpu, argv, env, out, err):
+    """In the rank, before its program runs: what neuronrun's fork+exec does
+    (launcher/src/child_process.cc), for an interpreter already running."""
+    import ctypes
+    import signal
+    import time
+    os.setpgid(0, 0)
+    deadline = time.monotonic() + _REPARENT_TIMEOUT_S
+    while os.getppid() != parent:  # the middle process is exiting
+        if time.monotonic() > deadline:
+            os._exit(127)
+        time.sleep(0.0002)
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(127)  # neuronrun died before prctl
+    if cpu >= 0:
+        os.sched_setaffinity(0, {cpu})
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.closerange(3, 65536)
+    os.environ.clear()
+    os.environ.update(env)
+    _reseed()
+
+
+def _reseed():
+    """Fresh interpreters seed their generators from the OS; forked ranks
+    would share the zygote's state. `random` reseeds itself at fork."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _run(argv):
+    """Runs SCRIPT or -m MODULE as __main__, as the interpreter would;
+    returns the exit status."""
+    import runpy
+    if argv and argv[0] == "-m":
+        sys.argv = [argv[1]] + argv[2:]
+        sys.path[0] = os.getcwd()
+        target, runner = argv[1], runpy.run_module
+        kwargs = {"run_name": "__main__", "alter_sys": True}
+    else:
+        script = argv[0]
+        if not os.path.exists(script):
+            sys.stderr.write(f"{sys.executable}: can't open file {os.path.abspath(script)!r}: "
+                             "[Errno 2] No such file or directory\n")
+            return 2
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        target, runner, kwargs = script, runpy.run_path, {"run_name": "__main__"}
+    try:
+        runner(target, **kwargs)
+    except SystemExit:
+        raise
+    except BaseException:
+        kind, value, tb = sys.exc_info()
+        while tb is not None and not _in_program(tb):
+            tb = tb.tb_next  # drop the zygote's and runpy's frames
+        sys.excepthook(kind, value.with_traceback(tb), tb)
+        if kind is KeyboardInterrupt:  # as the interpreter: die by SIGINT
+            import signal
+            sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        return 1
+    return 0
+
+
+def _in_program(tb):
+    name = tb.tb_frame.f_code.co_filename
+    return not (name == __file__ or "runpy" in os.path.basename(name)
+                or name.startswith("<frozen runpy"))
+
+
+def _fork_rank(sock, request, fds):
+    """Forks the rank through a middle process; returns its pid in the
+    zygote, or the rank's argv in the rank."""
+    parent, cpu, argv, env = _parse(request)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pipe_r, pipe_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(pipe_r)
+        rank = os.fork()
+        if rank == 0:
+            os.close(pipe_w)
+            sock.detach()  # its descriptor is closed with the others
+            _become_rank(parent, cpu, argv, env, fds[0], fds[1])
+            return argv
+        os.setpgid(rank, rank)  # also in the rank: whichever runs first
+        os.write(pipe_w, str(rank).encode())
+        os._exit(0)
+    os.close(pipe_w)
+    with os.fdopen(pipe_r, "rb") as f:
+        pid = int(f.read() or b"0")
+    os.waitpid(middle, 0)
+    return pid
+
+
+def _serve(sock):
+    """Answers requests until neuronrun closes the socket; returns the argv
+    of a rank (in a forked rank), or None (in the zygote, at the end)."""
+    while True:
+        request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 2)
+        if not request:
+            return None
+        try:
+            if len(fds) != 2:
+                raise ValueError(f"a request carried {len(fds)} descriptors, not 2")
+            result = _fork_rank(sock, request, fds)
+        except Exception as e:  # noqa: BLE001 (reported to neuronrun)
+            result = f"error {type(e).__name__}: {e}"
+        if isinstance(result, list):
+            return result  # the rank: its descriptors are 1 and 2 now
+        for fd in fds:
+            os.close(fd)
+        sock.send(result.encode() if isinstance(result, str) else f"pid {result}".encode())
+
+
+def main():
+    fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
+    sock = socket.socket(fileno=fd)
+    error = _preload(modules)
+    if error:
+        sock.send(f"error {error}".encode())
+        return 1
+    sock.send(b"ready")
+    argv = _serve(sock)
+    if argv is None:
+        return 0
+    return _run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

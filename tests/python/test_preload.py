@@ -1,0 +1,129 @@
+"""neuronrun --preload: Python ranks forked from a zygote that imported the
+modules once (launcher/src/zygote.h, python/neuronrun_zygote.py) behave as
+fresh interpreters started by neuronrun: their own environment, argv,
+__main__ and sys.path; neuronrun's children; exit codes, signals and
+tracebacks as usual; nothing left running. A light module stands in for
+torch, which the matrix and the suite preload."""
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+NEURONRUN = os.environ["NEURONRUN"]
+
+PROBE = "import os\nIMPORTED_IN = os.getpid()\n"
+
+SCRIPT = r"""
+import os, random, sys
+import probe_mod
+print("rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"],
+      "preloaded", probe_mod.IMPORTED_IN != os.getpid(), "parent", os.getppid(),
+      "main", __name__, "path0", sys.path[0], "argv", sys.argv[1:],
+      "random", random.random(), flush=True)
+mode = sys.argv[1] if len(sys.argv) > 1 else ""
+if mode == "exit" and os.environ["RANK"] == "1":
+    sys.exit(3)
+if mode == "raise" and os.environ["RANK"] == "1":
+    def inner():
+        raise ValueError("bad value from rank 1")
+    inner()
+if mode == "kill" and os.environ["RANK"] == "1":
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode in ("raise", "kill") and os.environ["RANK"] == "0":
+    import time
+    time.sleep(120)  # ended by neuronrun when rank 1 fails
+"""
+
+
+def job(tmp_path, args, preload="probe_mod", env=None):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    (tmp_path / "script.py").write_text(SCRIPT)
+    marker = uuid.uuid4().hex
+    full = dict(os.environ, PYTHONPATH=str(tmp_path), PRELOAD_TEST_MARKER=marker, **(env or {}))
+    proc = subprocess.Popen([NEURONRUN, "-n", "2", "--preload", preload,
+                             str(tmp_path / "script.py")] + args,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
+    out, err = proc.communicate(timeout=120)
+    return proc, out, err, marker
+
+
+def ranks(out):
+    found = {}
+    for line in out.splitlines():
+        m = re.match(r"\[rank (\d)\]: rank (\d) local (\d) preloaded (\w+) parent (\d+) main "
+                     r"(\S+) path0 (\S+) argv (.*) random (\S+)$", line)
+        if m:
+            found[int(m.group(1))] = m.groups()
+    return found
+
+
+def carriers(marker):
+    """Live processes whose environment holds the job's marker."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"PRELOAD_TEST_MARKER={marker}".encode() in f.read(1 << 20):
+                    pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+def test_forked_ranks_are_neuronruns_children_with_their_own_environment(tmp_path):
+    proc, out, err, marker = job(tmp_path, ["a b", "c"])
+    assert proc.returncode == 0, err
+    seen = ranks(out)
+    assert sorted(seen) == [0, 1], out
+    for rank, (r, env_rank, local, preloaded, parent, main, path0, argv, rnd) in seen.items():
+        assert int(env_rank) == int(local) == rank
+        assert preloaded == "True", out  # imported once, in the zygote
+        assert int(parent) == proc.pid, out  # re-parented to neuronrun
+        assert main == "__main__" and path0 == str(tmp_path)
+        assert argv == "['a b', 'c']"
+    assert seen[0][8] != seen[1][8], "the ranks share the zygote's random state"
+    assert carriers(marker) == []
+
+
+def test_a_failing_ranks_exit_code_and_traceback_are_its_own(tmp_path):
+    proc, out, err, marker = job(tmp_path, ["exit"])
+    assert proc.returncode == 3, err
+    assert "rank 1 (node 0" in err and "exited with code 3" in err
+    proc, out, err, marker = job(tmp_path, ["raise"])
+    assert proc.returncode == 1, err
+    # The traceback starts at the script, as a fresh interpreter's does.
+    tb = [line for line in err.splitlines() if line.startswith("[rank 1]: ")]
+    assert tb[0] == "[rank 1]: Traceback (most recent call last):", err
+    assert f'File "{tmp_path / "script.py"}"' in tb[1], err
+    assert "neuronrun_zygote" not in err and "runpy" not in err
+    assert tb[-1] == "[rank 1]: ValueError: bad value from rank 1", err
+    assert carriers(marker) == []  # rank 0, asleep, was ended too
+
+
+def test_a_rank_killed_by_a_signal_ends_the_job_and_leaves_nothing(tmp_path):
+    proc, out, err, marker = job(tmp_path, ["kill"])
+    assert proc.returncode == 128 + 9, err
+    assert "rank 1" in err and "SIGKILL" in err, err
+    assert carriers(marker) == []
+
+
+def test_a_module_that_cannot_be_preloaded_leaves_fresh_interpreters(tmp_path):
+    proc, out, err, _ = job(tmp_path, [], preload="probe_mod,no_such_module_here")
+    assert proc.returncode == 0, err
+    assert ("importing no_such_module_here failed: ModuleNotFoundError" in err
+            and "the ranks start as fresh interpreters" in err), err
+    assert {r[3] for r in ranks(out).values()} == {"False"}, out  # each imported it itself
+    (tmp_path / "threads_mod.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    proc, out, err, _ = job(tmp_path, [], preload="threads_mod")
+    assert proc.returncode == 0, err
+    assert "importing threads_mod started 1 thread(s)" in err, err
+
+
+def test_a_bad_module_name_is_a_usage_error(tmp_path):
+    proc = subprocess.run([NEURONRUN, "--preload", "torch,,x", sys.executable],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--preload 'torch,,x': '' is not a Python module name" in proc.stderr, proc.stderr
