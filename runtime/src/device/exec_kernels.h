@@ -75,4 +75,10 @@ void RunNllLoss(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunScan(const proto::Instruction& i, const std::vector<Placed>& in,
              const std::vector<Placed>& out, const What& what);
 
+// exec_windows.cc: im2col, col2im, maxpool2d and its backward.
+void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
+               const std::vector<Placed>& out, const What& what);
+void RunMaxPool(const proto::Instruction& i, const std::vector<Placed>& in,
+                const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
