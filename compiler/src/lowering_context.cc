@@ -219,8 +219,13 @@ void LoweringContext::Matmul(const std::string& lhs, const std::string& rhs,
     MatmulTile(lhs, rhs, out.name(), out, dims, bias, where, source);
     return;
   }
-  // Tiles: whole batches for bmm, rows for mm.
+  // Tiles: whole batches for bmm, rows for mm; a bmm whose one product
+  // does not fit, rows of each product.
   const bool batched = dims.batch > 0;
+  if (batched && dims.m * row_bytes > budget && row_bytes <= budget) {
+    MatmulProductRows(lhs, rhs, out, dims, where, source);
+    return;
+  }
   const std::int64_t unit_bytes = batched ? dims.m * row_bytes : row_bytes;
   NEURON_CHECK(unit_bytes <= budget, where, ": one ", batched ? "product" : "row", " of ",
                unit_bytes, " bytes does not fit a quarter of PSUM (", budget, " bytes)");
@@ -263,6 +268,52 @@ void LoweringContext::Matmul(const std::string& lhs, const std::string& rhs,
     MatmulDims piece = dims;
     (batched ? piece.batch : piece.m) = count;
     MatmulTile(a, b, tile, part, piece, bias, where, source);
+  }
+}
+
+void LoweringContext::MatmulProductRows(const std::string& lhs, const std::string& rhs,
+                                        const proto::Value& out, const MatmulDims& dims,
+                                        const std::string& where, const std::string& source) {
+  const std::int64_t budget = static_cast<std::int64_t>(device_.PsumBytes() / 4);
+  const std::int64_t rows = std::max<std::int64_t>(1, budget / (dims.n * 4));
+  // A contiguous [count, width] block of `from` at element `first`: a part
+  // of it in SBUF (read or written in place), else a strided copy.
+  auto block = [&](const std::string& from, const std::string& name, std::int64_t first,
+                   std::int64_t count, std::int64_t width) {
+    proto::Value v = TempValue(name, slots_.at(from).value.type().dtype(), {count, width});
+    if (slots_.at(Root(from)).space == rp::SBUF) {
+      AddPart(name, v, from, first, where);
+    } else {
+      AddSlot(name, v, rp::SBUF, where);
+      StridedCopy(from, name, {count * width}, {1}, first, source);
+    }
+    return name;
+  };
+  for (std::int64_t b = 0; b < dims.batch; ++b) {
+    // rhs [k, n] (or [n, k] stored transposed): the whole product's.
+    const std::string r = block(rhs, StrCat(out.name(), ".b", b, ".rhs"),
+                                b * dims.k * dims.n, dims.transpose_rhs ? dims.n : dims.k,
+                                dims.transpose_rhs ? dims.k : dims.n);
+    for (std::int64_t first = 0; first < dims.m; first += rows) {
+      const std::int64_t count = std::min(rows, dims.m - first);
+      const std::string tile = StrCat(out.name(), ".b", b, ".rows", first);
+      std::string l;
+      if (dims.transpose_lhs) {  // stored [k, m]: the rows are columns, copied out
+        l = tile + ".lhs";
+        AddSlot(l, TempValue(l, slots_.at(lhs).value.type().dtype(), {dims.k, count}),
+                rp::SBUF, where);
+        StridedCopy(lhs, l, {dims.k, count}, {dims.m, 1}, b * dims.k * dims.m + first,
+                    source);
+      } else {
+        l = block(lhs, tile + ".lhs", (b * dims.m + first) * dims.k, count, dims.k);
+      }
+      proto::Value part = TempValue(tile, out.type().dtype(), {count, dims.n});
+      AddPart(tile, part, out.name(), (b * dims.m + first) * dims.n, where);
+      MatmulDims piece = dims;
+      piece.batch = 0;
+      piece.m = count;
+      MatmulTile(l, r, tile, part, piece, "", where, source);
+    }
   }
 }
 

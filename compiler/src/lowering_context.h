@@ -137,6 +137,12 @@ class LoweringContext {
               const std::string& bias = "");
 
  private:
+  // A bmm whose one product's result exceeds a quarter of PSUM: each
+  // product in tiles of rows, each an mm through PSUM into its rows of
+  // `out` (already a slot).
+  void MatmulProductRows(const std::string& lhs, const std::string& rhs,
+                         const proto::Value& out, const MatmulDims& dims,
+                         const std::string& where, const std::string& source);
   // One matmul through a PSUM buffer into `to` (an SBUF slot of `to_value`).
   void MatmulTile(const std::string& lhs, const std::string& rhs, const std::string& to,
                   const proto::Value& to_value, const MatmulDims& dims,

@@ -109,6 +109,8 @@ def attention_cases():
     float_mask = torch.randn(6, 6)
     float_mask[4] = float("-inf")
     long = [torch.randn(1, 1, 300, 8, dtype=torch.bfloat16) for _ in range(3)]
+    # One product's scores over a quarter of PSUM: each product in tiles of rows.
+    longer = [torch.randn(1, 1, 520, 8) for _ in range(3)]
     bf16 = {"rtol": 2e-2, "atol": 2e-2}
     return [("plain", (q, k, v), {}, {}), ("causal", (q, k, v), {"is_causal": True}, {}),
             ("causal, more keys", (q, k_long, v_long), {"is_causal": True}, {}),
@@ -118,7 +120,9 @@ def attention_cases():
             ("bool mask, a row attends nowhere", (q, k, v), {"attn_mask": empty_row}, {}),
             ("float mask, a row attends nowhere", (q, k, v), {"attn_mask": float_mask}, {}),
             ("grouped query heads", (q, *kv), {"enable_gqa": True, "is_causal": True}, {}),
-            ("bfloat16, causal over 300 positions", long, {"is_causal": True}, bf16)]
+            ("bfloat16, causal over 300 positions", long, {"is_causal": True}, bf16),
+            ("causal over 520 positions, products in row tiles", longer, {"is_causal": True},
+             {})]
 
 
 @pytest.mark.parametrize("label,args,kwargs,tolerance", attention_cases(),
