@@ -81,4 +81,13 @@ void RunIm2Col(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunMaxPool(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what);
 
+// exec_indexing.cc: fill and iota, gather_rows and scatter_add_rows,
+// dropout, masked_scale and bernoulli.
+void RunSequence(const proto::Instruction& i, const std::vector<Placed>& in,
+                 const std::vector<Placed>& out, const What& what);
+void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
+             const std::vector<Placed>& out, const What& what);
+void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
+                const std::vector<Placed>& out, const What& what);
+
 }  // namespace neuron::runtime::detail
