@@ -6,15 +6,17 @@ modelled time on the simulated NeuronCore (the device model; the machine's
 wall time does not enter), per shape.
 
     .venv/bin/python benchmarks/nki_scan.py [--build build]
-                                            [--shapes 1x256x128x16,1x512x128x16]
-                                            [--dtype float32]
+                                            [--shapes 1x64x128x16,1x512x128x16]
+                                            [--dtype float32] [--backward]
 
-Shapes are batch x T x inner x state. Columns: kernel (its list schedule's
-time), eager (the model's scan as eager ops on "neuron"), compiled
-(torch.compile(backend="neuron") of it, the second call's charge to the
-compute clock; graph_us the graph's modelled time from
-torchneuron.compiler.metrics(); cpu_segments counts the compiler's warnings
-of parts it ran on the CPU), and compiled / kernel. docs/performance.md
+Shapes are batch x T x inner x state. Columns (with --backward, forward
+and backward): kernel (its list schedule's time; with --backward
+selective_scan's and selective_scan_backward's), eager (the model's scan as
+eager ops on "neuron"), compiled (torch.compile(backend="neuron") of it,
+the second call's charge to the compute clock; graph_us the graphs'
+modelled time from torchneuron.compiler.metrics(), nan when a graph ran on
+the CPU; cpu_segments counts the compiler's warnings of parts it ran on the
+CPU, priced as fallbacks), and compiled / kernel. docs/performance.md
 records a run.
 """
 import argparse
@@ -30,7 +32,16 @@ def charged(fn):
     return fabric.clock()["charged_us"] - before
 
 
-def inputs(shape, dtype):
+def step(fn, args, backward):
+    """fn(*args), and its backward (a fixed dy) when `backward`."""
+    def run():
+        out = fn(*args)
+        if backward:
+            out.backward(out.new_ones(out.shape))
+    return run
+
+
+def inputs(shape, dtype, backward):
     """x, delta, A, B, C on "neuron" as the model makes them (delta a
     sigmoid, A = exp(A_log) in [1, 4])."""
     import torch
@@ -40,25 +51,30 @@ def inputs(shape, dtype):
     delta = torch.sigmoid(torch.randn(batch, seq, inner))
     A = torch.exp(torch.linspace(0.0, 1.4, inner))
     B, C = torch.randn(batch, seq, state), torch.randn(batch, seq, state)
-    return [v.to(dtype).to("neuron") for v in (x, delta, A, B, C)]
+    return [v.to(dtype).to("neuron").requires_grad_(backward) for v in (x, delta, A, B, C)]
 
 
-def measure(shape, dtype):
+def measure(shape, dtype, backward):
     import torch
     import torchneuron
     from torchneuron.models.ssm import selective_scan as model_scan
     from torchneuron.nki.selective_scan import selective_scan
-    args = inputs(shape, dtype)
+    from torchneuron.nki.selective_scan_backward import selective_scan_backward
+    args = inputs(shape, dtype, backward)
     mask = torch.ones(shape[1], shape[1], dtype=torch.bool).triu(1).to("neuron")
     rows = {"kernel": selective_scan.run(*args).time_us}
-    rows["eager"] = charged(lambda: model_scan(*args, mask))
+    if backward:
+        dy = torch.ones(args[0].shape, dtype=dtype, device="neuron")
+        rows["kernel"] += selective_scan_backward.run(*args, dy).time_us
+    rows["eager"] = charged(step(model_scan, args + [mask], backward))
     compiled = torch.compile(model_scan, backend="neuron")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled(*args, mask)  # compiles
-    rows["compiled"] = charged(lambda: compiled(*args, mask))
-    graphs = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("selective_scan")]
-    rows["graph_us"] = graphs[-1].get("modelled_us", float("nan")) if graphs else float("nan")
+        step(compiled, args + [mask], backward)()  # compiles
+    rows["compiled"] = charged(step(compiled, args + [mask], backward))
+    graphs = [r for r in torchneuron.compiler.metrics()
+              if r["name"].startswith("selective_scan")][-(1 + backward):]
+    rows["graph_us"] = sum(r.get("modelled_us", float("nan")) for r in graphs)
     rows["cpu_segments"] = sum("on the CPU" in str(w.message) for w in caught)
     torch._dynamo.reset()
     return rows
@@ -67,18 +83,20 @@ def measure(shape, dtype):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
-    p.add_argument("--shapes", default="1x256x128x16,1x512x128x16,1x512x256x16")
+    p.add_argument("--shapes", default="1x64x128x16,1x64x256x16,1x128x64x16,1x512x128x16")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--backward", action="store_true", help="forward and backward")
     args = p.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     import torch
     dtype = getattr(torch, args.dtype)
-    print(f"selective scan, shape (batch x T x inner x state), {args.dtype}: modelled us")
+    print(f"selective scan, shape (batch x T x inner x state), {args.dtype}, "
+          f"backward={args.backward}: modelled us")
     print(f"{'shape':>16} {'kernel':>10} {'eager':>10} {'compiled':>10} {'graph_us':>10} "
           f"{'cpu_segments':>12} {'compiled/kernel':>15}")
     for text in args.shapes.split(","):
         shape = tuple(int(x) for x in text.split("x"))
-        r = measure(shape, dtype)
+        r = measure(shape, dtype, args.backward)
         print(f"{text:>16} {r['kernel']:10.1f} {r['eager']:10.1f} {r['compiled']:10.1f} "
               f"{r['graph_us']:10.1f} {r['cpu_segments']:12d} "
               f"{r['compiled'] / r['kernel']:15.1f}", flush=True)

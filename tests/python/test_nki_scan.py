@@ -1,7 +1,9 @@
 """The selective scan kernel (torchneuron.nki.selective_scan) against the
-scan of torchneuron.models.ssm, over shapes and dtypes; its operator on
-"neuron" eagerly; the vector engine's scan instruction it is built on
-(nisa.tensor_tensor_scan) and its operand rule."""
+scan of torchneuron.models.ssm and the backward kernel against autograd
+through it, over shapes and dtypes; the operator on "neuron" eagerly,
+under autograd and in compiled graphs; the vector engine's scan
+instruction they are built on (nisa.tensor_tensor_scan) and its operand
+rule."""
 import os
 import sys
 
@@ -11,12 +13,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "py
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import torchneuron  # noqa: E402
 import torchneuron.nki as nki  # noqa: E402
 import torchneuron.nki.isa as nisa  # noqa: E402
 import torchneuron.nki.language as nl  # noqa: E402
 from torchneuron import fabric  # noqa: E402
 from torchneuron.models.ssm import selective_scan as model_scan  # noqa: E402
 from torchneuron.nki.selective_scan import selective_scan  # noqa: E402
+from torchneuron.nki.selective_scan_backward import selective_scan_backward  # noqa: E402
 from torchneuron.nki.selective_scan_op import selective_scan as scan_op  # noqa: E402
 
 torch.set_num_threads(1)
@@ -79,12 +83,58 @@ def test_the_operator_on_neuron_equals_the_models_scan_and_charges_the_kernel():
     torch.testing.assert_close(y.cpu(), model_scan(*args, mask.to("neuron")).cpu())
 
 
-def test_the_operator_has_no_backward():
-    x, delta, A, B, C = scan_inputs(scan_shapes(1, 8, 4, 2), torch.float32,
+def test_the_backward_kernel_matches_autograd_through_the_models_scan():
+    """T = 257: chunks of 128 taken from the last, which is one step."""
+    def with_dy(shapes, dtype, gen):
+        return scan_inputs(shapes, dtype, gen) + [torch.randn(shapes[0], generator=gen).to(dtype)]
+    results = nki.check(selective_scan_backward,
+                        shapes=[scan_shapes(2, 40, 130, 4) + [(2, 40, 130)],
+                                scan_shapes(1, 257, 8, 2) + [(1, 257, 8)]],
+                        dtypes=[torch.float32, torch.bfloat16], make_inputs=with_dy,
+                        tolerances=DEFAULT_TOLERANCES)
+    assert len(results) == 4
+
+
+def test_the_operators_gradient_on_neuron_is_the_backward_kernel():
+    x, delta, A, B, C = scan_inputs(scan_shapes(2, 24, 40, 4), torch.float32,
                                     torch.Generator().manual_seed(2))
-    y = scan_op(x.requires_grad_(), delta, A, B, C)
-    with pytest.raises(RuntimeError, match=r"backward through nki.selective_scan"):
-        y.sum().backward()
+    dy = torch.randn(2, 24, 40)
+    mask = torch.ones(24, 24, dtype=torch.bool).triu(1).to("neuron")
+    leaves = [[v.to("neuron").requires_grad_() for v in (x, delta, A, B, C)]
+              for _ in range(2)]
+    fabric.reset_eager()
+    scan_op(*leaves[0]).backward(dy.to("neuron"))
+    ops = [r["op"] for r in fabric.eager_records() if r["kind"] == "nki"]
+    assert ops == ["nki::selective_scan", "nki::selective_scan_backward"]
+    model_scan(*leaves[1], mask).backward(dy.to("neuron"))
+    # float32 both, summed in other orders (the closed form's cumsum of
+    # log-decays against the recurrence): nki.check's float32 tolerance.
+    rtol, atol = nki.checks.TOLERANCES[torch.float32]
+    for name, got, want in zip(("x", "delta", "A", "B", "C"), *leaves):
+        torch.testing.assert_close(got.grad.cpu(), want.grad.cpu(), rtol=rtol, atol=atol,
+                                   msg=name)
+
+
+def test_the_operator_in_a_compiled_graph_forward_and_backward_equals_eager():
+    """One node of each compiled graph (fullgraph: no split), priced by the
+    kernels' schedules."""
+    def f(x, delta, A, B, C):
+        return scan_op(x, torch.sigmoid(delta), A, B, C) * 2
+
+    inputs = scan_inputs(scan_shapes(2, 24, 40, 4), torch.float32,
+                         torch.Generator().manual_seed(3))
+    leaves = [[v.to("neuron").requires_grad_() for v in inputs] for _ in range(2)]
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="neuron", fullgraph=True)(*leaves[0])
+    out.sum().backward()
+    expected = f(*leaves[1])
+    expected.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), expected.detach().cpu())
+    for got, want in zip(*leaves):
+        torch.testing.assert_close(got.grad.cpu(), want.grad.cpu())
+    rows = [r for r in torchneuron.compiler.metrics() if r["name"].startswith("f_")][-2:]
+    assert [[k["op"] for k in r["kernels"]] for r in rows] == [
+        ["nki::selective_scan"], ["nki::selective_scan_backward"]]
 
 
 # ---- the scan instruction -------------------------------------------------------

@@ -72,12 +72,12 @@ def selective_scan(x, delta, A, B, C):
                 rows = (b, times, channels)
                 carry = _chunk(y[rows].permute(1, 0), x[rows].permute(1, 0),
                                delta[rows].permute(1, 0), neg_a,
-                               _state_rows(B, b, times, state),
-                               _state_rows(C, b, times, state), ones, carry)
+                               state_rows(B, b, times, state),
+                               state_rows(C, b, times, state), ones, carry)
     return y
 
 
-def _state_rows(view, b, times, state):
+def state_rows(view, b, times, state):
     """B or C [batch, T, state] at (b, times) as one SBUF row [1, state *
     chunk]: state n's chunk at [n * chunk, (n + 1) * chunk) (one DMA)."""
     rows = view[b, times, :].permute(1, 0)                          # [state, chunk]
@@ -88,21 +88,13 @@ def _chunk(out, x, delta, neg_a, b_rows, c_rows, ones, carry):
     """One chunk of one channel tile: x, delta, out HBM [channels, chunk]
     views; carry the previous chunk's last h [channels, state] (None at the
     start). Returns this chunk's last h."""
+    decay, du = chunk_inputs(x, delta, neg_a)
     length = x.shape[1]
-    state = b_rows.shape[1] // length
-    delta_t = nl.load(delta)
-    decay = nisa.activation(nl.exp, delta_t, scale=neg_a, dtype=nl.float32)
-    du = nl.multiply(delta_t, nl.load(x), dtype=nl.float32)
-    last = nl.ndarray((x.shape[0], state), dtype=nl.float32)
+    last = nl.ndarray((x.shape[0], b_rows.shape[1] // length), dtype=nl.float32)
     acc = None
-    for n in nl.static_range(state):
-        cols = slice(n * length, (n + 1) * length)
-        b_n = _broadcast(ones, b_rows[:, cols], x.shape[0])
-        dbu = nisa.tensor_tensor(du, b_n, nl.multiply, dtype=nl.float32, engine="gpsimd")
-        initial = 0.0 if carry is None else carry[:, n:n + 1]
-        h = nisa.tensor_tensor_scan(decay, dbu, initial, nl.multiply, nl.add)
-        nl.copy_into(last[:, n:n + 1], h[:, length - 1:length], engine="scalar")
-        c_n = _broadcast(ones, c_rows[:, cols], x.shape[0])
+    for n in nl.static_range(last.shape[1]):
+        h, _ = state_scan(decay, du, b_rows, n, ones, carry, last)
+        c_n = broadcast(ones, c_rows[:, n * length:(n + 1) * length], x.shape[0])
         ch = nisa.tensor_tensor(h, c_n, nl.multiply, dtype=nl.float32, engine="gpsimd")
         acc = ch if acc is None else nl.add(acc, ch)
     if acc.dtype != out.dtype:
@@ -111,7 +103,31 @@ def _chunk(out, x, delta, neg_a, b_rows, c_rows, ones, carry):
     return last
 
 
-def _broadcast(ones, row, partitions):
+def chunk_inputs(x, delta, neg_a):
+    """A chunk's decays exp(-A delta) (scalar engine) and delta x (vector
+    engine), float32 [channels, chunk], from the HBM views x, delta."""
+    delta_t = nl.load(delta)
+    decay = nisa.activation(nl.exp, delta_t, scale=neg_a, dtype=nl.float32)
+    return decay, nl.multiply(delta_t, nl.load(x), dtype=nl.float32)
+
+
+def state_scan(decay, du, b_rows, n, ones, carry, last):
+    """h [channels, chunk] (float32) of state n over one chunk: B_n
+    broadcast over the channels (tensor engine), du B_n (gpsimd engine),
+    the scan from carry[:, n] (0 when carry is None; vector engine); h's
+    last column copied into last[:, n] (scalar engine) unless last is None.
+    Returns h and the broadcast B_n (PSUM)."""
+    length = decay.shape[1]
+    b_n = broadcast(ones, b_rows[:, n * length:(n + 1) * length], decay.shape[0])
+    dbu = nisa.tensor_tensor(du, b_n, nl.multiply, dtype=nl.float32, engine="gpsimd")
+    initial = 0.0 if carry is None else carry[:, n:n + 1]
+    h = nisa.tensor_tensor_scan(decay, dbu, initial, nl.multiply, nl.add)
+    if last is not None:
+        nl.copy_into(last[:, n:n + 1], h[:, length - 1:length], engine="scalar")
+    return h, b_n
+
+
+def broadcast(ones, row, partitions):
     """row [1, F] onto `partitions` partitions: ones[1, P].T @ row on the
     tensor engine, into PSUM [P, F] (float32)."""
     return nisa.nc_matmul(ones[:, 0:partitions], row)
