@@ -15,8 +15,9 @@ after AWS NKI (docs/nki.md).
 
 Shipped: flash attention, forward and backward kernels (torchneuron.nki.attention,
 attention_backward) and operators (attention_op.attention, torch.ops.nki.flash_attention_*);
-Mamba's selective scan (torchneuron.nki.selective_scan, selective_scan_op.selective_scan,
-torch.ops.nki.selective_scan).
+Mamba's selective scan, forward and backward kernels (torchneuron.nki.selective_scan,
+selective_scan_backward) and operators (selective_scan_op.selective_scan,
+torch.ops.nki.selective_scan*).
 """
 
 from . import isa, language
@@ -25,8 +26,9 @@ from .errors import KernelError
 from .kernel import Kernel, KernelRun, jit, spec
 from .op import as_op
 from . import attention, attention_backward, attention_op  # noqa: E402  (torch.ops.nki.*)
-from . import selective_scan, selective_scan_op  # noqa: E402
+from . import selective_scan, selective_scan_backward, selective_scan_op  # noqa: E402
 
 __all__ = ["Kernel", "KernelError", "KernelRun", "as_op", "attention", "attention_backward",
            "attention_op", "check", "isa", "jit",
-           "language", "selective_scan", "selective_scan_op", "spec"]
+           "language", "selective_scan", "selective_scan_backward", "selective_scan_op",
+           "spec"]
