@@ -128,7 +128,9 @@ std::vector<runtime::HostTensor> CompiledGraph::Run(
       out.push_back(std::move(t));
     }
   }
-  // The rank's compute stream ran the graph for its modelled time.
+  // The rank's compute stream ran the graph for its modelled time, after
+  // the work queued before it (adaptive eager's region).
+  runtime::SettlePendingCompute("other");
   const runtime::SimDuration start = runtime::ProcessClock()->compute();
   runtime::ProcessClock()->AdvanceCompute(timing_->total);
   GraphRunLog::Get().Record({info_.name, start, timing_->total, wall_us, timing_});

@@ -16,6 +16,7 @@ void BindPipeline(pybind11::module_& m);        // pipeline schedules and engine
 void BindPredict(pybind11::module_& m);         // cost descriptions for captured steps
 void BindNki(pybind11::module_& m);             // the kernel language's device model (nki)
 void BindFallbackReport(pybind11::module_& m);  // CPU fallbacks with source lines
+void BindAdaptiveEager(pybind11::module_& m);   // adaptive eager's switch, pricer, counters
 
 // A process group Python holds, as the intrusive_ptr neuron::parallel takes:
 // the C++ object gains a reference, Python keeps its own.

@@ -132,6 +132,7 @@ void BindClock(py::module_& m) {
   m.def(
       "_clock",
       [] {
+        neuron::runtime::SettlePendingCompute("sync");  // reading the clock observes it
         const auto clock = neuron::runtime::ProcessClock();
         py::dict d;
         d["compute_us"] = clock->compute().count();

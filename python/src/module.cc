@@ -52,4 +52,5 @@ PYBIND11_MODULE(_C, m) {
   BindPredict(m);
   BindNki(m);
   BindFallbackReport(m);
+  BindAdaptiveEager(m);
 }

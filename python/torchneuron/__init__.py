@@ -57,12 +57,14 @@ _torch._C._set_multithreading_enabled(False)
 from . import compiler, fabric, rendezvous
 from . import monitored_barrier as _monitored_barrier
 from . import fallback_report as _fallback_report
+from .adaptive_eager import adaptive_eager, adaptive_eager_stats
 from .compiler import compile
 from .environment import LaunchEnvironment, detect_environment, init
 
 __version__ = "0.1.0"
 
 _fallback_report._install_from_environment()  # NEURON_FALLBACK_REPORT=1: the whole run
+_C._adaptive_eager_enabled()  # NEURON_ADAPTIVE_EAGER: read now, so a bad value fails the import
 
 __all__ = [
     "CollectiveTimeoutError",
@@ -71,6 +73,8 @@ __all__ = [
     "NeuronError",
     "PeerError",
     "BackendNeuron",
+    "adaptive_eager",
+    "adaptive_eager_stats",
     "compile",
     "compiler",
     "detect_environment",

@@ -26,14 +26,14 @@ import torch
 from . import _C
 
 __all__ = [
-    "Event", "Stream", "current_device", "current_stream", "default_generators",
+    "Event", "Stream", "adaptive_eager", "adaptive_eager_stats", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
     "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
-    "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
+    "initial_seed", "is_adaptive_eager_enabled", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
     "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
     "mem_get_info", "memory", "memory_phase", "memory_phase_peaks", "memory_reserved",
     "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_peak_memory_stats", "seed", "seed_all",
+    "reset_adaptive_eager_stats", "reset_peak_memory_stats", "seed", "seed_all",
     "set_device", "set_memory_phase", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
     "synchronize",
 ]
@@ -106,8 +106,10 @@ class device:
 
 def synchronize(device=None):
     """Waits for the device's work: operations run synchronously, so there is
-    none left; checks the index."""
+    none left; checks the index. Adaptive eager's open region is priced
+    (a flush point, reason "sync")."""
     _index(device, "synchronize")
+    _C._adaptive_eager_flush("sync")
 
 
 def get_device_name(device=None):
@@ -239,6 +241,10 @@ from .device_memory import (  # noqa: E402,F401
 
 # CPU fallbacks with their source lines, for a region (fallback_report.py).
 from .fallback_report import FallbackReport, FallbackRow, fallback_report  # noqa: E402,F401
+
+# Adaptive eager: queued eager ops fused and priced per region (adaptive_eager.py).
+from .adaptive_eager import (  # noqa: E402,F401
+    adaptive_eager, adaptive_eager_stats, is_adaptive_eager_enabled, reset_adaptive_eager_stats)
 
 
 # Random numbers: one generator per device, with the CPU's algorithm; its

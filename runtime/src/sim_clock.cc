@@ -52,6 +52,18 @@ std::shared_ptr<SimClock> ProcessClock() {
   return clock;
 }
 
+namespace {
+std::atomic<PendingComputeHook> pending_hook{nullptr};
+}  // namespace
+
+void SetPendingComputeHook(PendingComputeHook hook) { pending_hook.store(hook); }
+
+void SettlePendingCompute(const char* reason) {
+  if (const PendingComputeHook hook = pending_hook.load(std::memory_order_acquire)) {
+    hook(reason);
+  }
+}
+
 void SimClock::Reset() {
   compute_.store(0);
   collective_.store(0);

@@ -131,6 +131,9 @@ c10::intrusive_ptr<::c10d::Work> BackendNeuron::Enqueue(
     ::c10d::OpType type, const char* name, Body body, Tensors outputs,
     std::chrono::milliseconds timeout, bool point_to_point, std::shared_ptr<int> source_rank) {
   if (timeout == ::c10d::kUnsetTimeout) timeout = DefaultTimeout();
+  // Compute queued before the call (adaptive eager's region) is charged
+  // before the collective takes its issue time from the clock.
+  runtime::SettlePendingCompute("collective");
   // Refused before it takes a sequence number: the next call is in step.
   NEURON_CHECK(timeout.count() > 0,
                Context(name, point_to_point ? p2p_sequence_ : sequence_),

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "neuron/aten/adaptive_eager.h"
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
 #include "neuron/aten/fallback_report.h"
@@ -232,7 +233,35 @@ double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// Adaptive eager (adaptive_eager.h): queues the run just made into the
+// open region, unless it is a view (nothing to charge) or the pricer
+// refuses it (the region is flushed; the caller charges it). A result that
+// is no tensor (.item()) is a host read: the region is flushed first.
+bool Queued(const OpInfo& info, const runtime::EagerOp& op, double wall_us,
+            std::vector<adaptive::Argument> captured, const torch::jit::Stack& stack,
+            const c10::FunctionSchema& schema) {
+  c10::SmallVector<at::Tensor, 4> results;
+  auto returned = stack.end() - static_cast<std::ptrdiff_t>(schema.returns().size());
+  for (; returned != stack.end(); ++returned) {
+    if (returned->isTensor()) {
+      results.push_back(returned->toTensor());
+    } else if (returned->isTensorList()) {
+      for (const at::Tensor& t : returned->toTensorList()) results.push_back(t);
+    } else {
+      adaptive::Flush("host_read");
+      return false;
+    }
+  }
+  if (op.kind == runtime::EagerKind::kView) return false;
+  return adaptive::Queue(info, op, EagerCostOf(op).count(), wall_us, std::move(captured),
+                         results);
+}
+
 }  // namespace
+
+runtime::SimDuration EagerCostOf(const runtime::EagerOp& op) {
+  return runtime::EagerCost(Model(), op);
+}
 
 void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us,
             c10::DeviceIndex device) {
@@ -269,6 +298,10 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
                                        schema.arguments().size());
     scan_dim = dim.isInt() ? dim.toInt() : 0;
   }
+  // Adaptive eager: the arguments as they are before the kernel consumes them.
+  const bool adaptive = adaptive::Enabled();
+  std::vector<adaptive::Argument> captured;
+  if (adaptive) captured = adaptive::Capture(info, *stack, schema.arguments().size());
   CpuViews views(info);
   views.Arguments(stack, schema.arguments().size());
   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
@@ -287,7 +320,9 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
       info.support == runtime::Support::kHostOnly) {
     op.kind = runtime::EagerKind::kView;
   }
-  Charge(info, op, MicrosecondsSince(start), views.device());
+  const double wall_us = MicrosecondsSince(start);
+  if (adaptive && Queued(info, op, wall_us, std::move(captured), *stack, schema)) return;
+  Charge(info, op, wall_us, views.device());
 }
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

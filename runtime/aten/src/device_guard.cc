@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 
+#include "neuron/aten/adaptive_eager.h"
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
 #include "neuron/runtime/sim_clock.h"
@@ -84,8 +85,9 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeDevice(c10::DeviceIndex) const override {}
+  // Operations run synchronously; a sync prices adaptive eager's open region.
+  void synchronizeStream(const c10::Stream&) const override { adaptive::Flush("sync"); }
+  void synchronizeDevice(c10::DeviceIndex) const override { adaptive::Flush("sync"); }
   // The allocator keeps a block used on another stream active after it is
   // freed, as CUDA's does (caching_allocator.h).
   void recordDataPtrOnStream(const c10::DataPtr& ptr, const c10::Stream& s) const override {
@@ -96,12 +98,13 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
               c10::EventFlag) const override {
     if (*event == nullptr) *event = new NeuronEvent();
     auto* e = static_cast<NeuronEvent*>(*event);
+    adaptive::Flush("sync");  // the event marks the clock after the work issued before it
     e->modelled_us = runtime::ProcessClock()->compute().count();
     e->recorded = true;
   }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void synchronizeEvent(void*) const override {}
+  void synchronizeEvent(void*) const override { adaptive::Flush("sync"); }
   void destroyEvent(void* event, c10::DeviceIndex) const noexcept override {
     delete static_cast<NeuronEvent*>(event);
   }

@@ -14,6 +14,7 @@
 
 #include <chrono>
 
+#include "neuron/aten/adaptive_eager.h"
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/cpu_fallback.h"
 #include "neuron/aten/devices.h"
@@ -95,6 +96,26 @@ const OpInfo& CopyInfo() {
   return info;
 }
 
+// Adaptive eager (adaptive_eager.h): a copy between neuron tensors is
+// queued into the open region (as _copy_from(self, dst), its result dst);
+// a copy to the host reads the region's results, one from the host is
+// charged after them: both flush it. Returns whether it was queued.
+bool AdaptiveCopy(const at::Tensor& self, const at::Tensor& dst, const runtime::EagerOp& op,
+                  double wall_us) {
+  const bool self_neuron = self.device().is_privateuseone();
+  const bool dst_neuron = dst.device().is_privateuseone();
+  if (self_neuron && dst_neuron) {
+    std::vector<adaptive::Argument> arguments(3);
+    arguments[0].kind = arguments[1].kind = adaptive::Argument::Kind::kTensor;
+    arguments[0].tensors.push_back(adaptive::TensorRef::Of(self));
+    arguments[1].tensors.push_back(adaptive::TensorRef::Of(dst));
+    return adaptive::Queue(CopyInfo(), op, EagerCostOf(op).count(), wall_us,
+                           std::move(arguments), {dst});
+  }
+  adaptive::Flush(dst_neuron ? "host_write" : "host_read");
+  return false;
+}
+
 // self -> dst, either of them on the device: a DMA on the device model.
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
   const auto start = std::chrono::steady_clock::now();
@@ -104,10 +125,11 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool) {
   op.bytes_in = static_cast<std::uint64_t>(self.numel()) * self.element_size();
   op.bytes_out = static_cast<std::uint64_t>(dst.numel()) * dst.element_size();
   const c10::Device device = dst.device().is_cpu() ? self.device() : dst.device();
-  Charge(CopyInfo(), op,
-         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-             .count(),
-         device.index());
+  const double wall_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (adaptive::Enabled() && AdaptiveCopy(self, dst, op, wall_us)) return dst;
+  Charge(CopyInfo(), op, wall_us, device.index());
   return dst;
 }
 

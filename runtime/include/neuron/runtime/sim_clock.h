@@ -64,4 +64,15 @@ class SimClock {
 // several ranks as threads give each communicator a clock of its own.
 std::shared_ptr<SimClock> ProcessClock();
 
+// Compute work this process has queued but not yet charged to its clock
+// (adaptive eager's open region, runtime/aten adaptive_eager.h). Whoever
+// places other work after the compute stream (a collective's issue, a
+// compiled graph's run, a device sync or event) settles it first, so the
+// clock is charged in program order. `reason` names the caller's point
+// ("collective", "sync", "other"). One hook per process, set once by the
+// layer that queues; without one, settling does nothing. Thread-safe.
+using PendingComputeHook = void (*)(const char* reason);
+void SetPendingComputeHook(PendingComputeHook hook);
+void SettlePendingCompute(const char* reason);
+
 }  // namespace neuron::runtime

@@ -31,6 +31,10 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
               torch::jit::Stack* stack);
 
+// What plain eager charges for `op` (runtime::EagerCost over the device's
+// CostModel).
+runtime::SimDuration EagerCostOf(const runtime::EagerOp& op);
+
 // Charges one eager operation on `device` to the rank's compute clock and
 // the OpLog.
 void Charge(const OpInfo& info, const runtime::EagerOp& op, double wall_us,

@@ -1,0 +1,105 @@
+// Adaptive eager for Python (torchneuron/adaptive_eager.py): the region
+// pricer that ties runtime/aten's region queue to the compiler (a region
+// becomes IR text, region_ir.h, compiled through the process's compile
+// cache like any torch.compile graph; the plan's modelled time is the
+// region's), registered when the extension loads, and the switch and the
+// statistics.
+#include <pybind11/stl.h>
+
+#include <mutex>
+#include <string>
+
+#include "bindings.h"
+#include "neuron/aten/adaptive_eager.h"
+#include "neuron/compiler/compiled_graph.h"
+#include "region_ir.h"
+
+namespace py = pybind11;
+namespace ad = neuron::aten::adaptive;
+
+namespace {
+
+// The IR graph's name: every region's, so a region's cache key depends
+// only on what it computes.
+constexpr const char* kGraphName = "adaptive_region";
+
+class CompilerPricer final : public ad::RegionPricer {
+ public:
+  bool Accepts(const neuron::aten::OpInfo& info,
+               c10::ArrayRef<at::Tensor> results) const override {
+    return neuron::python::RegionExpresses(info, results);
+  }
+
+  // A refusal (an op the IR cannot write, a compiler limit) is a value,
+  // not an error: the region is then charged as plain eager and counted.
+  ad::Pricing Price(const ad::Region& region) override {
+    ad::Pricing p;
+    try {
+      std::string text = neuron::python::RegionToIr(region, kGraphName);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        last_text_ = text;
+      }
+      const auto graph = neuron::compiler::CompiledGraph::Compile(text, "");
+      const auto info = graph->info();
+      p.modelled_us = info.modelled_us;
+      p.cache = info.cache_lookup;
+      p.priced = true;
+    } catch (const std::exception& e) {
+      p.error = e.what();
+    }
+    return p;
+  }
+
+  std::string last_text() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_text_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string last_text_;  // the IR of the last region priced
+};
+
+CompilerPricer* pricer = nullptr;  // owned by runtime/aten's region queue, which never drops it
+
+py::dict Stats() {
+  const ad::Stats s = ad::GetStats();
+  py::dict d;
+  d["enabled"] = ad::Enabled();
+  d["regions"] = s.regions;
+  d["by_reason"] = s.by_reason;
+  d["ops"] = s.ops;
+  d["pending_ops"] = s.pending_ops;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["refused"] = s.refused;
+  d["last_refusal"] = s.last_refusal;
+  d["eager_us"] = s.eager_us;
+  d["fused_us"] = s.fused_us;
+  d["saved_us"] = s.eager_us - s.fused_us;
+  d["pricing_wall_us"] = s.pricing_wall_us;
+  return d;
+}
+
+}  // namespace
+
+void BindAdaptiveEager(py::module_& m) {
+  auto owned = std::make_unique<CompilerPricer>();
+  pricer = owned.get();
+  ad::SetPricer(std::move(owned));
+  m.def("_adaptive_eager_enabled", &ad::Enabled,
+        "Whether adaptive eager is on (NEURON_ADAPTIVE_EAGER until switched).");
+  m.def("_set_adaptive_eager", &ad::SetEnabled, py::arg("on"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Switches adaptive eager; returns the previous setting. Off flushes the open region.");
+  m.def(
+      "_adaptive_eager_flush", [](const std::string& reason) { ad::Flush(reason.c_str()); },
+      py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+      "Prices and charges the open region (reason: its name in the statistics).");
+  m.def("_adaptive_eager_stats", &Stats, "Adaptive eager's counters since the last reset.");
+  m.def("_reset_adaptive_eager_stats", &ad::ResetStats);
+  m.def(
+      "_adaptive_eager_last_ir", [] { return pricer->last_text(); },
+      "The IR text of the last region priced (\"\" before the first).");
+}

@@ -1,0 +1,181 @@
+"""Adaptive eager (python/torchneuron/adaptive_eager.py, runtime/aten
+adaptive_eager.h): results bitwise equal to plain eager on the eager
+benchmark's model, each flush point seen in the statistics, a region met
+again served by the compile cache, a lower modelled step, and nothing
+changed while it is off (the default)."""
+import os
+import sys
+
+import pytest
+
+NEURONRUN = os.environ["NEURONRUN"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python"))
+sys.path.insert(0, os.path.join(os.environ["NEURON_SOURCE_DIR"], "benchmarks"))
+os.environ.pop("NEURON_ADAPTIVE_EAGER", None)
+os.environ.pop("NEURON_ADAPTIVE_EAGER_MAX_OPS", None)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import eager_bench  # noqa: E402
+from torchneuron import fabric  # noqa: E402
+
+REGION = "neuron::adaptive_region"
+
+
+def _embedding_model(device):
+    """A second model, other ops: embedding (integer inputs), ReLU, MSE,
+    SGD with momentum."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 32), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 32, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(0, 50, (8, 4), generator=g).to(device)
+    y = torch.randn(8, 1, generator=g).to(device)
+    return model, opt, x, y
+
+
+def _mse_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _train(make, step, adaptive, steps=3):
+    """Losses, gradients and parameters (on the CPU) after each step, and
+    each step's modelled time (a sync ends it)."""
+    model, opt, x, y = make()
+    seen, modelled = [], []
+    with torch.neuron.adaptive_eager(adaptive):
+        for _ in range(steps):
+            before = fabric.clock()["compute_us"]
+            loss = step(model, opt, x, y)
+            torch.neuron.synchronize()
+            modelled.append(fabric.clock()["compute_us"] - before)
+            seen.append([loss.detach()] + [p.grad for p in model.parameters()] +
+                        [p.detach() for p in model.parameters()])
+            seen[-1] = [t.cpu() for t in seen[-1]]
+    return seen, modelled
+
+
+MODELS = {
+    "eager_bench": (lambda: eager_bench.make(torch, "neuron"), eager_bench.step),
+    "embedding": (lambda: _embedding_model("neuron"), _mse_step),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bitwise_equal_to_plain_eager_with_a_lower_modelled_step(name):
+    make, step = MODELS[name]
+    plain, plain_us = _train(make, step, False)
+    torch.neuron.reset_adaptive_eager_stats()
+    fused, fused_us = _train(make, step, True)
+    stats = torch.neuron.adaptive_eager_stats()
+    for k, (a, b) in enumerate(zip(plain, fused)):
+        assert all(torch.equal(u, v) for u, v in zip(a, b)), f"step {k} differs"
+    assert stats["regions"] >= 3 and stats["refused"] == 0, stats
+    assert fused_us[-1] < plain_us[-1], (plain_us, fused_us)
+    assert stats["saved_us"] > 0 and stats["fused_us"] < stats["eager_us"], stats
+
+
+def test_the_next_steps_regions_are_compile_cache_hits():
+    model, opt, x, y = eager_bench.make(torch, "neuron")
+    with torch.neuron.adaptive_eager():
+        for _ in range(2):  # the first steps: AdamW's state is made
+            eager_bench.step(model, opt, x, y)
+            torch.neuron.synchronize()
+        before = torch.neuron.adaptive_eager_stats()
+        eager_bench.step(model, opt, x, y)
+        torch.neuron.synchronize()
+        after = torch.neuron.adaptive_eager_stats()
+    regions = after["regions"] - before["regions"]
+    assert regions >= 2
+    assert after["cache_hits"] - before["cache_hits"] == regions, (before, after)
+    assert after["cache_misses"] == before["cache_misses"]
+
+
+def _reasons(action):
+    """The flush reasons counted while `action` runs (adaptive eager on,
+    after a queued op)."""
+    x = torch.randn(16, 16, device="neuron")
+    with torch.neuron.adaptive_eager():
+        torch.neuron.synchronize()
+        before = dict(torch.neuron.adaptive_eager_stats()["by_reason"])
+        y = x * 2 + 1  # queued
+        assert torch.neuron.adaptive_eager_stats()["pending_ops"] == 2
+        action(y)
+        after = torch.neuron.adaptive_eager_stats()
+    assert after["pending_ops"] == 0
+    return {k: v - before.get(k, 0) for k, v in after["by_reason"].items()
+            if v != before.get(k, 0)}
+
+
+@pytest.mark.parametrize("read", [lambda y: y.cpu(), lambda y: y.sum().item(),
+                                  lambda y: y.tolist()], ids=["cpu", "item", "tolist"])
+def test_a_host_read_flushes(read):
+    assert _reasons(read) == {"host_read": 1}
+
+
+def test_a_sync_flushes():
+    assert _reasons(lambda y: torch.neuron.synchronize()) == {"sync": 1}
+    assert _reasons(lambda y: fabric.clock()) == {"sync": 1}
+    assert _reasons(lambda y: torch.neuron.Event().record()) == {"sync": 1}
+
+
+def test_an_op_the_compiler_cannot_express_flushes_and_is_charged_as_plain_eager():
+    fabric.reset_eager()
+    assert _reasons(lambda y: y.double()) == {"unsupported_op": 1}  # f64: not in the IR
+    ops = [r["op"] for r in fabric.eager_records()]
+    assert ops[-2:] == [REGION, "aten::_copy_from"], ops  # the f64 copy, as plain eager
+
+
+def test_the_size_limit_flushes(monkeypatch):
+    monkeypatch.setenv("NEURON_ADAPTIVE_EAGER_MAX_OPS", "3")
+    x = torch.randn(8, device="neuron")
+    with torch.neuron.adaptive_eager():
+        torch.neuron.synchronize()
+        before = torch.neuron.adaptive_eager_stats()
+        for _ in range(7):
+            x = x + 1
+        after = torch.neuron.adaptive_eager_stats()
+    assert after["by_reason"].get("size", 0) - before["by_reason"].get("size", 0) == 2
+    assert after["pending_ops"] == 1
+
+
+def test_a_collective_flushes():
+    import torch.distributed as dist
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert _reasons(lambda y: dist.all_reduce(y)) == {"collective": 1}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_off_by_default_plain_eager_charges_each_op():
+    assert not torch.neuron.is_adaptive_eager_enabled()
+    before = torch.neuron.adaptive_eager_stats()
+    model, opt, x, y = eager_bench.make(torch, "neuron")
+    fabric.reset_eager()
+    start = fabric.clock()["compute_us"]
+    eager_bench.step(model, opt, x, y)
+    records = fabric.eager_records()
+    assert REGION not in {r["op"] for r in records}
+    assert fabric.clock()["compute_us"] - start == pytest.approx(
+        sum(r["modelled_us"] for r in records))
+    after = torch.neuron.adaptive_eager_stats()
+    assert (after["regions"], after["ops"]) == (before["regions"], before["ops"])
+
+
+def test_a_with_block_restores_the_setting_and_a_bad_value_is_refused():
+    with torch.neuron.adaptive_eager():
+        assert torch.neuron.is_adaptive_eager_enabled()
+        with torch.neuron.adaptive_eager(False):
+            assert not torch.neuron.is_adaptive_eager_enabled()
+        assert torch.neuron.is_adaptive_eager_enabled()
+    assert not torch.neuron.is_adaptive_eager_enabled()
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        torch.neuron.adaptive_eager("yes")
