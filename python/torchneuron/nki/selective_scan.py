@@ -88,7 +88,7 @@ def _chunk(out, x, delta, neg_a, b_rows, c_rows, ones, carry):
     """One chunk of one channel tile: x, delta, out HBM [channels, chunk]
     views; carry the previous chunk's last h [channels, state] (None at the
     start). Returns this chunk's last h."""
-    decay, du = chunk_inputs(x, delta, neg_a)
+    decay, du, _, _ = chunk_inputs(x, delta, neg_a)
     length = x.shape[1]
     last = nl.ndarray((x.shape[0], b_rows.shape[1] // length), dtype=nl.float32)
     acc = None
@@ -105,10 +105,11 @@ def _chunk(out, x, delta, neg_a, b_rows, c_rows, ones, carry):
 
 def chunk_inputs(x, delta, neg_a):
     """A chunk's decays exp(-A delta) (scalar engine) and delta x (vector
-    engine), float32 [channels, chunk], from the HBM views x, delta."""
-    delta_t = nl.load(delta)
+    engine), float32 [channels, chunk], from the HBM views x, delta; and
+    the loaded delta and x tiles."""
+    delta_t, x_t = nl.load(delta), nl.load(x)
     decay = nisa.activation(nl.exp, delta_t, scale=neg_a, dtype=nl.float32)
-    return decay, nl.multiply(delta_t, nl.load(x), dtype=nl.float32)
+    return decay, nl.multiply(delta_t, x_t, dtype=nl.float32), delta_t, x_t
 
 
 def state_scan(decay, du, b_rows, n, ones, carry, last):

@@ -108,8 +108,8 @@ def _chunk_starts(x, delta, B, b, tiles, chunks, k):
         row = []
         for j, t in enumerate(tiles):
             rows = (b, times, t.channels)
-            decay, u = chunk_inputs(x[rows].permute(1, 0), delta[rows].permute(1, 0),
-                                     t.neg_a)
+            decay, u, _, _ = chunk_inputs(x[rows].permute(1, 0), delta[rows].permute(1, 0),
+                                          t.neg_a)
             last = nl.ndarray((decay.shape[0], k.state), dtype=nl.float32)
             for n in nl.static_range(k.state):
                 state_scan(decay, u, b_rows, n, k.ones_row, starts[i][j], last)
@@ -157,7 +157,7 @@ def _tile_chunk(x, delta, dy, t, start, c, k, stores):
     views): returns g's carry [channels, state] (g at the chunk's first
     step) for the chunk before."""
     channels = x.shape[1]
-    decay, u = chunk_inputs(x.permute(1, 0), delta.permute(1, 0), t.neg_a)
+    decay, u, delta_t, x_t = chunk_inputs(x.permute(1, 0), delta.permute(1, 0), t.neg_a)
     dy_f = nl.load(dy.permute(1, 0))                               # [channels, time]
     dy_rev = nl.copy(_reversed(k, c, nl.load(dy)), engine="scalar")
     if t.shifted is None:  # the last step alone: g starts at 0, its decay unused
@@ -169,7 +169,7 @@ def _tile_chunk(x, delta, dy, t, start, c, k, stores):
                           carry=nl.ndarray((channels, k.state), dtype=nl.float32))
     for n in nl.static_range(k.state):
         _state(n, decay, u, dy_f, dy_rev, decay_rev, t, start, c, k, acc)
-    _inputs_gradients(x, delta, u, acc, t, stores)
+    _inputs_gradients(x_t, delta_t, u, acc, t, stores)
     return acc.carry
 
 
@@ -196,11 +196,11 @@ def _state(n, decay, u, dy_f, dy_rev, decay_rev, t, start, c, k, acc):
     acc.gh = gh if acc.gh is None else nl.add(acc.gh, gh)
 
 
-def _inputs_gradients(x, delta, u, acc, t, stores):
+def _inputs_gradients(x_t, delta_t, u, acc, t, stores):
     """dx = du delta, ddelta = du x - A (da a), dA += -sum_t delta (da a),
-    with da a = sum_n g h - u du (float32 [channels, time])."""
+    with da a = sum_n g h - u du (x_t, delta_t, u tiles [channels, time];
+    stores the HBM views of dx and ddelta)."""
     dx_out, ddelta_out = stores
-    delta_t, x_t = nl.load(delta.permute(1, 0)), nl.load(x.permute(1, 0))
     da_a = nl.subtract(acc.gh, nl.multiply(u, acc.du))
     nl.store(dx_out, value=nl.multiply(acc.du, delta_t, dtype=dx_out.dtype))
     ddelta = nisa.scalar_tensor_tensor(da_a, nl.multiply, t.neg_a, nl.add,
