@@ -90,4 +90,6 @@ void RunRows(const proto::Instruction& i, const std::vector<Placed>& in,
 void RunDropout(const proto::Instruction& i, const std::vector<Placed>& in,
                 const std::vector<Placed>& out, const What& what);
 
+// The custom kernel family (RunCustom) is exec_custom.h's.
+
 }  // namespace neuron::runtime::detail

@@ -1,9 +1,14 @@
+// The executor's driver (executor.h): places a prepared plan's buffers in
+// pooled host arenas, copies the constants and inputs in (or reads inputs
+// where the caller holds them), zeroes what the run reads before writing,
+// runs each instruction in list order through its kernel family (KernelFor:
+// the op registry's Kernel column, device_ops.h; the families live in
+// exec_*.cc, declared in exec_kernels.h) and hands the outputs out. The
+// modelled time is plan_timing.cc's.
 #include "neuron/runtime/device/executor.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
-#include <functional>
-#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -11,17 +16,24 @@
 #include "elided_copies.h"
 #include "exec_custom.h"
 #include "exec_kernels.h"
-#include "exec_operands.h"
-#include "fused_blocks.h"
 #include "kernels.h"
 #include "neuron/runtime/device/device_ops.h"
 #include "neuron/runtime/device/executable.h"
 #include "neuron/runtime/dtype_list.h"
 #include "neuron/runtime/error.h"
-#include "strided_copy.h"
 #include "unwritten_reads.h"
 
 namespace neuron::runtime {
+
+namespace detail {
+
+std::ostream& operator<<(std::ostream& out, const What& w) {
+  return out << "executable '" << w.executable.name() << "': instruction "
+             << w.instruction.id() << " (" << DeviceOpName(w.instruction.op()) << ")";
+}
+
+}  // namespace detail
+
 namespace {
 
 using detail::Placed;
@@ -67,21 +79,6 @@ class MemoryHold {
   MemoryCounters* counters_;
   std::uint64_t reserved_, allocated_;
 };
-
-}  // namespace
-
-namespace detail {
-
-std::ostream& operator<<(std::ostream& out, const What& w) {
-  return out << "executable '" << w.executable.name() << "': instruction "
-             << w.instruction.id() << " (" << DeviceOpName(w.instruction.op()) << ")";
-}
-
-
-
-}  // namespace detail
-
-namespace {
 
 // The kernel family of an instruction: its op's row of the registry
 // (device_ops.h). The loader refused ops outside it.

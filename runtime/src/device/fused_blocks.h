@@ -1,4 +1,4 @@
-// How the executor runs a fused chain (executor.cc's RunFused) over n
+// How the executor runs a fused chain (exec_elementwise.cc's RunFused) over n
 // elements: block by block, each sub-op over one block before the next
 // block, so the chain's value and its operands' blocks stay in L1 and L2
 // between sub-ops and a chain of k ops reads and writes memory once

@@ -5,8 +5,9 @@
 //
 //   X(Id, Kernel, Inputs, Passes)
 //     Id       proto::OP_##Id; the op's name is Id in lower case ("sum_rows")
-//     Kernel   the executor's kernel family that runs it (Run##Kernel in
-//              executor.cc); Elementwise ops also fuse (OP_FUSED)
+//     Kernel   the executor's kernel family that runs it (Run##Kernel, one
+//              file a family: runtime/src/device/exec_kernels.h lists
+//              them); Elementwise ops also fuse (OP_FUSED)
 //     Inputs   the tensors an Elementwise, Shaped or Scan op reads (1 or 2); 0
 //              for the others, whose instructions say
 //     Passes   the cost: passes over the op's elements on its engine (the
