@@ -10,14 +10,18 @@ wall time does not enter), per shape.
                                             [--dtype float32] [--backward]
 
 Shapes are batch x T x inner x state. Columns (with --backward, forward
-and backward): kernel (its list schedule's time; with --backward
-selective_scan's and selective_scan_backward's), eager (the model's scan as
-eager ops on "neuron"), compiled (torch.compile(backend="neuron") of it,
-the second call's charge to the compute clock; graph_us the graphs'
-modelled time from torchneuron.compiler.metrics(), nan when a graph ran on
-the CPU; cpu_segments counts the compiler's warnings of parts it ran on the
-CPU, priced as fallbacks), and compiled / kernel. docs/performance.md
-records a run.
+and backward, a gradient of ones): kernel (the kernels' operator,
+torchneuron.nki.selective_scan_op.selective_scan, which charges the clock
+selective_scan's list schedule and with --backward
+selective_scan_backward's), eager (the model's scan as eager ops on
+"neuron"), compiled (torch.compile(backend="neuron") of it), each the
+second call's charge to the compute clock (with --backward it includes the
+eager operations around the kernels or graphs: the seed gradient and the
+gradients' accumulation into the inputs); graph_us the compiled graphs'
+own modelled time from torchneuron.compiler.metrics(), nan when a graph
+ran on the CPU; cpu_segments counts the compiler's warnings of parts it
+ran on the CPU, priced as fallbacks; and compiled / kernel.
+docs/performance.md records a run.
 """
 import argparse
 import os
@@ -58,14 +62,12 @@ def measure(shape, dtype, backward):
     import torch
     import torchneuron
     from torchneuron.models.ssm import selective_scan as model_scan
-    from torchneuron.nki.selective_scan import selective_scan
-    from torchneuron.nki.selective_scan_backward import selective_scan_backward
+    from torchneuron.nki.selective_scan_op import selective_scan
     args = inputs(shape, dtype, backward)
     mask = torch.ones(shape[1], shape[1], dtype=torch.bool).triu(1).to("neuron")
-    rows = {"kernel": selective_scan.run(*args).time_us}
-    if backward:
-        dy = torch.ones(args[0].shape, dtype=dtype, device="neuron")
-        rows["kernel"] += selective_scan_backward.run(*args, dy).time_us
+    step(selective_scan, args, backward)()
+    rows = {"kernel": charged(step(selective_scan, args, backward))}
+    step(model_scan, args + [mask], backward)()
     rows["eager"] = charged(step(model_scan, args + [mask], backward))
     compiled = torch.compile(model_scan, backend="neuron")
     with warnings.catch_warnings(record=True) as caught:
