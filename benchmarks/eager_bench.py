@@ -2,7 +2,11 @@
 """Eager PyTorch on "cpu" against the same on "neuron": the wall time of one
 small training step (forward, backward, AdamW) of the same model on this
 CPU, side by side in one run, interleaved, with the ratio; and the step's
-modelled time on the simulated NeuronCore (the device model, per op).
+modelled time on the simulated NeuronCore (the device model, per op). A
+third run on "neuron" with adaptive eager on (torch.neuron.adaptive_eager:
+regions fused and priced as compiled plans) gives its modelled step and
+its wall time against plain eager's; each neuron step ends with
+torch.neuron.synchronize(), which prices adaptive eager's open region.
 
     .venv/bin/python benchmarks/eager_bench.py [--build build] [--steps 200]
                                                [--batch 32] [--hidden 256]
@@ -54,30 +58,50 @@ def main():
     from torchneuron import fabric
     torch.set_num_threads(1)
 
-    runs = {d: make(torch, d, args.hidden, args.batch) for d in ("cpu", "neuron")}
-    wall = {"cpu": [], "neuron": []}
-    for _ in range(10):  # warm-up
-        for d in runs:
-            step(*runs[d])
-    modelled = []
-    for _ in range(args.steps):
-        for d in ("cpu", "neuron"):
+    runs = {d: make(torch, d.split("+")[0], args.hidden, args.batch) for d in DEVICES}
+    wall = {d: [] for d in DEVICES}
+    modelled = {d: [] for d in DEVICES if d != "cpu"}
+    for i in range(10 + args.steps):  # 10 warm-up steps
+        for d in DEVICES:
             before = fabric.clock()["compute_us"]
-            t0 = time.perf_counter()
-            step(*runs[d])
-            wall[d].append((time.perf_counter() - t0) * 1e6)
-            if d == "neuron":
-                modelled.append(fabric.clock()["compute_us"] - before)
-    loss_cpu = step(*runs["cpu"]).item()
-    loss_neuron = step(*runs["neuron"]).item()
-    cpu_us, neuron_us = statistics.median(wall["cpu"]), statistics.median(wall["neuron"])
+            with torch.neuron.adaptive_eager(d == "neuron+adaptive"):
+                t0 = time.perf_counter()
+                step(*runs[d])
+                if d != "cpu":
+                    torch.neuron.synchronize()
+                elapsed = (time.perf_counter() - t0) * 1e6
+            if i >= 10:
+                wall[d].append(elapsed)
+                if d != "cpu":
+                    modelled[d].append(fabric.clock()["compute_us"] - before)
+    stats = torch.neuron.adaptive_eager_stats()
+    losses = {d: step(*runs[d]).item() for d in ("cpu", "neuron")}
+    with torch.neuron.adaptive_eager():
+        losses["neuron+adaptive"] = step(*runs["neuron+adaptive"]).item()
+    report(args, wall, modelled, losses, stats, fabric.eager_totals()["operations"])
+
+
+DEVICES = ("cpu", "neuron", "neuron+adaptive")
+
+
+def report(args, wall, modelled, losses, stats, operations):
+    med = {d: statistics.median(w) for d, w in wall.items()}
+    mod = {d: statistics.median(m) for d, m in modelled.items()}
+    steps = 10 + args.steps
     print(f"eager training step: MLP 64-{args.hidden}-{args.hidden}-10 with GELU and "
           f"LayerNorm, AdamW, batch {args.batch}, {args.steps} steps (medians)")
-    print(f"  cpu     wall {cpu_us:9.1f} us")
-    print(f"  neuron  wall {neuron_us:9.1f} us   modelled {statistics.median(modelled):8.1f} us "
-          f"on the simulated NeuronCore ({fabric.eager_totals()['operations']} ops so far)")
-    print(f"  ratio neuron / cpu wall: {neuron_us / cpu_us:.2f}x (target <= 1.3x)")
-    print(f"  losses equal: {loss_cpu == loss_neuron} ({loss_cpu:.6f})")
+    print(f"  cpu     wall {med['cpu']:9.1f} us")
+    print(f"  neuron  wall {med['neuron']:9.1f} us   modelled {mod['neuron']:8.1f} us "
+          f"on the simulated NeuronCore ({operations} ops so far)")
+    print(f"  ratio neuron / cpu wall: {med['neuron'] / med['cpu']:.2f}x (target <= 1.3x)")
+    print(f"  neuron, adaptive eager: wall {med['neuron+adaptive']:9.1f} us "
+          f"({med['neuron+adaptive'] / med['neuron']:.2f}x plain), modelled "
+          f"{mod['neuron+adaptive']:8.1f} us ({mod['neuron+adaptive'] / mod['neuron']:.2f}x "
+          f"plain); {stats['regions'] / steps:.1f} regions a step "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(stats['by_reason'].items()))}), "
+          f"cache {stats['cache_hits']} hits / {stats['cache_misses']} misses, pricing "
+          f"{stats['pricing_wall_us'] / steps:.0f} us wall a step")
+    print(f"  losses equal: {len(set(losses.values())) == 1} ({losses['cpu']:.6f})")
 
 
 if __name__ == "__main__":

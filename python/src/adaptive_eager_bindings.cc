@@ -8,6 +8,7 @@
 
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "bindings.h"
 #include "neuron/aten/adaptive_eager.h"
@@ -32,18 +33,25 @@ class CompilerPricer final : public ad::RegionPricer {
 
   // A refusal (an op the IR cannot write, a compiler limit) is a value,
   // not an error: the region is then charged as plain eager and counted.
+  // A region met before in this process (the same IR text) is priced
+  // from the table of priced regions; a new one is compiled through the
+  // compile cache (a disk hit when another process compiled it).
   ad::Pricing Price(const ad::Region& region) override {
     ad::Pricing p;
     try {
       std::string text = neuron::python::RegionToIr(region, kGraphName);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        last_text_ = text;
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_text_ = text;
+      if (const auto it = priced_.find(text); it != priced_.end()) {
+        p.modelled_us = it->second;
+        p.cache = "region table hit";
+      } else {
+        const auto info = neuron::compiler::CompiledGraph::Compile(text, "")->info();
+        p.modelled_us = info.modelled_us;
+        p.cache = info.cache_lookup;
+        if (priced_.size() == kTableEntries) priced_.clear();
+        priced_.emplace(std::move(text), info.modelled_us);
       }
-      const auto graph = neuron::compiler::CompiledGraph::Compile(text, "");
-      const auto info = graph->info();
-      p.modelled_us = info.modelled_us;
-      p.cache = info.cache_lookup;
       p.priced = true;
     } catch (const std::exception& e) {
       p.error = e.what();
@@ -57,8 +65,12 @@ class CompilerPricer final : public ad::RegionPricer {
   }
 
  private:
+  // Bounds the table (a program whose regions never repeat): cleared
+  // when full, as the regions of a training loop are few.
+  static constexpr std::size_t kTableEntries = 1024;
   mutable std::mutex mutex_;
   std::string last_text_;  // the IR of the last region priced
+  std::unordered_map<std::string, double> priced_;  // IR text -> the plan's modelled us
 };
 
 CompilerPricer* pricer = nullptr;  // owned by runtime/aten's region queue, which never drops it

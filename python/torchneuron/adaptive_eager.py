@@ -53,8 +53,9 @@ def adaptive_eager_stats():
     express, charged as plain eager after the flush; "size": the
     NEURON_ADAPTIVE_EAGER_MAX_OPS limit; "other": switching off, a compiled
     graph or an explicit flush), the ``ops`` they held and ``pending_ops``
-    in the open region, the compile cache's ``cache_hits`` and
-    ``cache_misses`` for them, ``refused`` regions (the compiler could not
+    in the open region, ``cache_hits`` (regions priced without compiling:
+    met before in this process, or found in the compile cache) and
+    ``cache_misses`` (regions compiled), ``refused`` regions (the compiler could not
     take them: charged as plain eager, ``last_refusal`` says why),
     ``eager_us`` (what plain eager would have charged for their ops),
     ``fused_us`` (what was charged), ``saved_us`` (the difference) and

@@ -20,6 +20,8 @@ import torch.nn.functional as F  # noqa: E402
 import eager_bench  # noqa: E402
 from torchneuron import fabric  # noqa: E402
 
+torch.set_num_threads(1)  # small ops: threads only contend on a shared machine
+
 REGION = "neuron::adaptive_region"
 
 

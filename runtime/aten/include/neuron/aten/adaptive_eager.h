@@ -83,7 +83,9 @@ struct Region {
 struct Pricing {
   bool priced = false;       // false: the compiler refused it (error says why)
   double modelled_us = 0;    // the fused plan's time
-  std::string cache;         // the compile cache's lookup: "memory hit", "disk hit", "compiled"
+  // How the plan was found: "compiled" (a miss), else a hit ("region table
+  // hit", the compile cache's "memory hit" or "disk hit").
+  std::string cache;
   std::string error;
 };
 
@@ -125,7 +127,7 @@ struct Stats {
   std::uint64_t regions = 0;                          // flushed, with at least one op
   std::map<std::string, std::uint64_t> by_reason;     // host_read, collective, sync, ...
   std::uint64_t ops = 0;                              // in those regions
-  std::uint64_t cache_hits = 0;                       // compile cache memory or disk hits
+  std::uint64_t cache_hits = 0;                       // regions priced without compiling
   std::uint64_t cache_misses = 0;                     // regions compiled
   std::uint64_t refused = 0;                          // priced as plain eager (compiler refused)
   std::string last_refusal;
