@@ -86,7 +86,8 @@ void ToDeviceTrace(const neuron::compiler::GraphRun& run) {
 
 // The compiled graphs' runs (neuron::compiler::GraphRunLog) for profiles:
 // ([run dicts], {plan id: [(engine, op, start_us, end_us), ...]}), each
-// run naming its plan by id (plans are shared by the runs of a graph).
+// run naming its plan by id (plans are shared by the runs of a graph); a
+// custom kernel (an nki kernel) has an entry on each engine it holds.
 void BindGraphRuns(py::module_& m) {
   neuron::compiler::GraphRunLog::SetObserver(&ToDeviceTrace);
   m.def(
@@ -103,6 +104,10 @@ void BindGraphRuns(py::module_& m) {
             for (const auto& i : r.timing->schedule) {
               schedule.append(py::make_tuple(neuron::runtime::Name(i.engine), i.op,
                                              i.start.count(), i.end.count()));
+              for (const auto engine : i.also) {  // a custom kernel: on each of its engines
+                schedule.append(py::make_tuple(neuron::runtime::Name(engine), i.op,
+                                               i.start.count(), i.end.count()));
+              }
             }
             plans[py::int_(it->second)] = schedule;
           }

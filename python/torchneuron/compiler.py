@@ -354,7 +354,9 @@ def metrics():
     them ("collectives"). Every row has the graph's input signature
     ("inputs": "float32[8, 16]", ...) and the settings it was compiled with
     (compile_record.settings: "mode", "options", "fullgraph"), and
-    "artifacts", the directory of its files, under NEURON_COMPILE_ARTIFACTS."""
+    "artifacts", the directory of its files, under NEURON_COMPILE_ARTIFACTS;
+    a compiled graph's row lists the torchneuron.nki kernels in its plan
+    ("kernels": op, kernel, key, time_us, busy_us per engine, hbm_bytes)."""
     with _lock:
         entries = list(_metrics)
     return [_compile_record.metrics_row(e) for e in entries]

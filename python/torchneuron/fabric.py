@@ -90,7 +90,8 @@ def graph_runs():
     name, start_us (this rank's simulated compute clock when it was issued),
     modelled_us (its plan's time on the device model), wall_us (the
     executor's), and engines: its plan's instructions as (engine, op,
-    start_us, end_us) from the run's start."""
+    start_us, end_us) from the run's start (a torchneuron.nki kernel in the
+    plan once on each engine it holds, its op the kernel's key)."""
     runs, plans = _C._graph_runs()
     for r in runs:
         r["engines"] = plans[r.pop("plan")]

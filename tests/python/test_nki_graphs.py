@@ -18,6 +18,7 @@ import torch  # noqa: E402
 import torchneuron  # noqa: E402
 import torchneuron.nki as nki  # noqa: E402
 import torchneuron.nki.language as nl  # noqa: E402
+from torchneuron import fabric  # noqa: E402
 from torchneuron.nki.attention_op import attention  # noqa: E402
 
 torch.set_num_threads(1)
@@ -84,6 +85,10 @@ def test_a_kernel_op_is_one_node_of_the_compiled_plan_priced_by_its_schedule(tmp
     assert row["modelled_us"] == pytest.approx(sum(others.values()) + kernel_us, rel=1e-5)
     assert row["modelled_us"] == pytest.approx(max(e["ts"] + e["dur"] for e in events),
                                                rel=1e-5)
+    # The profile's view of the run (fabric.graph_runs, export_chrome_trace).
+    run = [r for r in fabric.graph_runs() if r["name"] == row["name"]][-1]
+    on = {engine for engine, op, _, _ in run["engines"] if op.startswith("nki_graph_test::")}
+    assert on == {"vector", "dma"}
 
 
 def test_a_changed_kernel_recompiles_and_runs_its_new_source():

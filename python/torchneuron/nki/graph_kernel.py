@@ -35,6 +35,7 @@ _OPS = {}        # "namespace::name" -> Kernel, by nki.as_op
 _PRICES = {}     # (key, input signature) -> Price
 _REGISTERED = set()  # keys whose callback _C holds
 _lock = threading.Lock()
+_run_lock = threading.Lock()  # one kernel runs at a time (kernel.py's state is global)
 
 # schedule.py's engines -> the IR attribute of their busy time.
 _ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -149,7 +150,8 @@ def _register(key, kernel, arguments):
     def run(inputs):
         tensors = iter(inputs)
         args = [next(tensors) if kind == "tensor" else value for kind, value in layout]
-        out = kernel(*args)
+        with _run_lock:  # plans may run on several threads
+            out = kernel(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
     _C._nki_register_graph_kernel(key, run)
 
