@@ -187,7 +187,14 @@ void AsyncCommunicator::RunOne(Item& item, bool collective) {
       end = context.received_us;
     }
     std::function<void()> join;
-    if (end) join = [clock, t = *end] { clock->JoinCompute(runtime::SimDuration(t)); };
+    // The waiter's compute queued before the wait (adaptive eager) is
+    // charged before the clocks join: it overlapped the collective.
+    if (end) {
+      join = [clock, t = *end] {
+        runtime::SettlePendingCompute("sync");
+        clock->JoinCompute(runtime::SimDuration(t));
+      };
+    }
     item.work->Finish(nullptr, std::move(join));
   } catch (...) {
     item.work->Finish(std::current_exception());
