@@ -72,7 +72,7 @@ def kernel_of(target):
     """The Kernel behind an FX node's target, or None."""
     if not isinstance(target, torch._ops.OpOverload):
         return None
-    return _OPS.get(f"{target.namespace}::{target._opname}")
+    return _OPS.get(_op_qualname(target))
 
 
 def _op_qualname(target):
