@@ -3,7 +3,9 @@
 Two workloads, each launched by both launchers in alternation:
   trivial  16 ranks of /bin/true (pure launch and teardown cost)
   torch    16 Python ranks that import torch, init a Gloo process group and
-           barrier (what a real job pays before its first step)
+           barrier (what a real job pays before its first step); neuronrun
+           runs it twice, its ranks fresh interpreters and forked from a
+           zygote that imported torch (--preload torch)
 Prints, for each, the median wall time of the whole job and the median CPU
 time of the launcher process itself (its own overhead, without the ranks),
 with the ratios neuronrun / mpirun.
@@ -67,6 +69,7 @@ def main():
     p.add_argument("--torch-reps", type=int, default=3)
     p.add_argument("--python", default=sys.executable)
     args = p.parse_args()
+    os.environ.pop("NEURON_PRELOAD", None)  # the plain rows start fresh interpreters
 
     script = os.path.join(HERE, "scripts", "torch_barrier.py")
     workloads = {
@@ -77,6 +80,11 @@ def main():
         "torch (import, init gloo, barrier)": (
             [args.neuronrun, "-n", str(args.n), "--python", args.python, script],
             None,  # built per repetition: each mpirun job needs its own port
+            args.torch_reps),
+        "torch, neuronrun --preload torch": (
+            [args.neuronrun, "-n", str(args.n), "--python", args.python, "--preload", "torch",
+             script],
+            None,
             args.torch_reps),
     }
     print(f"{'workload':36} {'ranks':>5} | {'wall s':>7} {'mpirun':>7} {'ratio':>6} | "
