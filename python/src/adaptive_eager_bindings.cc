@@ -26,9 +26,13 @@ constexpr const char* kGraphName = "adaptive_region";
 
 class CompilerPricer final : public ad::RegionPricer {
  public:
+  // Called under the queue's lock: `ops_` needs no lock of its own.
   bool Accepts(const neuron::aten::OpInfo& info,
                c10::ArrayRef<at::Tensor> results) const override {
-    return neuron::python::RegionExpresses(info, results);
+    if (!neuron::python::RegionTakesResults(results)) return false;
+    auto it = ops_.find(&info);  // OpInfos live forever: their address is their identity
+    if (it == ops_.end()) it = ops_.emplace(&info, neuron::python::RegionExpressesOp(info)).first;
+    return it->second;
   }
 
   // A refusal (an op the IR cannot write, a compiler limit) is a value,
@@ -71,6 +75,7 @@ class CompilerPricer final : public ad::RegionPricer {
   mutable std::mutex mutex_;
   std::string last_text_;  // the IR of the last region priced
   std::unordered_map<std::string, double> priced_;  // IR text -> the plan's modelled us
+  mutable std::unordered_map<const neuron::aten::OpInfo*, bool> ops_;  // Accepts, by op
 };
 
 CompilerPricer* pricer = nullptr;  // owned by runtime/aten's region queue, which never drops it

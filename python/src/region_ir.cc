@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "neuron/compiler/native_ops.h"
@@ -118,13 +119,6 @@ std::vector<std::int64_t> Inverse(const std::vector<std::int64_t>& order) {
   return inv;
 }
 
-using ViewKey = std::tuple<const void*, std::int64_t, std::vector<std::int64_t>,
-                           std::vector<std::int64_t>, int>;
-
-ViewKey KeyOf(const ad::TensorRef& r) {
-  return {r.key, r.offset, r.sizes, r.strides, static_cast<int>(r.dtype)};
-}
-
 // The translation of one region.
 class Writer {
  public:
@@ -135,9 +129,15 @@ class Writer {
  private:
   struct Produced {
     std::string name;
-    ad::TensorRef ref;
-    bool input = false;  // a region input's contiguous form: never returned
+    const ad::TensorRef* ref;  // the region's (or made_'s)
+    bool input = false;        // a region input's contiguous form: never returned
   };
+  struct View {
+    const ad::TensorRef* ref;
+    std::string name;
+  };
+  // The value `r` reads now, or null.
+  const std::string* Find(const ad::TensorRef& r) const;
   std::string Operand(const ad::TensorRef& r);
   std::string Derived(const ad::TensorRef& r);
   std::string Input(const ad::TensorRef& r);
@@ -160,8 +160,10 @@ class Writer {
   int inputs_made_ = 0;
   std::vector<std::string> inputs_;
   std::vector<std::string> lines_;
-  std::map<ViewKey, std::string> current_;
-  std::map<const void*, std::size_t> latest_;  // memory -> produced_ index
+  // Memory -> the values its views hold now (a write clears them).
+  std::unordered_map<const void*, std::vector<View>> current_;
+  std::unordered_map<const void*, std::size_t> latest_;  // memory -> produced_ index
+  std::deque<ad::TensorRef> made_;  // the views the writer makes (stable addresses)
   std::vector<Produced> produced_;
   std::string where_;
 };
@@ -194,7 +196,7 @@ std::string Writer::Input(const ad::TensorRef& r) {
   for (auto d : order) stored.push_back(r.sizes[d]);
   inputs_.push_back(name + "_stored: " + Type(r.dtype, stored));
   // Its memory read as stored (the contiguous tensor it is a view of).
-  ad::TensorRef base = r;
+  ad::TensorRef& base = made_.emplace_back(r);
   base.sizes = stored;
   base.strides = Contiguous(stored);
   Base(name + "_stored", base, /*input=*/true);
@@ -216,8 +218,9 @@ std::string Writer::Derived(const ad::TensorRef& r) {
   auto it = latest_.find(r.key);
   if (it == latest_.end()) return "";
   const Produced& p = produced_[it->second];
-  if (current_.count(KeyOf(p.ref)) == 0 || !IsContiguous(p.ref) || p.ref.offset != r.offset ||
-      p.ref.dtype != r.dtype || Numel(p.ref.sizes) != Numel(r.sizes)) {
+  const ad::TensorRef& base = *p.ref;
+  if (Find(base) == nullptr || !IsContiguous(base) || base.offset != r.offset ||
+      base.dtype != r.dtype || Numel(base.sizes) != Numel(r.sizes)) {
     return "";
   }
   const std::string name = Fresh();
@@ -229,7 +232,7 @@ std::string Writer::Derived(const ad::TensorRef& r) {
   const auto order = StoredOrder(r);
   std::vector<std::int64_t> stored;
   for (auto d : order) stored.push_back(r.sizes[d]);
-  if (order.empty() || stored != p.ref.sizes) {
+  if (order.empty() || stored != base.sizes) {
     --next_;
     return "";
   }
@@ -242,29 +245,38 @@ std::string Writer::Operand(const ad::TensorRef& r) {
     NEURON_CHECK(r.sizes.empty(), where_, ": a CPU tensor of ", r.sizes.size(), " dims");
     return Scalar(0);
   }
-  const ViewKey key = KeyOf(r);
-  if (auto it = current_.find(key); it != current_.end()) return it->second;
+  if (const std::string* now = Find(r)) return *now;
   std::string name = Derived(r);
   if (name.empty()) name = Input(r);
-  current_[key] = name;
+  current_[r.key].push_back({&r, name});
   return name;
+}
+
+const std::string* Writer::Find(const ad::TensorRef& r) const {
+  const auto it = current_.find(r.key);
+  if (it == current_.end()) return nullptr;
+  for (const View& v : it->second) {
+    if (v.ref->SameView(r)) return &v.name;
+  }
+  return nullptr;
 }
 
 std::string Writer::Result(const ad::TensorRef& r) {
   NEURON_CHECK(r.defined && !IrDtype(r.dtype).empty(), where_, ": a result the IR cannot type");
   const std::string name = Fresh();
-  // Earlier views of this memory are stale: it was written.
-  for (auto it = current_.begin(); it != current_.end();) {
-    it = std::get<0>(it->first) == r.key ? current_.erase(it) : std::next(it);
-  }
+  current_[r.key].clear();  // earlier views of this memory are stale: it was written
   Base(name, r, /*input=*/false);
   return name;
 }
 
 void Writer::Base(const std::string& name, const ad::TensorRef& r, bool input) {
-  current_[KeyOf(r)] = name;
+  std::vector<View>& views = current_[r.key];
+  views.erase(std::remove_if(views.begin(), views.end(),
+                             [&](const View& v) { return v.ref->SameView(r); }),
+              views.end());
+  views.push_back({&r, name});
   latest_[r.key] = produced_.size();
-  produced_.push_back({name, r, input});
+  produced_.push_back({name, &r, input});
 }
 
 std::vector<std::string> Writer::Operands(const ad::Argument& a) {
@@ -411,8 +423,8 @@ void Writer::Op(std::size_t index, const ad::QueuedOp& op) {
 std::string Writer::Text() const {
   std::vector<std::string> returned;
   for (const Produced& p : produced_) {
-    const auto it = current_.find(KeyOf(p.ref));
-    if (!p.input && it != current_.end() && it->second == p.name && !p.ref.storage.expired()) {
+    const std::string* now = Find(*p.ref);
+    if (!p.input && now != nullptr && *now == p.name && !p.ref->storage.expired()) {
       returned.push_back(p.name);
     }
   }
@@ -430,13 +442,21 @@ std::string Writer::Text() const {
 
 }  // namespace
 
-bool RegionExpresses(const aten::OpInfo& info, c10::ArrayRef<at::Tensor> results) {
+bool RegionTakesResults(c10::ArrayRef<at::Tensor> results) {
   if (results.empty()) return false;
   for (const at::Tensor& t : results) {
     if (!t.defined() || !IsFloat(t.scalar_type())) return false;
   }
+  return true;
+}
+
+bool RegionExpressesOp(const aten::OpInfo& info) {
   return IsCopy(info) || WrittenOut().count(info.base) != 0 ||
          compiler::IsNativeOp("aten." + info.base);
+}
+
+bool RegionExpresses(const aten::OpInfo& info, c10::ArrayRef<at::Tensor> results) {
+  return RegionTakesResults(results) && RegionExpressesOp(info);
 }
 
 std::string RegionToIr(const ad::Region& region, const std::string& name) {

@@ -34,6 +34,10 @@ namespace neuron::python {
 // the compiler's table (or one written out as above), every result a
 // defined floating-point tensor.
 bool RegionExpresses(const aten::OpInfo& info, c10::ArrayRef<at::Tensor> results);
+// The part of RegionExpresses that depends on the op alone.
+bool RegionExpressesOp(const aten::OpInfo& info);
+// The part that depends on the results: all defined floating-point tensors.
+bool RegionTakesResults(c10::ArrayRef<at::Tensor> results);
 
 // The IR text of graph `name` computing `region`; InvalidUsage naming the
 // op (its index and name) the IR cannot express.

@@ -93,7 +93,7 @@ class RegionPricer {
  public:
   virtual ~RegionPricer() = default;
   // Whether the compiler can express `op` with these results (called for
-  // each operation as it is queued: cheap).
+  // each operation as it is queued, under the queue's lock: cheap).
   virtual bool Accepts(const OpInfo& info, c10::ArrayRef<at::Tensor> results) const = 0;
   // The region as one compiled plan, or why not.
   virtual Pricing Price(const Region& region) = 0;
