@@ -2,8 +2,8 @@
 the kernel operator is one node of the compiled plan (no split, no
 fallback, fullgraph accepted), its results are the kernel's, the plan's
 modelled time is its other instructions' plus the kernel's own schedule,
-a changed kernel recompiles, and autograd runs the backward kernel in the
-backward graph."""
+a changed kernel recompiles, autograd runs the backward kernel in the
+backward graph, and a kernel returning other shapes than traced is named."""
 import json
 import os
 import sys
@@ -132,3 +132,24 @@ def test_the_attention_kernels_forward_and_backward_in_compiled_graphs():
     kernels = {k["op"] for r in rows for k in r.get("kernels", [])}
     assert kernels == {"nki::flash_attention_forward", "nki::flash_attention_backward"}
     assert all(r["compiled"] and not r["fallback_ops"] for r in rows)
+
+
+def _half_rows(a):
+    out = nl.ndarray((a.shape[0] // 2, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.copy(nl.load(a[:a.shape[0] // 2, :])))
+    return out
+
+
+# Its fake says the result has a's shape; the kernel returns half of it.
+half_rows_op = nki.as_op(nki.jit(_half_rows), "nki_graph_test::half_rows",
+                         fake=lambda a: torch.empty_like(a))
+
+
+def test_a_kernel_returning_other_shapes_than_traced_is_an_error_naming_it():
+    torch._dynamo.reset()
+    f = torch.compile(lambda a: torch.ops.nki_graph_test.half_rows(a) + 1, backend="neuron",
+                      fullgraph=True)
+    with pytest.raises(torchneuron.InvalidUsageError,
+                       match=r"nki kernel nki_graph_test::half_rows@\w+ in a compiled "
+                             r"graph: output 0 is .*\[4, 8\], the graph traced .*\[8, 8\]"):
+        f(torch.randn(8, 8))
