@@ -183,6 +183,7 @@ void BindClock(py::module_& m) {
       "_advance_compute",
       [](double us) {
         NEURON_CHECK(us >= 0, "advance_compute: a duration must be >= 0 us, got ", us);
+        neuron::runtime::SettlePendingCompute("other");  // charged after the queued work
         neuron::runtime::ProcessClock()->AdvanceCompute(neuron::runtime::SimDuration(us));
       },
       py::arg("us"), "Charges `us` of modelled device time to this rank's compute stream.");

@@ -5,6 +5,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "neuron/aten/adaptive_eager.h"
 #include "neuron/aten/caching_allocator.h"
 #include "neuron/aten/devices.h"
 #include "neuron/aten/op_log.h"
@@ -128,6 +129,7 @@ py::list MemoryPhasePeaks(int index) {
 }
 
 py::list EagerRecords() {
+  na::adaptive::Flush("sync");  // adaptive eager's open region is recorded first
   py::list out;
   for (const auto& r : na::OpLog::Get().Records()) {
     py::dict d;
@@ -144,6 +146,7 @@ py::list EagerRecords() {
 }
 
 py::dict EagerTotals() {
+  na::adaptive::Flush("sync");
   const na::EagerTotals t = na::OpLog::Get().Totals();
   py::dict d;
   d["operations"] = t.operations;

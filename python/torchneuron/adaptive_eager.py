@@ -49,10 +49,11 @@ def adaptive_eager_stats():
     flushed and ``by_reason`` ("host_read": a copy to the CPU or .item();
     "host_write": a copy from the CPU; "collective"; "sync":
     torch.neuron.synchronize(), a stream or event sync, an event record,
-    reading the simulated clock; "unsupported_op": an op the compiler cannot
+    reading the simulated clock or the eager records, waiting on a
+    collective's work; "unsupported_op": an op the compiler cannot
     express, charged as plain eager after the flush; "size": the
     NEURON_ADAPTIVE_EAGER_MAX_OPS limit; "other": switching off, a compiled
-    graph or an explicit flush), the ``ops`` they held and ``pending_ops``
+    graph's run, fabric.advance_compute), the ``ops`` they held and ``pending_ops``
     in the open region, ``cache_hits`` (regions priced without compiling:
     met before in this process, or found in the compile cache) and
     ``cache_misses`` (regions compiled), ``refused`` regions (the compiler could not
