@@ -9,7 +9,8 @@ import sys
 import pytest
 
 NEURONRUN = os.environ["NEURONRUN"]
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python"))
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(NEURONRUN)), "python")
+sys.path.insert(0, PACKAGE)
 sys.path.insert(0, os.path.join(os.environ["NEURON_SOURCE_DIR"], "benchmarks"))
 os.environ.pop("NEURON_ADAPTIVE_EAGER", None)
 os.environ.pop("NEURON_ADAPTIVE_EAGER_MAX_OPS", None)
@@ -181,3 +182,19 @@ def test_a_with_block_restores_the_setting_and_a_bad_value_is_refused():
     assert not torch.neuron.is_adaptive_eager_enabled()
     with pytest.raises(TypeError, match="enabled must be a bool"):
         torch.neuron.adaptive_eager("yes")
+
+
+def test_neuron_adaptive_eager_1_turns_it_on_from_import():
+    import subprocess
+    script = ("import torch, torchneuron\n"
+              "assert torch.neuron.is_adaptive_eager_enabled()\n"
+              "x = torch.randn(4, 4, device='neuron')\n"
+              "y = (x @ x).relu()\n"
+              "assert torch.neuron.adaptive_eager_stats()['pending_ops'] == 2\n"
+              "assert torch.equal(y.cpu(), (x.cpu() @ x.cpu()).relu())\n"
+              "print(torch.neuron.adaptive_eager_stats()['by_reason'])\n")
+    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", PYTHONPATH=PACKAGE)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'host_read': 1}"
