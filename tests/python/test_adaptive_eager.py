@@ -1,6 +1,6 @@
 """Adaptive eager (python/torchneuron/adaptive_eager.py, runtime/aten
 adaptive_eager.h): results bitwise equal to plain eager on the eager
-benchmark's model, each flush point seen in the statistics, a region met
+benchmark's model (and an embedding model and a transformer layer), each flush point seen in the statistics, a region met
 again served by the compile cache, a lower modelled step, and nothing
 changed while it is off (the default)."""
 import os
@@ -40,6 +40,17 @@ def _embedding_model(device):
     return model, opt, x, y
 
 
+def _transformer_layer(device):
+    """A third: a transformer encoder layer (attention, layer norms), Adam."""
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = model.to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 8, 32, generator=g).to(device)
+    return model, opt, x, torch.zeros(2, 8, 32).to(device)
+
+
 def _mse_step(model, opt, x, y):
     opt.zero_grad()
     loss = F.mse_loss(model(x), y)
@@ -68,6 +79,7 @@ def _train(make, step, adaptive, steps=3):
 MODELS = {
     "eager_bench": (lambda: eager_bench.make(torch, "neuron"), eager_bench.step),
     "embedding": (lambda: _embedding_model("neuron"), _mse_step),
+    "transformer_layer": (lambda: _transformer_layer("neuron"), _mse_step),
 }
 
 
