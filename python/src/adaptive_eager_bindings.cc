@@ -27,40 +27,64 @@ constexpr const char* kGraphName = "adaptive_region";
 class CompilerPricer final : public ad::RegionPricer {
  public:
   // Called under the queue's lock: `ops_` needs no lock of its own.
-  bool Accepts(const neuron::aten::OpInfo& info,
+  bool Accepts(const neuron::aten::OpInfo& info, const std::vector<ad::Argument>& arguments,
                c10::ArrayRef<at::Tensor> results) const override {
-    if (!neuron::python::RegionTakesResults(results)) return false;
+    if (!neuron::python::RegionTakesRun(info, arguments, results)) return false;
     auto it = ops_.find(&info);  // OpInfos live forever: their address is their identity
     if (it == ops_.end()) it = ops_.emplace(&info, neuron::python::RegionExpressesOp(info)).first;
     return it->second;
   }
 
   // A refusal (an op the IR cannot write, a compiler limit) is a value,
-  // not an error: the region is then charged as plain eager and counted.
+  // not an error, naming the op when the message does (runtime/aten then
+  // prices the ops around it as regions of their own) and remembered.
   // A region met before in this process (the same IR text) is priced
   // from the table of priced regions; a new one is compiled through the
   // compile cache (a disk hit when another process compiled it).
   ad::Pricing Price(const ad::Region& region) override {
     ad::Pricing p;
+    std::string text;  // empty while the IR is not written
     try {
-      std::string text = neuron::python::RegionToIr(region, kGraphName);
+      text = neuron::python::RegionToIr(region, kGraphName);
       std::lock_guard<std::mutex> lock(mutex_);
       last_text_ = text;
       if (const auto it = priced_.find(text); it != priced_.end()) {
         p.modelled_us = it->second;
         p.cache = "region table hit";
+      } else if (const auto no = refused_.find(text); no != refused_.end()) {
+        return no->second;
       } else {
         const auto info = neuron::compiler::CompiledGraph::Compile(text, "")->info();
         p.modelled_us = info.modelled_us;
         p.cache = info.cache_lookup;
         if (priced_.size() == kTableEntries) priced_.clear();
-        priced_.emplace(std::move(text), info.modelled_us);
+        priced_.emplace(text, info.modelled_us);
       }
       p.priced = true;
     } catch (const std::exception& e) {
       p.error = e.what();
+      p.refused_op = NamedOp(p.error);
+      if (!text.empty()) {  // the compiler refused it: the same region is refused at once
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (refused_.size() == kTableEntries) refused_.clear();
+        refused_.emplace(text, p);
+      }
     }
     return p;
+  }
+
+  // The op an error names: region_ir.cc writes "region op N (...)" as each
+  // IR line's source, which the compiler's messages quote, and names it so
+  // in its own.
+  static int NamedOp(const std::string& error) {
+    const std::string mark = "region op ";
+    const auto at = error.find(mark);
+    if (at == std::string::npos) return -1;
+    try {
+      return std::stoi(error.substr(at + mark.size()));
+    } catch (const std::exception&) {
+      return -1;
+    }
   }
 
   std::string last_text() const {
@@ -75,6 +99,7 @@ class CompilerPricer final : public ad::RegionPricer {
   mutable std::mutex mutex_;
   std::string last_text_;  // the IR of the last region priced
   std::unordered_map<std::string, double> priced_;  // IR text -> the plan's modelled us
+  std::unordered_map<std::string, ad::Pricing> refused_;  // IR text -> the compiler's refusal
   mutable std::unordered_map<const neuron::aten::OpInfo*, bool> ops_;  // Accepts, by op
 };
 
@@ -91,6 +116,7 @@ py::dict Stats() {
   d["cache_hits"] = s.cache_hits;
   d["cache_misses"] = s.cache_misses;
   d["refused"] = s.refused;
+  d["kept_eager"] = s.kept_eager;
   d["last_refusal"] = s.last_refusal;
   d["eager_us"] = s.eager_us;
   d["fused_us"] = s.fused_us;

@@ -442,10 +442,15 @@ std::string Writer::Text() const {
 
 }  // namespace
 
-bool RegionTakesResults(c10::ArrayRef<at::Tensor> results) {
+bool RegionTakesRun(const aten::OpInfo& info, const std::vector<ad::Argument>& arguments,
+                    c10::ArrayRef<at::Tensor> results) {
   if (results.empty()) return false;
   for (const at::Tensor& t : results) {
     if (!t.defined() || !IsFloat(t.scalar_type())) return false;
+  }
+  if (IsCopy(info)) {
+    return !arguments.empty() && arguments[0].tensors.size() == 1 &&
+           arguments[0].tensors[0].dtype == results[0].scalar_type();
   }
   return true;
 }
@@ -455,8 +460,9 @@ bool RegionExpressesOp(const aten::OpInfo& info) {
          compiler::IsNativeOp("aten." + info.base);
 }
 
-bool RegionExpresses(const aten::OpInfo& info, c10::ArrayRef<at::Tensor> results) {
-  return RegionTakesResults(results) && RegionExpressesOp(info);
+bool RegionExpresses(const aten::OpInfo& info, const std::vector<ad::Argument>& arguments,
+                     c10::ArrayRef<at::Tensor> results) {
+  return RegionTakesRun(info, arguments, results) && RegionExpressesOp(info);
 }
 
 std::string RegionToIr(const ad::Region& region, const std::string& name) {

@@ -2,7 +2,7 @@
 // compiler's IR text, for the region pricer (adaptive_eager_bindings.cc).
 //
 // Usage:
-//   if (RegionExpresses(info, results)) ... queue it ...
+//   if (RegionExpresses(info, arguments, results)) ... queue it ...
 //   std::string text = RegionToIr(region, "adaptive_region");
 //   auto graph = ParseGraph(text);
 //
@@ -33,11 +33,18 @@ namespace neuron::python {
 // Whether the IR can express a run of `info` with `results`: a native op of
 // the compiler's table (or one written out as above), every result a
 // defined floating-point tensor.
-bool RegionExpresses(const aten::OpInfo& info, c10::ArrayRef<at::Tensor> results);
+// A copy between neuron tensors only when it keeps the dtype (the IR has no
+// conversion).
+bool RegionExpresses(const aten::OpInfo& info,
+                     const std::vector<aten::adaptive::Argument>& arguments,
+                     c10::ArrayRef<at::Tensor> results);
 // The part of RegionExpresses that depends on the op alone.
 bool RegionExpressesOp(const aten::OpInfo& info);
-// The part that depends on the results: all defined floating-point tensors.
-bool RegionTakesResults(c10::ArrayRef<at::Tensor> results);
+// The part that depends on the run: every result a defined floating-point
+// tensor, a copy's source of its result's dtype.
+bool RegionTakesRun(const aten::OpInfo& info,
+                    const std::vector<aten::adaptive::Argument>& arguments,
+                    c10::ArrayRef<at::Tensor> results);
 
 // The IR text of graph `name` computing `region`; InvalidUsage naming the
 // op (its index and name) the IR cannot express.

@@ -56,8 +56,11 @@ def adaptive_eager_stats():
     graph's run, fabric.advance_compute), the ``ops`` they held and ``pending_ops``
     in the open region, ``cache_hits`` (regions priced without compiling:
     met before in this process, or found in the compile cache) and
-    ``cache_misses`` (regions compiled), ``refused`` regions (the compiler could not
-    take them: charged as plain eager, ``last_refusal`` says why),
+    ``cache_misses`` (regions compiled), ``refused`` plans (the compiler
+    could not take them: the op it names is charged as plain eager and the
+    ops around it priced as regions of their own; ``last_refusal`` says
+    why), ``kept_eager`` (regions whose plan is slower than their ops one
+    by one: charged as plain eager),
     ``eager_us`` (what plain eager would have charged for their ops),
     ``fused_us`` (what was charged), ``saved_us`` (the difference) and
     ``pricing_wall_us`` (host time spent building and pricing regions).

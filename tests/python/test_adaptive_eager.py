@@ -210,3 +210,37 @@ def test_neuron_adaptive_eager_1_turns_it_on_from_import():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "{'host_read': 1}"
+
+
+def test_a_region_the_compiler_refuses_is_split_around_the_op_it_names():
+    x = torch.randn(8, 8, device="neuron")
+    low = torch.zeros(8, 8, device="neuron")
+    with torch.neuron.adaptive_eager():
+        torch.neuron.synchronize()
+        fabric.reset_eager()
+        before = torch.neuron.adaptive_eager_stats()
+        a = x * 3
+        b = torch.clamp(a, min=low)  # tensor bounds: the device's clamp takes numbers
+        c = b + a
+        torch.neuron.synchronize()
+        after = torch.neuron.adaptive_eager_stats()
+    assert [r["op"] for r in fabric.eager_records()] == [REGION, "aten::clamp.Tensor", REGION]
+    assert after["refused"] - before["refused"] == 1
+    assert "region op 1 (aten::clamp.Tensor)" in after["last_refusal"]
+    assert torch.equal(c.cpu(), torch.clamp(x.cpu() * 3, min=0) + x.cpu() * 3)
+
+
+def test_a_plan_slower_than_its_ops_is_charged_as_plain_eager():
+    x = torch.randn(16, 16, device="neuron")
+    fabric.reset_eager()
+    x * 2  # plain eager: its own cost
+    eager_us = fabric.eager_records()[-1]["modelled_us"]
+    with torch.neuron.adaptive_eager():
+        before = torch.neuron.adaptive_eager_stats()
+        x * 2  # one small op: the plan's loads and stores cost more than the op
+        torch.neuron.synchronize()
+        after = torch.neuron.adaptive_eager_stats()
+    record = fabric.eager_records()[-1]
+    assert (record["op"], record["kind"]) == (REGION, "region_eager")
+    assert record["modelled_us"] == pytest.approx(eager_us)
+    assert after["kept_eager"] - before["kept_eager"] == 1

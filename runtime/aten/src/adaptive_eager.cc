@@ -17,6 +17,7 @@ namespace {
 // The OpLog's name and kind of a flushed region (they live forever).
 constexpr const char* kRegionName = "neuron::adaptive_region";
 constexpr const char* kRegionKind = "region";
+constexpr const char* kKeptEagerKind = "region_eager";  // charged at its ops' eager costs
 
 // -1: not read from NEURON_ADAPTIVE_EAGER yet.
 std::atomic<int> enabled{-1};
@@ -53,50 +54,78 @@ std::size_t MaxOps() {
 
 void Settle(const char* reason) { Flush(reason); }
 
-// The open region's price: the pricer's plan, or (refused) the sum of
-// its ops' eager costs, as plain eager would have charged.
-Pricing PriceRegion(State& s, const Region& region, double eager_us) {
-  Pricing p = s.pricer->Price(region);
+// One record on the clock and the OpLog: `name` (a region's, or a
+// refused op's) charged `modelled_us`.
+void Record(const char* name, const char* kind, double modelled_us, double wall_us,
+            std::uint64_t bytes) {
+  static runtime::SimClock* const clock = runtime::ProcessClock().get();  // lives forever
+  const double at = clock->compute().count();
+  clock->AdvanceCompute(runtime::SimDuration(modelled_us));
+  OpLog::Get().Add({name, at, modelled_us, wall_us, bytes, kind,
+                    CachingAllocator::Get().Allocated(CurrentDevice())});
+}
+
+// Charges ops [begin, end) of `ops` as one plan. When the compiler refuses
+// it naming an op, the ops before that op and after it are charged as
+// regions of their own, and the op at its eager cost; a refusal naming no
+// op charges the range at its ops' eager costs. Returns what was charged.
+double ChargeRange(State& s, const std::vector<QueuedOp>& ops, std::size_t begin,
+                   std::size_t end) {
+  if (begin >= end) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  Region range;
+  range.ops.assign(ops.begin() + static_cast<std::ptrdiff_t>(begin),
+                   ops.begin() + static_cast<std::ptrdiff_t>(end));
+  double eager_us = 0, wall_us = 0;
+  std::uint64_t bytes = 0;
+  for (const QueuedOp& op : range.ops) {
+    eager_us += op.eager_us;
+    wall_us += op.wall_us;
+    bytes += op.bytes;
+  }
+  const Pricing p = s.pricer->Price(range);
+  const double pricing_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  s.stats.pricing_wall_us += pricing_us;
   if (!p.priced) {
     ++s.stats.refused;
     s.stats.last_refusal = p.error;
-    p.modelled_us = eager_us;
-  } else if (p.cache == "compiled") {
-    ++s.stats.cache_misses;
-  } else {
-    ++s.stats.cache_hits;
+    if (p.refused_op >= 0 && static_cast<std::size_t>(p.refused_op) < range.ops.size()) {
+      const std::size_t k = begin + static_cast<std::size_t>(p.refused_op);
+      double charged = ChargeRange(s, ops, begin, k);
+      const QueuedOp& op = ops[k];
+      Record(op.info->name.c_str(), op.kind, op.eager_us, op.wall_us, op.bytes);
+      charged += op.eager_us;
+      return charged + ChargeRange(s, ops, k + 1, end);
+    }
+    Record(kRegionName, kRegionKind, eager_us, wall_us + pricing_us, bytes);
+    return eager_us;
   }
-  return p;
+  ++(p.cache == "compiled" ? s.stats.cache_misses : s.stats.cache_hits);
+  if (p.modelled_us > eager_us) {
+    // The plan is slower than the ops one by one (a few small ops: the
+    // plan's own loads and stores dominate): they run as plain eager.
+    ++s.stats.kept_eager;
+    Record(kRegionName, kKeptEagerKind, eager_us, wall_us + pricing_us, bytes);
+    return eager_us;
+  }
+  Record(kRegionName, kRegionKind, p.modelled_us, wall_us + pricing_us, bytes);
+  return p.modelled_us;
 }
 
 // Flush under s.mutex.
 void FlushLocked(State& s, const char* reason) {
   if (s.open.ops.empty()) return;
-  const auto start = std::chrono::steady_clock::now();
   Region region = std::move(s.open);
   s.open = Region{};
-  region.reason = reason;
-  double eager_us = 0, wall_us = 0;
-  std::uint64_t bytes = 0;
-  for (const QueuedOp& op : region.ops) {
-    eager_us += op.eager_us;
-    wall_us += op.wall_us;
-    bytes += op.bytes;
-  }
-  const Pricing p = PriceRegion(s, region, eager_us);
-  static runtime::SimClock* const clock = runtime::ProcessClock().get();  // lives forever
-  const double at = clock->compute().count();
-  clock->AdvanceCompute(runtime::SimDuration(p.modelled_us));
-  const double pricing_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  OpLog::Get().Add({kRegionName, at, p.modelled_us, wall_us + pricing_us, bytes, kRegionKind,
-                    CachingAllocator::Get().Allocated(CurrentDevice())});
+  double eager_us = 0;
+  for (const QueuedOp& op : region.ops) eager_us += op.eager_us;
+  const double charged = ChargeRange(s, region.ops, 0, region.ops.size());
   ++s.stats.regions;
   ++s.stats.by_reason[reason];
   s.stats.ops += region.ops.size();
   s.stats.eager_us += eager_us;
-  s.stats.fused_us += p.modelled_us;
-  s.stats.pricing_wall_us += pricing_us;
+  s.stats.fused_us += charged;
 }
 
 // The reason a refused op ends the region: an op with a result that is not
@@ -193,7 +222,7 @@ bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us, doub
   State& s = TheState();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pricer == nullptr || op.kind == runtime::EagerKind::kFallback ||
-      !s.pricer->Accepts(info, results)) {
+      !s.pricer->Accepts(info, arguments, results)) {
     FlushLocked(s, RefusalReason(info));
     return false;
   }
@@ -205,6 +234,7 @@ bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us, doub
   q.eager_us = eager_us;
   q.wall_us = wall_us;
   q.bytes = op.bytes_in + op.bytes_out;
+  q.kind = runtime::Name(op.kind);
   s.open.ops.push_back(std::move(q));
   return true;
 }

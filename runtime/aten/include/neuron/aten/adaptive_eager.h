@@ -72,11 +72,11 @@ struct QueuedOp {
   double eager_us = 0;              // what plain eager charges for it
   double wall_us = 0;
   std::uint64_t bytes = 0;
+  const char* kind = "";            // its runtime::EagerKind name (lives forever)
 };
 
 struct Region {
   std::vector<QueuedOp> ops;
-  std::string reason;  // why it was flushed
 };
 
 // A region's price.
@@ -87,14 +87,16 @@ struct Pricing {
   // hit", the compile cache's "memory hit" or "disk hit").
   std::string cache;
   std::string error;
+  int refused_op = -1;       // refused: the index of the op the compiler named, or -1
 };
 
 class RegionPricer {
  public:
   virtual ~RegionPricer() = default;
-  // Whether the compiler can express `op` with these results (called for
+  // Whether the compiler can express `op` with these arguments and results (called for
   // each operation as it is queued, under the queue's lock: cheap).
-  virtual bool Accepts(const OpInfo& info, c10::ArrayRef<at::Tensor> results) const = 0;
+  virtual bool Accepts(const OpInfo& info, const std::vector<Argument>& arguments,
+                       c10::ArrayRef<at::Tensor> results) const = 0;
   // The region as one compiled plan, or why not.
   virtual Pricing Price(const Region& region) = 0;
 };
@@ -129,7 +131,13 @@ struct Stats {
   std::uint64_t ops = 0;                              // in those regions
   std::uint64_t cache_hits = 0;                       // regions priced without compiling
   std::uint64_t cache_misses = 0;                     // regions compiled
-  std::uint64_t refused = 0;                          // priced as plain eager (compiler refused)
+  // Plans the compiler refused: the ops before and after the op it named
+  // are priced as regions of their own, that op at its eager cost.
+  std::uint64_t refused = 0;
+  // Regions whose plan the model rates slower than their ops one by one:
+  // charged at their ops' eager costs (the decision is the region's: the
+  // same region decides the same way from the table of priced regions).
+  std::uint64_t kept_eager = 0;
   std::string last_refusal;
   double eager_us = 0;        // what plain eager would have charged for their ops
   double fused_us = 0;        // what was charged
