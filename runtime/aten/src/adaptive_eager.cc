@@ -194,9 +194,7 @@ bool SetEnabled(bool on) {
   return previous;
 }
 
-std::vector<Argument> Capture(const OpInfo& info, const torch::jit::Stack& stack,
-                              std::size_t count) {
-  (void)info;
+std::vector<Argument> Capture(const torch::jit::Stack& stack, std::size_t count) {
   std::vector<Argument> out(count);
   auto args = stack.end() - static_cast<std::ptrdiff_t>(count);
   for (std::size_t i = 0; i < count; ++i) {

@@ -301,7 +301,7 @@ void RunOnCpu(const c10::OperatorHandle& target, const OpInfo& info,
   // Adaptive eager: the arguments as they are before the kernel consumes them.
   const bool adaptive = adaptive::Enabled();
   std::vector<adaptive::Argument> captured;
-  if (adaptive) captured = adaptive::Capture(info, *stack, schema.arguments().size());
+  if (adaptive) captured = adaptive::Capture(*stack, schema.arguments().size());
   CpuViews views(info);
   views.Arguments(stack, schema.arguments().size());
   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);

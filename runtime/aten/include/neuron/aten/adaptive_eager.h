@@ -109,10 +109,9 @@ bool Enabled();
 // Returns the previous setting.
 bool SetEnabled(bool on);
 
-// The arguments on `stack` (laid out as `info`'s schema), captured before
-// the kernel consumes them; call only when Enabled().
-std::vector<Argument> Capture(const OpInfo& info, const torch::jit::Stack& stack,
-                              std::size_t count);
+// The last `count` values on `stack` (an op's arguments, as its schema
+// lays them out), captured before the kernel consumes them.
+std::vector<Argument> Capture(const torch::jit::Stack& stack, std::size_t count);
 
 // Queues a run of `info` (its cost description `op`, its captured
 // arguments, its results) into the open region. Returns false, having
