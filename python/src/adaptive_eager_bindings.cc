@@ -27,11 +27,13 @@ constexpr const char* kGraphName = "adaptive_region";
 class CompilerPricer final : public ad::RegionPricer {
  public:
   // Called under the queue's lock: `ops_` needs no lock of its own.
-  bool Accepts(const neuron::aten::OpInfo& info, const std::vector<ad::Argument>& arguments,
+  bool Accepts(const neuron::aten::OpInfo& info,
+               const std::vector<ad::Argument>& arguments,
                c10::ArrayRef<at::Tensor> results) const override {
     if (!neuron::python::RegionTakesRun(info, arguments, results)) return false;
     auto it = ops_.find(&info);  // OpInfos live forever: their address is their identity
-    if (it == ops_.end()) it = ops_.emplace(&info, neuron::python::RegionExpressesOp(info)).first;
+    if (it == ops_.end())
+      it = ops_.emplace(&info, neuron::python::RegionExpressesOp(info)).first;
     return it->second;
   }
 
@@ -97,13 +99,15 @@ class CompilerPricer final : public ad::RegionPricer {
   // when full, as the regions of a training loop are few.
   static constexpr std::size_t kTableEntries = 1024;
   mutable std::mutex mutex_;
-  std::string last_text_;  // the IR of the last region priced
+  std::string last_text_;                           // the IR of the last region priced
   std::unordered_map<std::string, double> priced_;  // IR text -> the plan's modelled us
-  std::unordered_map<std::string, ad::Pricing> refused_;  // IR text -> the compiler's refusal
+  std::unordered_map<std::string, ad::Pricing>
+      refused_;  // IR text -> the compiler's refusal
   mutable std::unordered_map<const neuron::aten::OpInfo*, bool> ops_;  // Accepts, by op
 };
 
-CompilerPricer* pricer = nullptr;  // owned by runtime/aten's region queue, which never drops it
+CompilerPricer* pricer =
+    nullptr;  // owned by runtime/aten's region queue, which never drops it
 
 py::dict Stats() {
   const ad::Stats s = ad::GetStats();
@@ -135,12 +139,15 @@ void BindAdaptiveEager(py::module_& m) {
         "Whether adaptive eager is on (NEURON_ADAPTIVE_EAGER until switched).");
   m.def("_set_adaptive_eager", &ad::SetEnabled, py::arg("on"),
         py::call_guard<py::gil_scoped_release>(),
-        "Switches adaptive eager; returns the previous setting. Off flushes the open region.");
+        "Switches adaptive eager; returns the previous setting. Off flushes the open "
+        "region.");
   m.def(
-      "_adaptive_eager_flush", [](const std::string& reason) { ad::Flush(reason.c_str()); },
-      py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+      "_adaptive_eager_flush",
+      [](const std::string& reason) { ad::Flush(reason.c_str()); }, py::arg("reason"),
+      py::call_guard<py::gil_scoped_release>(),
       "Prices and charges the open region (reason: its name in the statistics).");
-  m.def("_adaptive_eager_stats", &Stats, "Adaptive eager's counters since the last reset.");
+  m.def("_adaptive_eager_stats", &Stats,
+        "Adaptive eager's counters since the last reset.");
   m.def("_reset_adaptive_eager_stats", &ad::ResetStats);
   m.def(
       "_adaptive_eager_last_ir", [] { return pricer->last_text(); },

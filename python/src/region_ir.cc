@@ -52,7 +52,8 @@ std::string Ints(c10::ArrayRef<std::int64_t> v) {
 
 std::string Type(at::ScalarType dtype, c10::ArrayRef<std::int64_t> sizes) {
   std::string s = IrDtype(dtype) + "[";
-  for (std::size_t i = 0; i < sizes.size(); ++i) s += (i ? "," : "") + std::to_string(sizes[i]);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    s += (i ? "," : "") + std::to_string(sizes[i]);
   return s + "]";
 }
 
@@ -100,8 +101,9 @@ std::vector<std::int64_t> StoredOrder(const ad::TensorRef& r) {
   }
   std::vector<std::int64_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::int64_t>(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int64_t a, std::int64_t b) { return r.strides[a] > r.strides[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return r.strides[a] > r.strides[b];
+  });
   std::int64_t expected = 1;
   for (std::size_t k = n; k-- > 0;) {
     if (r.strides[order[k]] != expected) return {};
@@ -115,7 +117,8 @@ std::vector<std::int64_t> StoredOrder(const ad::TensorRef& r) {
 
 std::vector<std::int64_t> Inverse(const std::vector<std::int64_t>& order) {
   std::vector<std::int64_t> inv(order.size());
-  for (std::size_t i = 0; i < order.size(); ++i) inv[order[i]] = static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < order.size(); ++i)
+    inv[order[i]] = static_cast<std::int64_t>(i);
   return inv;
 }
 
@@ -144,7 +147,8 @@ class Writer {
   std::string Scalar(double v);
   std::string Fresh() { return "%v" + std::to_string(next_++); }
   void Line(const std::string& results, const std::string& op,
-            const std::vector<std::string>& operands, const std::vector<std::string>& attrs);
+            const std::vector<std::string>& operands,
+            const std::vector<std::string>& attrs);
   // Names result `r` of the op just written: the latest value of its memory.
   std::string Result(const ad::TensorRef& r);
   // Records `name` as the latest value of `r`'s memory, `r` its view.
@@ -183,8 +187,8 @@ void Writer::Line(const std::string& results, const std::string& op,
 }
 
 std::string Writer::Input(const ad::TensorRef& r) {
-  NEURON_CHECK(!IrDtype(r.dtype).empty(), where_, ": an input of dtype ", c10::toString(r.dtype),
-               " the IR lacks");
+  NEURON_CHECK(!IrDtype(r.dtype).empty(), where_, ": an input of dtype ",
+               c10::toString(r.dtype), " the IR lacks");
   const std::string name = "%in" + std::to_string(inputs_made_++);
   const auto order = StoredOrder(r);
   if (order.empty()) {
@@ -262,7 +266,8 @@ const std::string* Writer::Find(const ad::TensorRef& r) const {
 }
 
 std::string Writer::Result(const ad::TensorRef& r) {
-  NEURON_CHECK(r.defined && !IrDtype(r.dtype).empty(), where_, ": a result the IR cannot type");
+  NEURON_CHECK(r.defined && !IrDtype(r.dtype).empty(), where_,
+               ": a result the IR cannot type");
   const std::string name = Fresh();
   current_[r.key].clear();  // earlier views of this memory are stale: it was written
   Base(name, r, /*input=*/false);
@@ -294,7 +299,8 @@ double Writer::Value(const ad::Argument& a, double otherwise) const {
 // An attribute `arg = value`; empty for a value every IR value satisfies
 // (layout, memory format, device, pin_memory) or that is left at its
 // default (alpha = 1).
-std::string Attribute(const c10::Argument& arg, const c10::IValue& v, const std::string& where) {
+std::string Attribute(const c10::Argument& arg, const c10::IValue& v,
+                      const std::string& where) {
   c10::TypePtr type = arg.real_type();  // ScalarType, not the int it travels as
   if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
   const auto kind = type->kind();
@@ -327,7 +333,8 @@ std::string Attribute(const c10::Argument& arg, const c10::IValue& v, const std:
 // A native op as itself: tensors as operands, other arguments as
 // attributes named by the schema; an out= argument is its result.
 void Writer::Functional(const ad::QueuedOp& op, const std::string& ir_op) {
-  const auto& args = static_cast<const c10::FunctionSchema*>(op.info->schema)->arguments();
+  const auto& args =
+      static_cast<const c10::FunctionSchema*>(op.info->schema)->arguments();
   std::vector<std::string> operands, attrs;
   for (std::size_t i = 0; i < args.size() && i < op.arguments.size(); ++i) {
     const ad::Argument& a = op.arguments[i];
@@ -353,8 +360,8 @@ void Writer::WriteOut(const ad::QueuedOp& op, const std::string& base) {
   const ad::TensorRef& r = op.results[0];
   const std::string type = Type(r.dtype, r.sizes);
   if (base == "fill" || base == "zero") {
-    NEURON_CHECK(base == "zero" || op.arguments[1].kind == ad::Argument::Kind::kValue, where_,
-                 ": fill_ with a tensor value");
+    NEURON_CHECK(base == "zero" || op.arguments[1].kind == ad::Argument::Kind::kValue,
+                 where_, ": fill_ with a tensor value");
     const double value = base == "zero" ? 0.0 : Value(op.arguments[1], 0.0);
     const std::string dtype = "dtype = \"" + IrDtype(r.dtype) + "\"";
     std::vector<std::string> attrs = {"size = " + Ints(r.sizes), dtype};
@@ -379,7 +386,8 @@ void Writer::WriteOut(const ad::QueuedOp& op, const std::string& base) {
     Line(term + ": " + type, base == "addcmul" ? "aten.mul" : "aten.div", {a, b}, {});
     if (op.arguments.size() > 3 && Value(op.arguments[3], 1.0) != 1.0) {
       const std::string scaled = Fresh();
-      Line(scaled + ": " + type, "aten.mul", {term, Scalar(Value(op.arguments[3], 1.0))}, {});
+      Line(scaled + ": " + type, "aten.mul", {term, Scalar(Value(op.arguments[3], 1.0))},
+           {});
       term = scaled;
     }
   }
@@ -399,7 +407,8 @@ bool Writer::ScaledAdd(const ad::QueuedOp& op, const std::string& base) {
   const std::string self = Operand(op.arguments[0].tensors.at(0));
   const std::string other = Operand(op.arguments[1].tensors.at(0));
   const std::string scaled = Fresh();
-  Line(scaled + ": " + type, "aten.mul", {other, Scalar(Value(op.arguments[2], 1.0))}, {});
+  Line(scaled + ": " + type, "aten.mul", {other, Scalar(Value(op.arguments[2], 1.0))},
+       {});
   Line(Result(r) + ": " + type, "aten." + base, {self, scaled}, {});
   return true;
 }

@@ -37,7 +37,8 @@ State& TheState() {
 int FromEnvironment() {
   const auto& registry = runtime::ConfigRegistry::Get();
   const std::string value = registry.GetString(runtime::ConfigKey::kAdaptiveEager);
-  NEURON_CHECK(value == "0" || value == "1", runtime::VariableName(runtime::ConfigKey::kAdaptiveEager),
+  NEURON_CHECK(value == "0" || value == "1",
+               runtime::VariableName(runtime::ConfigKey::kAdaptiveEager),
                " must be 0 or 1, got \"", value, "\"");
   return value == "1" ? 1 : 0;
 }
@@ -85,7 +86,8 @@ double ChargeRange(State& s, const std::vector<QueuedOp>& ops, std::size_t begin
   }
   const Pricing p = s.pricer->Price(range);
   const double pricing_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+          .count();
   s.stats.pricing_wall_us += pricing_us;
   if (!p.priced) {
     ++s.stats.refused;
@@ -132,7 +134,8 @@ void FlushLocked(State& s, const char* reason) {
 // a tensor hands a value to the host.
 const char* RefusalReason(const OpInfo& info) {
   if (info.schema != nullptr) {
-    for (const auto& r : static_cast<const c10::FunctionSchema*>(info.schema)->returns()) {
+    for (const auto& r :
+         static_cast<const c10::FunctionSchema*>(info.schema)->returns()) {
       const auto kind = r.type()->kind();
       if (kind != c10::TypeKind::TensorType && kind != c10::TypeKind::ListType) {
         return "host_read";
@@ -215,8 +218,9 @@ std::vector<Argument> Capture(const torch::jit::Stack& stack, std::size_t count)
   return out;
 }
 
-bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us, double wall_us,
-           std::vector<Argument> arguments, c10::ArrayRef<at::Tensor> results) {
+bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us,
+           double wall_us, std::vector<Argument> arguments,
+           c10::ArrayRef<at::Tensor> results) {
   State& s = TheState();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pricer == nullptr || op.kind == runtime::EagerKind::kFallback ||

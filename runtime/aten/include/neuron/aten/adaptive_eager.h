@@ -46,7 +46,8 @@ namespace neuron::aten::adaptive {
 // address from being reused while the region holds it (not its memory),
 // and says at the flush whether anything still holds the tensor's memory.
 struct TensorRef {
-  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{
+      c10::intrusive_ptr<c10::StorageImpl>()};
   const c10::StorageImpl* key = nullptr;  // null: not a neuron tensor
   std::int64_t offset = 0;
   std::vector<std::int64_t> sizes;
@@ -55,14 +56,16 @@ struct TensorRef {
   bool defined = false;
 
   static TensorRef Of(const at::Tensor& t);
-  bool SameView(const TensorRef& other) const;  // same storage, offset, shape, strides, dtype
+  // Same storage, offset, shape, strides and dtype.
+  bool SameView(const TensorRef& other) const;
 };
 
 // One argument of a queued operation, as its schema lays them out.
 struct Argument {
   enum class Kind { kNone, kTensor, kTensorList, kValue } kind = Kind::kNone;
-  std::vector<TensorRef> tensors;  // kTensor: one (a CPU number: key null); kTensorList: each
-  c10::IValue value;               // kValue: a number, a list of ints, a dtype, ...
+  // kTensor: one (a CPU number: key null); kTensorList: each.
+  std::vector<TensorRef> tensors;
+  c10::IValue value;  // kValue: a number, a list of ints, a dtype, ...
 };
 
 struct QueuedOp {
@@ -72,7 +75,7 @@ struct QueuedOp {
   double eager_us = 0;              // what plain eager charges for it
   double wall_us = 0;
   std::uint64_t bytes = 0;
-  const char* kind = "";            // its runtime::EagerKind name (lives forever)
+  const char* kind = "";  // its runtime::EagerKind name (lives forever)
 };
 
 struct Region {
@@ -81,13 +84,13 @@ struct Region {
 
 // A region's price.
 struct Pricing {
-  bool priced = false;       // false: the compiler refused it (error says why)
-  double modelled_us = 0;    // the fused plan's time
+  bool priced = false;     // false: the compiler refused it (error says why)
+  double modelled_us = 0;  // the fused plan's time
   // How the plan was found: "compiled" (a miss), else a hit ("region table
   // hit", the compile cache's "memory hit" or "disk hit").
   std::string cache;
   std::string error;
-  int refused_op = -1;       // refused: the index of the op the compiler named, or -1
+  int refused_op = -1;  // refused: the index of the op the compiler named, or -1
 };
 
 class RegionPricer {
@@ -118,18 +121,19 @@ std::vector<Argument> Capture(const torch::jit::Stack& stack, std::size_t count)
 // flushed the region (reason "unsupported_op"), when the pricer does not
 // accept it: the caller then charges it as plain eager.
 // `eager_us`: what plain eager charges for it (cpu_fallback.h EagerCostOf).
-bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us, double wall_us,
-           std::vector<Argument> arguments, c10::ArrayRef<at::Tensor> results);
+bool Queue(const OpInfo& info, const runtime::EagerOp& op, double eager_us,
+           double wall_us, std::vector<Argument> arguments,
+           c10::ArrayRef<at::Tensor> results);
 
 // Prices and charges the open region, if any, to the clock and the OpLog.
 void Flush(const char* reason);
 
 struct Stats {
-  std::uint64_t regions = 0;                          // flushed, with at least one op
-  std::map<std::string, std::uint64_t> by_reason;     // host_read, collective, sync, ...
-  std::uint64_t ops = 0;                              // in those regions
-  std::uint64_t cache_hits = 0;                       // regions priced without compiling
-  std::uint64_t cache_misses = 0;                     // regions compiled
+  std::uint64_t regions = 0;                       // flushed, with at least one op
+  std::map<std::string, std::uint64_t> by_reason;  // host_read, collective, sync, ...
+  std::uint64_t ops = 0;                           // in those regions
+  std::uint64_t cache_hits = 0;                    // regions priced without compiling
+  std::uint64_t cache_misses = 0;                  // regions compiled
   // Plans the compiler refused: the ops before and after the op it named
   // are priced as regions of their own, that op at its eager cost.
   std::uint64_t refused = 0;
@@ -138,9 +142,9 @@ struct Stats {
   // same region decides the same way from the table of priced regions).
   std::uint64_t kept_eager = 0;
   std::string last_refusal;
-  double eager_us = 0;        // what plain eager would have charged for their ops
-  double fused_us = 0;        // what was charged
-  double pricing_wall_us = 0; // host time spent building and pricing regions
+  double eager_us = 0;            // what plain eager would have charged for their ops
+  double fused_us = 0;            // what was charged
+  double pricing_wall_us = 0;     // host time spent building and pricing regions
   std::uint64_t pending_ops = 0;  // in the open region now
 };
 Stats GetStats();
