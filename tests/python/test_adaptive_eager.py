@@ -196,7 +196,7 @@ def test_a_with_block_restores_the_setting_and_a_bad_value_is_refused():
         torch.neuron.adaptive_eager("yes")
 
 
-def test_neuron_adaptive_eager_1_turns_it_on_from_import():
+def test_neuron_adaptive_eager_1_turns_it_on_and_regions_enter_the_disk_cache(tmp_path):
     import subprocess
     script = ("import torch, torchneuron\n"
               "assert torch.neuron.is_adaptive_eager_enabled()\n"
@@ -204,12 +204,17 @@ def test_neuron_adaptive_eager_1_turns_it_on_from_import():
               "y = (x @ x).relu()\n"
               "assert torch.neuron.adaptive_eager_stats()['pending_ops'] == 2\n"
               "assert torch.equal(y.cpu(), (x.cpu() @ x.cpu()).relu())\n"
-              "print(torch.neuron.adaptive_eager_stats()['by_reason'])\n")
-    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", PYTHONPATH=PACKAGE)
+              "s = torch.neuron.adaptive_eager_stats()\n"
+              "print(s['by_reason'], s['cache_misses'])\n")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", PYTHONPATH=PACKAGE,
+               NEURON_CACHE_DIR=str(cache))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "{'host_read': 1}"
+    assert out.stdout.strip() == "{'host_read': 1} 1"
+    # The region's plan is a compile cache entry: the next process reads it.
+    assert len(list(cache.glob("*.nexe"))) == 1
 
 
 def test_a_region_the_compiler_refuses_is_split_around_the_op_it_names():
