@@ -9,11 +9,13 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "bindings.h"
 #include "neuron/aten/adaptive_eager.h"
 #include "neuron/compiler/compiled_graph.h"
 #include "region_ir.h"
+#include "region_signature.h"
 
 namespace py = pybind11;
 namespace ad = neuron::aten::adaptive;
@@ -37,39 +39,62 @@ class CompilerPricer final : public ad::RegionPricer {
     return it->second;
   }
 
-  // A refusal (an op the IR cannot write, a compiler limit) is a value,
-  // not an error, naming the op when the message does (runtime/aten then
-  // prices the ops around it as regions of their own) and remembered.
-  // A region met before in this process (the same IR text) is priced
-  // from the table of priced regions; a new one is compiled through the
-  // compile cache (a disk hit when another process compiled it).
+  // A region met before in this process is priced from the tables of
+  // priced regions: by its signature (region_signature.h: no IR written),
+  // else by its IR text; a new one is compiled through the compile cache
+  // (a disk hit when another process compiled it). A refusal (an op the IR
+  // cannot write, a compiler limit) is a value, not an error, naming the
+  // op when the message does (runtime/aten then prices the ops around it
+  // as regions of their own), and is remembered as plans are.
   ad::Pricing Price(const ad::Region& region) override {
-    ad::Pricing p;
-    std::string text;  // empty while the IR is not written
-    try {
-      text = neuron::python::RegionToIr(region, kGraphName);
+    const neuron::python::RegionSignature signature = neuron::python::SignatureOf(region);
+    if (signature.valid) {
       std::lock_guard<std::mutex> lock(mutex_);
-      last_text_ = text;
-      if (const auto it = priced_.find(text); it != priced_.end()) {
+      if (const auto it = by_signature_.find(signature); it != by_signature_.end()) {
+        last_text_ = it->second.second;
+        ad::Pricing p = it->second.first;
+        if (p.priced) p.cache = "region table hit";
+        return p;
+      }
+    }
+    std::string text;  // empty while the IR is not written
+    const ad::Pricing p = PriceText(region, &text);
+    if (signature.valid && !text.empty()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (by_signature_.size() == kTableEntries) by_signature_.clear();
+      by_signature_.emplace(signature, std::make_pair(p, std::move(text)));
+    }
+    return p;
+  }
+
+  // Prices by the region's IR text, which it writes into *text.
+  ad::Pricing PriceText(const ad::Region& region, std::string* text) {
+    ad::Pricing p;
+    try {
+      *text = neuron::python::RegionToIr(region, kGraphName);
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_text_ = *text;
+      if (const auto it = priced_.find(*text); it != priced_.end()) {
         p.modelled_us = it->second;
         p.cache = "region table hit";
-      } else if (const auto no = refused_.find(text); no != refused_.end()) {
+      } else if (const auto no = refused_.find(*text); no != refused_.end()) {
         return no->second;
       } else {
-        const auto info = neuron::compiler::CompiledGraph::Compile(text, "")->info();
+        const auto info = neuron::compiler::CompiledGraph::Compile(*text, "")->info();
         p.modelled_us = info.modelled_us;
         p.cache = info.cache_lookup;
         if (priced_.size() == kTableEntries) priced_.clear();
-        priced_.emplace(text, info.modelled_us);
+        priced_.emplace(*text, info.modelled_us);
       }
       p.priced = true;
     } catch (const std::exception& e) {
       p.error = e.what();
       p.refused_op = NamedOp(p.error);
-      if (!text.empty()) {  // the compiler refused it: the same region is refused at once
+      if (!text->empty()) {  // the compiler refused it: the same region is refused at
+                             // once
         std::lock_guard<std::mutex> lock(mutex_);
         if (refused_.size() == kTableEntries) refused_.clear();
-        refused_.emplace(text, p);
+        refused_.emplace(*text, p);
       }
     }
     return p;
@@ -101,8 +126,12 @@ class CompilerPricer final : public ad::RegionPricer {
   mutable std::mutex mutex_;
   std::string last_text_;                           // the IR of the last region priced
   std::unordered_map<std::string, double> priced_;  // IR text -> the plan's modelled us
-  std::unordered_map<std::string, ad::Pricing>
-      refused_;  // IR text -> the compiler's refusal
+  // IR text -> the compiler's refusal.
+  std::unordered_map<std::string, ad::Pricing> refused_;
+  // Signature -> its pricing and IR text.
+  std::unordered_map<neuron::python::RegionSignature, std::pair<ad::Pricing, std::string>,
+                     neuron::python::RegionSignatureHash>
+      by_signature_;
   mutable std::unordered_map<const neuron::aten::OpInfo*, bool> ops_;  // Accepts, by op
 };
 
