@@ -70,6 +70,7 @@ const char* Intern(const std::string& name) {
 double Charge(const std::string& name, double modelled_us, double wall_us,
               std::uint64_t bytes, int device) {
   NEURON_CHECK(modelled_us >= 0, "nki: kernel ", name, " has a negative time ", modelled_us);
+  nr::SettlePendingCompute("other");  // an open adaptive-eager region ran before it
   const auto clock = nr::ProcessClock();
   const double start = clock->compute().count();
   clock->AdvanceCompute(nr::SimDuration(modelled_us));

@@ -148,6 +148,24 @@ def test_an_op_the_compiler_cannot_express_flushes_and_is_charged_as_plain_eager
     assert ops[-2:] == [REGION, "aten::_copy_from"], ops  # the f64 copy, as plain eager
 
 
+def test_an_eager_nki_kernel_flushes_and_is_charged_after_the_region():
+    import torchneuron.nki as nki
+    import torchneuron.nki.language as nl
+
+    def add_one(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(a), 1.0))
+        return out
+
+    nki.as_op(nki.jit(add_one, reference=lambda a: a + 1, name="add_one"),
+              "adaptive_eager_test::add_one")
+    fabric.reset_eager()
+    kernel = torch.ops.adaptive_eager_test.add_one
+    assert _reasons(lambda y: kernel(y)) == {"other": 1}
+    ops = [r["op"] for r in fabric.eager_records()]
+    assert ops[-2:] == [REGION, "nki::add_one"], ops  # the region first, then the kernel
+
+
 def test_the_size_limit_flushes(monkeypatch):
     monkeypatch.setenv("NEURON_ADAPTIVE_EAGER_MAX_OPS", "3")
     x = torch.randn(8, device="neuron")
