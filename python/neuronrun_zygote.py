@@ -4,7 +4,8 @@ starts with them imported instead of spending seconds of CPU on `import
 torch`.
 
 Started by neuronrun as `python -m neuronrun_zygote FD MODULE[,MODULE...]`,
-with the environment of the job's first rank, FD one end of a
+with the environment entries every rank of the node shares (no RANK,
+LOCAL_RANK, chip or core), FD one end of a
 SOCK_SEQPACKET socket pair. The protocol, one datagram each:
 
   zygote -> neuronrun   b"ready" once MODULES are imported, or
@@ -24,7 +25,7 @@ group and reads its pipes as for a rank it started itself. End of file on
 the socket ends the zygote.
 
 A rank differs from a fresh interpreter in what MODULES did at import with
-the first rank's environment: they must not read per-rank variables (RANK,
+that shared environment: they must not read per-rank variables (RANK,
 LOCAL_RANK, ...) then, and must start no thread (a thread does not survive
 fork; the zygote refuses to serve if one was started).
 """

@@ -209,11 +209,29 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
   return launches;
 }
 
+namespace {
+
+// The entries every rank's environment holds alike (the job's, not a
+// rank's own: no RANK, LOCAL_RANK, chip or core).
+std::vector<std::string> CommonEnvironment(const std::vector<RankLaunch>& launches) {
+  std::set<std::string> common(launches.front().spawn.env.begin(),
+                               launches.front().spawn.env.end());
+  for (const RankLaunch& l : launches) {
+    const std::set<std::string> mine(l.spawn.env.begin(), l.spawn.env.end());
+    for (auto it = common.begin(); it != common.end();) {
+      it = mine.count(*it) == 0 ? common.erase(it) : std::next(it);
+    }
+  }
+  return {common.begin(), common.end()};
+}
+
+}  // namespace
+
 RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
   if (config_.preload.empty() || launches.empty()) return launcher::Spawn;
   if (!zygote_ && !zygote_failed_) {
     try {
-      zygote_ = std::make_unique<Zygote>(config_.program_path, launches.front().spawn.env,
+      zygote_ = std::make_unique<Zygote>(config_.program_path, CommonEnvironment(launches),
                                          config_.preload);
     } catch (const Error& e) {
       zygote_failed_ = true;

@@ -70,9 +70,9 @@ class Agent {
   void EndAttempt(Attempt& attempt);
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
   // How this attempt's ranks start: forked by the zygote (--preload; made
-  // at the first attempt with `launches`' first environment, kept for the
-  // restarts), else launcher::Spawn (also when the zygote cannot serve:
-  // said once on stderr).
+  // at the first attempt with the environment entries all `launches`
+  // share, kept for the restarts), else launcher::Spawn (also when the
+  // zygote cannot serve: said once on stderr).
   RankGroup::Spawner RankSpawner(const std::vector<RankLaunch>& launches);
   // The CPU local rank `local` is pinned to (--bind-to), or -1.
   int CpuFor(std::uint32_t local) const;

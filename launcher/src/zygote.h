@@ -24,7 +24,8 @@ namespace neuron::launcher {
 
 class Zygote {
  public:
-  // Starts `python -m neuronrun_zygote` with `env` (its stdout and stderr
+  // Starts `python -m neuronrun_zygote` with `env` (the entries common to
+  // the ranks' environments; its stdout and stderr
   // are neuronrun's stderr) and waits until it imported `modules`. Throws
   // IoError with the zygote's reason (an import that failed, a thread one
   // started) or when it cannot start.
