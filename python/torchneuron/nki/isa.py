@@ -126,21 +126,32 @@ _TENSOR_TENSOR = {nl.add: torch.add, nl.subtract: torch.sub, nl.multiply: torch.
                   nl.divide: torch.div, nl.maximum: torch.maximum, nl.minimum: torch.minimum}
 
 
+def _two_ops(op0, op1, where):
+    """The torch functions of an instruction's op0 and op1."""
+    f0, f1 = _TENSOR_TENSOR.get(op0), _TENSOR_TENSOR.get(op1)
+    if f0 is None or f1 is None:
+        fail(f"{where}: op0 and op1 are nl.add, nl.subtract, nl.multiply, nl.divide, "
+             "nl.maximum or nl.minimum")
+    return f0, f1
+
+
+def _column_operand(x, partitions, where, name):
+    """Checks an operand that is a number or a [partitions, 1] tile; returns
+    the tiles it reads (for the instruction's extra reads)."""
+    if not isinstance(x, Tile):
+        return []
+    nl.check_read(x, where)
+    if x.shape != (partitions, 1):
+        fail(f"{where}: {name} of shape {x.shape}; it must be a number or [{partitions}, 1]")
+    return [x]
+
+
 def scalar_tensor_tensor(data, op0, operand0, op1, operand1, dtype=None):
     """(data op0 operand0) op1 operand1 in one vector engine instruction:
     operand0 a number or a [P, 1] tile, operand1 a tile of data's shape
     (op0, op1: nl.add, nl.subtract, nl.multiply, nl.maximum, ...)."""
-    f0, f1 = _TENSOR_TENSOR.get(op0), _TENSOR_TENSOR.get(op1)
-    if f0 is None or f1 is None:
-        fail("nisa.scalar_tensor_tensor: op0 and op1 are nl.add, nl.subtract, "
-             "nl.multiply, nl.divide, nl.maximum or nl.minimum")
-    extras = []
-    if isinstance(operand0, Tile):
-        nl.check_read(operand0, "nisa.scalar_tensor_tensor")
-        if operand0.shape != (data.shape[0], 1):
-            fail(f"nisa.scalar_tensor_tensor: operand0 of shape {operand0.shape}; it must "
-                 f"be a number or [{data.shape[0]}, 1]")
-        extras.append(operand0)
+    f0, f1 = _two_ops(op0, op1, "nisa.scalar_tensor_tensor")
+    extras = _column_operand(operand0, data.shape[0], "nisa.scalar_tensor_tensor", "operand0")
     s = operand0.data.float() if isinstance(operand0, Tile) else torch.tensor(float(operand0))
     return nl.elementwise("scalar_tensor_tensor", "vector", [data, operand1],
                           lambda a, b: f1(f0(a, s), b), dtype=dtype, extra_reads=extras)
@@ -178,10 +189,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, dtype=None):
     b_i is op0 = nl.multiply, op1 = nl.add); data0 and data1 not both in
     PSUM. One instruction: each lane walks its F elements of both inputs in
     order."""
-    f0, f1 = _TENSOR_TENSOR.get(op0), _TENSOR_TENSOR.get(op1)
-    if f0 is None or f1 is None:
-        fail("nisa.tensor_tensor_scan: op0 and op1 are nl.add, nl.subtract, nl.multiply, "
-             "nl.divide, nl.maximum or nl.minimum")
+    f0, f1 = _two_ops(op0, op1, "nisa.tensor_tensor_scan")
     for t in (data0, data1):
         nl.check_read(t, "nisa.tensor_tensor_scan")
         if not isinstance(t, Tile) or len(t.shape) != 2:
@@ -192,13 +200,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, dtype=None):
     if data0.buffer == PSUM and data1.buffer == PSUM:
         fail("nisa.tensor_tensor_scan: data0 and data1 are both PSUM tiles; the vector "
              "engine's scan reads at most one operand from PSUM (copy one to SBUF)")
-    extras = []
-    if isinstance(initial, Tile):
-        nl.check_read(initial, "nisa.tensor_tensor_scan")
-        if initial.shape != (data0.shape[0], 1):
-            fail(f"nisa.tensor_tensor_scan: initial of shape {initial.shape}; it must be "
-                 f"a number or [{data0.shape[0]}, 1]")
-        extras.append(initial)
+    extras = _column_operand(initial, data0.shape[0], "nisa.tensor_tensor_scan", "initial")
     start = initial.data.float()[:, 0] if isinstance(initial, Tile) else float(initial)
 
     def scan(a, b):
