@@ -81,7 +81,7 @@ def _become_rank(parent, cpu, argv, env, out, err):
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    os.closerange(3, 65536)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     os.environ.clear()
     os.environ.update(env)
     _reseed()
@@ -144,23 +144,52 @@ def _fork_rank(sock, request, fds):
     sys.stdout.flush()
     sys.stderr.flush()
     pipe_r, pipe_w = os.pipe()
-    middle = os.fork()
+    try:
+        middle = os.fork()
+    except BaseException:
+        os.close(pipe_r)
+        os.close(pipe_w)
+        raise
     if middle == 0:
+        _middle(sock, pipe_r, pipe_w, (parent, cpu, argv, env, fds[0], fds[1]))
+        return argv  # in the rank
+    os.close(pipe_w)
+    with os.fdopen(pipe_r, "rb") as f:
+        pid = int(f.read() or b"0")
+    os.waitpid(middle, 0)
+    if not pid:
+        raise OSError("the middle process could not fork the rank")
+    return pid
+
+
+def _middle(sock, pipe_r, pipe_w, rank_args):
+    """The middle process: forks the rank, writes its pid (nothing if the
+    fork failed) and exits, whatever happens; returns only in the rank."""
+    rank = -1
+    try:
         os.close(pipe_r)
         rank = os.fork()
         if rank == 0:
             os.close(pipe_w)
             sock.detach()  # its descriptor is closed with the others
-            _become_rank(parent, cpu, argv, env, fds[0], fds[1])
-            return argv
+            _become_rank_or_die(*rank_args)
+            return  # the rank goes on to its program
         os.setpgid(rank, rank)  # also in the rank: whichever runs first
         os.write(pipe_w, str(rank).encode())
-        os._exit(0)
-    os.close(pipe_w)
-    with os.fdopen(pipe_r, "rb") as f:
-        pid = int(f.read() or b"0")
-    os.waitpid(middle, 0)
-    return pid
+    finally:
+        if rank != 0:
+            os._exit(0)
+
+
+def _become_rank_or_die(parent, cpu, argv, env, out, err):
+    """_become_rank, or the reason it failed on the rank's stderr and exit
+    127 (as an exec that failed)."""
+    try:
+        _become_rank(parent, cpu, argv, env, out, err)
+    except BaseException as e:  # noqa: BLE001
+        os.write(err, f"neuronrun --preload: cannot start the rank: {type(e).__name__}: "
+                      f"{e}\n".encode())
+        os._exit(127)
 
 
 def _serve(sock):

@@ -211,18 +211,14 @@ std::vector<RankLaunch> Agent::MakeLaunches(std::uint32_t round,
 
 namespace {
 
-// The entries every rank's environment holds alike (the job's, not a
-// rank's own: no RANK, LOCAL_RANK, chip or core).
-std::vector<std::string> CommonEnvironment(const std::vector<RankLaunch>& launches) {
-  std::set<std::string> common(launches.front().spawn.env.begin(),
-                               launches.front().spawn.env.end());
-  for (const RankLaunch& l : launches) {
-    const std::set<std::string> mine(l.spawn.env.begin(), l.spawn.env.end());
-    for (auto it = common.begin(); it != common.end();) {
-      it = mine.count(*it) == 0 ? common.erase(it) : std::next(it);
-    }
+// A rank's environment without the variables that are its own (RANK,
+// LOCAL_RANK, chip, core): the job's and the node's.
+std::vector<std::string> JobEnvironment(const RankLaunch& launch) {
+  std::vector<std::string> job;
+  for (const std::string& entry : launch.spawn.env) {
+    if (!IsRankOwnVariable(entry.substr(0, entry.find('=')))) job.push_back(entry);
   }
-  return {common.begin(), common.end()};
+  return job;
 }
 
 }  // namespace
@@ -231,16 +227,32 @@ RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
   if (config_.preload.empty() || launches.empty()) return launcher::Spawn;
   if (!zygote_ && !zygote_failed_) {
     try {
-      zygote_ = std::make_unique<Zygote>(config_.program_path, CommonEnvironment(launches),
+      zygote_ = std::make_unique<Zygote>(config_.program_path, JobEnvironment(launches.front()),
                                          config_.preload);
     } catch (const Error& e) {
-      zygote_failed_ = true;
-      std::cerr << "neuronrun: " << e.what() << "; the ranks start as fresh interpreters"
-                << std::endl;
+      DropZygote(e);
     }
   }
   if (!zygote_) return launcher::Spawn;
-  return [zygote = zygote_.get()](const SpawnRequest& r) { return zygote->Spawn(r); };
+  // A zygote that fails later (it died, it did not answer) is dropped: this
+  // rank and the next start as fresh interpreters.
+  return [this](const SpawnRequest& r) {
+    if (zygote_) {
+      try {
+        return zygote_->Spawn(r);
+      } catch (const Error& e) {
+        DropZygote(e);
+      }
+    }
+    return launcher::Spawn(r);
+  };
+}
+
+void Agent::DropZygote(const Error& why) {
+  zygote_.reset();
+  zygote_failed_ = true;
+  std::cerr << "neuronrun: " << why.what() << "; the ranks start as fresh interpreters"
+            << std::endl;
 }
 
 void Agent::EndAttempt(Attempt& attempt) {

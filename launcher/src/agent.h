@@ -21,6 +21,7 @@
 #include "neuron/collectives/store/tcp_store.h"
 #include "neuron/collectives/store/tcp_store_server.h"
 #include "neuron/launcher/options.h"
+#include "neuron/runtime/error.h"
 #include "neuron/runtime/topology.h"
 #include "process_guard.h"
 #include "rank_group.h"
@@ -70,10 +71,11 @@ class Agent {
   void EndAttempt(Attempt& attempt);
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
   // How this attempt's ranks start: forked by the zygote (--preload; made
-  // at the first attempt with the environment entries all `launches`
-  // share, kept for the restarts), else launcher::Spawn (also when the
-  // zygote cannot serve: said once on stderr).
+  // at the first attempt with the first launch's environment less the
+  // rank's own variables, kept for the restarts), else launcher::Spawn
+  // (also once the zygote failed, at its start or later: said on stderr).
   RankGroup::Spawner RankSpawner(const std::vector<RankLaunch>& launches);
+  void DropZygote(const Error& why);  // ends it, says why on stderr
   // The CPU local rank `local` is pinned to (--bind-to), or -1.
   int CpuFor(std::uint32_t local) const;
   void WaitSignals(Attempt& attempt);

@@ -105,8 +105,11 @@ SpawnedChild Spawn(const SpawnRequest& request) {
   std::vector<Pipe> pipes;
   try {
     if (request.inherit_stderr) {
-      pipes.push_back({-1, ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)});
-      pipes.push_back({-1, ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)});
+      for (int i = 0; i < 2; ++i) {
+        const int fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) throw IoError(StrCat("dup of stderr failed: ", std::strerror(errno)));
+        pipes.push_back({-1, fd});
+      }
     } else if (!request.output_file.empty()) {
       const int fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
       pipes.push_back({-1, fd});

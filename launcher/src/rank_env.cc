@@ -20,6 +20,11 @@ Environment CurrentEnvironment() {
   return env;
 }
 
+bool IsRankOwnVariable(const std::string& name) {
+  return name == "RANK" || name == "LOCAL_RANK" || name == "ROLE_RANK" ||
+         name == VariableName(ConfigKey::kChipIndex) || name == VariableName(ConfigKey::kCoreIndex);
+}
+
 Environment RankEnvironment(Environment env, const RankIdentity& id) {
   auto set = [&env](const std::string& name, const std::string& value) {
     env[name] = value;

@@ -44,6 +44,11 @@ Environment CurrentEnvironment();
 // agents' rendezvous secret is removed.
 Environment RankEnvironment(Environment base, const RankIdentity& id);
 
+// The variables RankEnvironment gives each rank of a node its own value
+// (RANK, LOCAL_RANK, ROLE_RANK, the chip and core indices); every other
+// one is the node's or the job's.
+bool IsRankOwnVariable(const std::string& name);
+
 // "NAME=value" entries for execve.
 std::vector<std::string> ToEnvp(const Environment& env);
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -97,7 +98,7 @@ std::vector<std::string> ParsePreload(const std::string& list, const char* sourc
     const std::size_t end = std::min(list.find(',', start), list.size());
     const std::string name = list.substr(start, end - start);
     bool ok = !name.empty() && name.front() != '.' && name.back() != '.' &&
-              name.find("..") == std::string::npos && !std::isdigit(name.front());
+              name.find("..") == std::string::npos && !std::isdigit(static_cast<unsigned char>(name.front()));
     for (char c : name) ok &= std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
     NEURON_CHECK(ok, source, " '", list, "': '", name,
                  "' is not a Python module name (expected MODULE[,MODULE...])");
@@ -109,6 +110,11 @@ std::vector<std::string> ParsePreload(const std::string& list, const char* sourc
 
 Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
                const std::vector<std::string>& modules) {
+  // Its ranks are re-parented to this process only if it is a subreaper.
+  int subreaper = 0;
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
+    throw IoError("neuronrun --preload: this process is not a child subreaper");
+  }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     throw IoError(StrCat("neuronrun --preload: socketpair failed: ", std::strerror(errno)));
@@ -141,8 +147,10 @@ Zygote::~Zygote() { Close(); }
 void Zygote::Close() {
   if (socket_ >= 0) ::close(socket_);  // end of file: the zygote returns
   socket_ = -1;
-  if (pid_ > 0) {
-    ::kill(-pid_, SIGKILL);  // its process group: it and any half-made rank
+  // Unless the rank group's reaping took it already (its pid may be
+  // another process's by now): its process group, it and any half-made rank.
+  if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) {
+    ::kill(-pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
   pid_ = -1;
@@ -176,16 +184,25 @@ SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
   if (!request.output_file.empty()) {
     out.write.fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
     err.write.fd = ::fcntl(out.write.fd, F_DUPFD_CLOEXEC, 3);
+    if (err.write.fd < 0) throw IoError(StrCat("dup failed: ", std::strerror(errno)));
   } else {
     MakePipe(out);
     MakePipe(err);
   }
-  SendWithDescriptors(socket_, RequestPayload(request), out.write.fd, err.write.fd);
-  ::close(out.write.release());  // the rank holds the write ends now
-  ::close(err.write.release());
-  const std::string reply = Receive(kReplyTimeout);
+  if (socket_ < 0) throw IoError("neuronrun --preload: the zygote is gone");
+  std::string reply;
+  try {
+    SendWithDescriptors(socket_, RequestPayload(request), out.write.fd, err.write.fd);
+    ::close(out.write.release());  // the rank holds the write ends now
+    ::close(err.write.release());
+    reply = Receive(kReplyTimeout);
+  } catch (...) {
+    Close();  // a late answer would be taken for the next rank's
+    throw;
+  }
   const pid_t pid = reply.rfind("pid ", 0) == 0 ? std::atoi(reply.c_str() + 4) : -1;
   if (pid <= 0) {
+    Close();
     throw IoError(StrCat("cannot start ", request.argv[1], " through the zygote: ",
                          reply.rfind("error ", 0) == 0 ? reply.substr(6) : reply));
   }

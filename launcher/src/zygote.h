@@ -28,7 +28,8 @@ class Zygote {
   // the ranks' environments; its stdout and stderr
   // are neuronrun's stderr) and waits until it imported `modules`. Throws
   // IoError with the zygote's reason (an import that failed, a thread one
-  // started) or when it cannot start.
+  // started) or when it cannot start, or when this process is not a child
+  // subreaper (its ranks would not become its children).
   Zygote(const std::string& python, const std::vector<std::string>& env,
          const std::vector<std::string>& modules);
   ~Zygote();  // ends the zygote (not the ranks it forked) and reaps it
@@ -38,7 +39,8 @@ class Zygote {
   // Forks a rank running request.argv[1..] (SCRIPT ARGS or -m MODULE ARGS)
   // with request.env, request.cpu and its stdout/stderr on new pipes or
   // request.output_file. Same contract as launcher::Spawn; throws IoError
-  // naming the program when the zygote refuses or is gone.
+  // naming the program when the zygote refuses, does not answer or is
+  // gone, and ends the zygote then (every later call throws).
   SpawnedChild Spawn(const SpawnRequest& request);
 
   pid_t pid() const { return pid_; }

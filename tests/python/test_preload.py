@@ -31,18 +31,31 @@ if mode == "raise" and os.environ["RANK"] == "1":
 if mode == "kill" and os.environ["RANK"] == "1":
     import signal
     os.kill(os.getpid(), signal.SIGKILL)
+if mode == "kill-zygote" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "0":
+        import signal
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"neuronrun_zygote" in cmd and int(pid) != os.getpid():
+                env = open(f"/proc/{pid}/environ", "rb").read()
+                if os.environ["PRELOAD_TEST_MARKER"].encode() in env:
+                    os.kill(int(pid), signal.SIGKILL)
+    sys.exit(1)  # the attempt fails; the restart finds the zygote gone
 if mode in ("raise", "kill") and os.environ["RANK"] == "0":
     import time
     time.sleep(120)  # ended by neuronrun when rank 1 fails
 """
 
 
-def job(tmp_path, args, preload="probe_mod", env=None):
+def job(tmp_path, args, preload="probe_mod", env=None, flags=("-n", "2")):
     (tmp_path / "probe_mod.py").write_text(PROBE)
     (tmp_path / "script.py").write_text(SCRIPT)
     marker = uuid.uuid4().hex
     full = dict(os.environ, PYTHONPATH=str(tmp_path), PRELOAD_TEST_MARKER=marker, **(env or {}))
-    proc = subprocess.Popen([NEURONRUN, "-n", "2", "--preload", preload,
+    proc = subprocess.Popen([NEURONRUN, *flags, "--preload", preload,
                              str(tmp_path / "script.py")] + args,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
     out, err = proc.communicate(timeout=120)
@@ -86,6 +99,21 @@ def test_forked_ranks_are_neuronruns_children_with_their_own_environment(tmp_pat
         assert argv == "['a b', 'c']"
         assert at_import == "None", out  # the zygote holds no rank's own variables
     assert seen[0][8] != seen[1][8], "the ranks share the zygote's random state"
+    assert carriers(marker) == []
+
+
+def test_a_single_ranks_zygote_holds_no_rank_variables(tmp_path):
+    proc, out, err, _ = job(tmp_path, [], flags=("-n", "1"))
+    assert proc.returncode == 0, err
+    assert ranks(out)[0][3] == "True" and ranks(out)[0][9] == "None", out
+
+
+def test_a_zygote_that_dies_mid_job_leaves_fresh_interpreters_for_the_restart(tmp_path):
+    proc, out, err, marker = job(tmp_path, ["kill-zygote"], flags=("-n", "2", "--max-restarts", "1"))
+    assert proc.returncode == 0, err
+    assert "the ranks start as fresh interpreters" in err, err
+    preloaded = re.findall(r"preloaded (\w+)", out)
+    assert preloaded[0] == "True" and preloaded[-2:] == ["False", "False"], out  # then fresh
     assert carriers(marker) == []
 
 
