@@ -469,11 +469,6 @@ bool RegionExpressesOp(const aten::OpInfo& info) {
          compiler::IsNativeOp("aten." + info.base);
 }
 
-bool RegionExpresses(const aten::OpInfo& info, const std::vector<ad::Argument>& arguments,
-                     c10::ArrayRef<at::Tensor> results) {
-  return RegionTakesRun(info, arguments, results) && RegionExpressesOp(info);
-}
-
 std::string RegionToIr(const ad::Region& region, const std::string& name) {
   Writer w(name);
   for (std::size_t i = 0; i < region.ops.size(); ++i) w.Op(i, region.ops[i]);

@@ -2,7 +2,7 @@
 // compiler's IR text, for the region pricer (adaptive_eager_bindings.cc).
 //
 // Usage:
-//   if (RegionExpresses(info, arguments, results)) ... queue it ...
+//   if (RegionExpressesOp(info) && RegionTakesRun(info, arguments, results)) ... queue it ...
 //   std::string text = RegionToIr(region, "adaptive_region");
 //   auto graph = ParseGraph(text);
 //
@@ -18,7 +18,8 @@
 // by alpha and the op); fill_ and zero_ as aten.full and aten.zeros;
 // a copy between neuron tensors as aten.clone. Numbers the Python code
 // passes as tensors (wrapped scalars: a learning rate, a bias correction)
-// and the scalars of the written-out ops are f32[] inputs, so a region whose
+// and the scalars of the written-out lerp, addcmul, addcdiv, add and sub
+// are f32[] inputs (fill_'s value is aten.full's attribute), so a region whose
 // numbers change from step to step keeps its IR (and its compile cache
 // entry). The results are the values written whose memory something still
 // holds at the flush; the rest stays inside the plan.
@@ -30,18 +31,12 @@
 
 namespace neuron::python {
 
-// Whether the IR can express a run of `info` with `results`: a native op of
-// the compiler's table (or one written out as above), every result a
-// defined floating-point tensor.
-// A copy between neuron tensors only when it keeps the dtype (the IR has no
-// conversion).
-bool RegionExpresses(const aten::OpInfo& info,
-                     const std::vector<aten::adaptive::Argument>& arguments,
-                     c10::ArrayRef<at::Tensor> results);
-// The part of RegionExpresses that depends on the op alone.
+// Whether the IR can express `info`: a native op of the compiler's table,
+// one written out as above, or a copy between neuron tensors.
 bool RegionExpressesOp(const aten::OpInfo& info);
-// The part that depends on the run: every result a defined floating-point
-// tensor, a copy's source of its result's dtype.
+// Whether it can express this run of it: every result a defined
+// floating-point tensor, a copy's source of its result's dtype (the IR has
+// no conversion).
 bool RegionTakesRun(const aten::OpInfo& info,
                     const std::vector<aten::adaptive::Argument>& arguments,
                     c10::ArrayRef<at::Tensor> results);

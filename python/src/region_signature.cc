@@ -75,14 +75,20 @@ void Signer::Value(const c10::IValue& v) {
     h_.Add(3);
     h_.Add(v.toBool());
   } else if (v.isString()) {
-    h_.Add(4);
+    h_.Add(4);  // each variable-length value with its length: no two runs of
+                // words split into arguments differently hash alike
+    h_.Add(v.toStringRef().size());
     for (char c : v.toStringRef()) h_.Add(static_cast<unsigned char>(c));
   } else if (v.isIntList()) {
     h_.Add(5);
-    for (auto x : v.toIntVector()) h_.Add(static_cast<std::uint64_t>(x));
+    const auto list = v.toIntVector();
+    h_.Add(list.size());
+    for (auto x : list) h_.Add(static_cast<std::uint64_t>(x));
   } else if (v.isBoolList()) {
     h_.Add(6);
-    for (bool x : v.toBoolList()) h_.Add(x);
+    const auto list = v.toBoolList();
+    h_.Add(list.size());
+    for (bool x : list) h_.Add(x);
   } else if (v.isDevice()) {
     h_.Add(7);  // implied: every IR value is on the device
   } else {

@@ -192,8 +192,8 @@ bool Enabled() {
 
 bool SetEnabled(bool on) {
   const bool previous = Enabled();
-  if (!on) Flush("other");
   enabled.store(on ? 1 : 0);
+  if (!on) Flush("other");  // after the switch: no op queued in between stays pending
   return previous;
 }
 

@@ -11,7 +11,7 @@
 // bit for bit; only the time differs.
 //
 // Layering: this layer does not know the compiler. The Python extension
-// (python/src/region_pricer.cc) registers the RegionPricer that says which
+// (python/src/adaptive_eager_bindings.cc) registers the RegionPricer that says which
 // ops the compiler expresses and turns a region into the compiler's IR,
 // compiles it through the compile cache and returns the plan's time.
 //
