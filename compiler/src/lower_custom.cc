@@ -37,7 +37,9 @@ void SetTiming(const proto::Node& n, const std::string& where, rp::Instruction& 
   NEURON_CHECK(time_us >= 0, where, ": custom kernel ", key->s(), " lasts ", time_us, " us");
   i.set_kernel(key->s());
   i.set_kernel_us(time_us);
-  i.set_bytes(static_cast<std::uint64_t>(AttrInt(n, "hbm_bytes", 0)));
+  const std::int64_t bytes = AttrInt(n, "hbm_bytes", 0);
+  NEURON_CHECK(bytes >= 0, where, ": custom kernel ", key->s(), " moves ", bytes, " HBM bytes");
+  i.set_bytes(static_cast<std::uint64_t>(bytes));
   double busiest = -1;
   for (const auto& [name, engine] : kEngines) {
     if (Attr(n, name) == nullptr) continue;

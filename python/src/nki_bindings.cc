@@ -134,6 +134,10 @@ void RegisterGraphKernel(const std::string& key, py::function fn) {
     } catch (const py::cast_error& e) {
       throw neuron::InvalidUsage("nki kernel " + key +
                                  " in a compiled graph did not return tensors: " + e.what());
+    } catch (const neuron::Error&) {
+      throw;  // CopyResults' own, naming the output
+    } catch (const std::exception& e) {  // e.g. c10::Error from copy_
+      throw neuron::InvalidUsage("nki kernel " + key + " in a compiled graph: " + e.what());
     }
   });
 }

@@ -153,3 +153,17 @@ def test_a_kernel_returning_other_shapes_than_traced_is_an_error_naming_it():
                        match=r"nki kernel nki_graph_test::half_rows@\w+ in a compiled "
                              r"graph: output 0 is .*\[4, 8\], the graph traced .*\[8, 8\]"):
         f(torch.randn(8, 8))
+
+
+def test_kernels_of_one_source_with_other_captured_values_have_other_keys():
+    from torchneuron.nki.graph_kernel import source_digest
+
+    def make(c):
+        def scaled(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.multiply(nl.load(a), c))
+            return out
+        return nki.jit(scaled, reference=lambda a: a * c, name="scaled")
+
+    assert source_digest(make(2.0)) == source_digest(make(2.0))
+    assert source_digest(make(2.0)) != source_digest(make(3.0))

@@ -23,6 +23,7 @@ depends on its shapes and non-tensor arguments, not on its values
 """
 
 import hashlib
+import marshal
 import inspect
 import sys
 import threading
@@ -33,7 +34,7 @@ from .. import _C
 
 _OPS = {}        # "namespace::name" -> Kernel, by nki.as_op
 _PRICES = {}     # (key, input signature) -> Price
-_REGISTERED = set()  # keys whose callback _C holds
+_REGISTERED = {}  # key -> the kernel whose callback _C holds
 _lock = threading.Lock()
 _run_lock = threading.Lock()  # one kernel runs at a time (kernel.py's state is global)
 
@@ -81,12 +82,19 @@ def _op_qualname(target):
 
 def source_digest(kernel):
     """sha256 over the kernel function's source and its module's (helpers
-    it calls live there), or its code's bytes when no source is found."""
+    it calls live there), or its marshalled code when no source is found,
+    and the values its closure captured (a tile size from an enclosing
+    function: same source, another kernel)."""
     h = hashlib.sha256()
     try:
         h.update(inspect.getsource(kernel.fn).encode())
     except (OSError, TypeError):
-        h.update(kernel.fn.__code__.co_code + repr(kernel.fn.__code__.co_consts).encode())
+        h.update(marshal.dumps(kernel.fn.__code__))
+    for cell in kernel.fn.__closure__ or ():
+        try:
+            h.update(repr(cell.cell_contents).encode())
+        except ValueError:  # an empty cell
+            h.update(b"<empty>")
     module = sys.modules.get(getattr(kernel.fn, "__module__", ""), None)
     try:
         h.update(inspect.getsource(module).encode() if module is not None else b"")
@@ -131,7 +139,8 @@ def _price(key, kernel, arguments):
         generator = torch.Generator().manual_seed(0)
         args = [_example(m, generator) if kind == "tensor" else m
                 for (kind, _), m in zip(arguments, metas)]
-        price = Price(kernel.run(*args))  # CPU tensors: nothing charged
+        with _run_lock:  # kernel.py's state is global: one run at a time
+            price = Price(kernel.run(*args))  # CPU tensors: nothing charged
     with _lock:
         _PRICES[signature] = price
     return price
@@ -142,9 +151,9 @@ def _register(key, kernel, arguments):
     the plan's input tensors (CPU views of its memory) and the non-tensor
     arguments of the call."""
     with _lock:
-        if key in _REGISTERED:
+        if _REGISTERED.get(key) is kernel:
             return
-        _REGISTERED.add(key)
+        _REGISTERED[key] = kernel  # another kernel object under a key: its callback replaces
     layout = [(kind, None if kind == "tensor" else value) for kind, value in arguments]
 
     def run(inputs):
