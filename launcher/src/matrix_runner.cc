@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +21,7 @@
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/matrix_result.pb.h"
 #include "neuron/parallel/pipeline_trace_scaling.h"
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/fabric/trace_replay.h"
 #include "neuron/runtime/fabric/trace_scaling.h"
@@ -261,7 +261,7 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
   if (!c.topology.empty()) common = {"--topology", c.topology};
   // The ranks fork from one interpreter that imported what the trainers
   // use (zygote.h), unless NEURON_PRELOAD (even empty) says otherwise.
-  if (std::getenv("NEURON_PRELOAD") == nullptr) {
+  if (!runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)) {
     common.insert(common.end(), {"--preload", kTrainerModules});
   }
   std::vector<pid_t> agents;

@@ -139,6 +139,10 @@ const ConfigEntry& ConfigRegistry::entry(ConfigKey key) const {
   NEURON_ASSERT(false, "config key ", static_cast<int>(key), " not registered");
 }
 
+bool ConfigRegistry::IsSet(ConfigKey key) const {
+  return std::getenv(entry(key).variable) != nullptr;
+}
+
 std::optional<std::string> ConfigRegistry::Find(ConfigKey key) const {
   const ConfigEntry& e = entry(key);
   const char* value = std::getenv(e.variable);

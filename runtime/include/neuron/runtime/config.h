@@ -72,6 +72,8 @@ class ConfigRegistry {
   std::string GetString(ConfigKey key) const;
   // Like GetString, but nullopt when the variable is unset and has no default.
   std::optional<std::string> Find(ConfigKey key) const;
+  // Whether the variable is in the environment at all (set, even empty).
+  bool IsSet(ConfigKey key) const;
   // Parses an integer; throws InvalidUsage naming the variable on bad text.
   std::int64_t GetInt(ConfigKey key) const;
 
