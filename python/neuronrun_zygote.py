@@ -4,8 +4,8 @@ starts with them imported instead of spending seconds of CPU on `import
 torch`.
 
 Started by neuronrun as `python -m neuronrun_zygote FD MODULE[,MODULE...]`,
-with the environment entries every rank of the node shares (no RANK,
-LOCAL_RANK, chip or core), FD one end of a
+with the job's and the node's environment (a rank's, less RANK,
+LOCAL_RANK, ROLE_RANK, chip and core), FD one end of a
 SOCK_SEQPACKET socket pair. The protocol, one datagram each:
 
   zygote -> neuronrun   b"ready" once MODULES are imported, or
