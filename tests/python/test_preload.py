@@ -32,17 +32,17 @@ if mode == "kill" and os.environ["RANK"] == "1":
     import signal
     os.kill(os.getpid(), signal.SIGKILL)
 if mode == "kill-zygote" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
-    if os.environ["RANK"] == "0":
-        import signal
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            except OSError:
-                continue
-            if b"neuronrun_zygote" in cmd and int(pid) != os.getpid():
-                env = open(f"/proc/{pid}/environ", "rb").read()
-                if os.environ["PRELOAD_TEST_MARKER"].encode() in env:
-                    os.kill(int(pid), signal.SIGKILL)
+    if os.environ["RANK"] != "0":
+        sys.exit(0)  # rank 0 alone fails the attempt, once the zygote is dead
+    import signal
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            env = open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            continue
+        if b"neuronrun_zygote" in cmd and os.environ["PRELOAD_TEST_MARKER"].encode() in env:
+            os.kill(int(pid), signal.SIGKILL)
     sys.exit(1)  # the attempt fails; the restart finds the zygote gone
 if mode in ("raise", "kill") and os.environ["RANK"] == "0":
     import time
