@@ -52,11 +52,7 @@ def _transformer_layer(device):
 
 
 def _mse_step(model, opt, x, y):
-    opt.zero_grad()
-    loss = F.mse_loss(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss
+    return eager_bench.step(model, opt, x, y, loss_fn=F.mse_loss)
 
 
 def _train(make, step, adaptive, steps=3):
