@@ -240,12 +240,11 @@ CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path
 }
 
 // What the matrix's trainers import (examples/04, 08, 09): torch, Dynamo
-// for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining.
-// Preloaded once per cell, they cost 2-4 ranks' seconds of CPU once: the
-// upstream matrix takes 55 s instead of 61 s on this 2-core machine.
-constexpr const char* kTrainerModules =
-    "torch,torch._dynamo,torch.distributed.fsdp,torch.distributed.tensor.parallel,"
-    "torch.distributed.pipelining";
+// for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining
+// (NEURON_TRAINER_MODULES, launcher/CMakeLists.txt). Preloaded once per
+// cell, they cost 2-4 ranks' seconds of CPU once: the upstream matrix takes
+// 55 s instead of 61 s on this 2-core machine.
+constexpr const char* kTrainerModules = NEURON_TRAINER_MODULES;
 
 // Runs one cell: COMPLETED with the trainer's figures, or FAILED with what
 // went wrong.
