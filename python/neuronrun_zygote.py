@@ -31,7 +31,7 @@ fork; the zygote refuses to serve if one was started). The objects the
 imports made are frozen (gc.freeze(), as the gc module's documentation
 advises before fork without exec): the rank's collector, and its
 finalization at exit, do not walk them, which would copy every page of the
-zygote's heap into the rank (about 0.7 s of CPU per rank with torch
+zygote's heap into the rank (about 0.9 s of CPU per rank with torch
 imported); gc.get_objects() in a rank lists only the rank's own objects.
 """
 

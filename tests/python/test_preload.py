@@ -15,12 +15,13 @@ NEURONRUN = os.environ["NEURONRUN"]
 PROBE = "import os\nIMPORTED_IN = os.getpid()\nRANK_AT_IMPORT = os.environ.get(\"RANK\")\n"
 
 SCRIPT = r"""
-import os, random, sys
+import gc, os, random, sys
 import probe_mod
 print("rank", os.environ["RANK"], "local", os.environ["LOCAL_RANK"],
       "preloaded", probe_mod.IMPORTED_IN != os.getpid(), "parent", os.getppid(),
       "main", __name__, "path0", sys.path[0], "argv", sys.argv[1:],
-      "random", random.random(), "rank_at_import", probe_mod.RANK_AT_IMPORT, flush=True)
+      "random", random.random(), "rank_at_import", probe_mod.RANK_AT_IMPORT,
+      "frozen", gc.isenabled() and gc.get_freeze_count() > 0, flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
 if mode == "exit" and os.environ["RANK"] == "1":
     sys.exit(3)
@@ -66,7 +67,7 @@ def ranks(out):
     found = {}
     for line in out.splitlines():
         m = re.match(r"\[rank (\d)\]: rank (\d) local (\d) preloaded (\w+) parent (\d+) main "
-                     r"(\S+) path0 (\S+) argv (.*) random (\S+) rank_at_import (\S+)$", line)
+                     r"(\S+) path0 (\S+) argv (.*) random (\S+) rank_at_import (\S+) frozen (\w+)$", line)
         if m:
             found[int(m.group(1))] = m.groups()
     return found
@@ -90,14 +91,16 @@ def test_forked_ranks_are_neuronruns_children_with_their_own_environment(tmp_pat
     assert proc.returncode == 0, err
     seen = ranks(out)
     assert sorted(seen) == [0, 1], out
-    for rank, (r, env_rank, local, preloaded, parent, main, path0, argv, rnd, at_import) \
-            in seen.items():
+    for rank, (r, env_rank, local, preloaded, parent, main, path0, argv, rnd, at_import,
+               frozen) in seen.items():
         assert int(env_rank) == int(local) == rank
         assert preloaded == "True", out  # imported once, in the zygote
         assert int(parent) == proc.pid, out  # re-parented to neuronrun
         assert main == "__main__" and path0 == str(tmp_path)
         assert argv == "['a b', 'c']"
         assert at_import == "None", out  # the zygote holds no rank's own variables
+        # The collector runs, past the zygote's objects (gc.freeze before the fork).
+        assert frozen == "True", out
     assert seen[0][8] != seen[1][8], "the ranks share the zygote's random state"
     assert carriers(marker) == []
 
@@ -145,6 +148,7 @@ def test_a_module_that_cannot_be_preloaded_leaves_fresh_interpreters(tmp_path):
     assert ("importing no_such_module_here failed: ModuleNotFoundError" in err
             and "the ranks start as fresh interpreters" in err), err
     assert {r[3] for r in ranks(out).values()} == {"False"}, out  # each imported it itself
+    assert {r[10] for r in ranks(out).values()} == {"False"}, out  # nothing frozen
     (tmp_path / "threads_mod.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
     proc, out, err, _ = job(tmp_path, [], preload="threads_mod")
