@@ -5,6 +5,9 @@
 # CPU); Debian's packages for the C++ dependencies (scripts/install-deps.sh).
 BUILD_DIR ?= build
 JOBS ?= 2
+# Tests run two at a time: most of them wait for a while (process starts,
+# rendezvous, timeouts) and one alone leaves a core idle.
+TEST_JOBS ?= 2
 VENV ?= .venv
 BASE_PYTHON ?= python3
 PYTHON := $(abspath $(VENV))/bin/python
@@ -32,7 +35,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(TEST_JOBS)
 
 demo: build
 	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile --steps 8 --data counting
