@@ -433,7 +433,7 @@ std::string Writer::Text() const {
   std::vector<std::string> returned;
   for (const Produced& p : produced_) {
     const std::string* now = Find(*p.ref);
-    if (!p.input && now != nullptr && *now == p.name && !p.ref->storage.expired()) {
+    if (!p.input && now != nullptr && *now == p.name && p.ref->held) {
       returned.push_back(p.name);
     }
   }

@@ -121,7 +121,7 @@ void Signer::Op(const ad::QueuedOp& op) {
   h_.Add(op.results.size());
   for (const ad::TensorRef& r : op.results) {
     Tensor(r);
-    h_.Add(r.storage.expired());
+    h_.Add(r.held);
   }
 }
 

@@ -120,6 +120,9 @@ void FlushLocked(State& s, const char* reason) {
   if (s.open.ops.empty()) return;
   Region region = std::move(s.open);
   s.open = Region{};
+  for (QueuedOp& op : region.ops) {
+    for (TensorRef& r : op.results) r.held = !r.storage.expired();
+  }
   double eager_us = 0;
   for (const QueuedOp& op : region.ops) eager_us += op.eager_us;
   const double charged = ChargeRange(s, region.ops, 0, region.ops.size());

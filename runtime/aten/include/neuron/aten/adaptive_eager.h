@@ -43,8 +43,7 @@ namespace neuron::aten::adaptive {
 
 // A tensor as a region sees it: which memory it is (its storage), where in
 // it, and its shape and dtype. The weak reference keeps the storage's
-// address from being reused while the region holds it (not its memory),
-// and says at the flush whether anything still holds the tensor's memory.
+// address from being reused while the region holds it (not its memory).
 struct TensorRef {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage{
       c10::intrusive_ptr<c10::StorageImpl>()};
@@ -54,6 +53,10 @@ struct TensorRef {
   std::vector<std::int64_t> strides;
   at::ScalarType dtype = at::ScalarType::Float;
   bool defined = false;
+  // An op's result: whether anything held its memory when the region was
+  // flushed. Read once, at the flush, so that the region's signature and its
+  // IR see the same value while other threads free tensors.
+  bool held = false;
 
   static TensorRef Of(const at::Tensor& t);
   // Same storage, offset, shape, strides and dtype.
