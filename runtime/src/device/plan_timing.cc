@@ -128,7 +128,7 @@ PlanTiming TimePlan(const proto::Executable& e, const CostModel& model) {
     end_of[i.id()] = end;
     t.busy[index] += held;
     t.total = std::max(t.total, end);
-    t.schedule.push_back({i.id(), engine, DeviceOpName(i.op()), start, end});
+    t.schedule.push_back({i.id(), engine, DeviceOpName(i.op()), start, end, {}});
   }
   for (int k = 0; k < kEngineCount; ++k) {
     t.utilisation[k] = t.total.count() > 0 ? t.busy[k] / t.total : 0.0;
