@@ -243,7 +243,7 @@ CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path
 // for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining
 // (NEURON_TRAINER_MODULES, launcher/CMakeLists.txt). Preloaded once per
 // cell, they cost 2-4 ranks' seconds of CPU once: the upstream matrix takes
-// 55 s instead of 61 s on this 2-core machine.
+// 42 s instead of 61 s on this 2-core machine (docs/performance.md).
 constexpr const char* kTrainerModules = NEURON_TRAINER_MODULES;
 
 // Runs one cell: COMPLETED with the trainer's figures, or FAILED with what
