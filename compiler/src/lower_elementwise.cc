@@ -123,6 +123,8 @@ void LowerUnary(LoweringContext& cx, const OpCall& call) {
       {"aten.sgn", {rp::VECTOR, rp::OP_SIGN}},
       {"aten.sign", {rp::VECTOR, rp::OP_SIGN}},
       {"aten.exp", {rp::SCALAR, rp::OP_EXP}},
+      {"aten.sqrt", {rp::SCALAR, rp::OP_SQRT}},
+      {"aten.rsqrt", {rp::SCALAR, rp::OP_RSQRT}},
       {"aten.tanh", {rp::SCALAR, rp::OP_TANH}},
       {"aten.sigmoid", {rp::SCALAR, rp::OP_SIGMOID}},
       {"aten.gelu", {rp::SCALAR, rp::OP_GELU}}};

@@ -66,6 +66,8 @@ const NativeOp kNativeOps[] = {
     {"aten.ge.Scalar", "vector", "as aten.eq", LowerCompare},
     {"aten.where.self", "vector", "a bool condition, float operands", LowerWhere},
     {"aten.exp", "scalar", "", LowerUnary},
+    {"aten.sqrt", "scalar", "", LowerUnary},
+    {"aten.rsqrt", "scalar", "", LowerUnary},
     {"aten.tanh", "scalar", "", LowerUnary},
     {"aten.sigmoid", "scalar", "", LowerUnary},
     {"aten.gelu", "scalar", "approximate \"none\" or \"tanh\"", LowerUnary},

@@ -104,7 +104,7 @@ def test_the_next_steps_regions_are_compile_cache_hits():
         torch.neuron.synchronize()
         after = torch.neuron.adaptive_eager_stats()
     regions = after["regions"] - before["regions"]
-    assert regions >= 2
+    assert regions >= 1
     assert after["cache_hits"] - before["cache_hits"] == regions, (before, after)
     assert after["cache_misses"] == before["cache_misses"]
 

@@ -107,6 +107,12 @@ INSTANTIATE_TEST_SUITE_P(Lanes, ExecutorMath, ::testing::Values(4, 8, 16),
                            return std::to_string(info.param);
                          });
 
+std::uint32_t Bits(float v) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
 std::vector<float> Grid(float from, float to, float step) {
   std::vector<float> x;
   for (float v = from; v <= to; v += step) x.push_back(v);
@@ -132,6 +138,28 @@ TEST_P(ExecutorMath, ExpIsWithinAnUlpOfLibmAndKeepsItsEdges) {
     }
   }
   EXPECT_EQ(y[x.size() - 6], 0.0f);  // e^-inf
+}
+
+// As torch's CPU kernels: correctly rounded, NaN below zero, -0 kept.
+TEST(ExecutorSqrt, SqrtAndRsqrtAreCorrectlyRoundedWithTheirEdges) {
+  std::vector<float> x = Grid(0, 1000, 0.731f);
+  for (float v : {0.0f, -0.0f, kInf, -1.0f, -kInf, std::nanf(""), 1e-38f, 3e38f, 2.0f})
+    x.push_back(v);
+  const std::vector<float> root = RunOp(proto::OP_SQRT, x);
+  const std::vector<float> inverse = RunOp(proto::OP_RSQRT, x);
+  ASSERT_EQ(root.size(), x.size());
+  ASSERT_EQ(inverse.size(), x.size());
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    if (std::isnan(x[k]) || x[k] < 0) {
+      EXPECT_TRUE(std::isnan(root[k]) && std::isnan(inverse[k])) << x[k];
+      continue;
+    }
+    EXPECT_EQ(Bits(root[k]), Bits(std::sqrt(x[k]))) << x[k];
+    EXPECT_EQ(Bits(inverse[k]), Bits(1.0f / std::sqrt(x[k]))) << x[k];
+  }
+  EXPECT_TRUE(std::signbit(root[x.size() - 8]));    // sqrt(-0) = -0
+  EXPECT_EQ(inverse[x.size() - 9], kInf);           // rsqrt(0) = inf
+  EXPECT_EQ(inverse[x.size() - 8], -kInf);          // rsqrt(-0) = -inf
 }
 
 TEST_P(ExecutorMath, ExactGeluAndItsBackwardFollowErf) {

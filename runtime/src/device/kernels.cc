@@ -101,6 +101,9 @@ bool Unary(proto::Op op, const float* a, std::size_t n, double scalar, float* ou
   if (op == proto::OP_SIGN)
     return apply([](float x) { return static_cast<float>((x > 0) - (x < 0)); });
   if (op == proto::OP_TANH) return apply([](float x) { return std::tanh(x); });
+  // Correctly rounded, as torch's CPU kernels (sqrt, then 1 / it for rsqrt).
+  if (op == proto::OP_SQRT) return apply([](float x) { return std::sqrt(x); });
+  if (op == proto::OP_RSQRT) return apply([](float x) { return 1.0f / std::sqrt(x); });
   if (op == proto::OP_SIGMOID)
     return apply([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   if (op == proto::OP_GELU) return apply(Gelu);

@@ -89,7 +89,9 @@
   X(CLAMP_MAX, Elementwise, 1, 0)              \
   X(CUMSUM, Scan, 1, 1)                        \
   X(REVERSE, Scan, 1, 1)                       \
-  X(CUSTOM_KERNEL, Custom, 0, 0)
+  X(CUSTOM_KERNEL, Custom, 0, 0)               \
+  X(SQRT, Elementwise, 1, 0)                   \
+  X(RSQRT, Elementwise, 1, 0)
 
 namespace neuron::runtime {
 

@@ -49,8 +49,8 @@
 //                         rows of index `scalar` (>= 0) skipped.
 //   VECTOR/SCALAR/GPSIMD  `elements` of output 0 from the inputs, computed
 //                         in float32 and rounded once to the output dtype:
-//     unary   copy relu neg abs sign exp tanh sigmoid gelu (tanh approximation as
-//             torch's approximate="tanh"), gelu_exact (erf), scale
+//     unary   copy relu neg abs sign exp sqrt rsqrt tanh sigmoid gelu (tanh
+//             approximation as torch's approximate="tanh"), gelu_exact (erf), scale
 //             (x * scalar), add_scalar, clamp_min (max(x, scalar)),
 //             clamp_max (min(x, scalar)); as torch.clamp, a NaN input
 //             stays NaN and a NaN bound gives NaN;
