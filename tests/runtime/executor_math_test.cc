@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -19,6 +18,7 @@
 #include "neuron/runtime/device/executor.h"
 #include "neuron/runtime/device/lane_width.h"
 #include "neuron/runtime/error.h"
+#include "neuron/runtime/half.h"
 #include "sbuf_buffer.h"
 
 namespace neuron::runtime {
@@ -107,12 +107,6 @@ INSTANTIATE_TEST_SUITE_P(Lanes, ExecutorMath, ::testing::Values(4, 8, 16),
                            return std::to_string(info.param);
                          });
 
-std::uint32_t Bits(float v) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &v, sizeof bits);
-  return bits;
-}
-
 std::vector<float> Grid(float from, float to, float step) {
   std::vector<float> x;
   for (float v = from; v <= to; v += step) x.push_back(v);
@@ -154,8 +148,8 @@ TEST(ExecutorSqrt, SqrtAndRsqrtAreCorrectlyRoundedWithTheirEdges) {
       EXPECT_TRUE(std::isnan(root[k]) && std::isnan(inverse[k])) << x[k];
       continue;
     }
-    EXPECT_EQ(Bits(root[k]), Bits(std::sqrt(x[k]))) << x[k];
-    EXPECT_EQ(Bits(inverse[k]), Bits(1.0f / std::sqrt(x[k]))) << x[k];
+    EXPECT_EQ(half_detail::Bits(root[k]), half_detail::Bits(std::sqrt(x[k]))) << x[k];
+    EXPECT_EQ(half_detail::Bits(inverse[k]), half_detail::Bits(1.0f / std::sqrt(x[k]))) << x[k];
   }
   EXPECT_TRUE(std::signbit(root[x.size() - 8]));    // sqrt(-0) = -0
   EXPECT_EQ(inverse[x.size() - 9], kInf);           // rsqrt(0) = inf
