@@ -117,9 +117,9 @@ constexpr const char* kMatrixHelp =
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
     "job starts, a real cell of more ranks than this host runs at once included\n"
     "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). A cell's Python\n"
-    "ranks fork from one interpreter that imported torch, Dynamo, FSDP2, DTensor's tensor\n"
-    "parallelism and pipelining (neuronrun --preload; NEURON_PRELOAD, set even empty,\n"
-    "overrides). Exit status:\n"
+    "ranks fork from one interpreter that imported what the trainers use (neuronrun\n"
+    "--preload " NEURON_TRAINER_MODULES ";\n"
+    "NEURON_PRELOAD, set even empty, overrides). Exit status:\n"
     "0 every cell completed, 1 some failed, 2 a bad file.\n";
 
 // neuronrun matrix FILE [--out DIR] [--max-host-ranks N]
