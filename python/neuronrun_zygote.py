@@ -24,6 +24,22 @@ neuronrun, a child subreaper: neuronrun waits for it, signals its process
 group and reads its pipes as for a rank it started itself. End of file on
 the socket ends the zygote.
 
+Shared (`neuronrun matrix` keeps one zygote for all its cells' jobs):
+
+  owner -> zygote       b"connect" with one descriptor attached: a new
+                        client's end of a socket pair; the client (a cell's
+                        neuronrun, which got the other end) sends rank
+                        requests on it as above, each with a third
+                        descriptor attached, the write end of a pipe
+  zygote -> client      b"pid N", or b"error MESSAGE"
+
+A client's rank cannot become the client's child, so it is forked by a
+keeper, which stays its parent: it writes the rank's wait status (4 bytes,
+native order) on the pipe when the rank exits, and kills the rank's process
+group when the pipe's read end closes (the client died). The rank dies with
+its keeper (PR_SET_PDEATHSIG). End of file on a client's socket ends that
+client only; on the owner's socket, the zygote.
+
 A rank differs from a fresh interpreter in what MODULES did at import with
 that shared environment: they must not read per-rank variables (RANK,
 LOCAL_RANK, ...) then, and must start no thread (a thread does not survive
@@ -37,7 +53,9 @@ imported); gc.get_objects() in a rank lists only the rank's own objects.
 
 import gc
 import os
+import select
 import socket
+import struct
 import sys
 
 _MAX_REQUEST = 1 << 20  # a rank's argv and environment, bytes
@@ -145,7 +163,7 @@ def _in_program(tb):
                 or name.startswith("<frozen runpy"))
 
 
-def _fork_rank(sock, request, fds):
+def _fork_rank(request, fds, sockets):
     """Forks the rank through a middle process; returns its pid in the
     zygote, or the rank's argv in the rank."""
     parent, cpu, argv, env = _parse(request)
@@ -159,7 +177,7 @@ def _fork_rank(sock, request, fds):
         os.close(pipe_w)
         raise
     if middle == 0:
-        _middle(sock, pipe_r, pipe_w, (parent, cpu, argv, env, fds[0], fds[1]))
+        _middle(sockets, pipe_r, pipe_w, (parent, cpu, argv, env, fds[0], fds[1]))
         return argv  # in the rank
     os.close(pipe_w)
     with os.fdopen(pipe_r, "rb") as f:
@@ -170,7 +188,7 @@ def _fork_rank(sock, request, fds):
     return pid
 
 
-def _middle(sock, pipe_r, pipe_w, rank_args):
+def _middle(sockets, pipe_r, pipe_w, rank_args):
     """The middle process: forks the rank, writes its pid (nothing if the
     fork failed) and exits, whatever happens; returns only in the rank."""
     rank = -1
@@ -179,7 +197,8 @@ def _middle(sock, pipe_r, pipe_w, rank_args):
         rank = os.fork()
         if rank == 0:
             os.close(pipe_w)
-            sock.detach()  # its descriptor is closed with the others
+            for s in sockets:
+                s.detach()  # its descriptor is closed with the others
             _become_rank_or_die(*rank_args)
             return  # the rank goes on to its program
         os.setpgid(rank, rank)  # also in the rank: whichever runs first
@@ -200,24 +219,139 @@ def _become_rank_or_die(parent, cpu, argv, env, out, err):
         os._exit(127)
 
 
-def _serve(sock):
-    """Answers requests until neuronrun closes the socket; returns the argv
-    of a rank (in a forked rank), or None (in the zygote, at the end)."""
-    while True:
-        request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 2)
-        if not request:
-            return None
+def _keep_rank(request, fds, sockets):
+    """Forks a shared zygote's client's rank through a keeper that stays its
+    parent; returns the rank's pid in the zygote, or its argv in the rank."""
+    _, cpu, argv, env = _parse(request)
+    out, err, status = fds
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pipe_r, pipe_w = os.pipe()
+    try:
+        keeper = os.fork()
+    except BaseException:
+        os.close(pipe_r)
+        os.close(pipe_w)
+        raise
+    if keeper == 0:
+        for s in sockets:
+            s.detach()  # closed below, by number: no object may close a reused one
+        _keeper(pipe_w, (cpu, argv, env, out, err), status, keep={pipe_w, out, err, status})
+        return argv  # in the rank
+    os.close(pipe_w)
+    with os.fdopen(pipe_r, "rb") as f:
+        pid = int(f.read() or b"0")
+    if not pid:
+        raise OSError("the keeper could not fork the rank")
+    return pid
+
+
+def _keeper(pipe_w, rank_args, status, keep):
+    """The keeper: forks the rank, writes its pid, then reports its wait
+    status on `status` (or kills it when the client is gone) and exits,
+    whatever happens; returns only in the rank."""
+    rank = -1
+    try:
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd > 2 and fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the listing's own descriptor
+        cpu, argv, env, out, err = rank_args
+        rank = os.fork()
+        if rank == 0:
+            _become_rank_or_die(os.getppid(), cpu, argv, env, out, err)
+            return  # the rank goes on to its program
+        os.setpgid(rank, rank)  # also in the rank: whichever runs first
+        os.write(pipe_w, str(rank).encode())
+        for fd in (pipe_w, out, err):
+            os.close(fd)  # the rank's pipes end with the rank
+        _report(rank, status)
+    finally:
+        if rank != 0:
+            os._exit(0)
+
+
+def _report(rank, status):
+    """Waits for `rank` or for the client to go (the status pipe's read end
+    closed); writes the rank's wait status, or kills its process group."""
+    import signal
+    pidfd = os.pidfd_open(rank)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(status, 0)  # POLLERR: no reader any more
+    while not any(fd == pidfd for fd, _ in poller.poll()):
         try:
-            if len(fds) != 2:
-                raise ValueError(f"a request carried {len(fds)} descriptors, not 2")
-            result = _fork_rank(sock, request, fds)
-        except Exception as e:  # noqa: BLE001 (reported to neuronrun)
-            result = f"error {type(e).__name__}: {e}"
-        if isinstance(result, list):
-            return result  # the rank: its descriptors are 1 and 2 now
-        for fd in fds:
-            os.close(fd)
-        sock.send(result.encode() if isinstance(result, str) else f"pid {result}".encode())
+            os.killpg(rank, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, code = os.waitpid(rank, 0)
+    try:
+        os.write(status, struct.pack("=i", code))
+    except OSError:
+        pass  # the client is gone
+
+
+def _answer(sock, fds, sockets, request):
+    """A rank for `sock`: its pid, or why not; the rank's argv in the rank."""
+    owner = sock is sockets[0]
+    want = 2 if owner else 3
+    try:
+        if len(fds) != want:
+            raise ValueError(f"a request carried {len(fds)} descriptors, not {want}")
+        if owner:
+            return _fork_rank(request, fds, sockets)
+        return _keep_rank(request, fds, sockets)
+    except Exception as e:  # noqa: BLE001 (reported to neuronrun)
+        return f"error {type(e).__name__}: {e}"
+
+
+def _reap_keepers(block=False):
+    """Reaps the keepers that exited (with `block`, waits for all)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _serve(owner):
+    """Answers requests until the owner closes its socket; returns the argv
+    of a rank (in a forked rank), or None (in the zygote, at the end)."""
+    sockets = [owner]  # the owner's, then its clients'
+    poller = select.poll()
+    poller.register(owner, select.POLLIN)
+    while True:
+        for fd, _ in poller.poll():
+            sock = next(s for s in sockets if s.fileno() == fd)
+            request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+            if not request:
+                if sock is owner:
+                    _reap_keepers(block=True)  # none is left to its grandparent
+                    return None
+                poller.unregister(sock)
+                sockets.remove(sock)
+                sock.close()
+                continue
+            if sock is owner and request == b"connect" and len(fds) == 1:
+                sockets.append(socket.socket(fileno=fds[0]))
+                poller.register(fds[0], select.POLLIN)
+                continue
+            result = _answer(sock, fds, sockets, request)
+            if isinstance(result, list):
+                return result  # the rank: its descriptors are 1 and 2 now
+            for f in fds:
+                os.close(f)
+            try:
+                sock.send(result.encode() if isinstance(result, str) else f"pid {result}".encode())
+            except OSError:
+                if sock is owner:
+                    raise
+                # A client gone before its answer: its end of file comes next.
+        _reap_keepers()
 
 
 def main():

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "exit_status.h"
 #include "failure_report.h"
@@ -224,11 +225,14 @@ std::vector<std::string> JobEnvironment(const RankLaunch& launch) {
 }  // namespace
 
 RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
-  if (config_.preload.empty() || launches.empty()) return launcher::Spawn;
+  const bool forks = !config_.preload.empty() || config_.zygote_fd >= 0 || zygote_;
+  if (!forks || launches.empty()) return launcher::Spawn;
   if (!zygote_ && !zygote_failed_) {
     try {
-      zygote_ = std::make_unique<Zygote>(config_.program_path, JobEnvironment(launches.front()),
-                                         config_.preload);
+      zygote_ = config_.zygote_fd >= 0
+                    ? std::make_unique<Zygote>(std::exchange(config_.zygote_fd, -1))
+                    : std::make_unique<Zygote>(config_.program_path,
+                                               JobEnvironment(launches.front()), config_.preload);
     } catch (const Error& e) {
       DropZygote(e);
     }
@@ -258,7 +262,7 @@ void Agent::DropZygote(const Error& why) {
 void Agent::EndAttempt(Attempt& attempt) {
   std::set<pid_t> groups;
   if (attempt.group != nullptr) groups = attempt.group->process_groups();
-  if (zygote_) groups.insert(zygote_->pid());  // its own group, kept for the restarts
+  if (zygote_ && zygote_->pid() > 0) groups.insert(zygote_->pid());  // kept for the restarts
   attempt.group.reset();  // kills what is left of every rank's group
   for (const Stray& s : KillStrayDescendants(guard_.watchdog(), groups)) {
     std::cerr << "neuronrun: killed pid " << s.pid << " (" << s.name

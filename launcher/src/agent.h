@@ -47,6 +47,9 @@ struct JobConfig {
   std::string device_file;     // absolute, or empty: the inherited environment's
   std::string python_path;     // prepended to the ranks' PYTHONPATH
   std::vector<std::string> preload;  // Python ranks fork from a zygote importing these
+  // >= 0: Python ranks fork from a shared zygote over this connection
+  // (NEURON_ZYGOTE_FD, given by `neuronrun matrix`); preload is then unused.
+  int zygote_fd = -1;
 };
 
 class Agent {
@@ -72,7 +75,8 @@ class Agent {
   std::vector<RankLaunch> MakeLaunches(std::uint32_t round, const World& world) const;
   // How this attempt's ranks start: forked by the zygote (--preload; made
   // at the first attempt with the first launch's environment less the
-  // rank's own variables, kept for the restarts), else launcher::Spawn
+  // rank's own variables, kept for the restarts; or the shared zygote of
+  // zygote_fd), else launcher::Spawn
   // (also once the zygote failed, at its start or later: said on stderr).
   RankGroup::Spawner RankSpawner(const std::vector<RankLaunch>& launches);
   void DropZygote(const Error& why);  // ends it, says why on stderr

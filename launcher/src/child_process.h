@@ -29,6 +29,10 @@ struct SpawnedChild {
   pid_t pid = -1;   // also its process group id
   int stdout_fd = -1;  // -1 with an output_file
   int stderr_fd = -1;
+  // >= 0: not this process's child (a shared zygote's rank, zygote.h): its
+  // wait status arrives here, 4 bytes in native order, once it has exited;
+  // end of file without them means it was killed with its keeper.
+  int status_fd = -1;
 };
 
 // Throws IoError naming the program when fork or exec fails (or the

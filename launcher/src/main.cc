@@ -105,6 +105,10 @@ JobConfig Resolve(LaunchOptions o) {
   if (RunsUnderPython(o) && !preload.empty()) {
     c.preload = ParsePreload(preload, o.preload ? "--preload" : "NEURON_PRELOAD");
   }
+  const auto& config = runtime::ConfigRegistry::Get();
+  if (RunsUnderPython(o) && !config.GetString(runtime::ConfigKey::kZygoteFd).empty()) {
+    c.zygote_fd = static_cast<int>(config.GetInt(runtime::ConfigKey::kZygoteFd));
+  }
   return c;
 }
 
@@ -116,10 +120,11 @@ constexpr const char* kMatrixHelp =
     "efficiency.png, breakdown.png and memory.png. A rerun skips completed cells;\n"
     "a failing cell is reported and the matrix goes on. The file is checked before any\n"
     "job starts, a real cell of more ranks than this host runs at once included\n"
-    "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). A cell's Python\n"
-    "ranks fork from one interpreter that imported what the trainers use (neuronrun\n"
-    "--preload " NEURON_TRAINER_MODULES ";\n"
-    "NEURON_PRELOAD, set even empty, overrides). Exit status:\n"
+    "(its memory at 256 MiB a rank; --max-host-ranks N sets the cap). The cells' Python\n"
+    "ranks fork from one interpreter, for the whole matrix, that imported what the\n"
+    "trainers use (" NEURON_TRAINER_MODULES ";\n"
+    "NEURON_PRELOAD, set even empty, overrides; a cell of its own topology forks from\n"
+    "its own, neuronrun --preload). Exit status:\n"
     "0 every cell completed, 1 some failed, 2 a bad file.\n";
 
 // neuronrun matrix FILE [--out DIR] [--max-host-ranks N]

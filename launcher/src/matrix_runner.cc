@@ -17,6 +17,7 @@
 
 #include "child_process.h"
 #include "matrix_replay.h"
+#include "matrix_zygote.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/matrix_result.pb.h"
@@ -59,12 +60,14 @@ void WriteResult(const fs::path& file, const CellResult& result) {
 }
 
 // Starts `argv` with stdout and stderr appended to `log` and `extra_env`
-// over this process's environment; it dies with us (launcher Spawn).
+// over this process's environment, and descriptor `pass_fd` (if >= 0) kept
+// open; it dies with us (launcher Spawn).
 pid_t Start(const std::vector<std::string>& argv, const fs::path& log,
-            const Environment& extra_env) {
+            const Environment& extra_env, int pass_fd = -1) {
   SpawnRequest request;
   request.path = argv[0];
   request.argv = argv;
+  request.pass_fd = pass_fd;
   Environment env = CurrentEnvironment();
   for (const auto& [name, value] : extra_env) env[name] = value;
   request.env = ToEnvp(env);
@@ -239,17 +242,28 @@ CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path
   return result;
 }
 
-// What the matrix's trainers import (examples/04, 08, 09): torch, Dynamo
-// for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining
-// (NEURON_TRAINER_MODULES, launcher/CMakeLists.txt). Preloaded once per
-// cell, they cost 2-4 ranks' seconds of CPU once: the upstream matrix takes
-// 42 s instead of 61 s on this 2-core machine (docs/performance.md).
-constexpr const char* kTrainerModules = NEURON_TRAINER_MODULES;
+// Starts one agent of a cell (Start). Its ranks fork from `zygote` (if
+// any) over a connection of its own (NEURON_ZYGOTE_FD), or start as fresh
+// interpreters.
+pid_t StartAgent(const std::vector<std::string>& argv, const fs::path& log,
+                 Environment env, MatrixZygote* zygote, std::ostream& progress) {
+  const int fd = zygote != nullptr ? zygote->Connect(progress) : -1;
+  if (fd >= 0) env[runtime::VariableName(runtime::ConfigKey::kZygoteFd)] = std::to_string(fd);
+  pid_t pid = -1;
+  try {
+    pid = Start(argv, log, env, fd);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    throw;
+  }
+  if (fd >= 0) ::close(fd);  // the agent holds it now
+  return pid;
+}
 
 // Runs one cell: COMPLETED with the trainer's figures, or FAILED with what
 // went wrong.
 CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& dir,
-                const std::string& neuronrun) {
+                   const std::string& neuronrun, MatrixZygote& zygote, std::ostream& progress) {
   fs::create_directories(dir);
   const fs::path log = dir / "output.log", metrics = dir / "metrics.textproto", trace = dir / "trace";
   fs::remove(log);
@@ -258,13 +272,18 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> common;
   if (!c.topology.empty()) common = {"--topology", c.topology};
-  // The ranks fork from one interpreter that imported what the trainers
-  // use (zygote.h), unless NEURON_PRELOAD (even empty) says otherwise.
-  if (!runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)) {
-    common.insert(common.end(), {"--preload", kTrainerModules});
+  // A cell of its own topology forks its ranks from a zygote of its own
+  // (the zygote's devices are the topology's), unless NEURON_PRELOAD (even
+  // empty) says otherwise.
+  const bool shared = c.topology.empty();
+  if (!shared && !runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)) {
+    common.insert(common.end(), {"--preload", NEURON_TRAINER_MODULES});
   }
   std::vector<pid_t> agents;
   Environment env;
+  auto start_agent = [&](const std::vector<std::string>& argv) {
+    agents.push_back(StartAgent(argv, log, env, shared ? &zygote : nullptr, progress));
+  };
   if (c.compile) {  // a fresh compile cache: the cell's compile time is cold
     fs::remove_all(dir / "cache");
     env["NEURON_CACHE_DIR"] = (dir / "cache").string();
@@ -273,7 +292,7 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
     std::vector<std::string> argv = {neuronrun, "-n", std::to_string(c.ranks_per_node)};
     argv.insert(argv.end(), common.begin(), common.end());
     for (auto& a : TrainerArgs(spec, c, metrics, trace)) argv.push_back(a);
-    agents.push_back(Start(argv, log, env));
+    start_agent(argv);
   } else {  // one agent per simulated node, rendezvous on this machine
     const std::string endpoint = "127.0.0.1:" + std::to_string(PickFreePort());
     env["NEURON_RDZV_SECRET"] = collectives::auth::GenerateSecret();
@@ -283,7 +302,7 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
                                        endpoint, "-n", std::to_string(c.ranks_per_node)};
       argv.insert(argv.end(), common.begin(), common.end());
       for (auto& a : TrainerArgs(spec, c, metrics, trace)) argv.push_back(a);
-      agents.push_back(Start(argv, log, env));
+      start_agent(argv);
     }
   }
   int failed = 0;
@@ -657,6 +676,9 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
   fs::create_directories(out / "cells");
   std::vector<CellResult> results(spec.cells.size());
   TraceCache traces;
+  // What the matrix's trainers import (examples/04, 08, 09): torch, Dynamo
+  // for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining.
+  MatrixZygote zygote(NEURON_TRAINER_MODULES);
   int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
   // Real cells first: the replay checks and the modelled cells use their traces.
@@ -678,7 +700,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
                  << ", failed " << failed << ", left " << total - position << ")" << std::endl;
         fs::create_directories(dir);
         result = modelled ? ModelCell(spec, c, out / "cells", results, traces)
-                          : RunCell(spec, c, dir, neuronrun);
+                          : RunCell(spec, c, dir, neuronrun, zygote, progress);
         WriteResult(result_file, result);
       }
       ++position;

@@ -1,5 +1,7 @@
 #include "rank_env.h"
 
+#include <utility>
+
 #include "neuron/runtime/config.h"
 
 extern char** environ;
@@ -29,10 +31,6 @@ Environment RankEnvironment(Environment env, const RankIdentity& id) {
   auto set = [&env](const std::string& name, const std::string& value) {
     env[name] = value;
   };
-  auto set_default = [&env](const std::string& name, const std::string& value) {
-    auto it = env.find(name);
-    if (it == env.end() || it->second.empty()) env[name] = value;
-  };
   // The torchrun contract.
   set("RANK", std::to_string(id.global_rank));
   set("LOCAL_RANK", std::to_string(id.local_rank));
@@ -50,8 +48,7 @@ Environment RankEnvironment(Environment env, const RankIdentity& id) {
   set("TORCHELASTIC_RUN_ID", id.run_id);
   // torch's env:// rendezvous: rank 0 hosts the TCPStore on MASTER_PORT.
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  set_default("OMP_NUM_THREADS", "1");
-  set_default("PYTHONUNBUFFERED", "1");
+  env = InterpreterEnvironment(std::move(env), id.python_path);
   // Placement on the simulated fabric.
   set(VariableName(ConfigKey::kNodeIndex), std::to_string(id.placement.node));
   set(VariableName(ConfigKey::kChipIndex), std::to_string(id.placement.chip));
@@ -67,11 +64,20 @@ Environment RankEnvironment(Environment env, const RankIdentity& id) {
   set(VariableName(ConfigKey::kJobSecret), id.job_secret);
   set(VariableName(ConfigKey::kAgentId), id.agent_id);
   env.erase(VariableName(ConfigKey::kRdzvSecret));
-  if (!id.python_path.empty()) {
+  env.erase(VariableName(ConfigKey::kZygoteFd));  // neuronrun's connection, not the rank's
+  return env;
+}
+
+Environment InterpreterEnvironment(Environment env, const std::string& python_path) {
+  for (const char* name : {"OMP_NUM_THREADS", "PYTHONUNBUFFERED"}) {
+    auto it = env.find(name);
+    if (it == env.end() || it->second.empty()) env[name] = "1";
+  }
+  if (!python_path.empty()) {
     auto it = env.find("PYTHONPATH");
     env["PYTHONPATH"] = (it == env.end() || it->second.empty())
-                            ? id.python_path
-                            : id.python_path + ":" + it->second;
+                            ? python_path
+                            : python_path + ":" + it->second;
   }
   return env;
 }

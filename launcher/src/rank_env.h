@@ -40,9 +40,15 @@ using Environment = std::map<std::string, std::string>;
 Environment CurrentEnvironment();
 
 // `base` with the rank's variables set. Torchrun's variables always take the
-// rank's values; OMP_NUM_THREADS and PYTHONUNBUFFERED only when unset; the
-// agents' rendezvous secret is removed.
+// rank's values; OMP_NUM_THREADS and PYTHONUNBUFFERED only when unset
+// (InterpreterEnvironment); the agents' rendezvous secret and neuronrun's
+// zygote connection are removed.
 Environment RankEnvironment(Environment base, const RankIdentity& id);
+
+// `env` as any Python interpreter neuronrun starts sees it (a rank, a
+// zygote): OMP_NUM_THREADS=1 and PYTHONUNBUFFERED=1 when unset, and
+// `python_path` (if not empty) first on PYTHONPATH.
+Environment InterpreterEnvironment(Environment env, const std::string& python_path);
 
 // The variables RankEnvironment gives each rank of a node its own value
 // (RANK, LOCAL_RANK, ROLE_RANK, the chip and core indices); every other

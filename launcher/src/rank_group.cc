@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "neuron/runtime/error.h"
@@ -49,7 +50,7 @@ constexpr std::chrono::milliseconds kDrainTimeout(1000);
 
 struct RankGroup::Rank {
   Rank(asio::io_context& io, RankLaunch l)
-      : launch(std::move(l)), out(io), err(io), drain_timer(io) {}
+      : launch(std::move(l)), out(io), err(io), drain_timer(io), status(io) {}
 
   RankLaunch launch;
   pid_t pid = -1;
@@ -63,6 +64,9 @@ struct RankGroup::Rank {
   LogFile err_file;
   std::deque<std::string> tail;
   asio::steady_timer drain_timer;
+  // A shared zygote's rank (not our child): its wait status comes here.
+  asio::posix::stream_descriptor status;
+  std::array<char, sizeof(int)> status_buffer{};
   bool exited = false;
   bool finished = false;   // exited and drained
   bool delivered = false;  // on_exit has seen it
@@ -89,7 +93,8 @@ RankGroup::~RankGroup() {
   for (auto& rank : ranks_) {
     if (rank->pid > 0 && !rank->exited) {
       ::kill(-rank->pid, SIGKILL);
-      ::waitpid(rank->pid, nullptr, 0);
+      // Not our child (a shared zygote's): its keeper reaps it.
+      if (!rank->status.is_open()) ::waitpid(rank->pid, nullptr, 0);
     }
     if (rank->pid > 0 && !rank->finished) guard_.Unregister(rank->pid);
   }
@@ -125,6 +130,7 @@ void RankGroup::Start() {
     rank->err.assign(child.stderr_fd);
     StartReading(*rank, false);
     StartReading(*rank, true);
+    if (child.status_fd >= 0) AwaitStatus(*rank, child.status_fd);
   }
 }
 
@@ -193,30 +199,50 @@ void RankGroup::Reap() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     for (auto& rank : ranks_) {
-      if (rank->pid != pid || rank->exited) continue;
-      rank->exited = true;
-      rank->wait_status = status;
-      reaped_.push_back(rank.get());
-      if (rank->out.is_open() || rank->err.is_open()) {
-        Rank* r = rank.get();
-        rank->drain_timer.expires_after(kDrainTimeout);
-        rank->drain_timer.async_wait([this, r](const boost::system::error_code& ec) {
-          if (ec) return;
-          ::kill(-r->pid, SIGKILL);  // a grandchild still holds the pipes
-          boost::system::error_code ignored;
-          r->out.close(ignored);
-          r->err.close(ignored);
-          r->out_lines->Finish();
-          r->err_lines->Finish();
-          FlushConsole();
-          MaybeFinish(*r);
-        });
-      }
-      MaybeFinish(*rank);
+      if (rank->pid == pid && !rank->exited && !rank->status.is_open()) Exited(*rank, status);
     }
     // A pid that is no rank is an orphaned grandchild (neuronrun is a
     // child subreaper): reaping it is all there is to do.
   }
+}
+
+void RankGroup::AwaitStatus(Rank& rank, int fd) {
+  rank.status.assign(fd);
+  Rank* r = &rank;
+  asio::async_read(rank.status, asio::buffer(rank.status_buffer),
+                   [this, r](const boost::system::error_code& ec, std::size_t n) {
+                     if (ec == asio::error::operation_aborted) return;
+                     // No status: the keeper died, and the rank with it (PR_SET_PDEATHSIG).
+                     int status = SIGKILL;
+                     if (!ec && n == sizeof(int)) {
+                       std::memcpy(&status, r->status_buffer.data(), sizeof(int));
+                     }
+                     boost::system::error_code ignored;
+                     r->status.close(ignored);
+                     if (!r->exited) Exited(*r, status);
+                   });
+}
+
+void RankGroup::Exited(Rank& rank, int wait_status) {
+  rank.exited = true;
+  rank.wait_status = wait_status;
+  reaped_.push_back(&rank);
+  if (rank.out.is_open() || rank.err.is_open()) {
+    Rank* r = &rank;
+    rank.drain_timer.expires_after(kDrainTimeout);
+    rank.drain_timer.async_wait([this, r](const boost::system::error_code& ec) {
+      if (ec) return;
+      ::kill(-r->pid, SIGKILL);  // a grandchild still holds the pipes
+      boost::system::error_code ignored;
+      r->out.close(ignored);
+      r->err.close(ignored);
+      r->out_lines->Finish();
+      r->err_lines->Finish();
+      FlushConsole();
+      MaybeFinish(*r);
+    });
+  }
+  MaybeFinish(rank);
 }
 
 std::set<pid_t> RankGroup::process_groups() const {

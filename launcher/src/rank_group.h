@@ -50,8 +50,9 @@ struct RankExit {
 class RankGroup {
  public:
   using ExitCallback = std::function<void(const RankExit&)>;
-  // How a rank is started: launcher::Spawn, or a Zygote's Spawn. Either
-  // way the rank ends up a child of this process (zygote.h).
+  // How a rank is started: launcher::Spawn, or a Zygote's Spawn. The rank
+  // ends up a child of this process (zygote.h), or it is a shared zygote's
+  // and its wait status comes on SpawnedChild::status_fd.
   using Spawner = std::function<SpawnedChild(const SpawnRequest&)>;
 
   // `guard` learns every rank's process group for as long as it exists.
@@ -65,7 +66,8 @@ class RankGroup {
 
   // Starts every rank; on an IoError the ranks already started are killed.
   void Start();
-  // Collects exited children (call on SIGCHLD); reaps orphans too.
+  // Collects exited children (call on SIGCHLD); reaps orphans too. (A
+  // shared zygote's ranks are reported on the io_context without it.)
   void Reap();
   // Sends `sig` to the process group of every rank still running.
   void Signal(int sig);
@@ -84,6 +86,9 @@ class RankGroup {
   struct Rank;
   void StartReading(Rank& rank, bool is_stderr);
   void OnLine(Rank& rank, bool is_stderr, std::string_view line);
+  // A shared zygote's rank: its wait status, read from `fd`.
+  void AwaitStatus(Rank& rank, int fd);
+  void Exited(Rank& rank, int wait_status);
   void MaybeFinish(Rank& rank);
   void DeliverExits();
   void FlushConsole();

@@ -27,6 +27,7 @@ namespace {
 // running a job's worth of ranks.
 constexpr std::chrono::seconds kReadyTimeout(300);
 constexpr std::chrono::seconds kReplyTimeout(60);
+constexpr std::chrono::seconds kExitTimeout(5);
 constexpr std::size_t kMaxReply = 4096;
 
 struct Fd {
@@ -40,27 +41,26 @@ struct Fd {
   int fd;
 };
 
-// One datagram of `fields` (NUL-separated) with `fds` attached.
-void SendWithDescriptors(int socket, const std::string& payload, int out, int err) {
+// One datagram of `payload` with `fds` attached (SCM_RIGHTS).
+void SendWithDescriptors(int socket, const std::string& payload, const std::vector<int>& fds) {
   iovec iov{const_cast<char*>(payload.data()), payload.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-  const int fds[2] = {out, err};
-  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
   ssize_t n;
   do {
     n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(payload.size())) {
-    throw IoError(StrCat("neuronrun --preload: cannot send a rank to the zygote: ",
+    throw IoError(StrCat("neuronrun --preload: cannot send a request to the zygote: ",
                          n < 0 ? std::strerror(errno) : "short write"));
   }
 }
@@ -110,11 +110,6 @@ std::vector<std::string> ParsePreload(const std::string& list, const char* sourc
 
 Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
                const std::vector<std::string>& modules) {
-  // Its ranks are re-parented to this process only if it is a subreaper.
-  int subreaper = 0;
-  if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0) {
-    throw IoError("neuronrun --preload: this process is not a child subreaper");
-  }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     throw IoError(StrCat("neuronrun --preload: socketpair failed: ", std::strerror(errno)));
@@ -142,18 +137,57 @@ Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
   }
 }
 
+Zygote::Zygote(int connected_socket) : socket_(connected_socket), client_(true) {
+  int type = 0;
+  socklen_t size = sizeof(type);
+  if (::getsockopt(socket_, SOL_SOCKET, SO_TYPE, &type, &size) != 0 || type != SOCK_SEQPACKET) {
+    socket_ = -1;  // not ours to close: it is not a connection
+    throw InvalidUsage(StrCat("descriptor ", connected_socket,
+                              " is not a connection to a shared zygote (a SOCK_SEQPACKET socket)"));
+  }
+  ::fcntl(socket_, F_SETFD, FD_CLOEXEC);
+}
+
 Zygote::~Zygote() { Close(); }
+
+int Zygote::Connect() {
+  NEURON_CHECK(!client_, "a zygote's client cannot connect others");
+  if (socket_ < 0) throw IoError("neuronrun --preload: the zygote is gone");
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    throw IoError(StrCat("neuronrun --preload: socketpair failed: ", std::strerror(errno)));
+  }
+  Fd ours(pair[0]), theirs(pair[1]);
+  try {
+    SendWithDescriptors(socket_, "connect", {ours.fd});
+  } catch (...) {
+    Close();
+    throw;
+  }
+  return theirs.release();
+}
 
 void Zygote::Close() {
   if (socket_ >= 0) ::close(socket_);  // end of file: the zygote returns
   socket_ = -1;
-  // Unless the rank group's reaping took it already (its pid may be
+  // It exits once its keepers have (a shared zygote's); past kExitTimeout,
+  // unless the rank group's reaping took it already (its pid may be
   // another process's by now): its process group, it and any half-made rank.
-  if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) {
+  const auto deadline = std::chrono::steady_clock::now() + kExitTimeout;
+  while (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() < deadline) {
+      ::usleep(2000);
+      continue;
+    }
     ::kill(-pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+    break;
   }
   pid_ = -1;
+}
+
+std::string Zygote::Name() const {
+  return client_ ? std::string("the shared zygote") : StrCat("the zygote (pid ", pid_, ")");
 }
 
 std::string Zygote::Receive(std::chrono::seconds timeout) {
@@ -163,8 +197,8 @@ std::string Zygote::Receive(std::chrono::seconds timeout) {
     ready = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(timeout).count()));
   } while (ready < 0 && errno == EINTR);
   if (ready == 0) {
-    throw TimeoutError(StrCat("neuronrun --preload: the zygote (pid ", pid_,
-                              ") did not answer within ", timeout.count(), " s"));
+    throw TimeoutError(StrCat("neuronrun --preload: ", Name(), " did not answer within ",
+                              timeout.count(), " s"));
   }
   char buffer[kMaxReply];
   ssize_t n;
@@ -172,7 +206,7 @@ std::string Zygote::Receive(std::chrono::seconds timeout) {
     n = ::recv(socket_, buffer, sizeof(buffer), 0);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) {
-    throw IoError(StrCat("neuronrun --preload: the zygote (pid ", pid_, ") exited",
+    throw IoError(StrCat("neuronrun --preload: ", Name(), " exited",
                          n < 0 ? StrCat(": ", std::strerror(errno)) : std::string()));
   }
   return std::string(buffer, static_cast<std::size_t>(n));
@@ -180,7 +214,13 @@ std::string Zygote::Receive(std::chrono::seconds timeout) {
 
 SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
   NEURON_CHECK(request.argv.size() >= 2, "neuronrun --preload: no program to run");
-  Pipe out, err;
+  // A rank forked for this process is re-parented to it only if it is a subreaper.
+  int subreaper = 0;
+  if (!client_ && (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || subreaper == 0)) {
+    throw IoError("neuronrun --preload: this process is not a child subreaper");
+  }
+  Pipe out, err, status;
+  if (client_) MakePipe(status);
   if (!request.output_file.empty()) {
     out.write.fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
     err.write.fd = ::fcntl(out.write.fd, F_DUPFD_CLOEXEC, 3);
@@ -192,9 +232,12 @@ SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
   if (socket_ < 0) throw IoError("neuronrun --preload: the zygote is gone");
   std::string reply;
   try {
-    SendWithDescriptors(socket_, RequestPayload(request), out.write.fd, err.write.fd);
-    ::close(out.write.release());  // the rank holds the write ends now
+    std::vector<int> fds = {out.write.fd, err.write.fd};
+    if (client_) fds.push_back(status.write.fd);  // the keeper's
+    SendWithDescriptors(socket_, RequestPayload(request), fds);
+    ::close(out.write.release());  // the rank (and keeper) hold the write ends now
     ::close(err.write.release());
+    if (client_) ::close(status.write.release());
     reply = Receive(kReplyTimeout);
   } catch (...) {
     Close();  // a late answer would be taken for the next rank's
@@ -206,10 +249,10 @@ SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
     throw IoError(StrCat("cannot start ", request.argv[1], " through the zygote: ",
                          reply.rfind("error ", 0) == 0 ? reply.substr(6) : reply));
   }
-  for (const Fd* fd : {&out.read, &err.read}) {
+  for (const Fd* fd : {&out.read, &err.read, &status.read}) {
     if (fd->fd >= 0) ::fcntl(fd->fd, F_SETFL, ::fcntl(fd->fd, F_GETFL) | O_NONBLOCK);
   }
-  return {pid, out.read.release(), err.read.release()};
+  return {pid, out.read.release(), err.read.release(), status.read.release()};
 }
 
 }  // namespace neuron::launcher

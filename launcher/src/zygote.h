@@ -5,11 +5,19 @@
 // subreaper) before its pid is returned: from then on it is waited for,
 // signalled and read exactly like a rank Spawn() started.
 //
+// Shared: `neuronrun matrix` starts one zygote for all its cells. It hands
+// each cell's neuronrun a connection (Connect(), NEURON_ZYGOTE_FD), and that
+// neuronrun is the zygote's client. A client's rank is not the client's
+// child: it is signalled and read as any rank, and its wait status comes on
+// SpawnedChild::status_fd.
+//
 // Usage:
 //   Zygote zygote(python, env_of_rank_0, {"torch"});   // throws if an import fails
 //   SpawnedChild child = zygote.Spawn(request);         // as launcher::Spawn
+//   int fd = zygote.Connect();                          // for a client's process
+//   Zygote client(fd);                                  // in that process
 //
-// Owned by the agent's thread; not thread-safe.
+// Owned by one thread; not thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -28,29 +36,42 @@ class Zygote {
   // the ranks' environments; its stdout and stderr
   // are neuronrun's stderr) and waits until it imported `modules`. Throws
   // IoError with the zygote's reason (an import that failed, a thread one
-  // started) or when it cannot start, or when this process is not a child
-  // subreaper (its ranks would not become its children).
+  // started) or when it cannot start.
   Zygote(const std::string& python, const std::vector<std::string>& env,
          const std::vector<std::string>& modules);
-  ~Zygote();  // ends the zygote (not the ranks it forked) and reaps it
+  // A client of a shared zygote over `connected_socket` (its end of a
+  // Connect(), owned from now on). Throws InvalidUsage when it is not a
+  // SOCK_SEQPACKET socket.
+  explicit Zygote(int connected_socket);
+  ~Zygote();  // ends the zygote (a client: its connection), not the ranks it forked
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
 
   // Forks a rank running request.argv[1..] (SCRIPT ARGS or -m MODULE ARGS)
   // with request.env, request.cpu and its stdout/stderr on new pipes or
-  // request.output_file. Same contract as launcher::Spawn; throws IoError
-  // naming the program when the zygote refuses, does not answer or is
-  // gone, and ends the zygote then (every later call throws).
+  // request.output_file. Same contract as launcher::Spawn, and a client's
+  // rank has a status_fd; throws IoError naming the program when the zygote
+  // refuses, does not answer or is gone, and ends the zygote then (every
+  // later call throws), and when a zygote this process started would fork
+  // for a process that is not a child subreaper (the rank would not become
+  // its child).
   SpawnedChild Spawn(const SpawnRequest& request);
 
-  pid_t pid() const { return pid_; }
+  // A new client's end of a connection to this zygote (close-on-exec; the
+  // caller owns it and passes it on, e.g. SpawnRequest::pass_fd). Not for a
+  // client. Throws IoError when the zygote is gone.
+  int Connect();
+
+  pid_t pid() const { return pid_; }  // -1 for a client
 
  private:
   std::string Receive(std::chrono::seconds timeout);  // one datagram
+  std::string Name() const;  // for messages
   void Close();
 
   pid_t pid_ = -1;
   int socket_ = -1;
+  bool client_ = false;
 };
 
 // The modules named by --preload / NEURON_PRELOAD (`source`) as

@@ -20,6 +20,10 @@ const ConfigEntry kEntries[] = {
      "modules neuronrun imports once and forks each Python rank from (MODULE[,MODULE...], "
      "e.g. torch); set by `neuronrun --preload`; unset or empty: each rank a fresh interpreter",
      false},
+    {ConfigKey::kZygoteFd, "NEURON_ZYGOTE_FD", "",
+     "descriptor of a connection to a shared zygote that neuronrun forks the Python ranks "
+     "from; set by `neuronrun matrix` for its cells' jobs, never seen by a rank",
+     false},
     {ConfigKey::kTopologyFile, "NEURON_TOPOLOGY_FILE", "",
      "fabric topology (protobuf text); empty = embedded trn2 node", false},
     {ConfigKey::kNodeIndex, "NEURON_NODE_INDEX", "0",

@@ -161,3 +161,80 @@ def test_a_bad_module_name_is_a_usage_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--preload 'torch,,x': '' is not a Python module name" in proc.stderr, proc.stderr
+
+
+# A trainer for `neuronrun matrix` (its cells' ranks fork from the matrix's
+# one zygote, NEURON_ZYGOTE_FD): the model's dim picks what rank 1 does.
+MATRIX_TRAINER = r"""
+import os, signal, sys, time
+import probe_mod
+args = sys.argv[1:]
+dim, rank = int(args[args.index("--dim") + 1]), os.environ["RANK"]
+print("rank", rank, "preloaded", probe_mod.IMPORTED_IN != os.getpid(), "zygote",
+      probe_mod.IMPORTED_IN, "fd", os.environ.get("NEURON_ZYGOTE_FD"), flush=True)
+if dim == 24 and rank == "1":
+    sys.exit(3)
+if dim == 40 and rank == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
+if dim == 48 and rank == "1":  # its neuronrun dies: the keepers end the ranks
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            continue
+        if (cmd[0].endswith(b"neuronrun") and b"matrix" not in cmd
+                and os.environ["PRELOAD_TEST_MARKER"].encode() in env):
+            os.kill(int(pid), signal.SIGKILL)
+if dim in (40, 48):
+    time.sleep(120)  # ended with its job
+if rank == "0":
+    out = args[args.index("--metrics-out") + 1]
+    open(out, "w").write("loss: 1.5\nmodelled_step_us: 10\n")
+"""
+
+
+def test_a_matrix_forks_every_cells_ranks_from_one_zygote_and_relays_their_ends(tmp_path):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    (tmp_path / "trainer.py").write_text(MATRIX_TRAINER)
+    models = "".join(f'models {{ name: "{n}" dim: {d} layers: 1 heads: 2 seq: 8 vocab: 32 }}\n'
+                     for n, d in (("ok", 16), ("exit", 24), ("kill", 40), ("orphan", 48)))
+    (tmp_path / "m.textproto").write_text(
+        f'name: "z" script: "{tmp_path / "trainer.py"}" steps: 2 batch: 2 ranks_per_node: [2]\n'
+        'strategies { name: "dp" }\n' + models)
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PRELOAD_TEST_MARKER=marker,
+               NEURON_PRELOAD="probe_mod")
+    proc = subprocess.run([NEURONRUN, "matrix", str(tmp_path / "m.textproto"), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          timeout=90)
+    assert "4 cells: 1 completed or modelled (0 from an earlier run), 3 failed" in proc.stdout, \
+        proc.stdout + proc.stderr
+    logs = {n: (tmp_path / "out" / "cells" / f"n1x2-dp-{n}-eager-default" / "output.log")
+            .read_text() for n in ("ok", "exit", "kill", "orphan")}
+    starts = re.findall(r"\[rank \d\]: rank \d preloaded (\w+) zygote (\d+) fd (\S+)",
+                        "".join(logs.values()))
+    assert len(starts) == 8, logs
+    assert {s[0] for s in starts} == {"True"}, logs  # forked, not fresh
+    assert len({s[1] for s in starts}) == 1, logs  # from one zygote, for every cell
+    assert {s[2] for s in starts} == {"None"}, logs  # the connection is neuronrun's alone
+    assert "rank 1 (node 0" in logs["exit"] and "exited with code 3" in logs["exit"], logs
+    assert "rank 1" in logs["kill"] and "SIGKILL" in logs["kill"], logs
+    assert carriers(marker) == []  # no rank, keeper or zygote left, the orphans' included
+
+
+def test_a_bad_zygote_connection_is_named(tmp_path):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    (tmp_path / "script.py").write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), NEURON_ZYGOTE_FD="abc")
+    command = [NEURONRUN, "-n", "1", str(tmp_path / "script.py")]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "NEURON_ZYGOTE_FD='abc' is not an integer" in proc.stderr, proc.stderr
+    env["NEURON_ZYGOTE_FD"] = "0"  # /dev/null, not a connection
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert ("descriptor 0 is not a connection to a shared zygote" in proc.stderr
+            and "the ranks start as fresh interpreters" in proc.stderr), proc.stderr
+    assert ranks(proc.stdout)[0][3] == "False", proc.stdout

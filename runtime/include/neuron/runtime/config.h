@@ -23,6 +23,7 @@ namespace neuron::runtime {
 enum class ConfigKey {
   kPython,               // NEURON_PYTHON
   kPreload,              // NEURON_PRELOAD
+  kZygoteFd,             // NEURON_ZYGOTE_FD
   kTopologyFile,         // NEURON_TOPOLOGY_FILE
   kNodeIndex,            // NEURON_NODE_INDEX
   kChipIndex,            // NEURON_CHIP_INDEX

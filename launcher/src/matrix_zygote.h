@@ -1,0 +1,48 @@
+// The scaling matrix's one zygote (zygote.h, shared): every cell's Python
+// ranks fork from a single interpreter that imported what the trainers use,
+// so a cell pays for forking its ranks, not for a zygote's imports (2-3 s
+// of CPU a cell with torch, Dynamo, FSDP2, tensor parallelism and
+// pipelining).
+//
+// What the imports read from the environment stays in every rank forked
+// from there: torchneuron's devices come from the topology at import. So
+// the zygote serves the cells of the embedded topology (no --topology),
+// and a cell of its own topology starts its own (neuronrun --preload).
+//
+// Usage:
+//   MatrixZygote zygote;                // nothing started yet
+//   int fd = zygote.Connect(progress);  // per agent: NEURON_ZYGOTE_FD, or -1
+//
+// Owned by the matrix's thread; not thread-safe.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "zygote.h"
+
+namespace neuron::launcher {
+
+class MatrixZygote {
+ public:
+  // The modules: NEURON_PRELOAD's when it is set (empty: no zygote), else
+  // `trainer_modules` (NEURON_TRAINER_MODULES). Throws InvalidUsage naming
+  // a bad module name.
+  explicit MatrixZygote(const std::string& trainer_modules);
+
+  // A new connection for one agent of a cell (close-on-exec; the caller
+  // closes it once passed on), or -1: the cell's ranks start as fresh
+  // interpreters. Starts the zygote at the first call, with this process's
+  // environment as a rank's interpreter sees it (InterpreterEnvironment); a
+  // zygote that cannot start, or is gone, is said once on `progress`.
+  int Connect(std::ostream& progress);
+
+ private:
+  std::vector<std::string> modules_;
+  std::unique_ptr<Zygote> zygote_;
+  bool failed_ = false;
+};
+
+}  // namespace neuron::launcher
