@@ -39,6 +39,8 @@ World Rendezvous::Join(std::uint32_t round) {
   store_->ClearOnClose();
   store_->SetOnClose(Key(round, "failed"), lost.SerializeAsString());
   store_->SetOnClose(Key(round, "end"), "failed");
+  // Node 0's Leave waits for every agent to read the end, but not for one lost.
+  store_->SetOnClose(Key(round, "left/" + me), "lost");
 
   proto::NodeInfo info;
   info.set_node_rank(options_.node_rank);

@@ -74,7 +74,8 @@ class Rendezvous {
                     const std::atomic<bool>& stop);
   // Done with the job: clears this agent's set-on-close actions; node 0
   // waits for every agent to leave (up to the grace period and 10 s) before
-  // its server goes away. Best effort on the other nodes: a store already
+  // its server goes away; an agent whose connection closed (lost, killed,
+  // cut off) counts as left. Best effort on the other nodes: a store already
   // gone has nothing left to be told, and is not an error.
   void Leave(std::uint32_t round);
 
