@@ -34,8 +34,12 @@ configure: deps venv
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The suite's neuronrun jobs fork their Python ranks from one zygote
+# (neuronrun zygote): torch and the trainers' modules are imported once for
+# the whole run, not once a job. A job whose ranks would see other settings
+# starts its own, as without it.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(TEST_JOBS)
+	cd $(BUILD_DIR) && ./launcher/neuronrun zygote -- ctest --output-on-failure -j $(TEST_JOBS)
 
 demo: build
 	$(BUILD_DIR)/launcher/neuronrun -n 16 examples/08_upstream_gpt.py --pp 2 --tp 2 --compile --steps 8 --data counting

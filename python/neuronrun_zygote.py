@@ -24,12 +24,17 @@ neuronrun, a child subreaper: neuronrun waits for it, signals its process
 group and reads its pipes as for a rank it started itself. End of file on
 the socket ends the zygote.
 
-Shared (`neuronrun matrix` keeps one zygote for all its cells' jobs):
+Shared (one zygote for several jobs: `neuronrun matrix`'s cells, or the
+jobs of `neuronrun zygote -- COMMAND`, which adds `--listen PATH`):
 
   owner -> zygote       b"connect" with one descriptor attached: a new
-                        client's end of a socket pair; the client (a cell's
-                        neuronrun, which got the other end) sends rank
-                        requests on it as above, each with a third
+                        client's end of a socket pair (the client, a
+                        cell's neuronrun, got the other end); or a client
+                        connects to PATH (a process of this user only)
+  zygote -> client      b"zygote", MODULES, the environment it started
+                        with (NAME=value), b"", what the imports set in it
+                        (NUL-separated), once
+  client -> zygote      rank requests as above, each with a third
                         descriptor attached, the write end of a pipe
   zygote -> client      b"pid N", or b"error MESSAGE"
 
@@ -318,51 +323,106 @@ def _reap_keepers(block=False):
             return
 
 
-def _serve(owner):
+def _hello(modules, env):
+    """What a client gets first: the modules, the environment they were
+    imported with (as the zygote started), an empty field, and what the
+    imports set in it themselves (torch sets TORCHINDUCTOR_CACHE_DIR):
+    neuronrun serves a job from here only when its own environment agrees
+    (launcher/src/zygote.h)."""
+    entries = [f"{k}={v}" for k, v in env.items()]
+    set_here = [f"{k}={v}" for k, v in os.environ.items() if env.get(k) != v]
+    return "\0".join(["zygote", ",".join(modules), *entries, "", *set_here]).encode(
+        "utf-8", "surrogateescape")
+
+
+def _accept(listener):
+    """A client connecting to --listen's socket, if it runs as our user."""
+    conn, _ = listener.accept()
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+    if uid != os.getuid():
+        conn.close()  # a stranger: refused
+        return None
+    return conn
+
+
+def _serve(owner, modules, env, listener=None):
     """Answers requests until the owner closes its socket; returns the argv
     of a rank (in a forked rank), or None (in the zygote, at the end)."""
-    sockets = [owner]  # the owner's, then its clients'
+    sockets = [owner] + ([listener] if listener else [])  # then the clients'
     poller = select.poll()
-    poller.register(owner, select.POLLIN)
+    for s in sockets:
+        poller.register(s, select.POLLIN)
     while True:
         for fd, _ in poller.poll():
             sock = next(s for s in sockets if s.fileno() == fd)
-            request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
-            if not request:
-                if sock is owner:
+            if sock is listener:
+                client = _accept(listener)
+            else:
+                request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+                client = None
+                if sock is owner and request == b"connect" and len(fds) == 1:
+                    client = socket.socket(fileno=fds[0])
+                elif not request and sock is owner:
                     _reap_keepers(block=True)  # none is left to its grandparent
                     return None
-                poller.unregister(sock)
-                sockets.remove(sock)
-                sock.close()
-                continue
-            if sock is owner and request == b"connect" and len(fds) == 1:
-                sockets.append(socket.socket(fileno=fds[0]))
-                poller.register(fds[0], select.POLLIN)
-                continue
-            result = _answer(sock, fds, sockets, request)
-            if isinstance(result, list):
-                return result  # the rank: its descriptors are 1 and 2 now
-            for f in fds:
-                os.close(f)
-            try:
-                sock.send(result.encode() if isinstance(result, str) else f"pid {result}".encode())
-            except OSError:
-                if sock is owner:
-                    raise
-                # A client gone before its answer: its end of file comes next.
+                elif not request:
+                    poller.unregister(sock)
+                    sockets.remove(sock)
+                    sock.close()
+                    continue
+                else:
+                    result = _answer(sock, fds, sockets, request)
+                    if isinstance(result, list):
+                        return result  # the rank: its descriptors are 1 and 2 now
+                    _reply(sock, owner, fds, result)
+            if client is not None:
+                try:
+                    client.send(_hello(modules, env))
+                except OSError:
+                    client.close()
+                    continue
+                sockets.append(client)
+                poller.register(client, select.POLLIN)
         _reap_keepers()
+
+
+def _reply(sock, owner, fds, result):
+    for f in fds:
+        os.close(f)
+    try:
+        sock.send(result.encode() if isinstance(result, str) else f"pid {result}".encode())
+    except OSError:
+        if sock is owner:
+            raise
+        # A client gone before its answer: its end of file comes next.
+
+
+def _listen(path):
+    """--listen PATH: a socket that clients of our user may connect to."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    return listener
 
 
 def main():
     fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
+    env = dict(os.environ)  # before the imports, which may set some (TORCHINDUCTOR_CACHE_DIR)
     sock = socket.socket(fileno=fd)
+    listener = None
+    try:
+        if len(sys.argv) > 4 and sys.argv[3] == "--listen":
+            listener = _listen(sys.argv[4])
+    except OSError as e:
+        sock.send(f"error cannot listen on {sys.argv[4]}: {e}".encode())
+        return 1
     error = _preload(modules)
     if error:
         sock.send(f"error {error}".encode())
         return 1
     sock.send(b"ready")
-    argv = _serve(sock)
+    argv = _serve(sock, modules, env, listener)
     if argv is None:  # the job is over: no interpreter teardown (a second of CPU)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -225,14 +225,14 @@ std::vector<std::string> JobEnvironment(const RankLaunch& launch) {
 }  // namespace
 
 RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
-  const bool forks = !config_.preload.empty() || config_.zygote_fd >= 0 || zygote_;
-  if (!forks || launches.empty()) return launcher::Spawn;
+  if (config_.preload.empty() || launches.empty()) return launcher::Spawn;
   if (!zygote_ && !zygote_failed_) {
     try {
-      zygote_ = config_.zygote_fd >= 0
-                    ? std::make_unique<Zygote>(std::exchange(config_.zygote_fd, -1))
-                    : std::make_unique<Zygote>(config_.program_path,
-                                               JobEnvironment(launches.front()), config_.preload);
+      zygote_ = SharedZygote(launches.front());
+      if (!zygote_) {
+        zygote_ = std::make_unique<Zygote>(config_.program_path, JobEnvironment(launches.front()),
+                                           config_.preload);
+      }
     } catch (const Error& e) {
       DropZygote(e);
     }
@@ -250,6 +250,24 @@ RankGroup::Spawner Agent::RankSpawner(const std::vector<RankLaunch>& launches) {
     }
     return launcher::Spawn(r);
   };
+}
+
+std::unique_ptr<Zygote> Agent::SharedZygote(const RankLaunch& first) {
+  std::unique_ptr<Zygote> shared;
+  try {
+    if (config_.zygote_fd >= 0) {
+      shared = std::make_unique<Zygote>(std::exchange(config_.zygote_fd, -1));
+    } else if (!config_.zygote_socket.empty()) {
+      shared = Zygote::ConnectTo(config_.zygote_socket);
+    }
+  } catch (const Error& e) {
+    std::cerr << "neuronrun: " << e.what() << "; the ranks fork from a zygote of this job's own"
+              << std::endl;
+    return nullptr;
+  }
+  // One imported with other settings would leave them in every rank.
+  if (shared && !shared->Refusal(config_.preload, first.spawn.env).empty()) shared.reset();
+  return shared;
 }
 
 void Agent::DropZygote(const Error& why) {

@@ -47,9 +47,11 @@ struct JobConfig {
   std::string device_file;     // absolute, or empty: the inherited environment's
   std::string python_path;     // prepended to the ranks' PYTHONPATH
   std::vector<std::string> preload;  // Python ranks fork from a zygote importing these
-  // >= 0: Python ranks fork from a shared zygote over this connection
-  // (NEURON_ZYGOTE_FD, given by `neuronrun matrix`); preload is then unused.
+  // A shared zygote for the preload (zygote.h): this connection
+  // (NEURON_ZYGOTE_FD, given by `neuronrun matrix`) if >= 0, else the
+  // socket (NEURON_ZYGOTE) if not empty.
   int zygote_fd = -1;
+  std::string zygote_socket;
 };
 
 class Agent {
@@ -76,10 +78,13 @@ class Agent {
   // How this attempt's ranks start: forked by the zygote (--preload; made
   // at the first attempt with the first launch's environment less the
   // rank's own variables, kept for the restarts; or the shared zygote of
-  // zygote_fd), else launcher::Spawn
+  // zygote_fd or zygote_socket), else launcher::Spawn
   // (also once the zygote failed, at its start or later: said on stderr).
   RankGroup::Spawner RankSpawner(const std::vector<RankLaunch>& launches);
   void DropZygote(const Error& why);  // ends it, says why on stderr
+  // The shared zygote if it serves this job (its preload and `first`'s
+  // environment), else nullptr: the job starts a zygote of its own.
+  std::unique_ptr<Zygote> SharedZygote(const RankLaunch& first);
   // The CPU local rank `local` is pinned to (--bind-to), or -1.
   int CpuFor(std::uint32_t local) const;
   void WaitSignals(Attempt& attempt);

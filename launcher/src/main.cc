@@ -16,6 +16,7 @@
 #include "matrix_host.h"
 #include "matrix_replay.h"
 #include "predict.h"
+#include "zygote_main.h"
 #include "neuron/collectives/store/auth.h"
 #include "neuron/launcher/matrix.h"
 #include "neuron/launcher/options.h"
@@ -106,9 +107,10 @@ JobConfig Resolve(LaunchOptions o) {
     c.preload = ParsePreload(preload, o.preload ? "--preload" : "NEURON_PRELOAD");
   }
   const auto& config = runtime::ConfigRegistry::Get();
-  if (RunsUnderPython(o) && !config.GetString(runtime::ConfigKey::kZygoteFd).empty()) {
+  if (!c.preload.empty() && !config.GetString(runtime::ConfigKey::kZygoteFd).empty()) {
     c.zygote_fd = static_cast<int>(config.GetInt(runtime::ConfigKey::kZygoteFd));
   }
+  if (!c.preload.empty()) c.zygote_socket = config.GetString(runtime::ConfigKey::kZygote);
   return c;
 }
 
@@ -267,6 +269,7 @@ int Main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "matrix") return MatrixMain(argc - 2, argv + 2);
   if (argc >= 2 && std::string(argv[1]) == "replay") return ReplayMain(argc - 2, argv + 2);
   if (argc >= 2 && std::string(argv[1]) == "predict") return PredictMain(argc - 2, argv + 2);
+  if (argc >= 2 && std::string(argv[1]) == "zygote") return ZygoteMain(argc - 2, argv + 2);
   LaunchOptions options;
   std::unique_ptr<Agent> agent;
   try {

@@ -242,12 +242,11 @@ CellResult ModelCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path
   return result;
 }
 
-// Starts one agent of a cell (Start). Its ranks fork from `zygote` (if
-// any) over a connection of its own (NEURON_ZYGOTE_FD), or start as fresh
-// interpreters.
+// Starts one agent of a cell (Start), with a connection of its own to the
+// matrix's zygote (NEURON_ZYGOTE_FD) if there is one.
 pid_t StartAgent(const std::vector<std::string>& argv, const fs::path& log,
-                 Environment env, MatrixZygote* zygote, std::ostream& progress) {
-  const int fd = zygote != nullptr ? zygote->Connect(progress) : -1;
+                 Environment env, MatrixZygote& zygote, std::ostream& progress) {
+  const int fd = zygote.Connect(progress);
   if (fd >= 0) env[runtime::VariableName(runtime::ConfigKey::kZygoteFd)] = std::to_string(fd);
   pid_t pid = -1;
   try {
@@ -272,17 +271,17 @@ CellResult RunCell(const MatrixSpec& spec, const MatrixCell& c, const fs::path& 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> common;
   if (!c.topology.empty()) common = {"--topology", c.topology};
-  // A cell of its own topology forks its ranks from a zygote of its own
-  // (the zygote's devices are the topology's), unless NEURON_PRELOAD (even
-  // empty) says otherwise.
-  const bool shared = c.topology.empty();
-  if (!shared && !runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)) {
+  // The ranks fork from one interpreter that imported what the trainers
+  // use (zygote.h): the matrix's, unless it imported with other settings
+  // than the cell's (a topology of its own), then the cell's own; unless
+  // NEURON_PRELOAD (even empty) says otherwise.
+  if (!runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)) {
     common.insert(common.end(), {"--preload", NEURON_TRAINER_MODULES});
   }
   std::vector<pid_t> agents;
   Environment env;
   auto start_agent = [&](const std::vector<std::string>& argv) {
-    agents.push_back(StartAgent(argv, log, env, shared ? &zygote : nullptr, progress));
+    agents.push_back(StartAgent(argv, log, env, zygote, progress));
   };
   if (c.compile) {  // a fresh compile cache: the cell's compile time is cold
     fs::remove_all(dir / "cache");

@@ -32,7 +32,7 @@ int MatrixZygote::Connect(std::ostream& progress) {
     zygote_.reset();
     failed_ = true;
     progress << "neuronrun matrix: " << e.what()
-             << "; the cells' ranks start as fresh interpreters" << std::endl;
+             << "; each cell's ranks fork from a zygote of its own" << std::endl;
     return -1;
   }
 }

@@ -5,9 +5,11 @@
 // pipelining).
 //
 // What the imports read from the environment stays in every rank forked
-// from there: torchneuron's devices come from the topology at import. So
-// the zygote serves the cells of the embedded topology (no --topology),
-// and a cell of its own topology starts its own (neuronrun --preload).
+// from there: torchneuron's devices come from the topology at import. The
+// zygote imports with the matrix's environment as a rank of a cell without
+// a topology of its own sees it; a cell's neuronrun whose ranks would see
+// other settings (its --topology) starts a zygote of its own (zygote.h,
+// Refusal).
 //
 // Usage:
 //   MatrixZygote zygote;                // nothing started yet
@@ -33,8 +35,8 @@ class MatrixZygote {
   explicit MatrixZygote(const std::string& trainer_modules);
 
   // A new connection for one agent of a cell (close-on-exec; the caller
-  // closes it once passed on), or -1: the cell's ranks start as fresh
-  // interpreters. Starts the zygote at the first call, with this process's
+  // closes it once passed on), or -1 (no zygote: the cell's neuronrun
+  // starts its own, or fresh interpreters). Starts the zygote at the first call, with this process's
   // environment as a rank's interpreter sees it (InterpreterEnvironment); a
   // zygote that cannot start, or is gone, is said once on `progress`.
   int Connect(std::ostream& progress);

@@ -233,6 +233,7 @@ constexpr char kHelpText[] = R"(usage: neuronrun [options] SCRIPT.py|EXECUTABLE 
        neuronrun matrix FILE [--out DIR]   (a scaling test matrix; matrix --help)
        neuronrun replay TRACE_DIR [...]    (replay recorded traces; replay --help)
        neuronrun predict --model FILE ...  (a full-size step, predicted; predict --help)
+       neuronrun zygote -- COMMAND ...     (one zygote for COMMAND's jobs; zygote --help)
        neuronrun --help
 
 Starts the ranks of a distributed job on this node, gives each the
@@ -309,7 +310,10 @@ Simulated fabric:
                            (default: $NEURON_PRELOAD; empty: none). The
                            modules must not read per-rank variables at
                            import nor start threads; if the zygote cannot
-                           serve, the ranks start as fresh interpreters
+                           serve, the ranks start as fresh interpreters.
+                           Under `neuronrun zygote` ($NEURON_ZYGOTE) the
+                           job uses that zygote when it imported the
+                           modules with the ranks' settings
 
 When a rank exits non-zero or dies by a signal, neuronrun sends SIGTERM to
 every other rank (SIGKILL after the grace period), prints a summary naming

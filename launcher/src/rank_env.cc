@@ -1,5 +1,6 @@
 #include "rank_env.h"
 
+#include <set>
 #include <utility>
 
 #include "neuron/runtime/config.h"
@@ -25,6 +26,34 @@ Environment CurrentEnvironment() {
 bool IsRankOwnVariable(const std::string& name) {
   return name == "RANK" || name == "LOCAL_RANK" || name == "ROLE_RANK" ||
          name == VariableName(ConfigKey::kChipIndex) || name == VariableName(ConfigKey::kCoreIndex);
+}
+
+bool IsJobVariable(const std::string& name) {
+  static const std::set<std::string> kJob = {
+      "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+      "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+  static const ConfigKey kNeuron[] = {
+      ConfigKey::kNodeIndex, ConfigKey::kRanksPerChip, ConfigKey::kStoreEndpoint,
+      ConfigKey::kJobSecret, ConfigKey::kAgentId,     ConfigKey::kRdzvSecret,
+      ConfigKey::kPreload,   ConfigKey::kZygoteFd,    ConfigKey::kZygote};
+  if (kJob.count(name) > 0 || name.rfind("TORCHELASTIC_", 0) == 0) return true;
+  for (ConfigKey key : kNeuron) {
+    if (name == VariableName(key)) return true;
+  }
+  return false;
+}
+
+bool ShapesImports(const std::string& name) {
+  if (IsRankOwnVariable(name) || IsJobVariable(name)) return false;
+  if (name == VariableName(ConfigKey::kCacheDir)) return false;
+  for (const char* prefix : {"PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  if (name == "LD_PRELOAD" || name == "LD_LIBRARY_PATH") return true;
+  for (const auto& entry : runtime::ConfigRegistry::Get().entries()) {
+    if (name == entry.variable) return true;
+  }
+  return false;
 }
 
 Environment RankEnvironment(Environment env, const RankIdentity& id) {

@@ -55,6 +55,20 @@ Environment InterpreterEnvironment(Environment env, const std::string& python_pa
 // one is the node's or the job's.
 bool IsRankOwnVariable(const std::string& name);
 
+// The variables neuronrun sets for a whole job (WORLD_SIZE, MASTER_PORT,
+// TORCHELASTIC_*, the job's store and secret, ...) or that only neuronrun
+// reads (NEURON_PRELOAD, the zygote's): a job's own, not its node's.
+bool IsJobVariable(const std::string& name);
+
+// Whether `name` can change what importing torch and torchneuron does, so
+// a zygote serves a job only when the job's value is the one it imported
+// with (zygote.h): Python's (PYTHON*), torch's (TORCH*, PYTORCH*), the
+// threading libraries' (OMP_*, MKL_*, KMP_*), the loader's (LD_PRELOAD,
+// LD_LIBRARY_PATH) and the project's settings (runtime/src/config.cc),
+// less the job's and rank's own and NEURON_CACHE_DIR (read when a graph
+// compiles).
+bool ShapesImports(const std::string& name);
+
 // "NAME=value" entries for execve.
 std::vector<std::string> ToEnvp(const Environment& env);
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
+#include "rank_env.h"
 
 namespace neuron::launcher {
 
@@ -29,6 +31,7 @@ constexpr std::chrono::seconds kReadyTimeout(300);
 constexpr std::chrono::seconds kReplyTimeout(60);
 constexpr std::chrono::seconds kExitTimeout(5);
 constexpr std::size_t kMaxReply = 4096;
+constexpr std::size_t kMaxHello = 1 << 20;  // a zygote's modules and environment
 
 struct Fd {
   explicit Fd(int f = -1) : fd(f) {}
@@ -89,6 +92,17 @@ void MakePipe(Pipe& p) {
   p.write.fd = fds[1];
 }
 
+std::vector<std::string> Split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(separator, start), text.size());
+    parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
 }  // namespace
 
 std::vector<std::string> ParsePreload(const std::string& list, const char* source) {
@@ -109,7 +123,7 @@ std::vector<std::string> ParsePreload(const std::string& list, const char* sourc
 }
 
 Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
-               const std::vector<std::string>& modules) {
+               const std::vector<std::string>& modules, const std::string& listen_path) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     throw IoError(StrCat("neuronrun --preload: socketpair failed: ", std::strerror(errno)));
@@ -121,6 +135,7 @@ Zygote::Zygote(const std::string& python, const std::vector<std::string>& env,
   SpawnRequest request;
   request.path = python;
   request.argv = {python, "-m", "neuronrun_zygote", std::to_string(theirs.fd), list};
+  if (!listen_path.empty()) request.argv.insert(request.argv.end(), {"--listen", listen_path});
   request.env = env;
   request.inherit_stderr = true;
   request.pass_fd = theirs.fd;
@@ -146,6 +161,63 @@ Zygote::Zygote(int connected_socket) : socket_(connected_socket), client_(true) 
                               " is not a connection to a shared zygote (a SOCK_SEQPACKET socket)"));
   }
   ::fcntl(socket_, F_SETFD, FD_CLOEXEC);
+  try {  // "zygote", its modules, its environment, "", what the imports set
+    const std::vector<std::string> hello = Split(Receive(kReplyTimeout, kMaxHello), '\0');
+    if (hello.size() < 2 || hello[0] != "zygote") throw IoError("it did not say hello");
+    modules_ = Split(hello[1], ',');
+    auto* env = &import_env_;
+    for (std::size_t i = 2; i < hello.size(); ++i) {
+      const auto eq = hello[i].find('=');
+      if (hello[i].empty()) env = &set_by_imports_;
+      if (eq != std::string::npos) (*env)[hello[i].substr(0, eq)] = hello[i].substr(eq + 1);
+    }
+  } catch (const Error& e) {
+    Close();
+    throw IoError(StrCat("neuronrun --preload: the shared zygote: ", e.what()));
+  }
+}
+
+std::unique_ptr<Zygote> Zygote::ConnectTo(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  NEURON_CHECK(path.size() < sizeof(address.sun_path), "NEURON_ZYGOTE '", path,
+               "': longer than a socket path may be");
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  Fd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (fd.fd < 0 || ::connect(fd.fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    throw IoError(StrCat("neuronrun --preload: cannot reach the shared zygote at ", path, ": ",
+                         std::strerror(errno)));
+  }
+  return std::make_unique<Zygote>(fd.release());
+}
+
+std::string Zygote::Refusal(const std::vector<std::string>& modules,
+                            const std::vector<std::string>& job_env) const {
+  for (const auto& m : modules) {
+    if (std::find(modules_.begin(), modules_.end(), m) == modules_.end()) {
+      return StrCat("it did not import ", m);
+    }
+  }
+  const std::map<std::string, std::string> job = [&job_env] {
+    std::map<std::string, std::string> m;
+    for (const auto& e : job_env) {
+      const auto eq = e.find('=');
+      if (eq != std::string::npos) m[e.substr(0, eq)] = e.substr(eq + 1);
+    }
+    return m;
+  }();
+  for (const auto* side : {&job, &import_env_}) {
+    for (const auto& [name, value] : *side) {
+      if (!ShapesImports(name)) continue;
+      // The job's own zygote would import with the job's value, or set the
+      // same one itself.
+      const auto a = job.find(name), b = import_env_.find(name), c = set_by_imports_.find(name);
+      const bool same = a != job.end() && ((b != import_env_.end() && a->second == b->second) ||
+                                           (c != set_by_imports_.end() && a->second == c->second));
+      if (!same) return StrCat("it imported with another ", name);
+    }
+  }
+  return "";
 }
 
 Zygote::~Zygote() { Close(); }
@@ -190,7 +262,7 @@ std::string Zygote::Name() const {
   return client_ ? std::string("the shared zygote") : StrCat("the zygote (pid ", pid_, ")");
 }
 
-std::string Zygote::Receive(std::chrono::seconds timeout) {
+std::string Zygote::Receive(std::chrono::seconds timeout, std::size_t max_bytes) {
   pollfd p{socket_, POLLIN, 0};
   int ready;
   do {
@@ -200,16 +272,21 @@ std::string Zygote::Receive(std::chrono::seconds timeout) {
     throw TimeoutError(StrCat("neuronrun --preload: ", Name(), " did not answer within ",
                               timeout.count(), " s"));
   }
-  char buffer[kMaxReply];
+  std::string buffer(max_bytes, '\0');
   ssize_t n;
   do {
-    n = ::recv(socket_, buffer, sizeof(buffer), 0);
+    n = ::recv(socket_, buffer.data(), buffer.size(), MSG_TRUNC);
   } while (n < 0 && errno == EINTR);
+  if (n > static_cast<ssize_t>(max_bytes)) {
+    throw IoError(StrCat("neuronrun --preload: ", Name(), " sent ", n, " bytes, more than ",
+                         max_bytes));
+  }
   if (n <= 0) {
     throw IoError(StrCat("neuronrun --preload: ", Name(), " exited",
                          n < 0 ? StrCat(": ", std::strerror(errno)) : std::string()));
   }
-  return std::string(buffer, static_cast<std::size_t>(n));
+  buffer.resize(static_cast<std::size_t>(n));
+  return buffer;
 }
 
 SpawnedChild Zygote::Spawn(const SpawnRequest& request) {

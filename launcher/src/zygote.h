@@ -5,11 +5,15 @@
 // subreaper) before its pid is returned: from then on it is waited for,
 // signalled and read exactly like a rank Spawn() started.
 //
-// Shared: `neuronrun matrix` starts one zygote for all its cells. It hands
-// each cell's neuronrun a connection (Connect(), NEURON_ZYGOTE_FD), and that
-// neuronrun is the zygote's client. A client's rank is not the client's
-// child: it is signalled and read as any rank, and its wait status comes on
-// SpawnedChild::status_fd.
+// Shared: one zygote serves several jobs. `neuronrun matrix` hands each
+// cell's neuronrun a connection (Connect(), NEURON_ZYGOTE_FD); `neuronrun
+// zygote -- COMMAND` listens on a socket (NEURON_ZYGOTE) that the jobs
+// COMMAND starts connect to (ConnectTo). Such a neuronrun is the zygote's
+// client: the zygote first tells it the modules it imported and the
+// environment it imported them with, and the client uses it only if
+// Refusal() finds nothing against its job. A client's rank is not the
+// client's child: it is signalled and read as any rank, and its wait
+// status comes on SpawnedChild::status_fd.
 //
 // Usage:
 //   Zygote zygote(python, env_of_rank_0, {"torch"});   // throws if an import fails
@@ -23,6 +27,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,12 +43,23 @@ class Zygote {
   // are neuronrun's stderr) and waits until it imported `modules`. Throws
   // IoError with the zygote's reason (an import that failed, a thread one
   // started) or when it cannot start.
+  // With `listen_path`, the zygote also accepts clients on a Unix socket
+  // there (of this user only: SO_PEERCRED).
   Zygote(const std::string& python, const std::vector<std::string>& env,
-         const std::vector<std::string>& modules);
+         const std::vector<std::string>& modules, const std::string& listen_path = "");
   // A client of a shared zygote over `connected_socket` (its end of a
   // Connect(), owned from now on). Throws InvalidUsage when it is not a
-  // SOCK_SEQPACKET socket.
+  // SOCK_SEQPACKET socket, IoError when the zygote does not say hello.
   explicit Zygote(int connected_socket);
+  // A client of the shared zygote listening at `path`; throws IoError.
+  static std::unique_ptr<Zygote> ConnectTo(const std::string& path);
+
+  // Why this client's zygote cannot serve a job preloading `modules` with
+  // `job_env` (a rank's environment): a module it did not import, or a
+  // variable that shapes imports (ShapesImports, rank_env.h) with another
+  // value; empty when it can.
+  std::string Refusal(const std::vector<std::string>& modules,
+                      const std::vector<std::string>& job_env) const;
   ~Zygote();  // ends the zygote (a client: its connection), not the ranks it forked
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
@@ -65,13 +82,17 @@ class Zygote {
   pid_t pid() const { return pid_; }  // -1 for a client
 
  private:
-  std::string Receive(std::chrono::seconds timeout);  // one datagram
+  // One datagram of at most `max_bytes`.
+  std::string Receive(std::chrono::seconds timeout, std::size_t max_bytes = 4096);
   std::string Name() const;  // for messages
   void Close();
 
   pid_t pid_ = -1;
   int socket_ = -1;
   bool client_ = false;
+  std::vector<std::string> modules_;  // a client's: what its zygote imported,
+  std::map<std::string, std::string> import_env_;  // and with what environment,
+  std::map<std::string, std::string> set_by_imports_;  // which they set these in
 };
 
 // The modules named by --preload / NEURON_PRELOAD (`source`) as

@@ -24,6 +24,11 @@ const ConfigEntry kEntries[] = {
      "descriptor of a connection to a shared zygote that neuronrun forks the Python ranks "
      "from; set by `neuronrun matrix` for its cells' jobs, never seen by a rank",
      false},
+    {ConfigKey::kZygote, "NEURON_ZYGOTE", "",
+     "socket of a shared zygote (`neuronrun zygote -- COMMAND` sets it for COMMAND): a job "
+     "run with --preload forks its Python ranks from there when the zygote imported its "
+     "modules with the job's environment",
+     false},
     {ConfigKey::kTopologyFile, "NEURON_TOPOLOGY_FILE", "",
      "fabric topology (protobuf text); empty = embedded trn2 node", false},
     {ConfigKey::kNodeIndex, "NEURON_NODE_INDEX", "0",

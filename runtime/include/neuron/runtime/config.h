@@ -24,6 +24,7 @@ enum class ConfigKey {
   kPython,               // NEURON_PYTHON
   kPreload,              // NEURON_PRELOAD
   kZygoteFd,             // NEURON_ZYGOTE_FD
+  kZygote,               // NEURON_ZYGOTE
   kTopologyFile,         // NEURON_TOPOLOGY_FILE
   kNodeIndex,            // NEURON_NODE_INDEX
   kChipIndex,            // NEURON_CHIP_INDEX

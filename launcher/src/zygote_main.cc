@@ -1,0 +1,142 @@
+#include "zygote_main.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "neuron/runtime/config.h"
+#include "neuron/runtime/error.h"
+#include "rank_env.h"
+#include "zygote.h"
+
+namespace neuron::launcher {
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+constexpr const char* kHelp =
+    "usage: neuronrun zygote [--preload MODULE[,MODULE...]] -- COMMAND [ARGS...]\n"
+    "Runs COMMAND with one zygote for all the neuronrun jobs it starts: an interpreter\n"
+    "that imported MODULES once (default: $NEURON_PRELOAD if set, else the trainers'\n"
+    NEURON_TRAINER_MODULES ")\n"
+    "and listens on a socket of this user's (NEURON_ZYGOTE, set for COMMAND). A job\n"
+    "run with --preload forks its Python ranks from there when the zygote imported\n"
+    "its modules with the environment the job's ranks get (else it starts its own).\n"
+    "Exit status: COMMAND's (128 + signal for a signal), 2 for bad usage.\n";
+
+pid_t child_pid = -1;
+
+void ForwardSignal(int sig) {
+  if (child_pid > 0) ::kill(child_pid, sig);
+}
+
+// Runs `command` with `env`, stdio inherited; waits for it, reaping any
+// orphan that comes to this subreaper meanwhile. Returns its status.
+int RunCommand(const std::vector<std::string>& command, const Environment& env) {
+  std::vector<std::string> envp = ToEnvp(env);
+  std::vector<char*> argv, envv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& e : envp) envv.push_back(const_cast<char*>(e.c_str()));
+  argv.push_back(nullptr);
+  envv.push_back(nullptr);
+  child_pid = ::fork();
+  if (child_pid == 0) {
+    ::execvpe(argv[0], argv.data(), envv.data());
+    std::cerr << "neuronrun zygote: cannot run " << command[0] << ": " << std::strerror(errno)
+              << std::endl;
+    ::_exit(127);
+  }
+  if (child_pid < 0) throw IoError(StrCat("fork failed: ", std::strerror(errno)));
+  ::signal(SIGTERM, ForwardSignal);
+  ::signal(SIGINT, ForwardSignal);
+  int status = 0;
+  while (true) {
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid == child_pid) break;
+    if (pid < 0 && errno != EINTR) throw IoError(StrCat("waitpid: ", std::strerror(errno)));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The zygote, listening at `socket`; nullptr (said on stderr) when it
+// cannot start: COMMAND then runs without it.
+std::unique_ptr<Zygote> StartZygote(const std::vector<std::string>& modules,
+                                    const std::string& socket) {
+  using runtime::ConfigKey;
+  try {
+    const std::string python =
+        ResolveProgram(runtime::ConfigRegistry::Get().GetString(ConfigKey::kPython));
+    NEURON_CHECK(!python.empty(), "no python interpreter (NEURON_PYTHON)");
+    // As a rank of a job without a topology of its own sees it (rank_env.cc).
+    Environment env = InterpreterEnvironment(CurrentEnvironment(), NEURON_PYTHON_PACKAGE_DIR);
+    for (ConfigKey key : {ConfigKey::kTopologyFile, ConfigKey::kZygote, ConfigKey::kZygoteFd}) {
+      env.erase(runtime::VariableName(key));
+    }
+    return std::make_unique<Zygote>(python, ToEnvp(env), modules, socket);
+  } catch (const Error& e) {
+    std::cerr << "neuronrun zygote: " << e.what() << "; the command runs without it"
+              << std::endl;
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+int ZygoteMain(int argc, char** argv) {
+  std::string list = runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)
+                         ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPreload)
+                         : NEURON_TRAINER_MODULES;
+  std::vector<std::string> command;
+  std::vector<std::string> modules;
+  try {
+    int i = 0;
+    for (; i < argc && std::string(argv[i]) != "--"; ++i) {
+      const std::string a = argv[i];
+      if (a == "-h" || a == "--help") {
+        std::cout << kHelp;
+        return 0;
+      }
+      NEURON_CHECK(a == "--preload" && i + 1 < argc, "neuronrun zygote: unknown argument '", a,
+                   "'");
+      list = argv[++i];
+    }
+    for (++i; i < argc; ++i) command.push_back(argv[i]);
+    NEURON_CHECK(!command.empty(), "neuronrun zygote: no COMMAND after --");
+    if (!list.empty()) modules = ParsePreload(list, "--preload");
+  } catch (const Error& e) {
+    std::cerr << "neuronrun: error: " << e.what() << "\n" << kHelp;
+    return kUsageError;
+  }
+  char dir_template[] = "/tmp/neuronrun-zygote-XXXXXX";  // 0700: this user's alone
+  const char* dir = ::mkdtemp(dir_template);
+  if (dir == nullptr) {
+    std::cerr << "neuronrun zygote: mkdtemp: " << std::strerror(errno) << std::endl;
+    return 1;
+  }
+  const std::string socket = std::string(dir) + "/socket";
+  std::unique_ptr<Zygote> zygote = modules.empty() ? nullptr : StartZygote(modules, socket);
+  Environment env = CurrentEnvironment();
+  if (zygote) env[runtime::VariableName(runtime::ConfigKey::kZygote)] = socket;
+  int status = 127;
+  try {
+    status = RunCommand(command, env);
+  } catch (const Error& e) {
+    std::cerr << "neuronrun zygote: " << e.what() << std::endl;
+  }
+  zygote.reset();  // after its keepers, once COMMAND's jobs are over
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return status;
+}
+
+}  // namespace neuron::launcher
