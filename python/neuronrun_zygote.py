@@ -31,9 +31,10 @@ jobs of `neuronrun zygote -- COMMAND`, which adds `--listen PATH`):
                         client's end of a socket pair (the client, a
                         cell's neuronrun, got the other end); or a client
                         connects to PATH (a process of this user only)
-  zygote -> client      b"zygote", MODULES, the environment it started
-                        with (NAME=value), b"", what the imports set in it
-                        (NUL-separated), once
+  zygote -> client      b"zygote", MODULES, its namespaces (network,
+                        mounts, ...: "net:[N],..."), the environment it
+                        started with (NAME=value), b"", what the imports
+                        set in it (NUL-separated), once
   client -> zygote      rank requests as above, each with a third
                         descriptor attached, the write end of a pipe
   zygote -> client      b"pid N", or b"error MESSAGE"
@@ -331,8 +332,20 @@ def _hello(modules, env):
     (launcher/src/zygote.h)."""
     entries = [f"{k}={v}" for k, v in env.items()]
     set_here = [f"{k}={v}" for k, v in os.environ.items() if env.get(k) != v]
-    return "\0".join(["zygote", ",".join(modules), *entries, "", *set_here]).encode(
-        "utf-8", "surrogateescape")
+    return "\0".join(["zygote", ",".join(modules), _namespaces(), *entries, "",
+                      *set_here]).encode("utf-8", "surrogateescape")
+
+
+def _namespaces():
+    """The namespaces a rank forked here runs in (its network, mounts,
+    ...): "net:[4026531840],uts:[...],..." as /proc/self/ns names them."""
+    names = []
+    for kind in sorted(os.listdir("/proc/self/ns")):
+        try:
+            names.append(os.readlink(f"/proc/self/ns/{kind}"))
+        except OSError:
+            pass
+    return ",".join(names)
 
 
 def _accept(listener):

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "neuron/runtime/error.h"
@@ -103,6 +104,25 @@ std::vector<std::string> Split(const std::string& text, char separator) {
   return parts;
 }
 
+// This process's namespaces as the zygote names its own
+// (neuronrun_zygote.py, _namespaces): "net:[4026531840],uts:[...],...".
+std::string Namespaces() {
+  std::vector<std::string> kinds;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/ns", error)) {
+    kinds.push_back(entry.path().filename().string());
+  }
+  std::sort(kinds.begin(), kinds.end());
+  std::string names;
+  for (const auto& kind : kinds) {
+    char target[256];
+    const ssize_t n = ::readlink(("/proc/self/ns/" + kind).c_str(), target, sizeof(target));
+    if (n <= 0) continue;
+    names += (names.empty() ? "" : ",") + std::string(target, static_cast<std::size_t>(n));
+  }
+  return names;
+}
+
 }  // namespace
 
 std::vector<std::string> ParsePreload(const std::string& list, const char* source) {
@@ -161,12 +181,13 @@ Zygote::Zygote(int connected_socket) : socket_(connected_socket), client_(true) 
                               " is not a connection to a shared zygote (a SOCK_SEQPACKET socket)"));
   }
   ::fcntl(socket_, F_SETFD, FD_CLOEXEC);
-  try {  // "zygote", its modules, its environment, "", what the imports set
+  try {  // "zygote", modules, namespaces, environment, "", what the imports set
     const std::vector<std::string> hello = Split(Receive(kReplyTimeout, kMaxHello), '\0');
-    if (hello.size() < 2 || hello[0] != "zygote") throw IoError("it did not say hello");
+    if (hello.size() < 3 || hello[0] != "zygote") throw IoError("it did not say hello");
     modules_ = Split(hello[1], ',');
+    namespaces_ = hello[2];
     auto* env = &import_env_;
-    for (std::size_t i = 2; i < hello.size(); ++i) {
+    for (std::size_t i = 3; i < hello.size(); ++i) {
       const auto eq = hello[i].find('=');
       if (hello[i].empty()) env = &set_by_imports_;
       if (eq != std::string::npos) (*env)[hello[i].substr(0, eq)] = hello[i].substr(eq + 1);
@@ -193,6 +214,8 @@ std::unique_ptr<Zygote> Zygote::ConnectTo(const std::string& path) {
 
 std::string Zygote::Refusal(const std::vector<std::string>& modules,
                             const std::vector<std::string>& job_env) const {
+  // Its ranks would run in its namespaces (network, mounts, ...), not ours.
+  if (namespaces_ != Namespaces()) return "it runs in other namespaces";
   for (const auto& m : modules) {
     if (std::find(modules_.begin(), modules_.end(), m) == modules_.end()) {
       return StrCat("it did not import ", m);

@@ -55,9 +55,10 @@ class Zygote {
   static std::unique_ptr<Zygote> ConnectTo(const std::string& path);
 
   // Why this client's zygote cannot serve a job preloading `modules` with
-  // `job_env` (a rank's environment): a module it did not import, or a
-  // variable that shapes imports (ShapesImports, rank_env.h) with another
-  // value; empty when it can.
+  // `job_env` (a rank's environment): other namespaces than this
+  // process's (a network namespace: `ip netns exec`), a module it did not
+  // import, or a variable that shapes imports (ShapesImports, rank_env.h)
+  // with another value; empty when it can.
   std::string Refusal(const std::vector<std::string>& modules,
                       const std::vector<std::string>& job_env) const;
   ~Zygote();  // ends the zygote (a client: its connection), not the ranks it forked
@@ -91,6 +92,7 @@ class Zygote {
   int socket_ = -1;
   bool client_ = false;
   std::vector<std::string> modules_;  // a client's: what its zygote imported,
+  std::string namespaces_;            // where it runs,
   std::map<std::string, std::string> import_env_;  // and with what environment,
   std::map<std::string, std::string> set_by_imports_;  // which they set these in
 };

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 NEURONRUN = os.environ["NEURONRUN"]
 
 # It sets a variable at import, as torch sets TORCHINDUCTOR_CACHE_DIR.
@@ -271,3 +273,21 @@ def test_neuronrun_zygote_serves_its_commands_jobs_that_share_its_settings(tmp_p
     bad = subprocess.run([NEURONRUN, "zygote", "--preload", "probe_mod", "true"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown argument 'true'" in bad.stderr, bad.stderr
+
+
+def test_neuronrun_zygote_leaves_a_job_in_another_network_namespace_to_its_own(tmp_path):
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --net is not permitted here")
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    (tmp_path / "trainer.py").write_text(MATRIX_TRAINER)
+    job = (f"{NEURONRUN} -n 1 --preload probe_mod {tmp_path / 'trainer.py'} --dim 16 "
+           "--metrics-out /dev/null")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    env.pop("NEURON_RT_VISIBLE_CORES", None)
+    # Its ranks would reach nothing of the job's network from the zygote's.
+    proc = subprocess.run([NEURONRUN, "zygote", "--preload", "probe_mod", "--", "sh", "-c",
+                           f"{job} && unshare --net sh -c 'ip link set lo up; {job}'"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    zygotes = re.findall(r"\[rank 0\]: rank 0 preloaded True zygote (\d+)", proc.stdout)
+    assert len(zygotes) == 2 and zygotes[0] != zygotes[1], proc.stdout
