@@ -14,7 +14,11 @@ MatrixZygote::MatrixZygote(const std::string& trainer_modules) {
 }
 
 int MatrixZygote::Connect(std::ostream& progress) {
-  if (modules_.empty() || failed_) return -1;
+  // Under `neuronrun zygote`, the cells' jobs use that one (NEURON_ZYGOTE).
+  if (modules_.empty() || failed_ ||
+      !runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kZygote).empty()) {
+    return -1;
+  }
   try {
     if (!zygote_) {
       const std::string python =

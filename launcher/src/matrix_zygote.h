@@ -35,8 +35,9 @@ class MatrixZygote {
   explicit MatrixZygote(const std::string& trainer_modules);
 
   // A new connection for one agent of a cell (close-on-exec; the caller
-  // closes it once passed on), or -1 (no zygote: the cell's neuronrun
-  // starts its own, or fresh interpreters). Starts the zygote at the first call, with this process's
+  // closes it once passed on), or -1: no modules, or NEURON_ZYGOTE names a
+  // zygote for the cells' jobs already (`neuronrun zygote -- neuronrun
+  // matrix ...`); the cell's neuronrun then uses that one or starts its own. Starts the zygote at the first call, with this process's
   // environment as a rank's interpreter sees it (InterpreterEnvironment); a
   // zygote that cannot start, or is gone, is said once on `progress`.
   int Connect(std::ostream& progress);
