@@ -11,8 +11,8 @@ SOCK_SEQPACKET socket pair. The protocol, one datagram each:
   zygote -> neuronrun   b"ready" once MODULES are imported, or
                         b"error MESSAGE" (an import failed; the zygote exits)
   neuronrun -> zygote   a rank: NUL-separated fields
-                          NEURONRUN_PID, CPU (-1: unpinned), ARGC, ARGV...,
-                          ENV... ("NAME=value")
+                          NEURONRUN_PID, CPU (-1: unpinned), its working
+                          directory, ARGC, ARGV..., ENV... ("NAME=value")
                         with two descriptors attached (SCM_RIGHTS): the
                         rank's stdout and stderr
   zygote -> neuronrun   b"pid N", or b"error MESSAGE"
@@ -85,11 +85,13 @@ def _preload(modules):
 
 
 def _parse(data):
+    """A rank's request: neuronrun's pid, the CPU, argv, and (working
+    directory, environment)."""
     fields = data.decode("utf-8", "surrogateescape").split("\0")
-    parent, cpu, argc = int(fields[0]), int(fields[1]), int(fields[2])
-    argv = fields[3:3 + argc]
-    env = dict(e.split("=", 1) for e in fields[3 + argc:] if "=" in e)
-    return parent, cpu, argv, env
+    parent, cpu, cwd, argc = int(fields[0]), int(fields[1]), fields[2], int(fields[3])
+    argv = fields[4:4 + argc]
+    env = dict(e.split("=", 1) for e in fields[4 + argc:] if "=" in e)
+    return parent, cpu, argv, (cwd, env)
 
 
 def _become_rank(parent, cpu, argv, env, out, err):
@@ -114,8 +116,10 @@ def _become_rank(parent, cpu, argv, env, out, err):
     os.dup2(out, 1)
     os.dup2(err, 2)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    cwd, variables = env
+    os.chdir(cwd)  # neuronrun's, as for a rank it execs
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(variables)
     _reseed()
 
 

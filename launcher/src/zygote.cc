@@ -69,10 +69,14 @@ void SendWithDescriptors(int socket, const std::string& payload, const std::vect
   }
 }
 
-// The rank's request: neuronrun's pid, its CPU, its arguments after the
-// interpreter's name, its environment.
+// The rank's request: neuronrun's pid, its CPU, neuronrun's working
+// directory (the rank's), its arguments after the interpreter's name, its
+// environment.
 std::string RequestPayload(const SpawnRequest& request) {
-  std::string p = StrCat(::getpid(), '\0', request.cpu, '\0', request.argv.size() - 1, '\0');
+  std::error_code error;
+  const std::string cwd = std::filesystem::current_path(error).string();
+  std::string p = StrCat(::getpid(), '\0', request.cpu, '\0', cwd, '\0',
+                         request.argv.size() - 1, '\0');
   for (std::size_t i = 1; i < request.argv.size(); ++i) p.append(request.argv[i]).push_back('\0');
   for (const auto& e : request.env) p.append(e).push_back('\0');
   if (!p.empty()) p.pop_back();

@@ -175,7 +175,8 @@ import probe_mod
 args = sys.argv[1:]
 dim, rank = int(args[args.index("--dim") + 1]), os.environ["RANK"]
 print("rank", rank, "preloaded", probe_mod.IMPORTED_IN != os.getpid(), "zygote",
-      probe_mod.IMPORTED_IN, "fd", os.environ.get("NEURON_ZYGOTE_FD"), flush=True)
+      probe_mod.IMPORTED_IN, "fd", os.environ.get("NEURON_ZYGOTE_FD"), "cwd", os.getcwd(),
+      flush=True)
 if dim == 24 and rank == "1":
     sys.exit(3)
 if dim == 40 and rank == "1":
@@ -258,7 +259,8 @@ def test_neuronrun_zygote_serves_its_commands_jobs_that_share_its_settings(tmp_p
     # Two jobs as the zygote's environment has it, one with the value its
     # imports set, one with other devices (a setting torchneuron reads at
     # import): that one starts its own.
-    command = (f'echo "socket $NEURON_ZYGOTE"; {job} && {job} && '
+    (tmp_path / "elsewhere").mkdir()
+    command = (f'echo "socket $NEURON_ZYGOTE"; {job} && (cd {tmp_path / "elsewhere"} && {job}) && '
                f"TORCH_PROBE_AT_IMPORT=1 {job} && NEURON_RT_VISIBLE_CORES=0-1 {job} && exit 3")
     proc = subprocess.run([NEURONRUN, "zygote", "--preload", "probe_mod", "--", "sh", "-c",
                            command], capture_output=True, text=True, env=env, timeout=120)
@@ -267,6 +269,8 @@ def test_neuronrun_zygote_serves_its_commands_jobs_that_share_its_settings(tmp_p
     assert len(starts) == 8 and {s[0] for s in starts} == {"True"}, proc.stdout
     shared = {s[1] for s in starts[:6]}
     assert len(shared) == 1, proc.stdout  # one zygote for the three jobs
+    cwds = re.findall(r"\[rank \d\]: rank \d preloaded \w+ zygote \d+ fd \S+ cwd (\S+)", proc.stdout)
+    assert cwds[2:4] == [str(tmp_path / "elsewhere")] * 2, proc.stdout  # its neuronrun's
     assert {s[1] for s in starts[6:]} != shared and len({s[1] for s in starts[6:]}) == 1
     socket_path = re.search(r"^socket (\S+)$", proc.stdout, re.M).group(1)
     assert not os.path.exists(os.path.dirname(socket_path))  # removed with the zygote
