@@ -18,7 +18,7 @@ SOCK_SEQPACKET socket pair. The protocol, one datagram each:
   zygote -> neuronrun   b"pid N", or b"error MESSAGE"
 
 ARGV is what a fresh interpreter would get after the interpreter's own
-name: SCRIPT ARGS... or -m MODULE ARGS... . Each rank is forked twice (a
+name: SCRIPT ARGS..., -m MODULE ARGS... or -c CODE ARGS... . Each rank is forked twice (a
 short-lived middle process forks it and exits), so it is re-parented to
 neuronrun, a child subreaper: neuronrun waits for it, signals its process
 group and reads its pipes as for a rank it started itself. End of file on
@@ -140,6 +140,10 @@ def _run(argv):
         sys.path[0] = os.getcwd()
         target, runner = argv[1], runpy.run_module
         kwargs = {"run_name": "__main__", "alter_sys": True}
+    elif argv and argv[0] == "-c":
+        sys.argv = ["-c"] + argv[2:]
+        sys.path[0] = ""
+        target, runner, kwargs = argv[1], _run_code, {}
     else:
         script = argv[0]
         if not os.path.exists(script):
@@ -165,6 +169,14 @@ def _run(argv):
             os.kill(os.getpid(), signal.SIGINT)
         return 1
     return 0
+
+
+def _run_code(code):
+    """python -c CODE: CODE run as a new __main__ module."""
+    import types
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(compile(code, "<string>", "exec"), vars(main))
 
 
 def _in_program(tb):

@@ -20,6 +20,8 @@ struct SpawnRequest {
   std::string output_file;
   // stdout and stderr are neuronrun's stderr (no pipes, no output_file).
   bool inherit_stderr = false;
+  // A zygote's (Zygote::Spawn): stdout and stderr are this process's own.
+  bool inherit_stdio = false;
   // >= 0: this descriptor of neuronrun stays open in the child, under the
   // same number (every other one above 2 is closed at exec).
   int pass_fd = -1;

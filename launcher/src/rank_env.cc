@@ -104,9 +104,12 @@ Environment InterpreterEnvironment(Environment env, const std::string& python_pa
   }
   if (!python_path.empty()) {
     auto it = env.find("PYTHONPATH");
-    env["PYTHONPATH"] = (it == env.end() || it->second.empty())
-                            ? python_path
-                            : python_path + ":" + it->second;
+    const std::string old = it == env.end() ? "" : it->second;
+    // Once: a process started the same way (neuronrun in a rank, a test
+    // under `neuronrun zygote exec`) passes on the same PYTHONPATH.
+    if (old != python_path && old.rfind(python_path + ":", 0) != 0) {
+      env["PYTHONPATH"] = old.empty() ? python_path : python_path + ":" + old;
+    }
   }
   return env;
 }

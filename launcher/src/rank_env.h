@@ -47,7 +47,7 @@ Environment RankEnvironment(Environment base, const RankIdentity& id);
 
 // `env` as any Python interpreter neuronrun starts sees it (a rank, a
 // zygote): OMP_NUM_THREADS=1 and PYTHONUNBUFFERED=1 when unset, and
-// `python_path` (if not empty) first on PYTHONPATH.
+// `python_path` (if not empty) first on PYTHONPATH, unless it is already.
 Environment InterpreterEnvironment(Environment env, const std::string& python_path);
 
 // The variables RankEnvironment gives each rank of a node its own value

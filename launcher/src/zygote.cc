@@ -325,7 +325,13 @@ SpawnedChild Zygote::Spawn(const SpawnRequest& request) {
   }
   Pipe out, err, status;
   if (client_) MakePipe(status);
-  if (!request.output_file.empty()) {
+  if (request.inherit_stdio) {
+    out.write.fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    err.write.fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (out.write.fd < 0 || err.write.fd < 0) {
+      throw IoError(StrCat("dup failed: ", std::strerror(errno)));
+    }
+  } else if (!request.output_file.empty()) {
     out.write.fd = runtime::OpenForWriting(request.output_file, "output file", O_APPEND);
     err.write.fd = ::fcntl(out.write.fd, F_DUPFD_CLOEXEC, 3);
     if (err.write.fd < 0) throw IoError(StrCat("dup failed: ", std::strerror(errno)));

@@ -1,5 +1,6 @@
 #include "zygote_main.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -32,12 +33,22 @@ constexpr const char* kHelp =
     "and listens on a socket of this user's (NEURON_ZYGOTE, set for COMMAND). A job\n"
     "run with --preload forks its Python ranks from there when the zygote imported\n"
     "its modules with the environment the job's ranks get (else it starts its own).\n"
-    "Exit status: COMMAND's (128 + signal for a signal), 2 for bad usage.\n";
+    "Exit status: COMMAND's (128 + signal for a signal), 2 for bad usage.\n"
+    "\n"
+    "usage: neuronrun zygote exec ARGS...\n"
+    "Runs python ARGS (NEURON_PYTHON; SCRIPT, -m MODULE or -c CODE) with the environment\n"
+    "a rank gets (OMP_NUM_THREADS=1 and PYTHONUNBUFFERED=1 unless set, the build's package\n"
+    "on PYTHONPATH): forked from the zygote of NEURON_ZYGOTE when it imported with\n"
+    "that environment (and NEURON_PRELOAD's modules, if set; set empty: never), else a\n"
+    "fresh interpreter.\n"
+    "Exit status: python's (128 + signal for a signal).\n";
 
-pid_t child_pid = -1;
+// Where SIGINT and SIGTERM go on to: COMMAND's pid, or (negative) the
+// process group of a process the zygote forked.
+pid_t child_pid = 0;
 
 void ForwardSignal(int sig) {
-  if (child_pid > 0) ::kill(child_pid, sig);
+  if (child_pid != 0) ::kill(child_pid, sig);
 }
 
 // Runs `command` with `env`, stdio inherited; waits for it, reaping any
@@ -90,9 +101,88 @@ std::unique_ptr<Zygote> StartZygote(const std::vector<std::string>& modules,
   }
 }
 
+// The shared zygote of NEURON_ZYGOTE if it serves a process of this
+// environment (and imported NEURON_PRELOAD's modules, if it is set), else
+// nullptr; NEURON_PRELOAD set empty asks for a fresh interpreter.
+std::unique_ptr<Zygote> ServingZygote(const std::vector<std::string>& env) {
+  const auto& config = runtime::ConfigRegistry::Get();
+  const std::string socket = config.GetString(runtime::ConfigKey::kZygote);
+  const std::string list = config.GetString(runtime::ConfigKey::kPreload);
+  if (socket.empty() || (list.empty() && config.IsSet(runtime::ConfigKey::kPreload))) {
+    return nullptr;
+  }
+  try {
+    auto zygote = Zygote::ConnectTo(socket);
+    const auto modules = list.empty() ? std::vector<std::string>{}
+                                      : ParsePreload(list, "NEURON_PRELOAD");
+    if (zygote->Refusal(modules, env).empty()) return zygote;
+  } catch (const Error& e) {
+    std::cerr << "neuronrun zygote exec: " << e.what() << std::endl;
+  }
+  return nullptr;
+}
+
+// Waits for a process forked by `zygote` (not our child) through its
+// status pipe, passing SIGINT and SIGTERM on to its process group.
+int AwaitForked(const SpawnedChild& child) {
+  child_pid = -child.pid;
+  ::signal(SIGTERM, ForwardSignal);
+  ::signal(SIGINT, ForwardSignal);
+  ::fcntl(child.status_fd, F_SETFL, 0);  // blocking
+  int status = SIGKILL;  // no status: its keeper died, and it with it
+  std::size_t got = 0;
+  while (got < sizeof(status)) {
+    const ssize_t n = ::read(child.status_fd, reinterpret_cast<char*>(&status) + got,
+                             sizeof(status) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      status = SIGKILL;
+      break;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(child.status_fd);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// neuronrun zygote exec ARGS...: python ARGS, forked from the shared zygote
+// when one serves it, else exec'ed.
+int ExecMain(int argc, char** argv) {
+  const std::string python =
+      ResolveProgram(runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPython));
+  if (python.empty()) {
+    std::cerr << "neuronrun zygote exec: no python interpreter (NEURON_PYTHON)" << std::endl;
+    return 127;
+  }
+  SpawnRequest request;
+  request.path = python;
+  request.argv = {python};
+  for (int i = 0; i < argc; ++i) request.argv.push_back(argv[i]);
+  // As for a rank, forked or not: the zygote imported with it.
+  request.env = ToEnvp(InterpreterEnvironment(CurrentEnvironment(), NEURON_PYTHON_PACKAGE_DIR));
+  request.inherit_stdio = true;
+  if (auto zygote = request.argv.size() > 1 ? ServingZygote(request.env) : nullptr) {
+    try {
+      return AwaitForked(zygote->Spawn(request));
+    } catch (const Error& e) {
+      std::cerr << "neuronrun zygote exec: " << e.what() << "; running " << python << std::endl;
+    }
+  }
+  std::vector<char*> args, envv;
+  for (auto& a : request.argv) args.push_back(a.data());
+  for (auto& e : request.env) envv.push_back(e.data());
+  args.push_back(nullptr);
+  envv.push_back(nullptr);
+  ::execve(python.c_str(), args.data(), envv.data());
+  std::cerr << "neuronrun zygote exec: cannot run " << python << ": " << std::strerror(errno)
+            << std::endl;
+  return 127;
+}
+
 }  // namespace
 
 int ZygoteMain(int argc, char** argv) {
+  if (argc >= 1 && std::string(argv[0]) == "exec") return ExecMain(argc - 1, argv + 1);
   std::string list = runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)
                          ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPreload)
                          : NEURON_TRAINER_MODULES;

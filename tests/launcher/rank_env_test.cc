@@ -66,6 +66,32 @@ TEST(RankEnvironment, RespectsUserSettingsButNotStaleRanks) {
   EXPECT_EQ(env.count("NEURON_RDZV_SECRET"), 0u);
 }
 
+TEST(RankEnvironment, PutsThePackageFirstOnPythonPathOnce) {
+  // A rank's PYTHONPATH passed on (neuronrun in a rank): unchanged.
+  EXPECT_EQ(InterpreterEnvironment({{"PYTHONPATH", "/src/python:/mine"}}, "/src/python")
+                .at("PYTHONPATH"),
+            "/src/python:/mine");
+  EXPECT_EQ(InterpreterEnvironment({{"PYTHONPATH", "/src/python"}}, "/src/python").at("PYTHONPATH"),
+            "/src/python");
+  EXPECT_EQ(InterpreterEnvironment({{"PYTHONPATH", "/src/python2"}}, "/src/python")
+                .at("PYTHONPATH"),
+            "/src/python:/src/python2");
+}
+
+TEST(ZygoteEnvironment, TheVariablesThatShapeImportsAreCompared) {
+  for (const char* name : {"PYTHONPATH", "TORCH_LOGS", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+                           "OMP_NUM_THREADS", "LD_PRELOAD", "NEURON_TOPOLOGY_FILE",
+                           "NEURON_RT_VISIBLE_CORES", "NEURON_FALLBACK_REPORT"}) {
+    EXPECT_TRUE(ShapesImports(name)) << name;
+  }
+  // A job's or rank's own, neuronrun's own, read after import, or nobody's.
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                           "NEURON_STORE_ENDPOINT", "NEURON_CHIP_INDEX", "NEURON_PRELOAD",
+                           "NEURON_ZYGOTE", "NEURON_CACHE_DIR", "HOME", "PYTEST_CURRENT_TEST"}) {
+    EXPECT_FALSE(ShapesImports(name)) << name;
+  }
+}
+
 TEST(ExitStatus, DescribesCodesAndSignals) {
   EXPECT_EQ(SignalName(SIGSEGV), "SIGSEGV");
   const int exited3 = 3 << 8;  // as waitpid reports exit(3)

@@ -296,3 +296,30 @@ def test_neuronrun_zygote_leaves_a_job_in_another_network_namespace_to_its_own(t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     zygotes = re.findall(r"\[rank 0\]: rank 0 preloaded True zygote (\d+)", proc.stdout)
     assert len(zygotes) == 2 and zygotes[0] != zygotes[1], proc.stdout
+
+
+EXEC_PROBE = ("import os, sys, probe_mod; print('exec', probe_mod.IMPORTED_IN != os.getpid(), "
+              "sys.argv, os.getcwd(), os.environ['OMP_NUM_THREADS']); "
+              "print('to stderr', file=sys.stderr); sys.exit(5)")
+
+
+def test_neuronrun_zygote_exec_forks_python_from_the_zygote_or_runs_it(tmp_path):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    env.pop("NEURON_RT_VISIBLE_CORES", None)
+    env.pop("NEURON_PRELOAD", None)
+    (tmp_path / "elsewhere").mkdir()
+    run = f"{NEURONRUN} zygote exec -c \"{EXEC_PROBE}\" a 'b c'; echo status $?"
+    command = (f"cd {tmp_path / 'elsewhere'} && {run} && NEURON_PRELOAD= {run} && "
+               f"NEURON_PRELOAD=probe_mod {run} && NEURON_PRELOAD=json,probe_mod {run}")
+    proc = subprocess.run([NEURONRUN, "zygote", "--preload", "probe_mod", "--", "sh", "-c",
+                           command], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = re.findall(r"^exec (\w+) (\[.*\]) (\S+) (\d+)\nstatus (\d+)$", proc.stdout, re.M)
+    # Forked; NEURON_PRELOAD set empty: fresh; its modules imported: forked;
+    # one not imported (json): fresh.
+    assert [r[0] for r in runs] == ["True", "False", "True", "False"], proc.stdout
+    for preloaded, argv, cwd, threads, status in runs:
+        assert argv == "['-c', 'a', 'b c']" and cwd == str(tmp_path / "elsewhere"), proc.stdout
+        assert threads == "1" and status == "5", proc.stdout  # a rank's environment, its status
+    assert proc.stderr.count("to stderr") == 4, proc.stderr
