@@ -5,9 +5,10 @@
 # CPU); Debian's packages for the C++ dependencies (scripts/install-deps.sh).
 BUILD_DIR ?= build
 JOBS ?= 2
-# Tests run two at a time: most of them wait for a while (process starts,
-# rendezvous, timeouts) and one alone leaves a core idle.
-TEST_JOBS ?= 2
+# Tests run one at a time: two side by side slow each other (2 cores; the
+# suite's CPU work is most of its time once torch is imported once), so
+# each test's own time is what it costs alone. TEST_JOBS=2 runs two.
+TEST_JOBS ?= 1
 VENV ?= .venv
 BASE_PYTHON ?= python3
 PYTHON := $(abspath $(VENV))/bin/python
