@@ -366,7 +366,10 @@ def _namespaces():
 
 def _accept(listener):
     """A client connecting to --listen's socket, if it runs as our user."""
-    conn, _ = listener.accept()
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return None  # gone already, or no descriptor left: it finds no zygote
     pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                         struct.calcsize("3i")))
     if uid != os.getuid():
