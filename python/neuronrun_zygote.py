@@ -189,25 +189,36 @@ def _fork_rank(request, fds, sockets):
     """Forks the rank through a middle process; returns its pid in the
     zygote, or the rank's argv in the rank."""
     parent, cpu, argv, env = _parse(request)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pipe_r, pipe_w = os.pipe()
-    try:
-        middle = os.fork()
-    except BaseException:
-        os.close(pipe_r)
-        os.close(pipe_w)
-        raise
+    middle, pipe_r, pipe_w = _fork_with_pipe()
     if middle == 0:
         _middle(sockets, pipe_r, pipe_w, (parent, cpu, argv, env, fds[0], fds[1]))
         return argv  # in the rank
-    os.close(pipe_w)
-    with os.fdopen(pipe_r, "rb") as f:
-        pid = int(f.read() or b"0")
+    pid = _read_pid(pipe_r, pipe_w)
     os.waitpid(middle, 0)
     if not pid:
         raise OSError("the middle process could not fork the rank")
     return pid
+
+
+def _fork_with_pipe():
+    """Flushes and forks; returns (pid, pipe_r, pipe_w): the child reports
+    the rank's pid on the pipe."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pipe_r, pipe_w = os.pipe()
+    try:
+        return os.fork(), pipe_r, pipe_w
+    except BaseException:
+        os.close(pipe_r)
+        os.close(pipe_w)
+        raise
+
+
+def _read_pid(pipe_r, pipe_w):
+    """In the zygote: the pid the child reported (0: none)."""
+    os.close(pipe_w)
+    with os.fdopen(pipe_r, "rb") as f:
+        return int(f.read() or b"0")
 
 
 def _middle(sockets, pipe_r, pipe_w, rank_args):
@@ -246,23 +257,13 @@ def _keep_rank(request, fds, sockets):
     parent; returns the rank's pid in the zygote, or its argv in the rank."""
     _, cpu, argv, env = _parse(request)
     out, err, status = fds
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pipe_r, pipe_w = os.pipe()
-    try:
-        keeper = os.fork()
-    except BaseException:
-        os.close(pipe_r)
-        os.close(pipe_w)
-        raise
+    keeper, pipe_r, pipe_w = _fork_with_pipe()
     if keeper == 0:
         for s in sockets:
             s.detach()  # closed below, by number: no object may close a reused one
         _keeper(pipe_w, (cpu, argv, env, out, err), status, keep={pipe_w, out, err, status})
         return argv  # in the rank
-    os.close(pipe_w)
-    with os.fdopen(pipe_r, "rb") as f:
-        pid = int(f.read() or b"0")
+    pid = _read_pid(pipe_r, pipe_w)
     if not pid:
         raise OSError("the keeper could not fork the rank")
     return pid
