@@ -386,38 +386,42 @@ def _serve(owner, modules, env, listener=None):
     poller = select.poll()
     for s in sockets:
         poller.register(s, select.POLLIN)
+    hello = _hello(modules, env)  # the same for every client
     while True:
         for fd, _ in poller.poll():
             sock = next(s for s in sockets if s.fileno() == fd)
             if sock is listener:
-                client = _accept(listener)
+                _admit(_accept(listener), hello, sockets, poller)
+                continue
+            request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+            if sock is owner and request == b"connect" and len(fds) == 1:
+                _admit(socket.socket(fileno=fds[0]), hello, sockets, poller)
+            elif not request and sock is owner:
+                _reap_keepers(block=True)  # none is left to its grandparent
+                return None
+            elif not request:  # a client gone
+                poller.unregister(sock)
+                sockets.remove(sock)
+                sock.close()
             else:
-                request, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
-                client = None
-                if sock is owner and request == b"connect" and len(fds) == 1:
-                    client = socket.socket(fileno=fds[0])
-                elif not request and sock is owner:
-                    _reap_keepers(block=True)  # none is left to its grandparent
-                    return None
-                elif not request:
-                    poller.unregister(sock)
-                    sockets.remove(sock)
-                    sock.close()
-                    continue
-                else:
-                    result = _answer(sock, fds, sockets, request)
-                    if isinstance(result, list):
-                        return result  # the rank: its descriptors are 1 and 2 now
-                    _reply(sock, owner, fds, result)
-            if client is not None:
-                try:
-                    client.send(_hello(modules, env))
-                except OSError:
-                    client.close()
-                    continue
-                sockets.append(client)
-                poller.register(client, select.POLLIN)
+                result = _answer(sock, fds, sockets, request)
+                if isinstance(result, list):
+                    return result  # the rank: its descriptors are 1 and 2 now
+                _reply(sock, owner, fds, result)
         _reap_keepers()
+
+
+def _admit(client, hello, sockets, poller):
+    """Says hello to a new client and serves it from now on."""
+    if client is None:
+        return
+    try:
+        client.send(hello)
+    except OSError:
+        client.close()
+        return
+    sockets.append(client)
+    poller.register(client, select.POLLIN)
 
 
 def _reply(sock, owner, fds, result):

@@ -34,14 +34,6 @@ Pipe MakePipe() {
   return {fds[0], fds[1]};
 }
 
-std::vector<char*> CStrings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecChild(pid_t parent, int out, int err, const Pipe& status,
                             const char* path, char** argv, char** envp, int cpu,
@@ -86,6 +78,14 @@ bool IsExecutable(const std::string& path) {
          ::access(path.c_str(), X_OK) == 0;
 }
 }  // namespace
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
 
 std::string ResolveProgram(const std::string& name) {
   if (name.find('/') != std::string::npos) return IsExecutable(name) ? name : "";

@@ -42,6 +42,10 @@ struct SpawnedChild {
 // descriptors are non-blocking and close-on-exec; the caller owns them.
 SpawnedChild Spawn(const SpawnRequest& request);
 
+// `strings` as exec's argv or envp: their C strings, then nullptr; valid
+// while `strings` is.
+std::vector<char*> CStrings(const std::vector<std::string>& strings);
+
 // Resolves a program name the way execvp would ("python3" -> /usr/local/bin/python3);
 // a name with '/' is used as it is. Empty when there is no such executable.
 std::string ResolveProgram(const std::string& name);

@@ -677,7 +677,7 @@ int RunMatrix(const MatrixSpec& spec, const std::string& out_dir, const std::str
   TraceCache traces;
   // What the matrix's trainers import (examples/04, 08, 09): torch, Dynamo
   // for the compiled cells, FSDP2, DTensor's tensor parallelism, pipelining.
-  MatrixZygote zygote(NEURON_TRAINER_MODULES);
+  MatrixZygote zygote;
   int done = 0, failed = 0, skipped = 0, position = 0;
   const int total = static_cast<int>(spec.cells.size());
   // Real cells first: the replay checks and the modelled cells use their traces.

@@ -29,10 +29,9 @@ namespace neuron::launcher {
 
 class MatrixZygote {
  public:
-  // The modules: NEURON_PRELOAD's when it is set (empty: no zygote), else
-  // `trainer_modules` (NEURON_TRAINER_MODULES). Throws InvalidUsage naming
-  // a bad module name.
-  explicit MatrixZygote(const std::string& trainer_modules);
+  // The modules: SharedZygoteModules() (none: no zygote). Throws
+  // InvalidUsage naming a bad module name.
+  MatrixZygote();
 
   // A new connection for one agent of a cell (close-on-exec; the caller
   // closes it once passed on), or -1: no modules, or NEURON_ZYGOTE names a

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "neuron/runtime/files.h"
 #include "rank_env.h"
@@ -128,6 +129,27 @@ std::string Namespaces() {
 }
 
 }  // namespace
+
+std::string SharedZygoteModules() {
+  const auto& config = runtime::ConfigRegistry::Get();
+  return config.IsSet(runtime::ConfigKey::kPreload)
+             ? config.GetString(runtime::ConfigKey::kPreload)
+             : std::string(NEURON_TRAINER_MODULES);
+}
+
+std::unique_ptr<Zygote> StartSharedZygote(const std::vector<std::string>& modules,
+                                          const std::string& listen_path) {
+  using runtime::ConfigKey;
+  const std::string python =
+      ResolveProgram(runtime::ConfigRegistry::Get().GetString(ConfigKey::kPython));
+  NEURON_CHECK(!python.empty(), "no python interpreter (NEURON_PYTHON)");
+  // The devices torchneuron finds at import are the embedded topology's.
+  Environment env = InterpreterEnvironment(CurrentEnvironment(), NEURON_PYTHON_PACKAGE_DIR);
+  for (ConfigKey key : {ConfigKey::kTopologyFile, ConfigKey::kZygote, ConfigKey::kZygoteFd}) {
+    env.erase(runtime::VariableName(key));
+  }
+  return std::make_unique<Zygote>(python, ToEnvp(env), modules, listen_path);
+}
 
 std::vector<std::string> ParsePreload(const std::string& list, const char* source) {
   std::vector<std::string> modules;

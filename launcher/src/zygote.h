@@ -97,6 +97,18 @@ class Zygote {
   std::map<std::string, std::string> set_by_imports_;  // which they set these in
 };
 
+// What a shared zygote imports by default: NEURON_PRELOAD's list when it is
+// set (even empty: none), else the trainers' (NEURON_TRAINER_MODULES).
+std::string SharedZygoteModules();
+
+// Starts a shared zygote of `modules` (accepting clients at `listen_path`
+// too, if not empty) with this process's environment as a rank of a job
+// without a topology of its own sees it (InterpreterEnvironment, less
+// NEURON_TOPOLOGY_FILE and the zygote variables). Throws as the
+// constructor does, or InvalidUsage without a Python interpreter.
+std::unique_ptr<Zygote> StartSharedZygote(const std::vector<std::string>& modules,
+                                          const std::string& listen_path = "");
+
 // The modules named by --preload / NEURON_PRELOAD (`source`) as
 // "torch,torchneuron": each a dotted Python name; throws InvalidUsage
 // naming a bad one.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "exit_status.h"
 #include "neuron/runtime/config.h"
 #include "neuron/runtime/error.h"
 #include "rank_env.h"
@@ -54,12 +55,8 @@ void ForwardSignal(int sig) {
 // Runs `command` with `env`, stdio inherited; waits for it, reaping any
 // orphan that comes to this subreaper meanwhile. Returns its status.
 int RunCommand(const std::vector<std::string>& command, const Environment& env) {
-  std::vector<std::string> envp = ToEnvp(env);
-  std::vector<char*> argv, envv;
-  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-  for (const auto& e : envp) envv.push_back(const_cast<char*>(e.c_str()));
-  argv.push_back(nullptr);
-  envv.push_back(nullptr);
+  const std::vector<std::string> envp = ToEnvp(env);
+  std::vector<char*> argv = CStrings(command), envv = CStrings(envp);
   child_pid = ::fork();
   if (child_pid == 0) {
     ::execvpe(argv[0], argv.data(), envv.data());
@@ -76,24 +73,15 @@ int RunCommand(const std::vector<std::string>& command, const Environment& env) 
     if (pid == child_pid) break;
     if (pid < 0 && errno != EINTR) throw IoError(StrCat("waitpid: ", std::strerror(errno)));
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ShellExitCode(status);
 }
 
 // The zygote, listening at `socket`; nullptr (said on stderr) when it
 // cannot start: COMMAND then runs without it.
 std::unique_ptr<Zygote> StartZygote(const std::vector<std::string>& modules,
                                     const std::string& socket) {
-  using runtime::ConfigKey;
   try {
-    const std::string python =
-        ResolveProgram(runtime::ConfigRegistry::Get().GetString(ConfigKey::kPython));
-    NEURON_CHECK(!python.empty(), "no python interpreter (NEURON_PYTHON)");
-    // As a rank of a job without a topology of its own sees it (rank_env.cc).
-    Environment env = InterpreterEnvironment(CurrentEnvironment(), NEURON_PYTHON_PACKAGE_DIR);
-    for (ConfigKey key : {ConfigKey::kTopologyFile, ConfigKey::kZygote, ConfigKey::kZygoteFd}) {
-      env.erase(runtime::VariableName(key));
-    }
-    return std::make_unique<Zygote>(python, ToEnvp(env), modules, socket);
+    return StartSharedZygote(modules, socket);
   } catch (const Error& e) {
     std::cerr << "neuronrun zygote: " << e.what() << "; the command runs without it"
               << std::endl;
@@ -142,7 +130,7 @@ int AwaitForked(const SpawnedChild& child) {
     got += static_cast<std::size_t>(n);
   }
   ::close(child.status_fd);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ShellExitCode(status);
 }
 
 // neuronrun zygote exec ARGS...: python ARGS, forked from the shared zygote
@@ -168,12 +156,7 @@ int ExecMain(int argc, char** argv) {
       std::cerr << "neuronrun zygote exec: " << e.what() << "; running " << python << std::endl;
     }
   }
-  std::vector<char*> args, envv;
-  for (auto& a : request.argv) args.push_back(a.data());
-  for (auto& e : request.env) envv.push_back(e.data());
-  args.push_back(nullptr);
-  envv.push_back(nullptr);
-  ::execve(python.c_str(), args.data(), envv.data());
+  ::execve(python.c_str(), CStrings(request.argv).data(), CStrings(request.env).data());
   std::cerr << "neuronrun zygote exec: cannot run " << python << ": " << std::strerror(errno)
             << std::endl;
   return 127;
@@ -183,9 +166,7 @@ int ExecMain(int argc, char** argv) {
 
 int ZygoteMain(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "exec") return ExecMain(argc - 1, argv + 1);
-  std::string list = runtime::ConfigRegistry::Get().IsSet(runtime::ConfigKey::kPreload)
-                         ? runtime::ConfigRegistry::Get().GetString(runtime::ConfigKey::kPreload)
-                         : NEURON_TRAINER_MODULES;
+  std::string list = SharedZygoteModules();
   std::vector<std::string> command;
   std::vector<std::string> modules;
   try {
